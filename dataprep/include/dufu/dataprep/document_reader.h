@@ -1,0 +1,74 @@
+// Reads documents from txt and jsonl inputs (plain, .zst or .gz, or stdin), one at a
+// time with bounded memory. txt: one document per line (OSLO's convention) or one per
+// file; jsonl: one JSON object per line, parsed with simdjson, text taken from the
+// requested keys. Bad records (malformed JSON, missing key, non-string value, invalid
+// UTF-8) either throw or are skipped and counted, by option.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dufu::dataprep {
+
+enum class InputFormat { kTxt, kJsonl };
+enum class TxtDocument { kLine, kFile };
+
+// Format from the name with any .zst/.gz removed: .jsonl/.json -> jsonl, anything
+// else -> txt. For "-" the caller's default applies.
+InputFormat detect_input_format(const std::string& path, InputFormat stdin_format);
+
+// Expands shell globs (no match is an error naming the pattern); "-" passes through.
+// Order: patterns in given order, each pattern's matches sorted.
+std::vector<std::string> expand_inputs(const std::vector<std::string>& patterns);
+
+struct ReaderOptions {
+  std::vector<std::string> json_keys{"text"};
+  TxtDocument txt_document = TxtDocument::kLine;
+  InputFormat stdin_format = InputFormat::kJsonl;
+  bool skip_bad_records = false;
+  std::size_t max_reported_errors = 10;
+};
+
+struct Document {
+  // One entry per JSON key (a single entry for txt), UTF-8 validated.
+  std::vector<std::string> fields;
+  std::string source;        // input path
+  std::uint64_t line = 0;    // 1-based line (0 for whole-file documents)
+};
+
+class DocumentReader {
+ public:
+  // `inputs` are already expanded paths (or "-").
+  DocumentReader(std::vector<std::string> inputs, ReaderOptions options);
+  ~DocumentReader();
+
+  // Fills `doc` with the next good document; false at the end of all inputs.
+  // Throws dufu::Error "FILE:LINE: what" for a bad record unless skipping; IO errors
+  // and corrupt compressed streams always throw.
+  bool next(Document* doc);
+
+  std::uint64_t raw_bytes_read() const;     // real bytes consumed from all inputs so far
+  std::uint64_t total_input_bytes() const;  // sum of regular-file sizes (0 for stdin)
+  std::uint64_t bad_records() const { return bad_records_; }
+  // The first max_reported_errors messages of skipped records.
+  const std::vector<std::string>& reported_errors() const { return reported_errors_; }
+
+ private:
+  struct State;
+  bool open_next_input();
+  void record_bad(const std::string& message);
+
+  std::vector<std::string> inputs_;
+  ReaderOptions options_;
+  std::unique_ptr<State> state_;
+  std::size_t next_input_ = 0;
+  std::uint64_t finished_inputs_bytes_ = 0;
+  std::uint64_t total_input_bytes_ = 0;
+  std::uint64_t bad_records_ = 0;
+  std::vector<std::string> reported_errors_;
+};
+
+}  // namespace dufu::dataprep

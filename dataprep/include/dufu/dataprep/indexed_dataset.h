@@ -1,0 +1,166 @@
+// Readers and writer for indexed token shards: `.bin` (raw tokens) plus `.idx`, in the
+// MMIDIDX layout (Megatron-core, impl "mmap") or the TNTIDX layout (Megatron-legacy /
+// OSLO, impls "lazy" and "cached"; fairseq's variant without doc_idx is read too).
+// Byte layouts: shared/FORMATS.md sections 1-3. All counts and offsets are 64-bit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dufu/common/atomic_file.h"
+#include "dufu/dataprep/dtype.h"
+
+namespace dufu::dataprep {
+
+// How the .bin is served when reading (and which .idx layout is written).
+enum class IndexImpl { kMmap, kLazy, kCached };
+IndexImpl parse_impl(std::string_view name);  // "mmap" | "lazy" | "cached"; throws otherwise
+std::string_view impl_name(IndexImpl impl);
+
+enum class IndexLayout { kMMIDIDX, kTNTIDX, kFairseqTNTIDX };
+std::string_view layout_name(IndexLayout layout);
+// mmap writes MMIDIDX; lazy and cached write TNTIDX.
+IndexLayout layout_for_impl(IndexImpl impl);
+
+std::string bin_path(const std::string& prefix);  // prefix + ".bin"
+std::string idx_path(const std::string& prefix);  // prefix + ".idx"
+
+// The parsed .idx. Arrays stay in the file's bytes (mapped or read into memory) and
+// are read with memcpy, because MMIDIDX arrays are not aligned.
+class Index {
+ public:
+  // Validates magic, version, dtype, counts and that the file size matches the
+  // header exactly; throws dufu::Error naming the file otherwise. `map` chooses
+  // mapping the file vs reading it into memory.
+  static Index open(const std::string& path, bool map);
+
+  IndexLayout layout() const { return layout_; }
+  DType dtype() const { return dtype_; }
+  std::uint64_t version() const { return version_; }
+  std::uint64_t num_sequences() const { return num_sequences_; }
+  // Entries of document_indices (documents + 1). fairseq files have none stored:
+  // every sequence is its own document.
+  std::uint64_t num_document_entries() const { return num_document_entries_; }
+  std::uint64_t num_documents() const { return num_document_entries_ - 1; }
+  std::uint64_t sequence_length(std::uint64_t i) const;      // tokens
+  std::uint64_t sequence_offset(std::uint64_t i) const;      // tokens from start of .bin
+  std::uint64_t document_index(std::uint64_t entry) const;   // document_indices[entry]
+  std::uint64_t total_tokens() const { return total_tokens_; }
+  std::uint64_t file_size() const;
+  const std::string& path() const { return path_; }
+
+  Index(Index&&) noexcept;
+  Index& operator=(Index&&) noexcept;
+  ~Index();
+
+ private:
+  Index();
+  struct Storage;
+  std::unique_ptr<Storage> storage_;
+  std::string path_;
+  IndexLayout layout_ = IndexLayout::kMMIDIDX;
+  DType dtype_ = DType::kUInt16;
+  std::uint64_t version_ = 0;
+  std::uint64_t num_sequences_ = 0;
+  std::uint64_t num_document_entries_ = 0;
+  std::uint64_t total_tokens_ = 0;
+  // Byte offsets of the arrays inside the file.
+  std::uint64_t lengths_at_ = 0, pointers_at_ = 0, documents_at_ = 0;
+  bool fairseq_ = false;
+};
+
+// A readable shard. The .idx layout is detected from its magic; `impl` only decides
+// how token bytes are fetched: mmap (zero-copy mapping), lazy (pread per read, no
+// mapping), cached (whole .bin read into memory once).
+class IndexedDataset {
+ public:
+  static std::unique_ptr<IndexedDataset> open(const std::string& prefix, IndexImpl impl);
+  virtual ~IndexedDataset();
+
+  const Index& index() const { return index_; }
+  IndexImpl impl() const { return impl_; }
+  DType dtype() const { return index_.dtype(); }
+  std::uint64_t num_sequences() const { return index_.num_sequences(); }
+  std::uint64_t num_documents() const { return index_.num_documents(); }
+  std::uint64_t sequence_length(std::uint64_t i) const { return index_.sequence_length(i); }
+  const std::string& prefix() const { return prefix_; }
+
+  // Copies `count` tokens of sequence `seq` starting at token `offset`, converted to
+  // int32 (fairseq's stored id+1 is undone). Throws on out-of-range requests.
+  void read_tokens(std::uint64_t seq, std::uint64_t offset, std::uint64_t count,
+                   std::int32_t* out) const;
+  std::vector<std::int32_t> sequence(std::uint64_t seq) const;
+  // Raw .bin bytes [byte_offset, byte_offset + size) into out (used by merge).
+  virtual void read_bytes(std::uint64_t byte_offset, std::uint64_t size, std::byte* out) const = 0;
+  std::uint64_t bin_size() const { return bin_size_; }
+
+ protected:
+  IndexedDataset(std::string prefix, Index index, IndexImpl impl, std::uint64_t bin_size);
+
+ private:
+  std::string prefix_;
+  Index index_;
+  IndexImpl impl_;
+  std::uint64_t bin_size_;
+};
+
+// Streams a shard to disk. The .bin is written as sequences arrive; the per-sequence
+// index (12-24 bytes per sequence) is kept in memory and written on commit. Both
+// files appear under their final names only after commit().
+class IndexedDatasetWriter {
+ public:
+  IndexedDatasetWriter(std::string prefix, IndexLayout layout, DType dtype);
+  ~IndexedDatasetWriter();  // without commit(): both temporaries are removed
+
+  // Appends one sequence; throws if a token does not fit the dtype.
+  void add_sequence(std::span<const std::int32_t> tokens);
+  // Closes the current document (document_indices gets the current sequence count).
+  void end_document();
+  void add_document(std::span<const std::int32_t> tokens) {
+    add_sequence(tokens);
+    end_document();
+  }
+  // Appends every sequence and document of `other` (same dtype required): .bin bytes
+  // copied in chunks, lengths appended, document indices shifted. Used by merge.
+  void append(const IndexedDataset& other);
+
+  // Writes the .idx, then commits .bin and .idx. Returns bytes of .bin + .idx.
+  std::uint64_t commit();
+
+  std::uint64_t num_sequences() const { return lengths_.size(); }
+  std::uint64_t num_documents() const { return document_indices_.size() - 1; }
+  std::uint64_t tokens() const { return tokens_; }
+  std::uint64_t bin_bytes() const;
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  void write_mmidx(AtomicFile& idx) const;
+  void write_tntidx(AtomicFile& idx) const;
+
+  std::string prefix_;
+  IndexLayout layout_;
+  DType dtype_;
+  AtomicFile bin_;
+  std::vector<std::int32_t> lengths_;
+  std::vector<std::int64_t> document_indices_{0};
+  std::uint64_t tokens_ = 0;
+  std::vector<std::byte> encode_buffer_;
+};
+
+// `dataprep merge`: concatenates shards of one dtype into `output_prefix` with the
+// layout of `output_layout`. Throws if dtypes differ. Returns the merged counts.
+struct MergeStats {
+  std::uint64_t sequences = 0;
+  std::uint64_t documents = 0;
+  std::uint64_t tokens = 0;
+  std::uint64_t output_bytes = 0;
+};
+MergeStats merge_datasets(const std::vector<std::string>& input_prefixes,
+                          const std::string& output_prefix, IndexLayout output_layout);
+
+}  // namespace dufu::dataprep
