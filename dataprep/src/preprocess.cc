@@ -1,1 +1,305 @@
-// placeholder
+// The preprocessing pipeline. One reader thread groups documents into batches of
+// about `batch_bytes` of text; worker threads tokenize whole batches; the calling
+// thread writes finished batches strictly in reading order, which is why the output
+// bytes do not depend on the worker count. A fixed number of batch slots bounds the
+// memory in flight, so peak RSS is independent of the corpus size.
+#include "dufu/dataprep/preprocess.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "dufu/common/error.h"
+#include "dufu/common/log.h"
+#include "dufu/dataprep/tokenizer.h"
+
+namespace dufu::dataprep {
+namespace {
+
+constexpr std::size_t kBytesCounter = 0;
+constexpr std::size_t kDocumentsCounter = 1;
+constexpr std::size_t kTokensCounter = 2;
+
+struct TextBatch {
+  std::uint64_t sequence = 0;
+  std::size_t num_records = 0;
+  // fields[record * num_keys + key]
+  std::vector<std::string> fields;
+  std::uint64_t raw_bytes_delta = 0;
+};
+
+struct TokenBatch {
+  std::uint64_t sequence = 0;
+  std::size_t num_records = 0;
+  // Per key: all tokens of the batch back to back, and each record's length (0 =
+  // empty document, to be skipped).
+  std::vector<std::vector<std::int32_t>> tokens;
+  std::vector<std::vector<std::uint64_t>> lengths;
+  std::uint64_t text_bytes = 0;
+};
+
+// Shared state of one run: the work queue, the reorder buffer, the slot count and
+// the first failure. One mutex is enough: each operation moves a whole batch.
+class Pipeline {
+ public:
+  explicit Pipeline(std::size_t max_batches_in_flight) : max_in_flight_(max_batches_in_flight) {}
+
+  // Reader side: blocks while every slot is taken. False when the run is aborting.
+  bool push_work(TextBatch batch) {
+    std::unique_lock lock(mutex_);
+    slot_free_.wait(lock, [&] { return aborted_ || in_flight_ < max_in_flight_; });
+    if (aborted_) return false;
+    ++in_flight_;
+    work_.push_back(std::move(batch));
+    work_ready_.notify_one();
+    return true;
+  }
+  void finish_reading(std::uint64_t total_batches) {
+    std::lock_guard lock(mutex_);
+    total_batches_ = total_batches;
+    reading_done_ = true;
+    work_ready_.notify_all();
+    result_ready_.notify_all();
+  }
+  // Worker side: false when there is no more work.
+  bool pop_work(TextBatch* batch) {
+    std::unique_lock lock(mutex_);
+    work_ready_.wait(lock, [&] { return aborted_ || !work_.empty() || reading_done_; });
+    if (aborted_ || work_.empty()) return false;
+    *batch = std::move(work_.front());
+    work_.pop_front();
+    return true;
+  }
+  void push_result(TokenBatch batch) {
+    std::lock_guard lock(mutex_);
+    const auto sequence = batch.sequence;
+    results_.emplace(sequence, std::move(batch));
+    result_ready_.notify_all();
+  }
+  // Writer side: the batch with `sequence`, or false when all were written.
+  bool pop_result(std::uint64_t sequence, TokenBatch* batch) {
+    std::unique_lock lock(mutex_);
+    result_ready_.wait(lock, [&] {
+      return aborted_ || results_.contains(sequence) ||
+             (reading_done_ && sequence >= total_batches_);
+    });
+    if (aborted_) return false;
+    auto found = results_.find(sequence);
+    if (found == results_.end()) return false;
+    *batch = std::move(found->second);
+    results_.erase(found);
+    return true;
+  }
+  void release_slot() {
+    std::lock_guard lock(mutex_);
+    --in_flight_;
+    slot_free_.notify_one();
+  }
+  void abort(std::exception_ptr error) {
+    std::lock_guard lock(mutex_);
+    if (!first_error_) first_error_ = error;
+    aborted_ = true;
+    slot_free_.notify_all();
+    work_ready_.notify_all();
+    result_ready_.notify_all();
+  }
+  std::exception_ptr first_error() {
+    std::lock_guard lock(mutex_);
+    return first_error_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable slot_free_, work_ready_, result_ready_;
+  std::deque<TextBatch> work_;
+  std::map<std::uint64_t, TokenBatch> results_;
+  std::size_t max_in_flight_;
+  std::size_t in_flight_ = 0;
+  bool reading_done_ = false;
+  std::uint64_t total_batches_ = 0;
+  bool aborted_ = false;
+  std::exception_ptr first_error_;
+};
+
+struct ReaderTotals {
+  std::uint64_t records = 0;
+  std::uint64_t input_bytes = 0;
+  std::uint64_t bad_records = 0;
+  std::vector<std::string> first_errors;
+};
+
+void read_batches(DocumentReader& reader, std::size_t num_keys, std::size_t batch_bytes,
+                  Pipeline& pipeline, Progress* progress, ReaderTotals* totals) {
+  std::uint64_t sequence = 0;
+  std::uint64_t reported_bytes = 0;
+  Document document;
+  TextBatch batch;
+  std::size_t batch_text = 0;
+  auto flush = [&] {
+    const auto raw = reader.raw_bytes_read();
+    batch.raw_bytes_delta = raw - reported_bytes;
+    reported_bytes = raw;
+    if (progress) progress->add(kBytesCounter, batch.raw_bytes_delta);
+    batch.sequence = sequence++;
+    const bool accepted = pipeline.push_work(std::move(batch));
+    batch = TextBatch{};
+    batch_text = 0;
+    return accepted;
+  };
+  while (reader.next(&document)) {
+    ++totals->records;
+    for (std::size_t key = 0; key < num_keys; ++key) {
+      batch_text += document.fields[key].size();
+      batch.fields.push_back(std::move(document.fields[key]));
+    }
+    ++batch.num_records;
+    if (batch_text >= batch_bytes && !flush()) return;
+  }
+  if (batch.num_records > 0 && !flush()) return;
+  totals->input_bytes = reader.raw_bytes_read();
+  if (progress && totals->input_bytes > reported_bytes) {
+    progress->add(kBytesCounter, totals->input_bytes - reported_bytes);
+  }
+  totals->bad_records = reader.bad_records();
+  totals->first_errors = reader.reported_errors();
+  pipeline.finish_reading(sequence);
+}
+
+void tokenize_batches(const Tokenizer& tokenizer, std::size_t num_keys, std::optional<int> eod,
+                      Pipeline& pipeline) {
+  std::vector<int> ids;
+  TextBatch text;
+  while (pipeline.pop_work(&text)) {
+    TokenBatch result;
+    result.sequence = text.sequence;
+    result.num_records = text.num_records;
+    result.tokens.resize(num_keys);
+    result.lengths.resize(num_keys);
+    for (std::size_t key = 0; key < num_keys; ++key) {
+      result.lengths[key].reserve(text.num_records);
+    }
+    for (std::size_t record = 0; record < text.num_records; ++record) {
+      for (std::size_t key = 0; key < num_keys; ++key) {
+        const std::string& field = text.fields[record * num_keys + key];
+        result.text_bytes += field.size();
+        tokenizer.encode(field, &ids);
+        if (!ids.empty() && eod) ids.push_back(*eod);
+        result.tokens[key].insert(result.tokens[key].end(), ids.begin(), ids.end());
+        result.lengths[key].push_back(ids.size());
+      }
+    }
+    pipeline.push_result(std::move(result));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> output_prefixes_for(const std::string& prefix,
+                                             const std::vector<std::string>& json_keys) {
+  if (json_keys.size() <= 1) return {prefix};
+  std::vector<std::string> prefixes;
+  for (const auto& key : json_keys) prefixes.push_back(prefix + "_" + key + "_document");
+  return prefixes;
+}
+
+PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress) {
+  const auto start = std::chrono::steady_clock::now();
+  if (options.inputs.empty()) DUFU_FAIL("no input files given");
+  if (options.output_prefix.empty()) DUFU_FAIL("no output prefix given");
+  if (options.reader.json_keys.empty()) DUFU_FAIL("at least one JSON key is needed");
+
+  const Tokenizer tokenizer = Tokenizer::load(options.tokenizer_model);
+  std::optional<int> eod;
+  if (options.append_eod) {
+    eod = options.eod_id ? *options.eod_id : tokenizer.eos_id();
+    if (*eod < 0) {
+      DUFU_FAIL("the model '", options.tokenizer_model,
+                "' has no </s> piece; pass --eod-id to choose the end-of-document id");
+    }
+  }
+  PreprocessStats stats;
+  stats.dtype = options.dtype ? *options.dtype : token_dtype_for_vocab(tokenizer.vocab_size());
+  stats.workers = options.workers > 0
+                      ? options.workers
+                      : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  stats.output_prefixes = output_prefixes_for(options.output_prefix, options.reader.json_keys);
+
+  DocumentReader reader(expand_inputs(options.inputs), options.reader);
+  if (progress) progress->set_total(reader.total_input_bytes());
+
+  const std::size_t num_keys = options.reader.json_keys.size();
+  std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
+  for (const auto& prefix : stats.output_prefixes) {
+    writers.push_back(std::make_unique<IndexedDatasetWriter>(
+        prefix, layout_for_impl(options.impl), stats.dtype));
+  }
+
+  Pipeline pipeline(static_cast<std::size_t>(2 * stats.workers + 2));
+  ReaderTotals totals;
+  std::thread reader_thread([&] {
+    try {
+      read_batches(reader, num_keys, options.batch_bytes, pipeline, progress, &totals);
+    } catch (...) {
+      pipeline.abort(std::current_exception());
+    }
+  });
+  std::vector<std::thread> workers;
+  for (int i = 0; i < stats.workers; ++i) {
+    workers.emplace_back([&] {
+      try {
+        tokenize_batches(tokenizer, num_keys, eod, pipeline);
+      } catch (...) {
+        pipeline.abort(std::current_exception());
+      }
+    });
+  }
+
+  try {
+    TokenBatch batch;
+    for (std::uint64_t sequence = 0; pipeline.pop_result(sequence, &batch); ++sequence) {
+      std::uint64_t documents = 0, tokens = 0;
+      for (std::size_t key = 0; key < num_keys; ++key) {
+        const std::int32_t* next = batch.tokens[key].data();
+        for (const std::uint64_t length : batch.lengths[key]) {
+          if (length == 0) {
+            ++stats.empty_skipped;
+            continue;
+          }
+          writers[key]->add_document({next, static_cast<std::size_t>(length)});
+          next += length;
+          tokens += length;
+          ++documents;
+        }
+      }
+      stats.documents += documents;
+      stats.tokens += tokens;
+      stats.text_bytes += batch.text_bytes;
+      if (progress) {
+        progress->add(kDocumentsCounter, documents);
+        progress->add(kTokensCounter, tokens);
+      }
+      pipeline.release_slot();
+    }
+  } catch (...) {
+    pipeline.abort(std::current_exception());
+  }
+  reader_thread.join();
+  for (auto& worker : workers) worker.join();
+  if (auto error = pipeline.first_error()) std::rethrow_exception(error);
+
+  for (auto& writer : writers) stats.output_bytes += writer->commit();
+  if (progress) progress->finish();
+  stats.records = totals.records;
+  stats.input_bytes = totals.input_bytes;
+  stats.bad_skipped = totals.bad_records;
+  stats.first_errors = totals.first_errors;
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+}  // namespace dufu::dataprep

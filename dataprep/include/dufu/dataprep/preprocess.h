@@ -1,0 +1,60 @@
+// `dataprep preprocess`: documents -> sentencepiece tokens -> indexed shards, with a
+// reader thread, N tokenizer workers and an in-order writer, all connected by
+// bounded queues so memory stays flat whatever the corpus size. Output bytes do not
+// depend on the number of workers.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dufu/common/progress.h"
+#include "dufu/dataprep/document_reader.h"
+#include "dufu/dataprep/dtype.h"
+#include "dufu/dataprep/indexed_dataset.h"
+
+namespace dufu::dataprep {
+
+struct PreprocessOptions {
+  std::vector<std::string> inputs;  // paths, globs or "-"
+  std::string output_prefix;
+  std::string tokenizer_model;
+  ReaderOptions reader;
+  IndexImpl impl = IndexImpl::kMmap;
+  bool append_eod = false;
+  std::optional<int> eod_id;        // default: the model's </s>
+  std::optional<DType> dtype;       // default: Megatron's rule from the vocab size
+  int workers = 0;                  // 0 = all cores
+  // Documents per work item: large enough to amortize queue traffic, small enough
+  // that workers stay balanced.
+  std::size_t batch_bytes = 1 << 20;
+};
+
+struct PreprocessStats {
+  std::uint64_t documents = 0;       // documents written (per key, summed)
+  std::uint64_t records = 0;         // input records read (lines/objects/files)
+  std::uint64_t empty_skipped = 0;   // fields empty after tokenization
+  std::uint64_t bad_skipped = 0;     // bad records skipped with --on-error skip
+  std::vector<std::string> first_errors;
+  std::uint64_t tokens = 0;
+  std::uint64_t input_bytes = 0;     // real bytes read (compressed size for .zst/.gz)
+  std::uint64_t text_bytes = 0;      // UTF-8 bytes of text tokenized
+  std::uint64_t output_bytes = 0;    // .bin + .idx of every output
+  double seconds = 0;
+  int workers = 0;
+  DType dtype = DType::kUInt16;
+  std::vector<std::string> output_prefixes;
+};
+
+// Megatron's naming: one key writes PREFIX.bin/.idx; several keys write
+// PREFIX_{key}_document.bin/.idx each.
+std::vector<std::string> output_prefixes_for(const std::string& prefix,
+                                             const std::vector<std::string>& json_keys);
+
+// Runs the whole job. Throws dufu::Error on bad input (unless skipping) and then no
+// output exists under the final names. `progress` may be null; its counters are
+// input bytes, documents and tokens, in that order (the percentage is of input bytes).
+PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress);
+
+}  // namespace dufu::dataprep

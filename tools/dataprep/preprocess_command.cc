@@ -1,0 +1,114 @@
+// `dataprep preprocess`: flags, progress and the final summary.
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "dufu/common/progress.h"
+#include "dufu/dataprep/preprocess.h"
+#include "format.h"
+
+namespace dufu::tools {
+namespace {
+
+struct PreprocessFlags {
+  dataprep::PreprocessOptions options;
+  std::string impl = "mmap";
+  std::string on_error = "fail";
+  std::string txt_document = "line";
+  std::string stdin_format = "jsonl";
+  std::string dtype;
+  int eod_id = -1;
+  bool quiet = false;
+};
+
+void run(PreprocessFlags& flags, const CLI::App& command) {
+  auto& options = flags.options;
+  options.impl = dataprep::parse_impl(flags.impl);
+  options.reader.skip_bad_records = flags.on_error == "skip";
+  options.reader.txt_document =
+      flags.txt_document == "file" ? dataprep::TxtDocument::kFile : dataprep::TxtDocument::kLine;
+  options.reader.stdin_format =
+      flags.stdin_format == "txt" ? dataprep::InputFormat::kTxt : dataprep::InputFormat::kJsonl;
+  if (command.count("--eod-id") > 0) options.eod_id = flags.eod_id;
+  if (!flags.dtype.empty()) options.dtype = dataprep::parse_dtype(flags.dtype);
+
+  Progress progress("preprocess", {{"MB", 1e6}, {"docs", 1}, {"tokens", 1}},
+                    ProgressOptions{.quiet = flags.quiet});
+  const auto stats = dataprep::preprocess(options, &progress);
+
+  std::printf("preprocess: done in %.1f s with %d workers\n", stats.seconds, stats.workers);
+  std::printf("  records    %llu read\n", static_cast<unsigned long long>(stats.records));
+  std::printf("  documents  %llu written, %llu empty skipped, %llu bad skipped (%s docs/s)\n",
+              static_cast<unsigned long long>(stats.documents),
+              static_cast<unsigned long long>(stats.empty_skipped),
+              static_cast<unsigned long long>(stats.bad_skipped),
+              rate(static_cast<double>(stats.documents), stats.seconds).c_str());
+  std::printf("  tokens     %llu (%s tokens/s), dtype %s\n",
+              static_cast<unsigned long long>(stats.tokens),
+              rate(static_cast<double>(stats.tokens), stats.seconds).c_str(),
+              std::string(dataprep::dtype_name(stats.dtype)).c_str());
+  std::printf("  input      %s (%.2f MB/s); text %s\n",
+              human_bytes(static_cast<double>(stats.input_bytes)).c_str(),
+              stats.seconds > 0 ? static_cast<double>(stats.input_bytes) / 1e6 / stats.seconds : 0.0,
+              human_bytes(static_cast<double>(stats.text_bytes)).c_str());
+  std::printf("  output     %s in", human_bytes(static_cast<double>(stats.output_bytes)).c_str());
+  for (const auto& prefix : stats.output_prefixes) std::printf(" %s.{bin,idx}", prefix.c_str());
+  std::printf("\n");
+  for (const auto& message : stats.first_errors) std::printf("  skipped: %s\n", message.c_str());
+  if (stats.bad_skipped > stats.first_errors.size()) {
+    std::printf("  skipped: ... and %llu more bad records\n",
+                static_cast<unsigned long long>(stats.bad_skipped - stats.first_errors.size()));
+  }
+}
+
+}  // namespace
+
+void add_preprocess_command(CLI::App& app) {
+  auto flags = std::make_shared<PreprocessFlags>();
+  auto* command = app.add_subcommand(
+      "preprocess", "Tokenize txt/jsonl (plain, .zst, .gz or stdin) into indexed shards");
+  auto& options = flags->options;
+  command->add_option("--input,-i", options.inputs,
+                      "Input files, shell globs, or - for stdin (.txt: one document per line; "
+                      ".jsonl: one JSON object per line; optionally .zst or .gz)")
+      ->required()
+      ->expected(1, -1);
+  command->add_option("--output-prefix,-o", options.output_prefix,
+                      "Writes PREFIX.bin/.idx (one key) or PREFIX_{key}_document.bin/.idx")
+      ->required();
+  command->add_option("--tokenizer-model,-m", options.tokenizer_model, "sentencepiece .model file")
+      ->required();
+  command->add_option("--json-keys", options.reader.json_keys,
+                      "JSON keys holding the text; one output per key")
+      ->capture_default_str()
+      ->expected(1, -1);
+  command->add_option("--impl", flags->impl, "Index layout: mmap (MMIDIDX) or lazy/cached (TNTIDX)")
+      ->check(CLI::IsMember({"mmap", "lazy", "cached"}))
+      ->capture_default_str();
+  command->add_flag("--append-eod", options.append_eod,
+                    "Append the end-of-document id to every non-empty document");
+  command->add_option("--eod-id", flags->eod_id, "End-of-document id (default: the model's </s>)");
+  command->add_option("--workers,-j", options.workers, "Tokenizer threads (0 = all cores)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command->add_option("--on-error", flags->on_error,
+                      "fail: stop and write nothing; skip: skip bad records, count and report them")
+      ->check(CLI::IsMember({"fail", "skip"}))
+      ->capture_default_str();
+  command->add_option("--txt-document", flags->txt_document,
+                      "For .txt inputs: each line (line) or each whole file (file) is a document")
+      ->check(CLI::IsMember({"line", "file"}))
+      ->capture_default_str();
+  command->add_option("--stdin-format", flags->stdin_format, "Format of - (stdin): jsonl or txt")
+      ->check(CLI::IsMember({"jsonl", "txt"}))
+      ->capture_default_str();
+  command->add_option("--dtype", flags->dtype,
+                      "Token dtype (default: uint16 if vocab < 65500, else int32)")
+      ->check(CLI::IsMember({"uint16", "int32", "uint32", "int64"}));
+  command->add_flag("--quiet,-q", flags->quiet, "No progress output");
+  command->callback([flags, command] { run(*flags, *command); });
+}
+
+}  // namespace dufu::tools
