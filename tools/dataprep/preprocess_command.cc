@@ -107,6 +107,10 @@ void add_preprocess_command(CLI::App& app) {
   command->add_option("--dtype", flags->dtype,
                       "Token dtype (default: uint16 if vocab < 65500, else int32)")
       ->check(CLI::IsMember({"uint16", "int32", "uint32", "int64"}));
+  command->add_option("--batch-bytes", options.batch_bytes,
+                      "Text bytes per work item handed to a worker (tuning; output unchanged)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   command->add_flag("--quiet,-q", flags->quiet, "No progress output");
   command->callback([flags, command] { run(*flags, *command); });
 }
