@@ -1,1 +1,185 @@
-// placeholder
+// AtomicFile: write to a private temporary next to the final name and rename it into
+// place only once every byte is on disk, so an interrupted or failed run never leaves
+// a truncated file that a later run would take for a finished one.
+#include "dufu/common/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "dufu/common/error.h"
+
+namespace dufu {
+
+namespace {
+
+constexpr std::size_t kBufferSize = std::size_t{1} << 20;
+// A stale temporary from an earlier process with the same pid is possible; try a
+// few counters before concluding something else is wrong.
+constexpr int kMaxCreateAttempts = 100;
+
+// Shared by all threads so two AtomicFiles for one path in one process never collide.
+std::atomic<std::uint64_t> temp_counter{0};
+
+struct SplitPath {
+  std::string dir;       // what to fsync after rename
+  std::string prefix;    // dir + '/', or empty for a bare file name
+  std::string basename;
+};
+
+SplitPath split_path(const std::string& path) {
+  const auto slash = path.rfind('/');
+  if (slash == std::string::npos) {
+    return {".", "", path};
+  }
+  std::string dir = slash == 0 ? std::string("/") : path.substr(0, slash);
+  return {dir, path.substr(0, slash + 1), path.substr(slash + 1)};
+}
+
+void write_all(int fd, const char* data, std::size_t size, const std::string& final_path) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      DUFU_FAIL("cannot write '", final_path, "': ", errno_message(errno));
+    }
+    if (n == 0) {
+      // A regular file only does this when it cannot take more; retrying would spin.
+      DUFU_FAIL("cannot write '", final_path, "': ", errno_message(ENOSPC));
+    }
+    data += n;
+    size -= static_cast<std::size_t>(n);
+  }
+}
+
+int fsync_retrying(int fd) {
+  int rc;
+  do {
+    rc = ::fsync(fd);
+  } while (rc != 0 && errno == EINTR);
+  return rc;
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::string final_path) : final_path_(std::move(final_path)) {
+  const SplitPath parts = split_path(final_path_);
+  if (parts.basename.empty() || parts.basename == "." || parts.basename == "..") {
+    DUFU_FAIL("cannot write '", final_path_, "': not a file name");
+  }
+  for (int attempt = 0; attempt < kMaxCreateAttempts; ++attempt) {
+    temp_path_ = str_cat(parts.prefix, '.', parts.basename, ".tmp.", ::getpid(), '.',
+                         temp_counter.fetch_add(1, std::memory_order_relaxed));
+    // O_EXCL: never adopt (and later rename over) a file someone else is writing.
+    fd_ = ::open(temp_path_.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+    if (fd_ >= 0) break;
+    if (errno != EEXIST) {
+      const int error = errno;
+      temp_path_.clear();
+      DUFU_FAIL("cannot write '", final_path_, "': cannot create temporary in '", parts.dir,
+                "': ", errno_message(error));
+    }
+  }
+  if (fd_ < 0) {
+    temp_path_.clear();
+    DUFU_FAIL("cannot write '", final_path_, "': no free temporary name in '", parts.dir, "'");
+  }
+  buffer_.resize(kBufferSize);
+}
+
+AtomicFile::AtomicFile(AtomicFile&& other) noexcept
+    : final_path_(std::move(other.final_path_)),
+      temp_path_(std::exchange(other.temp_path_, std::string())),
+      fd_(std::exchange(other.fd_, -1)),
+      committed_(std::exchange(other.committed_, false)),
+      buffer_(std::move(other.buffer_)),
+      buffered_(std::exchange(other.buffered_, 0)),
+      bytes_written_(std::exchange(other.bytes_written_, 0)) {
+  // The source must not unlink our temporary when it dies; with no temp path and no
+  // descriptor its destructor and discard() have nothing to do.
+  other.buffer_.clear();
+}
+
+AtomicFile::~AtomicFile() { discard(); }
+
+void AtomicFile::write(const void* data, std::size_t size) {
+  DUFU_CHECK(fd_ >= 0 && !committed_, "write to '", final_path_, "' after commit or discard");
+  if (size == 0) return;
+  const char* bytes = static_cast<const char*>(data);
+  if (buffered_ + size > buffer_.size()) {
+    flush_buffer();
+    if (size >= buffer_.size()) {
+      // Copying a large block through the buffer would only add a memcpy.
+      write_all(fd_, bytes, size, final_path_);
+      bytes_written_ += size;
+      return;
+    }
+  }
+  std::memcpy(buffer_.data() + buffered_, bytes, size);
+  buffered_ += size;
+  bytes_written_ += size;
+}
+
+void AtomicFile::flush_buffer() {
+  if (buffered_ == 0) return;
+  write_all(fd_, buffer_.data(), buffered_, final_path_);
+  buffered_ = 0;
+}
+
+void AtomicFile::commit() {
+  DUFU_CHECK(fd_ >= 0 && !committed_, "commit of '", final_path_, "' after commit or discard");
+  flush_buffer();
+  // Data must be durable before the rename makes it visible, or a crash could leave
+  // a complete-looking name over missing blocks.
+  if (fsync_retrying(fd_) != 0) {
+    DUFU_FAIL("cannot write '", final_path_, "': fsync failed: ", errno_message(errno));
+  }
+  const int fd = std::exchange(fd_, -1);
+  // Not retried on EINTR: on Linux the descriptor is gone either way.
+  if (::close(fd) != 0) {
+    DUFU_FAIL("cannot write '", final_path_, "': close failed: ", errno_message(errno));
+  }
+  if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0) {
+    DUFU_FAIL("cannot write '", final_path_, "': rename from '", temp_path_,
+              "' failed: ", errno_message(errno));
+  }
+  committed_ = true;
+  buffer_ = std::vector<char>();
+
+  // The rename itself lives in the directory; without this a crash can forget it.
+  const std::string dir = split_path(final_path_).dir;
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) {
+    DUFU_FAIL("cannot write '", final_path_, "': cannot open directory '", dir,
+              "' to sync it: ", errno_message(errno));
+  }
+  const int rc = fsync_retrying(dir_fd);
+  const int error = errno;
+  ::close(dir_fd);
+  // Some file systems cannot sync directories (EINVAL); the rename is then as
+  // durable as they allow.
+  if (rc != 0 && error != EINVAL) {
+    DUFU_FAIL("cannot write '", final_path_, "': cannot sync directory '", dir,
+              "': ", errno_message(error));
+  }
+}
+
+void AtomicFile::discard() noexcept {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  if (!committed_ && !temp_path_.empty()) {
+    ::unlink(temp_path_.c_str());
+    temp_path_.clear();
+  }
+  buffered_ = 0;
+}
+
+}  // namespace dufu

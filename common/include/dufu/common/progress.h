@@ -57,6 +57,9 @@ class Progress {
   std::chrono::steady_clock::time_point start_;
   std::mutex print_mutex_;
   std::chrono::steady_clock::time_point last_print_;
+  // Nanoseconds after start_ when the next print is due; lets add() decide without
+  // touching the mutex.
+  std::atomic<std::int64_t> next_print_ns_{0};
   bool finished_ = false;
 };
 
