@@ -249,6 +249,8 @@ struct BadInput {
   std::string expected;    // substring of the error message
 };
 
+void PrintTo(const BadInput& bad, std::ostream* out) { *out << bad.name; }
+
 class PreprocessBadInput : public ::testing::TestWithParam<BadInput> {};
 
 TEST_P(PreprocessBadInput, FailsNamingThePlaceAndWritesNothing) {
