@@ -5,11 +5,10 @@
 
 #include <unistd.h>
 
-#include <cmath>
-#include <iterator>
 #include <string>
 
 #include "dufu/common/error.h"
+#include "dufu/common/human_units.h"
 
 namespace dufu {
 
@@ -21,20 +20,6 @@ std::string format(const char* fmt, double value) {
   char buffer[64];
   std::snprintf(buffer, sizeof(buffer), fmt, value);
   return buffer;
-}
-
-// Three significant digits with k/M/G/T: "1.23M", "45.6k", "999". Counts below 1000
-// are whole numbers; rates keep decimals so slow work does not read as zero.
-std::string human(double value, bool whole) {
-  static constexpr const char* kSuffixes[] = {"", "k", "M", "G", "T"};
-  std::size_t unit = 0;
-  while (unit + 1 < std::size(kSuffixes) && std::abs(value) >= 999.5) {
-    value /= 1000.0;
-    ++unit;
-  }
-  if (unit == 0 && whole) return format("%.0f", value);
-  const char* fmt = std::abs(value) < 9.995 ? "%.2f" : std::abs(value) < 99.95 ? "%.1f" : "%.0f";
-  return format(fmt, value) + kSuffixes[unit];
 }
 
 std::string elapsed_clock(double seconds) {
@@ -148,7 +133,7 @@ std::string Progress::render_line() const {
     if (!line.empty()) line += ' ';
     if (scale == 1.0) {
       // Plain counts: "1.23M docs (45.6k docs/s)".
-      line += str_cat(human(shown, true), ' ', counter.name, " (", human(rate, false), ' ',
+      line += str_cat(human_count(shown, true), ' ', counter.name, " (", human_count(rate, false), ' ',
                       counter.name, "/s)");
     } else {
       // Scaled units already carry their magnitude: "123.4 MB (5.6 MB/s)".

@@ -5,7 +5,7 @@
 
 #include "commands.h"
 #include "dufu/dataprep/indexed_dataset.h"
-#include "format.h"
+#include "dufu/common/human_units.h"
 
 namespace dufu::tools {
 namespace {

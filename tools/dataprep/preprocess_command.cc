@@ -7,10 +7,14 @@
 #include "commands.h"
 #include "dufu/common/progress.h"
 #include "dufu/dataprep/preprocess.h"
-#include "format.h"
+#include "dufu/common/human_units.h"
 
 namespace dufu::tools {
 namespace {
+
+double per_second(std::uint64_t amount, double seconds) {
+  return seconds > 0 ? static_cast<double>(amount) / seconds : 0.0;
+}
 
 struct PreprocessFlags {
   dataprep::PreprocessOptions options;
@@ -44,14 +48,14 @@ void run(PreprocessFlags& flags, const CLI::App& command) {
               static_cast<unsigned long long>(stats.documents),
               static_cast<unsigned long long>(stats.empty_skipped),
               static_cast<unsigned long long>(stats.bad_skipped),
-              rate(static_cast<double>(stats.documents), stats.seconds).c_str());
+              human_count(per_second(stats.documents, stats.seconds), false).c_str());
   std::printf("  tokens     %llu (%s tokens/s), dtype %s\n",
               static_cast<unsigned long long>(stats.tokens),
-              rate(static_cast<double>(stats.tokens), stats.seconds).c_str(),
+              human_count(per_second(stats.tokens, stats.seconds), false).c_str(),
               std::string(dataprep::dtype_name(stats.dtype)).c_str());
   std::printf("  input      %s (%.2f MB/s); text %s\n",
               human_bytes(static_cast<double>(stats.input_bytes)).c_str(),
-              stats.seconds > 0 ? static_cast<double>(stats.input_bytes) / 1e6 / stats.seconds : 0.0,
+              per_second(stats.input_bytes, stats.seconds) / 1e6,
               human_bytes(static_cast<double>(stats.text_bytes)).c_str());
   std::printf("  output     %s in", human_bytes(static_cast<double>(stats.output_bytes)).c_str());
   for (const auto& prefix : stats.output_prefixes) std::printf(" %s.{bin,idx}", prefix.c_str());
