@@ -1,1 +1,262 @@
-// placeholder
+// Writes indexed token shards: tokens stream into the .bin as they arrive, the small
+// per-sequence index stays in memory until commit() writes the .idx (MMIDIDX or
+// Megatron-legacy TNTIDX, shared/FORMATS.md sections 2-3) and renames both into place.
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+#include "dufu/common/error.h"
+#include "dufu/dataprep/indexed_dataset.h"
+
+static_assert(std::endian::native == std::endian::little,
+              "dufu's on-disk formats are little-endian and written without byte swapping");
+
+namespace dufu::dataprep {
+namespace {
+
+constexpr char kMMIDIDXMagic[] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
+constexpr char kTNTIDXMagic[] = {'T', 'N', 'T', 'I', 'D', 'X', '\0', '\0'};
+constexpr std::uint64_t kVersion = 1;
+
+IndexLayout writable_layout(IndexLayout layout) {
+  if (layout == IndexLayout::kFairseqTNTIDX) {
+    DUFU_FAIL(
+        "writing the fairseq TNTIDX layout is not supported (it stores tokens as id+1 "
+        "and has no document index); write MMIDIDX or TNTIDX instead");
+  }
+  return layout;
+}
+
+DType writable_dtype(DType dtype) {
+  if (!dtype_is_integer(dtype)) {
+    DUFU_FAIL("cannot write tokens as ", dtype_name(dtype), ": token dtypes are integers");
+  }
+  return dtype;
+}
+
+// Streams `count` int64 values produced in order by value_at(i), in bounded chunks,
+// so multi-GB index arrays never exist twice in memory.
+template <typename ValueAt>
+void write_int64s(AtomicFile& file, std::uint64_t count, ValueAt value_at) {
+  constexpr std::uint64_t kChunk = 8192;
+  std::array<std::int64_t, kChunk> chunk;
+  for (std::uint64_t done = 0; done < count;) {
+    const std::uint64_t n = std::min(kChunk, count - done);
+    for (std::uint64_t j = 0; j < n; ++j) chunk[j] = value_at(done + j);
+    file.write(chunk.data(), n * sizeof(std::int64_t));
+    done += n;
+  }
+}
+
+template <typename Vector>
+void write_vector(AtomicFile& file, const Vector& values) {
+  if (!values.empty()) file.write(values.data(), values.size() * sizeof(values[0]));
+}
+
+}  // namespace
+
+IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, IndexLayout layout, DType dtype)
+    : prefix_(std::move(prefix)),
+      layout_(writable_layout(layout)),
+      dtype_(writable_dtype(dtype)),
+      bin_(bin_path(prefix_)) {}
+
+// AtomicFile's destructor removes the uncommitted .bin temporary; the .idx temporary
+// only ever exists inside commit().
+IndexedDatasetWriter::~IndexedDatasetWriter() = default;
+
+std::uint64_t IndexedDatasetWriter::bin_bytes() const { return tokens_ * dtype_size(dtype_); }
+
+void IndexedDatasetWriter::add_sequence(std::span<const std::int32_t> tokens) {
+  if (committed_) DUFU_FAIL("cannot add to '", prefix_, "': it was already committed");
+  const std::size_t n = tokens.size();
+  if (n > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
+    DUFU_FAIL("a sequence of ", n, " tokens is too long for '", prefix_,
+              "': index lengths are int32; split it into several sequences");
+  }
+  // Validate the whole sequence before writing any byte, so a bad token leaves the
+  // writer consistent (the caller may skip the document and go on).
+  auto encode = [&]<typename T>(T) {
+    if constexpr (std::is_same_v<T, std::int32_t>) {
+      if (n > 0) bin_.write(tokens.data(), n * sizeof(T));
+    } else {
+      std::int32_t lo = 0, hi = 0;
+      if (n > 0) lo = hi = tokens[0];
+      for (const std::int32_t token : tokens) {
+        lo = std::min(lo, token);
+        hi = std::max(hi, token);
+      }
+      if (!std::in_range<T>(lo) || !std::in_range<T>(hi)) {
+        const auto bad = std::find_if(tokens.begin(), tokens.end(),
+                                      [](std::int32_t t) { return !std::in_range<T>(t); });
+        DUFU_FAIL(
+            "token ", *bad, " (position ", bad - tokens.begin(),
+            " of its sequence) does not fit dtype ", dtype_name(dtype_), " of '", bin_path(prefix_),
+            "'",
+            dtype_ == DType::kUInt16 ? ". HINT: vocabularies of 65500 or more need int32" : "");
+      }
+      if (encode_buffer_.size() < n * sizeof(T)) encode_buffer_.resize(n * sizeof(T));
+      std::byte* out = encode_buffer_.data();
+      for (std::size_t i = 0; i < n; ++i) {
+        const T value = static_cast<T>(tokens[i]);
+        std::memcpy(out + i * sizeof(T), &value, sizeof(T));
+      }
+      if (n > 0) bin_.write(out, n * sizeof(T));
+    }
+  };
+  switch (dtype_) {
+    case DType::kUInt8:
+      encode(std::uint8_t{});
+      break;
+    case DType::kInt8:
+      encode(std::int8_t{});
+      break;
+    case DType::kInt16:
+      encode(std::int16_t{});
+      break;
+    case DType::kUInt16:
+      encode(std::uint16_t{});
+      break;
+    case DType::kInt32:
+      encode(std::int32_t{});
+      break;
+    case DType::kUInt32:
+      encode(std::uint32_t{});
+      break;
+    case DType::kInt64:
+      encode(std::int64_t{});
+      break;
+    case DType::kUInt64:
+      encode(std::uint64_t{});
+      break;
+    case DType::kFloat32:
+    case DType::kFloat64:
+      DUFU_FAIL("internal error: float dtype in writer");
+  }
+  lengths_.push_back(static_cast<std::int32_t>(n));
+  tokens_ += n;
+}
+
+void IndexedDatasetWriter::end_document() {
+  if (committed_) DUFU_FAIL("cannot add to '", prefix_, "': it was already committed");
+  document_indices_.push_back(static_cast<std::int64_t>(lengths_.size()));
+}
+
+void IndexedDatasetWriter::append(const IndexedDataset& other) {
+  if (committed_) DUFU_FAIL("cannot add to '", prefix_, "': it was already committed");
+  if (other.dtype() != dtype_) {
+    DUFU_FAIL("cannot append '", other.prefix(), "' (", dtype_name(other.dtype()), ") to '",
+              prefix_, "' (", dtype_name(dtype_), "): dtypes differ");
+  }
+  const auto base = static_cast<std::int64_t>(lengths_.size());
+  if (document_indices_.back() != base) {
+    DUFU_FAIL("cannot append '", other.prefix(), "' to '", prefix_,
+              "' while a document is open; call end_document() first");
+  }
+  const Index& index = other.index();
+  if (index.layout() == IndexLayout::kFairseqTNTIDX) {
+    // Its bytes hold id+1, so they cannot be copied as they are: go through tokens.
+    for (std::uint64_t i = 0; i < index.num_sequences(); ++i) {
+      add_document(other.sequence(i));
+    }
+    return;
+  }
+
+  // Lengths first, undone on failure, so a rejected input leaves the writer unchanged.
+  lengths_.reserve(lengths_.size() + index.num_sequences());
+  for (std::uint64_t i = 0; i < index.num_sequences(); ++i) {
+    const std::uint64_t length = index.sequence_length(i);
+    if (length > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max())) {
+      lengths_.resize(static_cast<std::size_t>(base));
+      DUFU_FAIL("sequence ", i, " of '", other.prefix(), "' has ", length,
+                " tokens, more than the int32 lengths of '", prefix_, "' can hold");
+    }
+    lengths_.push_back(static_cast<std::int32_t>(length));
+  }
+  // The index guarantees contiguous sequences, so the .bin copies over unchanged.
+  constexpr std::uint64_t kChunkBytes = 4 << 20;
+  std::vector<std::byte> chunk(static_cast<std::size_t>(std::min(kChunkBytes, other.bin_size())));
+  for (std::uint64_t done = 0; done < other.bin_size();) {
+    const std::uint64_t n = std::min<std::uint64_t>(chunk.size(), other.bin_size() - done);
+    other.read_bytes(done, n, chunk.data());
+    bin_.write(chunk.data(), n);
+    done += n;
+  }
+  for (std::uint64_t k = 1; k < index.num_document_entries(); ++k) {
+    document_indices_.push_back(base + static_cast<std::int64_t>(index.document_index(k)));
+  }
+  tokens_ += index.total_tokens();
+}
+
+std::uint64_t IndexedDatasetWriter::commit() {
+  if (committed_) DUFU_FAIL("'", prefix_, "' was already committed");
+  const auto sequences = static_cast<std::int64_t>(lengths_.size());
+  if (document_indices_.back() != sequences) {
+    DUFU_FAIL("cannot commit '", prefix_, "': its last ", sequences - document_indices_.back(),
+              " sequence(s) are not closed by end_document()");
+  }
+  const std::string idx_final = idx_path(prefix_);
+  AtomicFile idx(idx_final);
+  if (layout_ == IndexLayout::kMMIDIDX) {
+    write_mmidx(idx);
+  } else {
+    write_tntidx(idx);
+  }
+  // A stale .idx from an earlier run must never sit next to the new .bin, not even
+  // between the two renames below.
+  if (::unlink(idx_final.c_str()) != 0 && errno != ENOENT) {
+    DUFU_FAIL("cannot remove the old '", idx_final, "': ", errno_message(errno));
+  }
+  const std::uint64_t bytes = bin_.bytes_written() + idx.bytes_written();
+  bin_.commit();
+  idx.commit();
+  committed_ = true;
+  return bytes;
+}
+
+void IndexedDatasetWriter::write_mmidx(AtomicFile& idx) const {
+  idx.write(kMMIDIDXMagic, sizeof(kMMIDIDXMagic));
+  idx.write_value(kVersion);
+  idx.write_value(static_cast<std::uint8_t>(dtype_));
+  idx.write_value(static_cast<std::uint64_t>(lengths_.size()));
+  idx.write_value(static_cast<std::uint64_t>(document_indices_.size()));
+  write_vector(idx, lengths_);
+  // Byte offsets accumulate in 64 bits: int32 pointers broke Megatron merges.
+  const std::uint64_t item = dtype_size(dtype_);
+  std::uint64_t pointer = 0;
+  write_int64s(idx, lengths_.size(), [&](std::uint64_t i) {
+    const auto at = static_cast<std::int64_t>(pointer);
+    pointer += static_cast<std::uint64_t>(lengths_[i]) * item;
+    return at;
+  });
+  write_vector(idx, document_indices_);
+}
+
+void IndexedDatasetWriter::write_tntidx(AtomicFile& idx) const {
+  const std::uint64_t n = lengths_.size();
+  idx.write(kTNTIDXMagic, sizeof(kTNTIDXMagic));
+  idx.write_value(kVersion);
+  idx.write_value(static_cast<std::uint64_t>(dtype_));
+  idx.write_value(static_cast<std::uint64_t>(dtype_size(dtype_)));
+  idx.write_value(n);                                                     // N items
+  idx.write_value(n);                                                     // s: one size per item
+  idx.write_value(static_cast<std::uint64_t>(document_indices_.size()));  // doc_count
+  write_int64s(idx, n + 1, [](std::uint64_t i) { return static_cast<std::int64_t>(i); });
+  std::int64_t elements = 0;  // data_offsets count elements, not bytes
+  write_int64s(idx, n + 1, [&](std::uint64_t i) {
+    const std::int64_t at = elements;
+    if (i < n) elements += lengths_[i];
+    return at;
+  });
+  write_int64s(idx, n, [&](std::uint64_t i) { return static_cast<std::int64_t>(lengths_[i]); });
+  write_vector(idx, document_indices_);
+}
+
+}  // namespace dufu::dataprep

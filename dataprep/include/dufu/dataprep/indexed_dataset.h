@@ -150,6 +150,7 @@ class IndexedDatasetWriter {
   std::vector<std::int64_t> document_indices_{0};
   std::uint64_t tokens_ = 0;
   std::vector<std::byte> encode_buffer_;
+  bool committed_ = false;
 };
 
 // `dataprep merge`: concatenates shards of one dtype into `output_prefix` with the
