@@ -17,6 +17,7 @@
 
 #include "dufu/common/error.h"
 #include "dufu/common/mapped_file.h"
+#include "dufu/common/read_only_file.h"
 
 // The arrays are copied straight from file bytes into host integers.
 static_assert(std::endian::native == std::endian::little,
@@ -77,34 +78,6 @@ std::string hex_prefix(const std::byte* data, std::uint64_t size) {
     out << kDigits[byte >> 4] << kDigits[byte & 15];
   }
   return out.str();
-}
-
-// Closes the descriptor on every path out, including exceptions.
-struct ScopedFd {
-  int fd = -1;
-  ~ScopedFd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-std::vector<std::byte> read_whole_file(const std::string& path) {
-  ScopedFd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (file.fd < 0) DUFU_FAIL("cannot open index '", path, "': ", errno_message(errno));
-  struct stat st {};
-  if (::fstat(file.fd, &st) != 0) DUFU_FAIL("cannot stat '", path, "': ", errno_message(errno));
-  std::vector<std::byte> bytes(static_cast<std::size_t>(st.st_size));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n =
-        ::pread(file.fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      DUFU_FAIL("cannot read index '", path, "': ", errno_message(errno));
-    }
-    if (n == 0) DUFU_FAIL("index '", path, "' shrank while it was being read");
-    done += static_cast<std::size_t>(n);
-  }
-  return bytes;
 }
 
 // What the header says; Index::open copies it into the Index once it is validated.
@@ -286,7 +259,7 @@ Index Index::open(const std::string& path, bool map) {
     storage.data = storage.mapped->data();
     storage.size = storage.mapped->size();
   } else {
-    storage.owned = read_whole_file(path);
+    storage.owned = ReadOnlyFile::open(path).read_all();
     storage.data = storage.owned.data();
     storage.size = storage.owned.size();
   }

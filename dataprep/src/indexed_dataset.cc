@@ -16,6 +16,7 @@
 
 #include "dufu/common/error.h"
 #include "dufu/common/mapped_file.h"
+#include "dufu/common/read_only_file.h"
 
 namespace dufu::dataprep {
 
@@ -59,44 +60,6 @@ std::string idx_path(const std::string& prefix) { return prefix + ".idx"; }
 
 namespace {
 
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ScopedFd(ScopedFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  ScopedFd& operator=(ScopedFd&&) = delete;
-  ~ScopedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-ScopedFd open_bin(const std::string& path, std::uint64_t* size) {
-  ScopedFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (file.get() < 0) DUFU_FAIL("cannot open '", path, "': ", errno_message(errno));
-  struct stat st {};
-  if (::fstat(file.get(), &st) != 0) DUFU_FAIL("cannot stat '", path, "': ", errno_message(errno));
-  *size = static_cast<std::uint64_t>(st.st_size);
-  return file;
-}
-
-void pread_exact(int fd, const std::string& path, std::uint64_t offset, std::uint64_t size,
-                 std::byte* out) {
-  while (size > 0) {
-    const ssize_t n = ::pread(fd, out, size, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      DUFU_FAIL("cannot read '", path, "' at byte ", offset, ": ", errno_message(errno));
-    }
-    if (n == 0) DUFU_FAIL("'", path, "' ended early at byte ", offset, " (truncated while open?)");
-    out += n;
-    offset += static_cast<std::uint64_t>(n);
-    size -= static_cast<std::uint64_t>(n);
-  }
-}
-
 void check_bin_size(const std::string& path, const Index& index, std::uint64_t size) {
   std::uint64_t expected = 0;
   if (__builtin_mul_overflow(index.total_tokens(), dtype_size(index.dtype()), &expected) ||
@@ -133,19 +96,17 @@ class MmapIndexedDataset final : public IndexedDataset {
 // No mapping at all: for filesystems where mmap is slow or refused.
 class LazyIndexedDataset final : public IndexedDataset {
  public:
-  LazyIndexedDataset(std::string prefix, Index index, ScopedFd bin, std::uint64_t bin_size)
-      : IndexedDataset(std::move(prefix), std::move(index), IndexImpl::kLazy, bin_size),
-        bin_(std::move(bin)),
-        path_(bin_path(this->prefix())) {}
+  LazyIndexedDataset(std::string prefix, Index index, ReadOnlyFile bin)
+      : IndexedDataset(std::move(prefix), std::move(index), IndexImpl::kLazy, bin.size()),
+        bin_(std::move(bin)) {}
 
   void read_bytes(std::uint64_t offset, std::uint64_t size, std::byte* out) const override {
-    check_byte_range(path_, bin_size(), offset, size);
-    pread_exact(bin_.get(), path_, offset, size, out);
+    check_byte_range(bin_.path(), bin_size(), offset, size);
+    bin_.read_exact(offset, size, out);
   }
 
  private:
-  ScopedFd bin_;
-  std::string path_;
+  ReadOnlyFile bin_;
 };
 
 class CachedIndexedDataset final : public IndexedDataset {
@@ -244,19 +205,15 @@ std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string& prefix, 
     }
     case IndexImpl::kLazy: {
       Index index = Index::open(idx_path(prefix), /*map=*/false);
-      std::uint64_t size = 0;
-      ScopedFd file = open_bin(bin, &size);
-      check_bin_size(bin, index, size);
-      return std::make_unique<LazyIndexedDataset>(prefix, std::move(index), std::move(file), size);
+      ReadOnlyFile file = ReadOnlyFile::open(bin);
+      check_bin_size(bin, index, file.size());
+      return std::make_unique<LazyIndexedDataset>(prefix, std::move(index), std::move(file));
     }
     case IndexImpl::kCached: {
       Index index = Index::open(idx_path(prefix), /*map=*/false);
-      std::uint64_t size = 0;
-      const ScopedFd file = open_bin(bin, &size);
-      check_bin_size(bin, index, size);
-      std::vector<std::byte> bytes(static_cast<std::size_t>(size));
-      pread_exact(file.get(), bin, 0, size, bytes.data());
-      return std::make_unique<CachedIndexedDataset>(prefix, std::move(index), std::move(bytes));
+      const ReadOnlyFile file = ReadOnlyFile::open(bin);
+      check_bin_size(bin, index, file.size());
+      return std::make_unique<CachedIndexedDataset>(prefix, std::move(index), file.read_all());
     }
   }
   DUFU_FAIL("internal error: unknown dataset impl ", static_cast<int>(impl));

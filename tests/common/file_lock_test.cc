@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "dufu/common/error.h"
-#include "temp_dir.h"
+#include "support/temp_dir.h"
 
 namespace dufu {
 namespace {

@@ -9,7 +9,7 @@
 #include <tuple>
 #include <vector>
 
-#include "common/temp_dir.h"
+#include "support/temp_dir.h"
 #include "dufu/common/error.h"
 #include "dufu/dataprep/indexed_dataset.h"
 

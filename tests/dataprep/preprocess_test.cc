@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "dufu/dataprep/indexed_dataset.h"
-#include "tool_test_util.h"
+#include "support/tool_runner.h"
 
 namespace dufu::testing {
 namespace {
@@ -78,8 +78,8 @@ void expect_same_documents(const Documents& actual, const Documents& expected) {
 }
 
 void expect_same_files(const std::string& a, const std::string& b) {
-  const auto left = read_file(a);
-  const auto right = read_file(b);
+  const auto left = read_all(a);
+  const auto right = read_all(b);
   EXPECT_EQ(left.size(), right.size()) << a << " vs " << b;
   EXPECT_TRUE(left == right) << a << " and " << b << " differ";
 }
@@ -167,8 +167,8 @@ TEST(Preprocess, CompressedAndStdinInputsGiveTheSameBytes) {
 
 TEST(Preprocess, GlobsExpandInSortedOrder) {
   TempDir dir;
-  write_file(dir.file("part-b.txt"), "second file\n");
-  write_file(dir.file("part-a.txt"), "first file\n");
+  write_all(dir.file("part-b.txt"), "second file\n");
+  write_all(dir.file("part-a.txt"), "first file\n");
   expect_success(preprocess("--input " + shell_quote(dir.file("part-*.txt")) + " --output-prefix " +
                             dir.file("out")));
   const auto documents = read_documents(dir.file("out"));
@@ -207,8 +207,8 @@ TEST(Preprocess, LazyAndCachedWriteTntidxWithTheSameTokens) {
     expect_success(preprocess("--input " + shell_quote(corpus_jsonl()) + " --output-prefix " +
                               dir.file(impl) + " --append-eod --impl " + impl));
   }
-  EXPECT_EQ(read_file(dir.file("lazy.idx")).substr(0, 8), std::string("TNTIDX\0\0", 8));
-  EXPECT_EQ(read_file(dir.file("mmap.idx")).substr(0, 9), std::string("MMIDIDX\0\0", 9));
+  EXPECT_EQ(read_all(dir.file("lazy.idx")).substr(0, 8), std::string("TNTIDX\0\0", 8));
+  EXPECT_EQ(read_all(dir.file("mmap.idx")).substr(0, 9), std::string("MMIDIDX\0\0", 9));
   expect_same_files(dir.file("mmap.bin"), dir.file("lazy.bin"));
   expect_same_files(dir.file("lazy.idx"), dir.file("cached.idx"));
   const auto expected = read_documents(dir.file("mmap"));
@@ -218,7 +218,7 @@ TEST(Preprocess, LazyAndCachedWriteTntidxWithTheSameTokens) {
 
 TEST(Preprocess, SeveralJsonKeysWriteOneShardPerKey) {
   TempDir dir;
-  write_file(dir.file("in.jsonl"),
+  write_all(dir.file("in.jsonl"),
              "{\"title\": \"A title\", \"text\": \"Some body text.\"}\n"
              "{\"title\": \"Another\", \"text\": \"More text here.\"}\n");
   expect_success(preprocess("--input " + dir.file("in.jsonl") + " --json-keys title text " +
@@ -232,7 +232,7 @@ TEST(Preprocess, SeveralJsonKeysWriteOneShardPerKey) {
 
 TEST(Preprocess, EmptyDocumentsAreSkippedAndCounted) {
   TempDir dir;
-  write_file(dir.file("in.txt"), "first line\n\nthird line\n\n");
+  write_all(dir.file("in.txt"), "first line\n\nthird line\n\n");
   const auto result = run_command(shell_quote(dataprep_tool()) + " preprocess --quiet --input " +
                                   dir.file("in.txt") + " --tokenizer-model " + shell_quote(model()) +
                                   " --output-prefix " + dir.file("out") + " --append-eod");
@@ -256,17 +256,17 @@ class PreprocessBadInput : public ::testing::TestWithParam<BadInput> {};
 TEST_P(PreprocessBadInput, FailsNamingThePlaceAndWritesNothing) {
   const auto& bad = GetParam();
   TempDir dir;
-  if (!bad.content.empty()) write_file(dir.file(bad.file), bad.content);
+  if (!bad.content.empty()) write_all(dir.file(bad.file), bad.content);
   if (!bad.make.empty()) {
     ASSERT_EQ(run_command("cd " + dir.path() + " && " + bad.make).exit_code, 0);
   }
-  const auto before = dir.entries();
+  const auto before = dir.list();
   const auto result = preprocess("--input " + dir.file(bad.file) + " --output-prefix " +
                                  dir.file("out") + " --append-eod");
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.output.find(bad.expected), std::string::npos)
       << "expected '" << bad.expected << "' in: " << result.output;
-  EXPECT_EQ(dir.entries(), before) << "output or temporary files were left behind";
+  EXPECT_EQ(dir.list(), before) << "output or temporary files were left behind";
 }
 
 const std::string kCorruptGzip =
@@ -300,8 +300,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(Preprocess, ModelThatIsNotSentencepieceIsRefused) {
   TempDir dir;
-  write_file(dir.file("in.txt"), "hello\n");
-  write_file(dir.file("fake.model"), "this is not a model\n");
+  write_all(dir.file("in.txt"), "hello\n");
+  write_all(dir.file("fake.model"), "this is not a model\n");
   const auto result = run_command(shell_quote(dataprep_tool()) + " preprocess --quiet --input " +
                                   dir.file("in.txt") + " --tokenizer-model " + dir.file("fake.model") +
                                   " --output-prefix " + dir.file("out"));
@@ -313,7 +313,7 @@ TEST(Preprocess, ModelThatIsNotSentencepieceIsRefused) {
 
 TEST(Preprocess, OnErrorSkipCountsAndReportsBadRecords) {
   TempDir dir;
-  write_file(dir.file("in.jsonl"),
+  write_all(dir.file("in.jsonl"),
              "{\"text\": \"good one\"}\n{\"text\": 1}\nnot json\n{\"text\": \"good two\"}\n");
   const auto result = preprocess("--input " + dir.file("in.jsonl") + " --output-prefix " +
                                  dir.file("out") + " --on-error skip");
@@ -326,7 +326,7 @@ TEST(Preprocess, OnErrorSkipCountsAndReportsBadRecords) {
 
 TEST(Inspect, PrintsCountsAndDecodesADocument) {
   TempDir dir;
-  write_file(dir.file("in.txt"), "The quick brown fox jumps over the lazy dog.\nSecond line.\n");
+  write_all(dir.file("in.txt"), "The quick brown fox jumps over the lazy dog.\nSecond line.\n");
   expect_success(preprocess("--input " + dir.file("in.txt") + " --output-prefix " + dir.file("out")));
   const auto result = run_command(shell_quote(dataprep_tool()) + " inspect " + dir.file("out") +
                                   " --model " + shell_quote(model()) + " --show 0");
@@ -351,7 +351,7 @@ TEST(TrainTokenizer, TrainsFromCompressedJsonlAndRefusesBadInput) {
   // The trained model encodes like any sentencepiece model.
   expect_success(run_command("echo hello world | spm_encode --model=" + dir.file("tok.model")));
 
-  write_file(dir.file("bad.jsonl"), "{\"text\": \"fine\"}\n{oops\n");
+  write_all(dir.file("bad.jsonl"), "{\"text\": \"fine\"}\n{oops\n");
   const auto result = run_command(shell_quote(dataprep_tool()) + " train-tokenizer --input " +
                                   dir.file("bad.jsonl") + " --model-prefix " + dir.file("bad") +
                                   " --vocab-size 50");

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "support/temp_dir.h"
+
 namespace dufu::testing {
 
 struct CommandResult {
@@ -16,24 +18,6 @@ struct CommandResult {
 CommandResult run_command(const std::string& command);
 std::string shell_quote(const std::string& text);
 
-// A fresh directory under /tmp, removed with everything in it on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  // Names of all entries, hidden ones included, sorted.
-  std::vector<std::string> entries() const;
-
- private:
-  std::string path_;
-};
-
-std::string read_file(const std::string& path);
-void write_file(const std::string& path, const std::string& content);
 bool file_exists(const std::string& path);
 
 // Paths of the shared fixture (see tests/fixtures/make_tokenizer_fixture.sh).

@@ -1,0 +1,39 @@
+// A file opened for reading by descriptor, for code that must not map it (lazy shards
+// on filesystems where mmap is slow or refused) or that reads it whole. Closes on
+// destruction; every failure is a dufu::Error naming the path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dufu {
+
+class ReadOnlyFile {
+ public:
+  static ReadOnlyFile open(const std::string& path);
+  ReadOnlyFile(ReadOnlyFile&& other) noexcept;
+  ReadOnlyFile& operator=(ReadOnlyFile&& other) noexcept;
+  ReadOnlyFile(const ReadOnlyFile&) = delete;
+  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
+  ~ReadOnlyFile();
+
+  // Size when opened.
+  std::uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  int descriptor() const { return fd_; }
+
+  // Reads exactly `size` bytes at `offset` (pread: safe from several threads);
+  // a file that ends early is an error.
+  void read_exact(std::uint64_t offset, std::uint64_t size, std::byte* out) const;
+  std::vector<std::byte> read_all() const;
+
+ private:
+  ReadOnlyFile(std::string path, int fd, std::uint64_t size);
+  std::string path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
+
+}  // namespace dufu

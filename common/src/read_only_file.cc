@@ -1,0 +1,71 @@
+// Descriptor-based reading with EINTR and short-read handling in one place.
+#include "dufu/common/read_only_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "dufu/common/error.h"
+
+namespace dufu {
+
+ReadOnlyFile::ReadOnlyFile(std::string path, int fd, std::uint64_t size)
+    : path_(std::move(path)), fd_(fd), size_(size) {}
+
+ReadOnlyFile::ReadOnlyFile(ReadOnlyFile&& other) noexcept
+    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), size_(other.size_) {}
+
+ReadOnlyFile& ReadOnlyFile::operator=(ReadOnlyFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_);
+    fd_ = std::exchange(other.fd_, -1);
+    size_ = other.size_;
+  }
+  return *this;
+}
+
+ReadOnlyFile::~ReadOnlyFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+ReadOnlyFile ReadOnlyFile::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) DUFU_FAIL("cannot open '", path, "': ", errno_message(errno));
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    const int error = errno;
+    ::close(fd);
+    DUFU_FAIL("cannot stat '", path, "': ", errno_message(error));
+  }
+  if (S_ISDIR(info.st_mode)) {
+    ::close(fd);
+    DUFU_FAIL("cannot open '", path, "': Is a directory");
+  }
+  return ReadOnlyFile(path, fd, static_cast<std::uint64_t>(info.st_size));
+}
+
+void ReadOnlyFile::read_exact(std::uint64_t offset, std::uint64_t size, std::byte* out) const {
+  while (size > 0) {
+    const ssize_t n = ::pread(fd_, out, size, static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      DUFU_FAIL("cannot read '", path_, "' at byte ", offset, ": ", errno_message(errno));
+    }
+    if (n == 0) DUFU_FAIL("'", path_, "' ended early at byte ", offset, " (truncated while open?)");
+    out += n;
+    offset += static_cast<std::uint64_t>(n);
+    size -= static_cast<std::uint64_t>(n);
+  }
+}
+
+std::vector<std::byte> ReadOnlyFile::read_all() const {
+  std::vector<std::byte> bytes(static_cast<std::size_t>(size_));
+  read_exact(0, size_, bytes.data());
+  return bytes;
+}
+
+}  // namespace dufu
