@@ -8,6 +8,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -230,12 +231,14 @@ class StdinFromPipe {
     EXPECT_EQ(::dup2(fds[0], STDIN_FILENO), STDIN_FILENO);
     ::close(fds[0]);
     writer_ = std::thread([fd = fds[1], bytes = std::move(bytes)] {
-      // Small pieces: the reader must cope with short reads, even inside the magic.
+      // The magic arrives a byte at a time, with pauses so that the reader's first
+      // reads most likely see a single byte: sniffing must wait for all four.
       for (std::size_t at = 0; at < bytes.size();) {
         const std::size_t piece = at < 4 ? 1 : 65536;
         const ssize_t n = ::write(fd, bytes.data() + at, std::min(piece, bytes.size() - at));
         if (n <= 0) break;
         at += static_cast<std::size_t>(n);
+        if (at < 4) std::this_thread::sleep_for(std::chrono::milliseconds(30));
       }
       ::close(fd);
     });

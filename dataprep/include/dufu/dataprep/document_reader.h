@@ -16,8 +16,8 @@ namespace dufu::dataprep {
 enum class InputFormat { kTxt, kJsonl };
 enum class TxtDocument { kLine, kFile };
 
-// Format from the name with any .zst/.gz removed: .jsonl/.json -> jsonl, anything
-// else -> txt. For "-" the caller's default applies.
+// Format from the name with any .zst/.zstd/.gz removed: .jsonl/.json/.ndjson ->
+// jsonl, anything else -> txt. For "-" the caller's default applies.
 InputFormat detect_input_format(const std::string& path, InputFormat stdin_format);
 
 // Expands shell globs (no match is an error naming the pattern); "-" passes through.
