@@ -25,10 +25,7 @@ namespace {
 
 using dufu::testing::TempDir;
 
-bool exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
+using dufu::testing::file_exists;
 
 // Bytes whose values depend on their position, so a dropped or repeated chunk shows.
 std::string pattern(std::size_t size, std::uint32_t seed) {
@@ -49,8 +46,8 @@ TEST(AtomicFile, FinalNameAppearsOnlyOnCommit) {
   file.write_value<std::uint32_t>(0x01020304u);
   EXPECT_EQ(file.bytes_written(), 10u);
 
-  EXPECT_FALSE(exists(path));
-  EXPECT_TRUE(exists(file.temp_path()));
+  EXPECT_FALSE(file_exists(path));
+  EXPECT_TRUE(file_exists(file.temp_path()));
   EXPECT_EQ(dir.list(), (std::set<std::string>{
                             std::filesystem::path(file.temp_path()).filename().string()}));
 
@@ -175,7 +172,7 @@ TEST(AtomicFile, MoveLeavesSourceInert) {
     AtomicFile target(std::move(source));
     // Destroying or discarding the source must not touch the target's temporary.
     source.discard();  // NOLINT(bugprone-use-after-move): checking the moved-from state
-    EXPECT_TRUE(exists(temp));
+    EXPECT_TRUE(file_exists(temp));
     EXPECT_THROW(source.write("x", 1), Error);
     target.write("bytes", 5);
     EXPECT_EQ(target.temp_path(), temp);
@@ -215,7 +212,7 @@ TEST(AtomicFile, CommitIntoRemovedDirectoryThrowsWithPath) {
     EXPECT_NE(what.find("'" + path + "'"), std::string::npos) << what;
     EXPECT_NE(what.find("No such file or directory"), std::string::npos) << what;
   }
-  EXPECT_FALSE(exists(path));
+  EXPECT_FALSE(file_exists(path));
 }
 
 TEST(AtomicFile, BareFileNameUsesCurrentDirectory) {

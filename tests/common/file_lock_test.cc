@@ -21,10 +21,7 @@ namespace {
 
 using dufu::testing::TempDir;
 
-bool exists(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
+using dufu::testing::file_exists;
 
 // Runs body in a child process and returns its exit code (or -1 if it crashed).
 int in_child(const std::function<int()>& body) {
@@ -51,16 +48,16 @@ int child_try_lock(const std::string& path) {
 TEST(FileLock, CreatesMissingLockFile) {
   TempDir dir;
   const std::string path = dir.file("cache.lock");
-  ASSERT_FALSE(exists(path));
+  ASSERT_FALSE(file_exists(path));
   FileLock lock(path);
-  EXPECT_TRUE(exists(path));
+  EXPECT_TRUE(file_exists(path));
 }
 
 TEST(FileLock, TryLockSucceedsWhenFree) {
   TempDir dir;
   auto lock = FileLock::try_lock(dir.file("cache.lock"));
   EXPECT_NE(lock, nullptr);
-  EXPECT_TRUE(exists(dir.file("cache.lock")));
+  EXPECT_TRUE(file_exists(dir.file("cache.lock")));
 }
 
 TEST(FileLock, OtherProcessCannotTakeHeldLock) {
@@ -122,7 +119,7 @@ TEST(FileLock, BlockingLockWaitsForRelease) {
   if (child == 0) {
     FileLock waiting(path);
     // The parent creates the marker before it releases, so it must exist by now.
-    ::_exit(exists(marker) ? 0 : 1);
+    ::_exit(file_exists(marker) ? 0 : 1);
   }
   // Give the child time to reach the blocking lock call.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dufu/common/error.h"
+#include "support/temp_dir.h"
 #include "dufu/dataprep/byte_source.h"
 
 namespace dufu::dataprep {
@@ -27,20 +28,12 @@ namespace fs = std::filesystem;
 
 class ByteSourceTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/dufu_byte_source_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& name, const std::string& bytes) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path, std::ios::binary) << bytes;
-    return path;
+    dufu::testing::write_all(dir_.file(name), bytes);
+    return dir_.file(name);
   }
 
-  fs::path dir_;
+  dufu::testing::TempDir dir_;
 };
 
 // Word soup with a deterministic generator: compressible like text, but not so
@@ -213,11 +206,11 @@ TEST_F(ByteSourceTest, NameAndMagicMustAgree) {
 }
 
 TEST_F(ByteSourceTest, UnopenableInputs) {
-  const std::string missing = (dir_ / "missing.txt").string();
+  const std::string missing = dir_.file("missing.txt");
   EXPECT_EQ(error_of([&] { open_byte_source(missing); }),
             "cannot open '" + missing + "': No such file or directory");
-  EXPECT_EQ(error_of([&] { open_byte_source(dir_.string()); }),
-            "cannot open '" + dir_.string() + "': Is a directory");
+  EXPECT_EQ(error_of([&] { open_byte_source(dir_.path()); }),
+            "cannot open '" + dir_.path() + "': Is a directory");
 }
 
 // Points fd 0 at a pipe fed by a thread for the lifetime of the object, so "-" can be

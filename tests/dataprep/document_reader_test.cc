@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dufu/common/error.h"
+#include "support/temp_dir.h"
 #include "dufu/dataprep/document_reader.h"
 
 namespace dufu::dataprep {
@@ -23,20 +24,12 @@ namespace fs = std::filesystem;
 
 class DocumentReaderTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char pattern[] = "/tmp/dufu_document_reader_XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string write(const std::string& name, const std::string& bytes) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path, std::ios::binary) << bytes;
-    return path;
+    dufu::testing::write_all(dir_.file(name), bytes);
+    return dir_.file(name);
   }
 
-  fs::path dir_;
+  dufu::testing::TempDir dir_;
 };
 
 std::string zstd_bytes(const std::string& data) {
@@ -299,7 +292,7 @@ TEST_F(DocumentReaderTest, ReportedErrorsAreCapped) {
 TEST_F(DocumentReaderTest, DamagedInputsThrowEvenWhenSkipping) {
   ReaderOptions skip;
   skip.skip_bad_records = true;
-  const std::string missing = (dir_ / "missing.jsonl").string();
+  const std::string missing = dir_.file("missing.jsonl");
   EXPECT_EQ(error_of([&] { read_all_docs({missing}, skip); }),
             "cannot open '" + missing + "': No such file or directory");
 
@@ -346,7 +339,7 @@ TEST_F(DocumentReaderTest, SeveralInputsInOrderWithByteCounts) {
 
 TEST_F(DocumentReaderTest, GlobsExpandSortedAndMustMatch) {
   for (const char* name : {"b.jsonl", "a.jsonl", "c.txt", "a10.jsonl", "a2.jsonl"}) write(name, "");
-  const std::string d = dir_.string();
+  const std::string d = dir_.path();
   EXPECT_EQ(expand_inputs({d + "/*.jsonl", "-", d + "/c.tx?", d + "/not-there.txt"}),
             (std::vector<std::string>{d + "/a.jsonl", d + "/a10.jsonl", d + "/a2.jsonl", d + "/b.jsonl", "-",
                                       d + "/c.txt", d + "/not-there.txt"}));

@@ -37,8 +37,6 @@ std::string shell_quote(const std::string& text) {
   return quoted + "'";
 }
 
-bool file_exists(const std::string& path) { return std::filesystem::exists(path); }
-
 std::string fixture_path(const std::string& name) { return std::string(DUFU_FIXTURE_DIR) + "/" + name; }
 
 std::string dataprep_tool() { return DUFU_DATAPREP_TOOL; }

@@ -18,8 +18,6 @@ struct CommandResult {
 CommandResult run_command(const std::string& command);
 std::string shell_quote(const std::string& text);
 
-bool file_exists(const std::string& path);
-
 // Paths of the shared fixture (see tests/fixtures/make_tokenizer_fixture.sh).
 std::string fixture_path(const std::string& name);
 std::string dataprep_tool();
