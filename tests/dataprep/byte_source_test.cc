@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dufu/common/error.h"
+#include "support/compression.h"
 #include "support/temp_dir.h"
 #include "dufu/dataprep/byte_source.h"
 
@@ -25,6 +26,8 @@ namespace dufu::dataprep {
 namespace {
 
 namespace fs = std::filesystem;
+using dufu::testing::gzip_bytes;
+using dufu::testing::zstd_bytes;
 
 class ByteSourceTest : public ::testing::Test {
  protected:
@@ -52,27 +55,6 @@ std::string make_text(std::size_t bytes, unsigned seed = 1) {
   return text;
 }
 
-std::string zstd_bytes(const std::string& data) {
-  std::string out(ZSTD_compressBound(data.size()), '\0');
-  const std::size_t n = ZSTD_compress(out.data(), out.size(), data.data(), data.size(), 3);
-  EXPECT_FALSE(ZSTD_isError(n));
-  out.resize(n);
-  return out;
-}
-
-std::string gzip_bytes(const std::string& data) {
-  z_stream stream{};
-  EXPECT_EQ(deflateInit2(&stream, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&stream, data.size()) + 64, '\0');
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  stream.avail_in = static_cast<uInt>(data.size());
-  stream.next_out = reinterpret_cast<Bytef*>(out.data());
-  stream.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&stream, Z_FINISH), Z_STREAM_END);
-  out.resize(stream.total_out);
-  deflateEnd(&stream);
-  return out;
-}
 
 std::string read_everything(ByteSource& source, std::size_t chunk = 100000) {
   std::string all, buffer(chunk, '\0');

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dufu/common/error.h"
+#include "support/compression.h"
 #include "support/temp_dir.h"
 #include "dufu/dataprep/document_reader.h"
 
@@ -21,6 +22,8 @@ namespace dufu::dataprep {
 namespace {
 
 namespace fs = std::filesystem;
+using dufu::testing::gzip_bytes;
+using dufu::testing::zstd_bytes;
 
 class DocumentReaderTest : public ::testing::Test {
  protected:
@@ -32,27 +35,6 @@ class DocumentReaderTest : public ::testing::Test {
   dufu::testing::TempDir dir_;
 };
 
-std::string zstd_bytes(const std::string& data) {
-  std::string out(ZSTD_compressBound(data.size()), '\0');
-  const std::size_t n = ZSTD_compress(out.data(), out.size(), data.data(), data.size(), 3);
-  EXPECT_FALSE(ZSTD_isError(n));
-  out.resize(n);
-  return out;
-}
-
-std::string gzip_bytes(const std::string& data) {
-  z_stream stream{};
-  EXPECT_EQ(deflateInit2(&stream, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&stream, data.size()) + 64, '\0');
-  stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  stream.avail_in = static_cast<uInt>(data.size());
-  stream.next_out = reinterpret_cast<Bytef*>(out.data());
-  stream.avail_out = static_cast<uInt>(out.size());
-  EXPECT_EQ(deflate(&stream, Z_FINISH), Z_STREAM_END);
-  out.resize(stream.total_out);
-  deflateEnd(&stream);
-  return out;
-}
 
 struct Doc {
   std::vector<std::string> fields;
