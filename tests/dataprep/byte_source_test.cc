@@ -19,7 +19,7 @@
 
 #include "dufu/common/error.h"
 #include "support/compression.h"
-#include "support/temp_dir.h"
+#include "support/temp_dir_test.h"
 #include "dufu/dataprep/byte_source.h"
 
 namespace dufu::dataprep {
@@ -29,15 +29,7 @@ namespace fs = std::filesystem;
 using dufu::testing::gzip_bytes;
 using dufu::testing::zstd_bytes;
 
-class ByteSourceTest : public ::testing::Test {
- protected:
-  std::string write(const std::string& name, const std::string& bytes) {
-    dufu::testing::write_all(dir_.file(name), bytes);
-    return dir_.file(name);
-  }
-
-  dufu::testing::TempDir dir_;
-};
+class ByteSourceTest : public dufu::testing::TempDirTest {};
 
 // Word soup with a deterministic generator: compressible like text, but not so
 // regular that a corruption could go unnoticed.

@@ -15,7 +15,7 @@
 
 #include "dufu/common/error.h"
 #include "support/compression.h"
-#include "support/temp_dir.h"
+#include "support/temp_dir_test.h"
 #include "dufu/dataprep/document_reader.h"
 
 namespace dufu::dataprep {
@@ -25,15 +25,7 @@ namespace fs = std::filesystem;
 using dufu::testing::gzip_bytes;
 using dufu::testing::zstd_bytes;
 
-class DocumentReaderTest : public ::testing::Test {
- protected:
-  std::string write(const std::string& name, const std::string& bytes) {
-    dufu::testing::write_all(dir_.file(name), bytes);
-    return dir_.file(name);
-  }
-
-  dufu::testing::TempDir dir_;
-};
+class DocumentReaderTest : public dufu::testing::TempDirTest {};
 
 
 struct Doc {
