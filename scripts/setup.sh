@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   # build
   build-essential cmake ninja-build pkg-config
-  libsentencepiece-dev libsimdjson-dev libzstd-dev zlib1g-dev libboost-dev
+  libsentencepiece-dev libsimdjson-dev libzstd-dev zlib1g-dev libboost-dev libssl-dev
   libcli11-dev libtomlplusplus-dev libgtest-dev libopenblas-dev libopenmpi-dev openmpi-bin
   # tests: independent references (sentencepiece's own encoder, numpy, PyTorch)
   sentencepiece python3 python3-numpy python3-sentencepiece python3-torch zstd gzip

@@ -1,0 +1,100 @@
+// Causal-LM samples over one indexed shard (Megatron's GPTDataset, OSLO's
+// DatasetForCausalLM): a split of the shard's documents, repeated for as many epochs
+// as the requested samples need, shuffled with numpy's RandomState exactly as
+// Megatron does, and cut into seq_length + 1 token windows that overlap by one token.
+// Algorithms: shared/FORMATS.md section 4. Works on every impl (mmap, lazy, cached).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dufu/common/npy.h"
+#include "dufu/dataprep/index_cache.h"
+#include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/token_dataset.h"
+
+namespace dufu::dataprep {
+
+// A part of a shard, either as OSLO's fractions of documents in stored order or as
+// Megatron's split string ("969,30,1") and the part's position in it (0 = train,
+// 1 = validation, 2 = test).
+struct SplitSpec {
+  std::optional<std::string> megatron_split;  // e.g. "969,30,1"
+  int megatron_part = 0;
+  double start_weight = 0.0;                  // OSLO style, used when megatron_split is empty
+  double end_weight = 1.0;
+  // Canonical text for cache keys and logs.
+  std::string describe() const;
+};
+
+// Megatron's get_split_indices: cumulative round-half-to-even bookends over
+// `num_elements`, corrected so the last bookend is num_elements.
+std::vector<std::uint64_t> megatron_split_bookends(const std::string& split, std::uint64_t num_elements);
+// The [begin, end) range of document numbers a split selects.
+std::pair<std::uint64_t, std::uint64_t> split_document_range(const SplitSpec& split,
+                                                             std::uint64_t num_documents);
+
+struct CausalLMOptions {
+  std::uint64_t seq_length = 2048;
+  std::optional<std::uint64_t> num_samples;  // none = one epoch
+  std::uint32_t seed = 1234;
+  SplitSpec split;
+  std::string cache_dir;                     // empty = default_index_cache_dir()
+  bool use_cache = true;                     // false = build in memory, never touch disk
+};
+
+// The three index arrays (FORMATS.md section 4). Types follow Megatron: document
+// int32, sample int32 or int64 (when token positions need it), shuffle uint32 or int64.
+struct CausalLMIndices {
+  std::vector<std::int32_t> document_index;
+  std::vector<std::int64_t> sample_index;  // flattened [n+1, 2]
+  std::vector<std::int64_t> shuffle_index;
+  std::uint64_t num_epochs = 0;
+  bool separate_final_epoch = false;
+};
+
+// Builds the indices in memory. `sequence_ids` are the shard's sequence numbers in the
+// split, `sizes` the length of every sequence of the shard (indexed by sequence id).
+CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequence_ids,
+                                        const std::function<std::uint64_t(std::uint64_t)>& sequence_length,
+                                        std::uint64_t seq_length, std::optional<std::uint64_t> num_samples,
+                                        std::uint32_t seed);
+
+class CausalLMDataset : public TokenDataset {
+ public:
+  // Builds or loads the cached indices. Throws dufu::Error for a split that leaves
+  // the part empty, a seq_length longer than the split's tokens, and cache problems.
+  CausalLMDataset(std::shared_ptr<const IndexedDataset> shard, CausalLMOptions options);
+  ~CausalLMDataset() override;
+
+  std::uint64_t size() const override;
+  std::uint64_t sample_length() const override { return options_.seq_length + 1; }
+  void get(std::uint64_t index, std::span<std::int32_t> out) const override;
+  std::string describe() const override;
+
+  std::uint64_t num_epochs() const;
+  // The cache key directory ("" when not cached).
+  const std::string& cache_path() const { return cache_path_; }
+  // The canonical description the cache key hashes.
+  const std::string& description() const { return description_; }
+
+  // Raw index access, for tests and tools.
+  std::int64_t document_index_at(std::uint64_t i) const;
+  std::pair<std::int64_t, std::int64_t> sample_index_at(std::uint64_t i) const;
+  std::int64_t shuffle_index_at(std::uint64_t i) const;
+
+ private:
+  struct Arrays;
+  std::shared_ptr<const IndexedDataset> shard_;
+  CausalLMOptions options_;
+  std::string description_;
+  std::string cache_path_;
+  std::unique_ptr<Arrays> arrays_;
+};
+
+}  // namespace dufu::dataprep
