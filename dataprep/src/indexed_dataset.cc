@@ -17,6 +17,7 @@
 #include "dufu/common/error.h"
 #include "dufu/common/mapped_file.h"
 #include "dufu/common/read_only_file.h"
+#include "dufu/common/shared_file_copy.h"
 
 namespace dufu::dataprep {
 
@@ -109,9 +110,11 @@ class LazyIndexedDataset final : public IndexedDataset {
   ReadOnlyFile bin_;
 };
 
+// The .bin held in memory once per node: ranks on one machine attach to the same
+// shared-memory copy instead of each reading their own.
 class CachedIndexedDataset final : public IndexedDataset {
  public:
-  CachedIndexedDataset(std::string prefix, Index index, std::vector<std::byte> bin)
+  CachedIndexedDataset(std::string prefix, Index index, SharedFileCopy bin)
       : IndexedDataset(std::move(prefix), std::move(index), IndexImpl::kCached, bin.size()),
         bin_(std::move(bin)) {}
 
@@ -121,7 +124,7 @@ class CachedIndexedDataset final : public IndexedDataset {
   }
 
  private:
-  std::vector<std::byte> bin_;
+  SharedFileCopy bin_;
 };
 
 // Converts n stored tokens to int32, subtracting `bias` (1 for fairseq's id+1 files).
@@ -211,9 +214,9 @@ std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string& prefix, 
     }
     case IndexImpl::kCached: {
       Index index = Index::open(idx_path(prefix), /*map=*/false);
-      const ReadOnlyFile file = ReadOnlyFile::open(bin);
-      check_bin_size(bin, index, file.size());
-      return std::make_unique<CachedIndexedDataset>(prefix, std::move(index), file.read_all());
+      SharedFileCopy copy = SharedFileCopy::open(bin);
+      check_bin_size(bin, index, copy.size());
+      return std::make_unique<CachedIndexedDataset>(prefix, std::move(index), std::move(copy));
     }
   }
   DUFU_FAIL("internal error: unknown dataset impl ", static_cast<int>(impl));

@@ -1,0 +1,113 @@
+// SharedFileCopy: one node-wide copy per file, visible to other processes, removed
+// with its last user, and not kept alive by users that crashed.
+#include "dufu/common/shared_file_copy.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <optional>
+
+#include "dufu/common/error.h"
+#include "support/temp_dir.h"
+
+namespace dufu {
+namespace {
+
+using testing::TempDir;
+
+bool segment_exists(const std::string& name) { return std::filesystem::exists("/dev/shm/" + name); }
+
+std::string contents(const SharedFileCopy& copy) {
+  return {reinterpret_cast<const char*>(copy.data()), static_cast<std::size_t>(copy.size())};
+}
+
+TEST(SharedFileCopy, HoldsTheFileAndIsRemovedWithItsLastUser) {
+  TempDir dir;
+  testing::write_all(dir.file("shard.bin"), "0123456789abcdef");
+  std::string name;
+  {
+    auto first = SharedFileCopy::open(dir.file("shard.bin"));
+    name = first.segment_name();
+    EXPECT_EQ(contents(first), "0123456789abcdef");
+    EXPECT_TRUE(segment_exists(name));
+    {
+      const auto second = SharedFileCopy::open(dir.file("shard.bin"));
+      EXPECT_EQ(second.segment_name(), name);
+      EXPECT_EQ(second.users(), 2U);
+      // One copy: both attachments see the same bytes, not two loads.
+      EXPECT_EQ(contents(second), contents(first));
+    }
+    EXPECT_TRUE(segment_exists(name));
+    EXPECT_EQ(first.users(), 1U);
+  }
+  EXPECT_FALSE(segment_exists(name));
+}
+
+TEST(SharedFileCopy, OtherProcessesShareItAndCrashedUsersStopCounting) {
+  TempDir dir;
+  testing::write_all(dir.file("shard.bin"), std::string(100000, 'x') + "end");
+  auto copy = SharedFileCopy::open(dir.file("shard.bin"));
+  int ready[2];
+  int release[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(release), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int status = 1;
+    try {
+      // Deliberately never destroyed: the child "crashes" while attached.
+      auto* leaked = new SharedFileCopy(SharedFileCopy::open(dir.file("shard.bin")));
+      status = (leaked->segment_name() == copy.segment_name() && contents(*leaked) == contents(copy)) ? 0 : 2;
+    } catch (...) {
+      status = 3;
+    }
+    char byte = static_cast<char>(status);
+    (void)!::write(ready[1], &byte, 1);
+    (void)!::read(release[0], &byte, 1);
+    ::_exit(status);
+  }
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  EXPECT_EQ(byte, 0) << "the child did not see the same copy";
+  EXPECT_EQ(copy.users(), 2U);
+  ASSERT_EQ(::write(release[1], &byte, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_EQ(copy.users(), 1U);
+  const std::string name = copy.segment_name();
+  copy = SharedFileCopy::open(dir.file("shard.bin"));  // re-attach, then the old one detaches
+  EXPECT_EQ(copy.users(), 1U);
+  for (int fd : {ready[0], ready[1], release[0], release[1]}) ::close(fd);
+  { SharedFileCopy gone = std::move(copy); }
+  EXPECT_FALSE(segment_exists(name));
+}
+
+TEST(SharedFileCopy, AChangedFileGetsANewCopy) {
+  TempDir dir;
+  testing::write_all(dir.file("shard.bin"), "version one");
+  const auto first = SharedFileCopy::open(dir.file("shard.bin"));
+  testing::write_all(dir.file("shard.bin"), "version two, longer");
+  const auto second = SharedFileCopy::open(dir.file("shard.bin"));
+  EXPECT_NE(first.segment_name(), second.segment_name());
+  EXPECT_EQ(contents(first), "version one");
+  EXPECT_EQ(contents(second), "version two, longer");
+}
+
+TEST(SharedFileCopy, EmptyFileAndMissingFile) {
+  TempDir dir;
+  testing::write_all(dir.file("empty.bin"), "");
+  const auto empty = SharedFileCopy::open(dir.file("empty.bin"));
+  EXPECT_EQ(empty.size(), 0U);
+  try {
+    SharedFileCopy::open(dir.file("missing.bin"));
+    FAIL() << "expected an error";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("missing.bin"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace dufu
