@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   dufu::tools::add_inspect_command(app);
   dufu::tools::add_merge_command(app);
   dufu::tools::add_train_tokenizer_command(app);
+  dufu::tools::add_build_index_command(app);
+  dufu::tools::add_sample_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
