@@ -1,6 +1,7 @@
 // A weighted mix of datasets (Megatron's BlendedDataset, OSLO's DatasetBlender):
-// sample s comes from the dataset whose share is furthest behind its weight, so every
-// prefix of the blend matches the weights within one sample per dataset. Algorithm:
+// sample s comes from the dataset whose share is furthest behind its weight, so in
+// every prefix of the blend no dataset is a whole sample ahead of its weight (with
+// three or more datasets one can lag by somewhat more than a sample). Algorithm:
 // shared/FORMATS.md section 5. The two index arrays are cached like the causal-LM
 // indices.
 #pragma once
@@ -47,7 +48,10 @@ struct BlendOptions {
 class BlendedDataset : public TokenDataset {
  public:
   // All datasets must have the same sample_length. `cache_descriptions` are the
-  // datasets' own canonical descriptions (part of the blend's cache key).
+  // datasets' own canonical descriptions (part of the blend's cache key; may be empty
+  // when use_cache is false). The weights are normalized here, as Megatron's
+  // BlendedDataset does even when its builder already normalized them; with
+  // options.size empty the blend is exhaustive and `weights` (may be empty) is unused.
   BlendedDataset(std::vector<std::shared_ptr<const TokenDataset>> datasets, std::vector<double> weights,
                  std::vector<std::string> cache_descriptions, BlendOptions options);
   ~BlendedDataset() override;

@@ -35,7 +35,8 @@ struct SplitSpec {
 // Megatron's get_split_indices: cumulative round-half-to-even bookends over
 // `num_elements`, corrected so the last bookend is num_elements.
 std::vector<std::uint64_t> megatron_split_bookends(const std::string& split, std::uint64_t num_elements);
-// The [begin, end) range of document numbers a split selects.
+// The [begin, end) range of document numbers a split selects. Throws dufu::Error
+// naming the split when that range is empty or the split is malformed.
 std::pair<std::uint64_t, std::uint64_t> split_document_range(const SplitSpec& split,
                                                              std::uint64_t num_documents);
 
@@ -48,8 +49,10 @@ struct CausalLMOptions {
   bool use_cache = true;                     // false = build in memory, never touch disk
 };
 
-// The three index arrays (FORMATS.md section 4). Types follow Megatron: document
-// int32, sample int32 or int64 (when token positions need it), shuffle uint32 or int64.
+// The three index arrays (FORMATS.md section 4); sample and shuffle are held as int64
+// in memory. The cache writes Megatron's dtypes: document <i4; sample <i4 unless
+// max(len(document_index), longest sequence of the split) > INT32_MAX, then <i8
+// (Megatron's helpers.build_sample_idx rule); shuffle <u4 unless n >= 2^32 - 2, then <i8.
 struct CausalLMIndices {
   std::vector<std::int32_t> document_index;
   std::vector<std::int64_t> sample_index;  // flattened [n+1, 2]
@@ -59,7 +62,9 @@ struct CausalLMIndices {
 };
 
 // Builds the indices in memory. `sequence_ids` are the shard's sequence numbers in the
-// split, `sizes` the length of every sequence of the shard (indexed by sequence id).
+// split (Megatron's `documents`); `sequence_length(id)` is called once per entry, before
+// the linear sample walk. Throws dufu::Error when seq_length is 0 or longer than the
+// split's tokens minus one.
 CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequence_ids,
                                         const std::function<std::uint64_t(std::uint64_t)>& sequence_length,
                                         std::uint64_t seq_length, std::optional<std::uint64_t> num_samples,

@@ -30,7 +30,7 @@ class IndexCache {
   // files into a temporary directory, which is then renamed into place with the
   // description file ("description.txt") and a completion marker. Processes that
   // waited on the lock find the finished directory. A directory written by another
-  // format version is an error naming it.
+  // format version (recorded in the marker, "done") is an error naming it.
   std::string get_or_build(const std::string& description,
                            const std::function<void(const std::string& temp_dir)>& build) const;
   // The key directory if complete, else an empty string (no building).
