@@ -22,10 +22,7 @@ void add_build_index_command(CLI::App& app) {
                 static_cast<unsigned long long>(built.dataset->size()),
                 static_cast<unsigned long long>(built.dataset->sample_length()), seconds);
     for (std::size_t i = 0; i < built.parts.size(); ++i) {
-      std::printf("  %.4f  %s: %llu samples, %llu epochs\n", built.weights[i],
-                  built.parts[i]->describe().c_str(),
-                  static_cast<unsigned long long>(built.parts[i]->size()),
-                  static_cast<unsigned long long>(built.parts[i]->num_epochs()));
+      std::printf("  weight %.4f  %s\n", built.weights[i], built.parts[i]->describe().c_str());
     }
     for (const auto& path : built.cache_paths) std::printf("  cache %s\n", path.c_str());
   });
