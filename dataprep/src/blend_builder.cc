@@ -46,7 +46,9 @@ BuiltBlend build_blend(const BlendConfig& config) {
   options.size = config.num_samples;
   options.cache_dir = config.cache_dir;
   options.use_cache = config.use_cache;
-  auto blend = std::make_shared<const BlendedDataset>(parts, raw_weights, descriptions, options);
+  // Megatron normalizes in its builder and again in BlendedDataset: passing the
+  // normalized weights repeats that, so the indices match it to the last bit.
+  auto blend = std::make_shared<const BlendedDataset>(parts, built.weights, descriptions, options);
   if (!blend->cache_path().empty()) built.cache_paths.push_back(blend->cache_path());
   built.dataset = std::move(blend);
   return built;
