@@ -11,7 +11,7 @@ packages=(
   # tests: independent references (sentencepiece's own encoder, numpy, PyTorch)
   sentencepiece python3 python3-numpy python3-sentencepiece python3-torch zstd gzip
   # quickstart and benchmarks: real text corpora and plots
-  fortunes linux-source-6.1 xz-utils gnuplot-nox
+  fortunes linux-source-6.1 xz-utils gnuplot-nox time
 )
 
 missing=()
