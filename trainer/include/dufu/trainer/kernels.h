@@ -1,0 +1,74 @@
+// The GPT-2 training kernels: one declaration per op, the CPU implementation of each
+// in src/cpu/<op>.cc (a CUDA one joins it in src/cuda/ with the same stem). All
+// tensors are fp32, row-major, contiguous. Shapes: B batch, T positions, C channels,
+// NH heads, V vocabulary (Vp padded), N = B·T rows. Backward kernels ACCUMULATE into
+// parameter gradients (+=), so micro-batches sum without copies, and OVERWRITE or
+// accumulate activation gradients as each declaration says. Kernels are
+// deterministic for a given thread count: no atomics in backward.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dufu::trainer {
+
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
+// dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C);
+
+// LayerNorm of each of the N rows: out = (x - mean) * rstd * weight + bias; mean and
+// rstd (N each) are saved for backward. eps = 1e-5 like PyTorch/GPT-2.
+void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
+                       int N, int C);
+// Residual add fused with the next LayerNorm: residual_out = residual + branch, then
+// norm_out = LayerNorm(residual_out).
+void residual_layernorm_forward(float* residual_out, float* norm_out, float* mean, float* rstd, const float* residual,
+                                const float* branch, const float* weight, const float* bias, int N, int C);
+// dx += LayerNorm'(x)^T dout; dweight += ...; dbias += ... (dx accumulates, so the
+// residual stream's gradient flows through unchanged).
+void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+                        const float* weight, const float* mean, const float* rstd, int N, int C);
+
+// out[N, OC] = x[N, C] · weight[OC, C]^T + bias[OC] (bias may be null); sgemm.
+void matmul_forward(float* out, const float* x, const float* weight, const float* bias, int N, int C, int OC);
+// dx[N, C] = dout · weight (overwritten; dx may be null); dweight += dout^T · x;
+// dbias += column sums of dout (dbias may be null).
+void matmul_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x, const float* weight,
+                     int N, int C, int OC);
+
+// GELU (tanh approximation) after adding the bias: pre = x + bias[col] is written to
+// `pre` (kept for backward) and out = gelu(pre). x is [N, C].
+void bias_gelu_forward(float* out, float* pre, const float* x, const float* bias, int N, int C);
+// dx = gelu'(pre) · dout (overwritten); dbias += column sums of dx.
+void bias_gelu_backward(float* dx, float* dbias, const float* dout, const float* pre, int N, int C);
+
+// Causal multi-head self-attention on qkv [B, T, 3C] (q, k, v each C = NH·hs):
+// out [B, T, C]; att [B, NH, T, T] keeps the softmax probabilities of row t in its
+// first t+1 entries (the masked rest is never written or read). Scale 1/sqrt(hs),
+// mask and softmax are fused in one pass per row.
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+// dqkv (overwritten) from dout, using the saved att and qkv; datt_scratch is
+// [B, NH, T, T] of scratch space.
+void attention_backward(float* dqkv, float* datt_scratch, const float* dout, const float* qkv, const float* att, int B,
+                        int T, int C, int NH);
+
+// Fused classifier: for each of the N rows of logits [N, Vp] (only the first V are
+// real vocabulary; the padding is excluded), losses[n] = -log softmax(logits)[target]
+// and logits are overwritten IN PLACE by dloss_scale · (softmax - onehot(target)),
+// the gradient of the mean loss when dloss_scale = 1/N_total. Padding columns get 0.
+// A target of -1 ignores the row (loss 0, gradient 0).
+void classifier_forward_backward(float* logits, float* losses, const std::int32_t* targets, float dloss_scale, int N,
+                                 int V, int Vp);
+
+// sum of squares of `n` values, accumulated in double in a fixed order (deterministic).
+double sum_of_squares(const float* values, std::size_t n);
+// values *= scale
+void scale_in_place(float* values, float scale, std::size_t n);
+
+// One fused AdamW pass (decoupled weight decay, bias-corrected moments) over n
+// parameters: step t starts at 1.
+void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t);
+
+}  // namespace dufu::trainer
