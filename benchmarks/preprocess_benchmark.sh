@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# The preprocessing benchmark: `dataprep preprocess` on a real corpus (Debian's Linux
+# kernel source, ~150 MB of jsonl, plain and .zst) with --workers 1 and all cores,
+# against sentencepiece's single-thread encode rate on the same text measured in the
+# same run (the tokenizer-bound limit). Goal: text MB/s >= 0.85 x workers x that rate,
+# peak RSS < 500 MB. A program for humans: it checks correctness first, then prints
+# a table with PASS/FAIL; nothing here runs as a test.
+#
+#   benchmarks/preprocess_benchmark.sh [BUILD_DIR]        (default: build-bench)
+#
+# Environment: DUFU_BENCH_WORK (corpus, model and outputs; default build-bench-work),
+# DUFU_BENCH_MAX_BYTES (jsonl size, default 150000000), DUFU_BENCH_WORKERS (the
+# "all cores" worker count, default nproc), DUFU_BENCH_NO_BUILD=1 (use BUILD_DIR as is).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build-bench}
+work=${DUFU_BENCH_WORK:-$root/build-bench-work}
+max_bytes=${DUFU_BENCH_MAX_BYTES:-150000000}
+all_workers=${DUFU_BENCH_WORKERS:-$(nproc)}
+goal_ratio=0.85
+goal_rss_mb=500
+python=/usr/bin/python3
+tarball=/usr/src/linux-source-6.1.tar.xz
+
+fail() { echo "preprocess_benchmark: $*" >&2; exit 1; }
+
+# --- prerequisites -------------------------------------------------------------
+[[ -x /usr/bin/time ]] || fail "/usr/bin/time not found (it measures peak RSS). HINT: run scripts/setup.sh (Debian package time)"
+command -v zstd >/dev/null || fail "zstd not found. HINT: run scripts/setup.sh"
+[[ -f $tarball ]] || fail "$tarball not found. HINT: run scripts/setup.sh (Debian package linux-source-6.1)"
+"$python" -c "import sentencepiece" 2>/dev/null ||
+  fail "$python cannot import sentencepiece. HINT: run scripts/setup.sh (python3-sentencepiece)"
+
+# --- build ---------------------------------------------------------------------
+if [[ ${DUFU_BENCH_NO_BUILD:-0} != 1 ]]; then
+  echo "== build ($build)"
+  if [[ ! -f $build/CMakeCache.txt ]]; then
+    cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DDUFU_BUILD_TESTS=OFF -DDUFU_BUILD_BENCHMARKS=ON >/dev/null
+  fi
+  cmake --build "$build" --parallel "$(nproc)" --target dataprep spm_encode_rate
+fi
+dataprep=$build/tools/dataprep/dataprep
+spm_encode_rate=$build/benchmarks/spm_encode_rate
+[[ -x $dataprep && -x $spm_encode_rate ]] ||
+  fail "$dataprep or $spm_encode_rate missing. HINT: build with -DDUFU_BUILD_BENCHMARKS=ON"
+
+# --- corpus and tokenizer (cached; names carry what they were made from) --------
+mkdir -p "$work"
+name=kernel-$((max_bytes / 1000000))MB
+jsonl=$work/$name.jsonl
+model_prefix=$work/$name-bpe32k
+if [[ ! -f $jsonl ]]; then
+  echo "== corpus: $tarball -> $jsonl"
+  "$python" "$root/benchmarks/corpus/kernel_source_to_jsonl.py" --tarball "$tarball" \
+    --output "$jsonl" --max-bytes "$max_bytes"
+fi
+if [[ ! -f $jsonl.zst ]]; then
+  echo "== corpus: $jsonl.zst"
+  zstd -q -T0 -o "$jsonl.zst.partial" "$jsonl" && mv "$jsonl.zst.partial" "$jsonl.zst"
+fi
+if [[ ! -f $model_prefix.model ]]; then
+  echo "== tokenizer: 32k BPE on $jsonl"
+  "$dataprep" train-tokenizer --input "$jsonl" --model-prefix "$model_prefix" \
+    --vocab-size 32000 --model-type bpe --input-sentence-size 300000
+fi
+model=$model_prefix.model
+out=$work/out
+mkdir -p "$out"
+
+# --- correctness before timing ---------------------------------------------------
+# On a slice with small batches (many batches in flight, reordered by the writer):
+# --workers 1 and --workers N must write identical bytes, and the .bin must equal
+# sentencepiece's own Python encoding of each document followed by </s>.
+echo "== correctness on a 1000-document slice"
+head -n 1000 "$jsonl" >"$out/slice.jsonl"
+for w in 1 "$all_workers"; do
+  "$dataprep" preprocess --input "$out/slice.jsonl" --output-prefix "$out/slice-w$w" \
+    --tokenizer-model "$model" --append-eod --workers "$w" --batch-bytes 65536 --quiet >/dev/null
+done
+cmp "$out/slice-w1.bin" "$out/slice-w$all_workers.bin"
+cmp "$out/slice-w1.idx" "$out/slice-w$all_workers.idx"
+"$python" - "$model" "$out/slice.jsonl" "$out/slice-w1.bin" <<'EOF'
+import array, json, sys
+import sentencepiece as spm
+model, jsonl, binary = sys.argv[1:]
+sp = spm.SentencePieceProcessor(model_file=model)
+expected = array.array("H")
+for line in open(jsonl, encoding="utf-8"):
+    ids = sp.encode(json.loads(line)["text"])
+    if ids:
+        expected.extend(ids + [sp.eos_id()])
+if sys.byteorder != "little":
+    expected.byteswap()
+if expected.tobytes() != open(binary, "rb").read():
+    sys.exit(f"preprocess_benchmark: {binary} differs from sentencepiece's Python encoding")
+print(f"   ok: workers 1 == workers N, and {len(expected)} tokens == sentencepiece (Python)")
+EOF
+
+# --- timing ----------------------------------------------------------------------
+# The baseline is measured before and after the dataprep runs; the ratio uses their
+# mean, and a large drift between them says the machine was not quiet.
+read -r load_before _ </proc/loadavg
+if awk -v l="$load_before" 'BEGIN { exit !(l > 0.5) }'; then
+  echo "WARNING: load average is $load_before; other processes will skew the rates" >&2
+fi
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+measure_baseline() {
+  echo "== baseline: sentencepiece single-thread Encode on $jsonl" >&2
+  local line
+  line=$("$spm_encode_rate" --tokenizer-model "$model" --input "$jsonl")
+  echo "   $line" >&2
+  echo "$line"
+}
+baseline=$(measure_baseline)
+base_docs=$(field documents "$baseline")
+base_empty=$(field empty "$baseline")
+base_text=$(field text_bytes "$baseline")
+base_tokens=$(field tokens "$baseline")
+base_before=$(field text_mb_per_s "$baseline")
+base_tokens_before=$(field tokens_per_s "$baseline")
+base_text_mb=$(awk -v b="$base_text" 'BEGIN { printf "%.6f", b / 1e6 }')
+
+# One dataprep run under /usr/bin/time -v; checks its counts against the baseline and
+# appends "label workers seconds input_bytes documents tokens rss_kb cpu" to runs.
+declare -a runs=()
+run_one() {  # INPUT_FILE LABEL WORKERS
+  local input=$1 label=$2 w=$3 prefix=$out/$2-w$3
+  echo "== dataprep preprocess $label --workers $w"
+  /usr/bin/time -v -o "$prefix.time" "$dataprep" preprocess --input "$input" \
+    --output-prefix "$prefix" --tokenizer-model "$model" --append-eod --workers "$w" \
+    --quiet >"$prefix.summary"
+  sed 's/^/   /' "$prefix.summary"
+  local seconds docs tokens empty text_mb rss_kb cpu
+  seconds=$(sed -n 's/^preprocess: done in \([0-9.]*\) s.*/\1/p' "$prefix.summary")
+  docs=$(sed -n 's/^  documents  \([0-9]*\) written, \([0-9]*\) empty.*/\1/p' "$prefix.summary")
+  empty=$(sed -n 's/^  documents  \([0-9]*\) written, \([0-9]*\) empty.*/\2/p' "$prefix.summary")
+  tokens=$(sed -n 's/^  tokens     \([0-9]*\) .*/\1/p' "$prefix.summary")
+  # The summary rounds sizes to 3 significant digits: its text size is only a cross-
+  # check; the rates use the exact byte count from the baseline (same documents).
+  text_mb=$(sed -n 's/^  input .*; text \([0-9.]*\) \([kMG]*\)B$/\1 \2/p' "$prefix.summary" |
+    awk '{ print $1 * ($2 == "k" ? 1e-3 : $2 == "M" ? 1 : $2 == "G" ? 1e3 : 1e-6) }')
+  rss_kb=$(sed -n 's/^\tMaximum resident set size (kbytes): //p' "$prefix.time")
+  cpu=$(sed -n 's/^\tPercent of CPU this job got: //p' "$prefix.time")
+  [[ -n $seconds && -n $docs && -n $tokens && -n $text_mb && -n $rss_kb && -n $cpu ]] ||
+    fail "cannot parse $prefix.summary or $prefix.time"
+  # Same text as the baseline: same documents, and every non-empty one gets one </s>.
+  [[ $docs == "$base_docs" && $empty == "$base_empty" ]] ||
+    fail "$label: $docs documents ($empty empty), sentencepiece: $base_docs ($base_empty empty)"
+  [[ $tokens == $((base_tokens + base_docs)) ]] ||
+    fail "$label: $tokens tokens, expected sentencepiece's $base_tokens + $base_docs </s>"
+  awk -v t="$text_mb" -v b="$base_text" 'BEGIN { r = t * 1e6 / b; exit !(r > 0.994 && r < 1.006) }' ||
+    fail "$label: summary says text $text_mb MB, sentencepiece read $base_text bytes"
+  runs+=("$label $w $seconds $(stat -c %s "$input") $docs $tokens $rss_kb $cpu")
+}
+
+run_one "$jsonl" jsonl 1
+run_one "$jsonl" jsonl "$all_workers"
+run_one "$jsonl.zst" jsonl.zst 1
+run_one "$jsonl.zst" jsonl.zst "$all_workers"
+baseline_after=$(measure_baseline)
+base_after=$(field text_mb_per_s "$baseline_after")
+base_tokens_after=$(field tokens_per_s "$baseline_after")
+read -r load_after _ </proc/loadavg
+
+# Output bytes must not depend on the worker count or the compression of the input.
+for run in jsonl-w"$all_workers" jsonl.zst-w1 jsonl.zst-w"$all_workers"; do
+  { cmp "$out/jsonl-w1.bin" "$out/$run.bin" && cmp "$out/jsonl-w1.idx" "$out/$run.idx"; } ||
+    fail "$run output differs from jsonl-w1"
+done
+
+echo
+echo "preprocess benchmark: $name: $(printf %.1f "$base_text_mb") MB of text, $base_docs documents," \
+  "$((base_tokens + base_docs)) tokens; $(nproc) cores; model $(basename "$model")"
+echo "baseline (sentencepiece single-thread Encode): $base_before MB/s, $base_tokens_before tokens/s" \
+  "before; $base_after MB/s, $base_tokens_after tokens/s after"
+echo "load average (1 min): $load_before before, $load_after after"
+printf "%s\n" "${runs[@]}" | awk -v text_mb="$base_text_mb" -v before="$base_before" \
+  -v after="$base_after" -v goal="$goal_ratio" -v goal_rss="$goal_rss_mb" '
+  BEGIN {
+    base = (before + after) / 2
+    printf "%-10s %7s %7s %5s %8s %9s %8s %9s %7s %6s  %s\n", "input", "workers", "seconds",
+      "cpu", "in_MB/s", "text_MB/s", "docs/s", "tokens/s", "rss_MB", "ratio", "goal"
+  }
+  {
+    s = $3; text_rate = text_mb / s; ratio = text_rate / ($2 * base); rss_mb = $7 * 1024 / 1e6
+    ok = (ratio >= goal && rss_mb < goal_rss) ? "PASS" : "FAIL"
+    if (ok == "FAIL") failed = 1
+    printf "%-10s %7d %7.1f %5s %8.2f %9.2f %8.0f %9.0f %7.0f %6.3f  %s\n", $1, $2, s, $8,
+      $4 / 1e6 / s, text_rate, $5 / s, $6 / s, rss_mb, ratio, ok
+  }
+  END {
+    printf "ratio = text MB/s / (workers x %.4f MB/s, the mean baseline); goal: ratio >= %s and " \
+      "peak RSS < %s MB\n", base, goal, goal_rss
+    drift = before > after ? before / after : after / before
+    if (drift > 1.05) printf "WARNING: the baseline moved %.0f%% during the run: the machine " \
+      "was not quiet, rerun on an idle machine\n", (drift - 1) * 100
+    print "outputs: all 4 runs byte-identical, token counts == sentencepiece + one </s> per document"
+    print (failed ? "verdict: FAIL" : "verdict: PASS")
+  }'
