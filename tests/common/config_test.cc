@@ -12,10 +12,13 @@
 #include <gtest/gtest.h>
 
 #include "dufu/common/error.h"
+#include "support/expect_error.h"
 #include "support/temp_dir.h"
 
 namespace dufu {
 namespace {
+
+using dufu::testing::error_of;
 
 using testing::TempDir;
 
@@ -38,16 +41,6 @@ ConfigSchema make_schema() {
   return schema;
 }
 
-// The message of the dufu::Error that `f` throws, or "no error".
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "no error";
-}
 
 TEST(ConfigSchema, DeclaringANameTwiceIsAnInternalError) {
   ConfigSchema schema;

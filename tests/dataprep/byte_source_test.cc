@@ -18,12 +18,15 @@
 #include <vector>
 
 #include "dufu/common/error.h"
+#include "support/expect_error.h"
 #include "support/compression.h"
 #include "support/temp_dir_test.h"
 #include "dufu/dataprep/byte_source.h"
 
 namespace dufu::dataprep {
 namespace {
+
+using dufu::testing::error_of;
 
 namespace fs = std::filesystem;
 using dufu::testing::gzip_bytes;
@@ -54,14 +57,6 @@ std::string read_everything(ByteSource& source, std::size_t chunk = 100000) {
   return all;
 }
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
 
 TEST_F(ByteSourceTest, PlainFileLargerThanOneBlock) {
   const std::string text = make_text(3 * (1 << 20) + 12345);

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "support/expect_error.h"
 #include "support/synthetic_shard.h"
 #include "support/temp_dir.h"
 #include "dufu/common/error.h"
@@ -34,25 +35,12 @@
 namespace dufu::dataprep {
 namespace {
 
+using dufu::testing::expect_error;
+
 namespace fs = std::filesystem;
 
 using dufu::testing::TempDir;
 
-// Runs fn, which must throw dufu::Error; checks the message holds every needle.
-std::string expect_error(const std::function<void()>& fn, const std::vector<std::string>& needles) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const auto& needle : needles) {
-      EXPECT_NE(message.find(needle), std::string::npos)
-          << "message \"" << message << "\" lacks \"" << needle << "\"";
-    }
-    return message;
-  }
-  ADD_FAILURE() << "no dufu::Error thrown";
-  return {};
-}
 
 std::string run_command(const std::string& command, int* exit_code) {
   std::string output;

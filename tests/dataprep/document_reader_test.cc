@@ -14,12 +14,15 @@
 #include <vector>
 
 #include "dufu/common/error.h"
+#include "support/expect_error.h"
 #include "support/compression.h"
 #include "support/temp_dir_test.h"
 #include "dufu/dataprep/document_reader.h"
 
 namespace dufu::dataprep {
 namespace {
+
+using dufu::testing::error_of;
 
 namespace fs = std::filesystem;
 using dufu::testing::gzip_bytes;
@@ -53,14 +56,6 @@ std::vector<Doc> read_all_docs(std::vector<std::string> inputs, ReaderOptions op
   return read_all_docs(reader);
 }
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
 
 TEST(DetectInputFormat, ByExtensionAfterCompression) {
   const InputFormat txt = InputFormat::kTxt, jsonl = InputFormat::kJsonl;

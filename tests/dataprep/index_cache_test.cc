@@ -20,30 +20,19 @@
 #include <thread>
 #include <vector>
 
+#include "support/expect_error.h"
 #include "support/temp_dir.h"
 #include "dufu/common/error.h"
 
 namespace dufu::dataprep {
 namespace {
 
+using dufu::testing::expect_error;
+
 namespace fs = std::filesystem;
 
 using dufu::testing::TempDir;
 
-std::string expect_error(const std::function<void()>& fn, const std::vector<std::string>& needles) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const auto& needle : needles) {
-      EXPECT_NE(message.find(needle), std::string::npos)
-          << "message \"" << message << "\" lacks \"" << needle << "\"";
-    }
-    return message;
-  }
-  ADD_FAILURE() << "no dufu::Error thrown";
-  return {};
-}
 
 // A build that writes one file and counts how often it ran.
 std::function<void(const std::string&)> counting_build(std::atomic<int>& builds, const std::string& content = "x") {

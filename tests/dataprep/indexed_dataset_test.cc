@@ -14,12 +14,15 @@
 #include <tuple>
 #include <vector>
 
+#include "support/expect_error.h"
 #include "support/temp_dir.h"
 #include "dufu/common/error.h"
 #include "dufu/dataprep/dtype.h"
 
 namespace dufu::dataprep {
 namespace {
+
+using dufu::testing::expect_error;
 
 namespace fs = std::filesystem;
 
@@ -48,21 +51,6 @@ void patch(std::string& bytes, std::size_t at, T value) {
   std::memcpy(bytes.data() + at, &value, sizeof(T));
 }
 
-// Runs fn, which must throw dufu::Error; checks the message holds every needle.
-std::string expect_error(const std::function<void()>& fn, const std::vector<std::string>& needles) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const auto& needle : needles) {
-      EXPECT_NE(message.find(needle), std::string::npos)
-          << "message \"" << message << "\" lacks \"" << needle << "\"";
-    }
-    return message;
-  }
-  ADD_FAILURE() << "no dufu::Error thrown";
-  return {};
-}
 
 constexpr IndexImpl kImpls[] = {IndexImpl::kMmap, IndexImpl::kLazy, IndexImpl::kCached};
 constexpr IndexLayout kWritableLayouts[] = {IndexLayout::kMMIDIDX, IndexLayout::kTNTIDX};
