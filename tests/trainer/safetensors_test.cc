@@ -14,10 +14,13 @@
 #include <gtest/gtest.h>
 
 #include "dufu/common/error.h"
+#include "support/expect_error.h"
 #include "support/temp_dir.h"
 
 namespace dufu::trainer::safetensors {
 namespace {
+
+using dufu::testing::error_of;
 
 using dufu::testing::TempDir;
 
@@ -26,15 +29,6 @@ using dufu::testing::TempDir;
   return ::testing::AssertionFailure() << "\"" << text << "\"\ndoes not contain\n\"" << part << "\"";
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "no error";
-}
 
 std::string error_of_open(const std::string& path) {
   return error_of([&] { File::open(path); });

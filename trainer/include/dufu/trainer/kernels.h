@@ -5,6 +5,13 @@
 // parameter gradients (+=), so micro-batches sum without copies, and OVERWRITE or
 // accumulate activation gradients as each declaration says. Kernels are
 // deterministic for a given thread count: no atomics in backward.
+//
+// CPU threading: every kernel runs on OpenMP's threads (omp_get_max_threads(), i.e.
+// OMP_NUM_THREADS or omp_set_num_threads). matmul sets OpenBLAS to one thread on first
+// use and splits each product across the OpenMP threads itself, so the two thread
+// pools never compete for the cores; don't call these kernels from inside an OpenMP
+// parallel region. Except for matmul (OpenBLAS picks kernels by block size), results
+// are also bitwise identical across thread counts.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +19,7 @@
 
 namespace dufu::trainer {
 
-// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+// out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. Tokens must index rows of wte (unchecked).
 void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
 // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C);
@@ -22,7 +29,9 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::
 void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
                        int N, int C);
 // Residual add fused with the next LayerNorm: residual_out = residual + branch, then
-// norm_out = LayerNorm(residual_out).
+// norm_out = LayerNorm(residual_out). residual_out may be residual (in place). Its
+// backward is layernorm_backward with dx = the residual stream's gradient, which then
+// serves both residual and branch.
 void residual_layernorm_forward(float* residual_out, float* norm_out, float* mean, float* rstd, const float* residual,
                                 const float* branch, const float* weight, const float* bias, int N, int C);
 // dx += LayerNorm'(x)^T dout; dweight += ...; dbias += ... (dx accumulates, so the
@@ -38,9 +47,9 @@ void matmul_backward(float* dx, float* dweight, float* dbias, const float* dout,
                      int N, int C, int OC);
 
 // GELU (tanh approximation) after adding the bias: pre = x + bias[col] is written to
-// `pre` (kept for backward) and out = gelu(pre). x is [N, C].
+// `pre` (kept for backward) and out = gelu(pre). x is [N, C]; pre may be x (in place).
 void bias_gelu_forward(float* out, float* pre, const float* x, const float* bias, int N, int C);
-// dx = gelu'(pre) · dout (overwritten); dbias += column sums of dx.
+// dx = gelu'(pre) · dout (overwritten; dx may be dout); dbias += column sums of dx.
 void bias_gelu_backward(float* dx, float* dbias, const float* dout, const float* pre, int N, int C);
 
 // Causal multi-head self-attention on qkv [B, T, 3C] (q, k, v each C = NH·hs):
@@ -49,7 +58,8 @@ void bias_gelu_backward(float* dx, float* dbias, const float* dout, const float*
 // mask and softmax are fused in one pass per row.
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
 // dqkv (overwritten) from dout, using the saved att and qkv; datt_scratch is
-// [B, NH, T, T] of scratch space.
+// [B, NH, T, T] of scratch space (contents on entry ignored; the CPU kernel keeps its
+// own small per-thread tiles and does not use it).
 void attention_backward(float* dqkv, float* datt_scratch, const float* dout, const float* qkv, const float* att, int B,
                         int T, int C, int NH);
 
@@ -57,7 +67,8 @@ void attention_backward(float* dqkv, float* datt_scratch, const float* dout, con
 // real vocabulary; the padding is excluded), losses[n] = -log softmax(logits)[target]
 // and logits are overwritten IN PLACE by dloss_scale · (softmax - onehot(target)),
 // the gradient of the mean loss when dloss_scale = 1/N_total. Padding columns get 0.
-// A target of -1 ignores the row (loss 0, gradient 0).
+// A target of -1 ignores the row (loss 0, gradient 0); any other target outside
+// [0, V) throws dufu::Error before anything is written.
 void classifier_forward_backward(float* logits, float* losses, const std::int32_t* targets, float dloss_scale, int N,
                                  int V, int Vp);
 
@@ -67,7 +78,8 @@ double sum_of_squares(const float* values, std::size_t n);
 void scale_in_place(float* values, float scale, std::size_t n);
 
 // One fused AdamW pass (decoupled weight decay, bias-corrected moments) over n
-// parameters: step t starts at 1.
+// parameters: step t starts at 1 (t < 1 throws dufu::Error). Same formula and order of
+// operations as torch.optim.AdamW; use weight_decay = 0 for parameters not decayed.
 void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int t);
 

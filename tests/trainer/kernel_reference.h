@@ -1,0 +1,258 @@
+// Naive double-precision references for the GPT-2 kernels: the oracles the fast CPU
+// kernels are tested against (kernels_test.cc) and the functions whose finite
+// differences check every backward (kernels_gradcheck_test.cc). Written for the
+// reader, not for speed: one loop per formula, full [T, T] attention matrices with an
+// explicit mask, the softmax Jacobian spelled out.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <numbers>
+#include <vector>
+
+namespace dufu::trainer::reference {
+
+using Vec = std::vector<double>;
+
+inline std::size_t at(std::size_t row, std::size_t col, std::size_t cols) { return row * cols + col; }
+
+inline void embedding_forward(Vec& out, const std::vector<std::int32_t>& tokens, const Vec& wte, const Vec& wpe, int B,
+                              int T, int C) {
+  out.assign(static_cast<std::size_t>(B) * T * C, 0.0);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) {
+        const std::size_t n = static_cast<std::size_t>(b) * T + t;
+        out[at(n, c, C)] = wte[at(tokens[n], c, C)] + wpe[at(t, c, C)];
+      }
+}
+
+inline void embedding_backward(Vec& dwte, Vec& dwpe, const Vec& dout, const std::vector<std::int32_t>& tokens, int B,
+                               int T, int C) {
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) {
+        const std::size_t n = static_cast<std::size_t>(b) * T + t;
+        dwte[at(tokens[n], c, C)] += dout[at(n, c, C)];
+        dwpe[at(t, c, C)] += dout[at(n, c, C)];
+      }
+}
+
+inline void layernorm_forward(Vec& out, Vec& mean, Vec& rstd, const Vec& x, const Vec& weight, const Vec& bias, int N,
+                              int C) {
+  out.assign(static_cast<std::size_t>(N) * C, 0.0);
+  mean.assign(N, 0.0);
+  rstd.assign(N, 0.0);
+  for (int n = 0; n < N; ++n) {
+    double m = 0.0;
+    for (int c = 0; c < C; ++c) m += x[at(n, c, C)];
+    m /= C;
+    double var = 0.0;
+    for (int c = 0; c < C; ++c) var += (x[at(n, c, C)] - m) * (x[at(n, c, C)] - m);
+    var /= C;
+    const double s = 1.0 / std::sqrt(var + 1e-5);
+    for (int c = 0; c < C; ++c) out[at(n, c, C)] = (x[at(n, c, C)] - m) * s * weight[c] + bias[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+// dx += ..., dweight += ..., dbias += ...
+inline void layernorm_backward(Vec& dx, Vec& dweight, Vec& dbias, const Vec& dout, const Vec& x, const Vec& weight,
+                               int N, int C) {
+  Vec out, mean, rstd;
+  layernorm_forward(out, mean, rstd, x, weight, Vec(C, 0.0), N, C);
+  for (int n = 0; n < N; ++n) {
+    // xhat = (x - mean) * rstd; with g = weight * dout,
+    // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+    double mean_g = 0.0, mean_g_xhat = 0.0;
+    for (int c = 0; c < C; ++c) {
+      const double xhat = (x[at(n, c, C)] - mean[n]) * rstd[n];
+      const double g = weight[c] * dout[at(n, c, C)];
+      mean_g += g / C;
+      mean_g_xhat += g * xhat / C;
+    }
+    for (int c = 0; c < C; ++c) {
+      const double xhat = (x[at(n, c, C)] - mean[n]) * rstd[n];
+      const double g = weight[c] * dout[at(n, c, C)];
+      dx[at(n, c, C)] += rstd[n] * (g - mean_g - xhat * mean_g_xhat);
+      dweight[c] += xhat * dout[at(n, c, C)];
+      dbias[c] += dout[at(n, c, C)];
+    }
+  }
+}
+
+// out[N, OC] = x[N, C] weight[OC, C]^T + bias (bias may be empty)
+inline void matmul_forward(Vec& out, const Vec& x, const Vec& weight, const Vec& bias, int N, int C, int OC) {
+  out.assign(static_cast<std::size_t>(N) * OC, 0.0);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      double sum = bias.empty() ? 0.0 : bias[o];
+      for (int c = 0; c < C; ++c) sum += x[at(n, c, C)] * weight[at(o, c, C)];
+      out[at(n, o, OC)] = sum;
+    }
+}
+
+// dx = dout weight (overwritten); dweight += dout^T x; dbias += column sums of dout
+inline void matmul_backward(Vec& dx, Vec& dweight, Vec& dbias, const Vec& dout, const Vec& x, const Vec& weight, int N,
+                            int C, int OC) {
+  dx.assign(static_cast<std::size_t>(N) * C, 0.0);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      const double d = dout[at(n, o, OC)];
+      for (int c = 0; c < C; ++c) {
+        dx[at(n, c, C)] += d * weight[at(o, c, C)];
+        dweight[at(o, c, C)] += d * x[at(n, c, C)];
+      }
+      dbias[o] += d;
+    }
+}
+
+inline double gelu(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+}
+
+// d/dx of gelu: product rule on 0.5 x (1 + tanh(u(x))).
+inline double gelu_grad(double x) {
+  const double u = std::sqrt(2.0 / std::numbers::pi) * (x + 0.044715 * x * x * x);
+  const double du = std::sqrt(2.0 / std::numbers::pi) * (1.0 + 3.0 * 0.044715 * x * x);
+  const double th = std::tanh(u);
+  return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du;
+}
+
+inline void bias_gelu_forward(Vec& out, Vec& pre, const Vec& x, const Vec& bias, int N, int C) {
+  out.assign(static_cast<std::size_t>(N) * C, 0.0);
+  pre.assign(static_cast<std::size_t>(N) * C, 0.0);
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) {
+      pre[at(n, c, C)] = x[at(n, c, C)] + bias[c];
+      out[at(n, c, C)] = gelu(pre[at(n, c, C)]);
+    }
+}
+
+// dx = gelu'(pre) dout (overwritten); dbias += column sums of dx
+inline void bias_gelu_backward(Vec& dx, Vec& dbias, const Vec& dout, const Vec& pre, int N, int C) {
+  dx.assign(static_cast<std::size_t>(N) * C, 0.0);
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) {
+      dx[at(n, c, C)] = gelu_grad(pre[at(n, c, C)]) * dout[at(n, c, C)];
+      dbias[c] += dx[at(n, c, C)];
+    }
+}
+
+// Indexing of qkv [B, T, 3C]: part 0 = q, 1 = k, 2 = v; head h owns channels
+// h*hs .. h*hs + hs - 1 of each part.
+inline std::size_t qkv_index(int b, int t, int part, int h, int i, int T, int C, int NH) {
+  const int hs = C / NH;
+  return (static_cast<std::size_t>(b) * T + t) * 3 * C + static_cast<std::size_t>(part) * C + h * hs + i;
+}
+
+// att [B, NH, T, T] is written in full, zeros above the diagonal.
+inline void attention_forward(Vec& out, Vec& att, const Vec& qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  out.assign(static_cast<std::size_t>(B) * T * C, 0.0);
+  att.assign(static_cast<std::size_t>(B) * NH * T * T, 0.0);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t) {
+        Vec scores(T);
+        for (int k = 0; k < T; ++k) {
+          double s = 0.0;
+          for (int i = 0; i < hs; ++i)
+            s += qkv[qkv_index(b, t, 0, h, i, T, C, NH)] * qkv[qkv_index(b, k, 1, h, i, T, C, NH)];
+          scores[k] = k <= t ? s * scale : -std::numeric_limits<double>::infinity();
+        }
+        double max_score = scores[0];
+        for (int k = 0; k < T; ++k) max_score = std::max(max_score, scores[k]);
+        double sum = 0.0;
+        for (int k = 0; k < T; ++k) sum += std::exp(scores[k] - max_score);
+        double* row = &att[((static_cast<std::size_t>(b) * NH + h) * T + t) * T];
+        for (int k = 0; k < T; ++k) row[k] = std::exp(scores[k] - max_score) / sum;
+        for (int i = 0; i < hs; ++i) {
+          double o = 0.0;
+          for (int k = 0; k < T; ++k) o += row[k] * qkv[qkv_index(b, k, 2, h, i, T, C, NH)];
+          out[(static_cast<std::size_t>(b) * T + t) * C + h * hs + i] = o;
+        }
+      }
+}
+
+// dqkv (overwritten), through the full softmax Jacobian datt -> dscores.
+inline void attention_backward(Vec& dqkv, const Vec& dout, const Vec& qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  Vec out, att;
+  attention_forward(out, att, qkv, B, T, C, NH);
+  dqkv.assign(qkv.size(), 0.0);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t) {
+        const double* row = &att[((static_cast<std::size_t>(b) * NH + h) * T + t) * T];
+        const double* g = &dout[(static_cast<std::size_t>(b) * T + t) * C + h * hs];
+        Vec datt(T, 0.0);
+        for (int k = 0; k < T; ++k)
+          for (int i = 0; i < hs; ++i) {
+            datt[k] += g[i] * qkv[qkv_index(b, k, 2, h, i, T, C, NH)];
+            dqkv[qkv_index(b, k, 2, h, i, T, C, NH)] += row[k] * g[i];
+          }
+        for (int k = 0; k < T; ++k) {
+          // d softmax_j / d score_k = att_j (delta_jk - att_k)
+          double dscore = 0.0;
+          for (int j = 0; j < T; ++j) dscore += row[j] * ((j == k ? 1.0 : 0.0) - row[k]) * datt[j];
+          for (int i = 0; i < hs; ++i) {
+            dqkv[qkv_index(b, t, 0, h, i, T, C, NH)] += dscore * scale * qkv[qkv_index(b, k, 1, h, i, T, C, NH)];
+            dqkv[qkv_index(b, k, 1, h, i, T, C, NH)] += dscore * scale * qkv[qkv_index(b, t, 0, h, i, T, C, NH)];
+          }
+        }
+      }
+}
+
+// losses[n] = -log softmax(logits[n, :V])[target] (0 for target -1)
+inline void classifier_losses(Vec& losses, const Vec& logits, const std::vector<std::int32_t>& targets, int N, int V,
+                              int Vp) {
+  losses.assign(N, 0.0);
+  for (int n = 0; n < N; ++n) {
+    if (targets[n] < 0) continue;
+    double max_logit = logits[at(n, 0, Vp)];
+    for (int i = 0; i < V; ++i) max_logit = std::max(max_logit, logits[at(n, i, Vp)]);
+    double sum = 0.0;
+    for (int i = 0; i < V; ++i) sum += std::exp(logits[at(n, i, Vp)] - max_logit);
+    losses[n] = std::log(sum) + max_logit - logits[at(n, targets[n], Vp)];
+  }
+}
+
+// d(scale · sum losses) / d logits; 0 in the padding and in ignored rows.
+inline void classifier_grad(Vec& dlogits, const Vec& logits, const std::vector<std::int32_t>& targets, double scale,
+                            int N, int V, int Vp) {
+  dlogits.assign(static_cast<std::size_t>(N) * Vp, 0.0);
+  for (int n = 0; n < N; ++n) {
+    if (targets[n] < 0) continue;
+    double max_logit = logits[at(n, 0, Vp)];
+    for (int i = 0; i < V; ++i) max_logit = std::max(max_logit, logits[at(n, i, Vp)]);
+    double sum = 0.0;
+    for (int i = 0; i < V; ++i) sum += std::exp(logits[at(n, i, Vp)] - max_logit);
+    for (int i = 0; i < V; ++i) {
+      const double p = std::exp(logits[at(n, i, Vp)] - max_logit) / sum;
+      dlogits[at(n, i, Vp)] = scale * (p - (i == targets[n] ? 1.0 : 0.0));
+    }
+  }
+}
+
+// torch.optim.AdamW (1.13, single-tensor path), one step t >= 1, in double.
+inline void adamw_update(Vec& params, const Vec& grads, Vec& m, Vec& v, double lr, double beta1, double beta2,
+                         double eps, double weight_decay, int t) {
+  const double bias_correction1 = 1.0 - std::pow(beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(beta2, t);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    params[i] *= 1.0 - lr * weight_decay;
+    m[i] = beta1 * m[i] + (1.0 - beta1) * grads[i];
+    v[i] = beta2 * v[i] + (1.0 - beta2) * grads[i] * grads[i];
+    const double denom = std::sqrt(v[i]) / std::sqrt(bias_correction2) + eps;
+    params[i] -= lr / bias_correction1 * m[i] / denom;
+  }
+}
+
+}  // namespace dufu::trainer::reference

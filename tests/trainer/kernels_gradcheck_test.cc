@@ -1,0 +1,258 @@
+// Finite-difference checks of every backward kernel. The loss is a scalar
+// L = sum(out * w) with fixed random weights w (w is then the upstream gradient fed to
+// the fast backward kernel); its central differences are taken in double through the
+// naive forward references, so the check is independent of both the fast forward
+// kernels and the reference backward formulas.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "dufu/trainer/kernels.h"
+#include "kernel_reference.h"
+#include "kernel_test_support.h"
+
+namespace dufu::trainer {
+namespace {
+
+namespace ref = reference;
+using testing::random_floats;
+using testing::random_tokens;
+using testing::Shape;
+using testing::Tolerance;
+using testing::Vec;
+using testing::widen;
+
+// Small enough to difference every input; fd_t1 has T = 1, NH = 1 and V = Vp.
+const Shape kGradShapes[] = {
+    {"fd", 2, 4, 10, 2, 5, 8},
+    {"fd_t1", 1, 1, 6, 1, 3, 3},
+};
+
+// With O(1) inputs, h = 1e-5 makes the O(h^2) truncation and the O(1e-16 / h) rounding
+// of the double differences both far below the float error of the kernels checked.
+constexpr double kStep = 1e-5;
+// The fast backward kernels are float: a few ulps of O(1) gradients, with margin.
+constexpr Tolerance kTolerance{2e-5, 2e-5};
+
+double weighted_sum(const Vec& out, const Vec& weights) {
+  double sum = 0.0;
+  for (std::size_t i = 0; i < out.size(); ++i) sum += out[i] * weights[i];
+  return sum;
+}
+
+// dL/dx by central differences; `loss` reads x, which is perturbed in place and restored.
+Vec numeric_gradient(Vec& x, const std::function<double()>& loss) {
+  Vec grad(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + kStep;
+    const double plus = loss();
+    x[i] = saved - kStep;
+    const double minus = loss();
+    x[i] = saved;
+    grad[i] = (plus - minus) / (2 * kStep);
+  }
+  return grad;
+}
+
+struct Check {
+  std::string name;
+  Vec analytic;  // from the fast backward kernel
+  Vec numeric;   // central differences of the reference forward
+};
+using Checks = std::vector<Check>;
+
+Checks embedding(const Shape& s) {
+  const auto tokens = random_tokens(s.N(), 2, 1);  // two tokens: rows collide in dwte
+  const auto wte = random_floats(static_cast<std::size_t>(s.Vp) * s.C, 2);
+  const auto wpe = random_floats(static_cast<std::size_t>(s.T) * s.C, 3);
+  const auto w = random_floats(static_cast<std::size_t>(s.N()) * s.C, 4);
+  std::vector<float> dwte(wte.size(), 0.0f), dwpe(wpe.size(), 0.0f);
+  embedding_backward(dwte.data(), dwpe.data(), w.data(), tokens.data(), s.B, s.T, s.C);
+
+  Vec wte_d = widen(wte), wpe_d = widen(wpe);
+  const auto loss = [&] {
+    Vec out;
+    ref::embedding_forward(out, tokens, wte_d, wpe_d, s.B, s.T, s.C);
+    return weighted_sum(out, widen(w));
+  };
+  return {{"dwte", widen(dwte), numeric_gradient(wte_d, loss)}, {"dwpe", widen(dwpe), numeric_gradient(wpe_d, loss)}};
+}
+
+Checks layernorm(const Shape& s) {
+  const int N = s.N(), C = s.C;
+  const auto x = random_floats(static_cast<std::size_t>(N) * C, 10, -2.0f, 3.0f);
+  const auto weight = random_floats(C, 11, 0.5f, 1.5f);
+  const auto bias = random_floats(C, 12);
+  const auto w = random_floats(x.size(), 13);
+  std::vector<float> out(x.size()), mean(N), rstd(N);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C);
+  std::vector<float> dx(x.size(), 0.0f), dweight(C, 0.0f), dbias(C, 0.0f);
+  layernorm_backward(dx.data(), dweight.data(), dbias.data(), w.data(), x.data(), weight.data(), mean.data(),
+                     rstd.data(), N, C);
+
+  Vec x_d = widen(x), weight_d = widen(weight), bias_d = widen(bias);
+  const auto loss = [&] {
+    Vec o, m, r;
+    ref::layernorm_forward(o, m, r, x_d, weight_d, bias_d, N, C);
+    return weighted_sum(o, widen(w));
+  };
+  return {{"dx", widen(dx), numeric_gradient(x_d, loss)},
+          {"dweight", widen(dweight), numeric_gradient(weight_d, loss)},
+          {"dbias", widen(dbias), numeric_gradient(bias_d, loss)}};
+}
+
+// The residual-fused forward has no backward of its own: the model seeds the residual
+// gradient with the upstream one and lets layernorm_backward accumulate into it, and
+// residual and branch then share that gradient. This checks that recipe.
+Checks residual_layernorm(const Shape& s) {
+  const int N = s.N(), C = s.C;
+  const auto residual = random_floats(static_cast<std::size_t>(N) * C, 20, -2.0f, 2.0f);
+  const auto branch = random_floats(residual.size(), 21);
+  const auto weight = random_floats(C, 22, 0.5f, 1.5f);
+  const auto bias = random_floats(C, 23);
+  const auto w_residual = random_floats(residual.size(), 24);
+  const auto w_norm = random_floats(residual.size(), 25);
+  std::vector<float> residual_out(residual.size()), norm(residual.size()), mean(N), rstd(N);
+  residual_layernorm_forward(residual_out.data(), norm.data(), mean.data(), rstd.data(), residual.data(), branch.data(),
+                             weight.data(), bias.data(), N, C);
+  std::vector<float> dresidual = w_residual, dweight(C, 0.0f), dbias(C, 0.0f);
+  layernorm_backward(dresidual.data(), dweight.data(), dbias.data(), w_norm.data(), residual_out.data(), weight.data(),
+                     mean.data(), rstd.data(), N, C);
+
+  Vec residual_d = widen(residual), branch_d = widen(branch), weight_d = widen(weight), bias_d = widen(bias);
+  const auto loss = [&] {
+    Vec sum(residual_d.size()), o, m, r;
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = residual_d[i] + branch_d[i];
+    ref::layernorm_forward(o, m, r, sum, weight_d, bias_d, N, C);
+    return weighted_sum(sum, widen(w_residual)) + weighted_sum(o, widen(w_norm));
+  };
+  return {{"dresidual", widen(dresidual), numeric_gradient(residual_d, loss)},
+          {"dbranch", widen(dresidual), numeric_gradient(branch_d, loss)},
+          {"dweight", widen(dweight), numeric_gradient(weight_d, loss)},
+          {"dbias", widen(dbias), numeric_gradient(bias_d, loss)}};
+}
+
+Checks matmul(const Shape& s) {
+  const int N = s.N(), C = s.C, OC = 3 * s.C;
+  const auto x = random_floats(static_cast<std::size_t>(N) * C, 30);
+  const auto weight = random_floats(static_cast<std::size_t>(OC) * C, 31);
+  const auto bias = random_floats(OC, 32);
+  const auto w = random_floats(static_cast<std::size_t>(N) * OC, 33);
+  std::vector<float> dx(x.size()), dweight(weight.size(), 0.0f), dbias(OC, 0.0f);
+  matmul_backward(dx.data(), dweight.data(), dbias.data(), w.data(), x.data(), weight.data(), N, C, OC);
+
+  Vec x_d = widen(x), weight_d = widen(weight), bias_d = widen(bias);
+  const auto loss = [&] {
+    Vec out;
+    ref::matmul_forward(out, x_d, weight_d, bias_d, N, C, OC);
+    return weighted_sum(out, widen(w));
+  };
+  return {{"dx", widen(dx), numeric_gradient(x_d, loss)},
+          {"dweight", widen(dweight), numeric_gradient(weight_d, loss)},
+          {"dbias", widen(dbias), numeric_gradient(bias_d, loss)}};
+}
+
+Checks bias_gelu(const Shape& s) {
+  const int N = s.N(), H = 4 * s.C;
+  const auto x = random_floats(static_cast<std::size_t>(N) * H, 40, -4.0f, 4.0f);
+  const auto bias = random_floats(H, 41);
+  const auto w = random_floats(x.size(), 42);
+  std::vector<float> out(x.size()), pre(x.size());
+  bias_gelu_forward(out.data(), pre.data(), x.data(), bias.data(), N, H);
+  std::vector<float> dx(x.size()), dbias(H, 0.0f);
+  bias_gelu_backward(dx.data(), dbias.data(), w.data(), pre.data(), N, H);
+
+  Vec x_d = widen(x), bias_d = widen(bias);
+  const auto loss = [&] {
+    Vec o, p;
+    ref::bias_gelu_forward(o, p, x_d, bias_d, N, H);
+    return weighted_sum(o, widen(w));
+  };
+  return {{"dx", widen(dx), numeric_gradient(x_d, loss)}, {"dbias", widen(dbias), numeric_gradient(bias_d, loss)}};
+}
+
+Checks attention(const Shape& s) {
+  const auto qkv = random_floats(static_cast<std::size_t>(s.N()) * 3 * s.C, 50, -2.0f, 2.0f);
+  const auto w = random_floats(static_cast<std::size_t>(s.N()) * s.C, 51);
+  const std::size_t att_size = static_cast<std::size_t>(s.B) * s.NH * s.T * s.T;
+  std::vector<float> out(w.size()), att(att_size), scratch(att_size), dqkv(qkv.size());
+  attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+  attention_backward(dqkv.data(), scratch.data(), w.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH);
+
+  Vec qkv_d = widen(qkv);
+  const auto loss = [&] {
+    Vec o, a;
+    ref::attention_forward(o, a, qkv_d, s.B, s.T, s.C, s.NH);
+    return weighted_sum(o, widen(w));
+  };
+  return {{"dqkv", widen(dqkv), numeric_gradient(qkv_d, loss)}};
+}
+
+// L = scale * sum of the row losses, the mean loss when scale = 1/N; the kernel's
+// in-place output is dL/dlogits, including zeros in the padding and ignored rows.
+Checks classifier(const Shape& s) {
+  const int N = s.N();
+  auto logits = random_floats(static_cast<std::size_t>(N) * s.Vp, 60, -3.0f, 3.0f);
+  auto targets = random_tokens(N, s.V, 61);
+  if (N > 1) targets[N - 1] = -1;
+  const float scale = 1.0f / static_cast<float>(N);
+  Vec logits_d = widen(logits);
+  std::vector<float> losses(N);
+  classifier_forward_backward(logits.data(), losses.data(), targets.data(), scale, N, s.V, s.Vp);
+
+  const auto loss = [&] {
+    Vec row_losses;
+    ref::classifier_losses(row_losses, logits_d, targets, N, s.V, s.Vp);
+    double sum = 0.0;
+    for (const double l : row_losses) sum += l;
+    return static_cast<double>(scale) * sum;
+  };
+  return {{"dlogits", widen(logits), numeric_gradient(logits_d, loss)}};
+}
+
+struct GradCase {
+  const char* name;
+  Checks (*run)(const Shape&);
+};
+
+const GradCase kGradCases[] = {
+    {"embedding_backward", embedding},
+    {"layernorm_backward", layernorm},
+    {"residual_layernorm_forward+layernorm_backward", residual_layernorm},
+    {"matmul_backward", matmul},
+    {"bias_gelu_backward", bias_gelu},
+    {"attention_backward", attention},
+    {"classifier_forward_backward", classifier},
+};
+
+void PrintTo(const GradCase& c, std::ostream* os) { *os << c.name; }
+
+class GradCheck : public ::testing::TestWithParam<std::tuple<GradCase, Shape>> {};
+
+TEST_P(GradCheck, BackwardMatchesFiniteDifferences) {
+  const auto& [grad_case, shape] = GetParam();
+  for (const Check& check : grad_case.run(shape)) {
+    testing::report_close(std::string(grad_case.name) + "[" + shape.name + "]." + check.name + " vs FD", check.analytic,
+                          check.numeric, kTolerance);
+  }
+}
+
+std::string grad_case_name(const ::testing::TestParamInfo<std::tuple<GradCase, Shape>>& info) {
+  std::string name = std::string(std::get<0>(info.param).name) + "_" + std::get<1>(info.param).name;
+  for (char& c : name) {
+    if (c == '+') c = '_';
+  }
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllBackwards, GradCheck,
+                         ::testing::Combine(::testing::ValuesIn(kGradCases), ::testing::ValuesIn(kGradShapes)),
+                         grad_case_name);
+
+}  // namespace
+}  // namespace dufu::trainer

@@ -1,0 +1,209 @@
+// The GPT-2 model on top of the kernels (kernels.h): configuration, every parameter
+// in one contiguous buffer under HuggingFace's GPT2Model names, GPT-2 initialisation,
+// and a forward and backward written out layer by layer, like llm.c's train_gpt2.c,
+// so that each step can be read next to the PyTorch reference that checks it
+// (tests/reference/gpt_torch_reference.py).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dufu::trainer {
+
+struct GPTConfig {
+  int n_layer = 12;
+  int n_head = 12;
+  int d_model = 768;
+  int vocab_size = 50257;
+  // wte gets padded_vocab_size() rows, a multiple of this, so the classifier's
+  // matmul works on round sizes (50257 -> 50304 with 128, as in llm.c).
+  int vocab_multiple = 128;
+  int seq_length = 1024;  // maximum number of positions (rows of wpe)
+
+  int padded_vocab_size() const;
+  // Throws dufu::Error naming the field for a size that is not positive, or for a
+  // d_model that n_head does not divide.
+  void validate() const;
+};
+
+// One parameter tensor inside the contiguous buffer. Matrices are stored [out, in]
+// (the layout of our matmul and of torch.nn.Linear). HuggingFace's GPT-2 stores its
+// Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) transposed, as
+// [in, out]: checkpoint code reading or writing HF files must transpose those four;
+// wte and wpe are [rows, C] in both.
+struct ParamTensor {
+  std::string name;                // e.g. "h.3.attn.c_attn.weight"
+  std::size_t offset = 0;          // in floats from the start of the buffer
+  std::vector<std::size_t> shape;  // 1-D or 2-D
+  bool is_matrix = false;          // 2-D: the tensors that get weight decay
+  std::size_t size() const;
+};
+
+// The parameter tensors in buffer order: wte.weight [Vp, C], wpe.weight [T, C], then
+// for each layer i h.{i}.ln_1.weight/bias [C], attn.c_attn.weight [3C, C],
+// attn.c_attn.bias [3C], attn.c_proj.weight [C, C], attn.c_proj.bias [C],
+// ln_2.weight/bias [C], mlp.c_fc.weight [4C, C], mlp.c_fc.bias [4C],
+// mlp.c_proj.weight [C, 4C], mlp.c_proj.bias [C]; last ln_f.weight/bias [C]. The LM
+// head is wte itself. Throws like GPTConfig::validate.
+std::vector<ParamTensor> gpt_parameter_layout(const GPTConfig& config);
+
+// Pointers to the tensors of one buffer laid out as gpt_parameter_layout says: the
+// same struct serves the parameters, their gradients and optimizer moments.
+struct GPTLayerTensors {
+  float* ln_1_weight;
+  float* ln_1_bias;
+  float* attn_c_attn_weight;
+  float* attn_c_attn_bias;
+  float* attn_c_proj_weight;
+  float* attn_c_proj_bias;
+  float* ln_2_weight;
+  float* ln_2_bias;
+  float* mlp_c_fc_weight;
+  float* mlp_c_fc_bias;
+  float* mlp_c_proj_weight;
+  float* mlp_c_proj_bias;
+};
+struct GPTTensors {
+  float* wte;
+  float* wpe;
+  std::vector<GPTLayerTensors> h;
+  float* ln_f_weight;
+  float* ln_f_bias;
+};
+
+class GPT {
+ public:
+  // Throws dufu::Error for an invalid config. Parameters start at zero; call
+  // init_gpt2 or fill params().
+  explicit GPT(const GPTConfig& config);
+  // The views point into the buffers: a copy would share them, a move keeps them.
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+  GPT(GPT&&) = default;
+  GPT& operator=(GPT&&) = default;
+
+  // GPT-2's initialisation: matrices (wte, wpe, the linear layers) ~ N(0, 0.02),
+  // except the residual projections (attn.c_proj.weight, mlp.c_proj.weight) ~
+  // N(0, 0.02 / sqrt(2 · n_layer)); biases 0, LayerNorm weight 1 and bias 0, wte's
+  // padding rows 0. The draws come from
+  // std::mt19937 (whose output the C++ standard fixes) through a Box-Muller transform
+  // written out in gpt.cc, tensor after tensor in buffer order, so a seed gives the
+  // same weights with any standard library (std::normal_distribution would not).
+  void init_gpt2(std::uint32_t seed);
+
+  const GPTConfig& config() const { return config_; }
+  const std::vector<ParamTensor>& parameter_tensors() const { return layout_; }
+  std::size_t num_parameters() const { return params_.size(); }
+  std::span<float> params() { return params_; }
+  std::span<const float> params() const { return params_; }
+  std::span<float> grads() { return grads_; }
+  std::span<const float> grads() const { return grads_; }
+  // Throws dufu::Error for a name that is not in parameter_tensors().
+  const ParamTensor& tensor(std::string_view name) const;
+  // Named views into another buffer of num_parameters() floats (e.g. Adam moments).
+  GPTTensors tensors(std::span<float> buffer) const;
+
+  // Runs the model on tokens [B, T] (values in [0, vocab_size), T <= seq_length).
+  // With targets [B, T] (values in [0, vocab_size) or -1 to ignore the position) it
+  // returns the mean loss over the non-ignored targets (0 if all are ignored) and
+  // prepares backward() to produce dloss_scale times the gradient of the SUM of the
+  // per-position losses: 1 / (number of non-ignored targets) gives the gradient of
+  // the returned mean; 1 / (that count over all micro-batches) makes the gradients
+  // that backward() accumulates over the micro-batches equal those of one big batch.
+  // Without targets (an empty span) it returns NaN and keeps the logits for
+  // logits(). Throws dufu::Error for bad sizes or token values.
+  float forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B, int T,
+                float dloss_scale);
+  // The same with dloss_scale = 1 / (number of non-ignored targets).
+  float forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B, int T);
+
+  // Logits [B·T, Vp] of the last forward, which must have had no targets (with
+  // targets the classifier overwrites them with their gradient). Only the first
+  // vocab_size columns of a row are real; the padding columns hold 0.
+  std::span<const float> logits() const;
+
+  // Adds the gradient of the last forward (which must have had targets) to grads();
+  // once per forward.
+  void backward();
+  void zero_grad();
+
+ private:
+  // What the forward keeps for backward, one set per layer. The residual stream of
+  // layer l enters as residual_in (the embedding for l = 0, the previous layer's
+  // residual_out otherwise), becomes residual_mid after the attention branch and
+  // residual_out after the MLP branch; each sum is fused with the LayerNorm after it.
+  struct LayerActivations {
+    float* ln_1;  // [N, C]
+    float* ln_1_mean;
+    float* ln_1_rstd;     // [N] each
+    float* qkv;           // [N, 3C]
+    float* att;           // [B, NH, T, T]
+    float* atty;          // [N, C] attention output, before c_proj
+    float* residual_mid;  // [N, C]
+    float* ln_2;          // [N, C]
+    float* ln_2_mean;
+    float* ln_2_rstd;
+    float* fc_pre;        // [N, 4C] c_fc output plus bias, before GELU
+    float* fc_gelu;       // [N, 4C]
+    float* residual_out;  // [N, C]
+  };
+  struct Activations {
+    float* encoded;  // [N, C]
+    std::vector<LayerActivations> layers;
+    float* ln_f;  // [N, C]
+    float* ln_f_mean;
+    float* ln_f_rstd;
+    float* logits;  // [N, Vp]
+    float* losses;  // [N]
+    // Scratch reused by every layer: the c_fc output before bias and GELU, and the
+    // output of a branch (c_proj of attention or MLP) before it joins the residual.
+    float* fc_out;  // [N, 4C]
+    float* branch;  // [N, C]
+  };
+  // Gradients of activations, only needed (and allocated) for backward.
+  struct ActivationGrads {
+    float* residual;  // [N, C] the residual stream's gradient, accumulated through
+    float* ln;        // [N, C] gradient of a LayerNorm output
+    float* atty;      // [N, C]
+    float* qkv;       // [N, 3C]
+    float* att;       // [B, NH, T, T] attention_backward's scratch
+    float* fc_gelu;   // [N, 4C]
+    float* fc_pre;    // [N, 4C]
+  };
+
+  void ensure_activations(int B, int T);
+  void ensure_activation_grads();
+  void check_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B, int T) const;
+
+  GPTConfig config_;
+  std::vector<ParamTensor> layout_;
+  std::vector<float> params_;
+  std::vector<float> grads_;
+  GPTTensors p_;  // views into params_
+  GPTTensors g_;  // views into grads_
+
+  // Activation buffers are sized for the largest B and T seen so far (capacity_b_,
+  // capacity_t_); a smaller batch uses the front of each tensor.
+  int capacity_b_ = 0;
+  int capacity_t_ = 0;
+  std::vector<float> activation_memory_;
+  Activations acts_{};
+  int grad_capacity_b_ = 0;
+  int grad_capacity_t_ = 0;
+  std::vector<float> activation_grad_memory_;
+  ActivationGrads dacts_{};
+
+  // The last forward: its batch (embedding_backward needs the tokens) and whether
+  // the logits buffer holds logits or, after a forward with targets, their gradient.
+  std::vector<std::int32_t> tokens_;
+  int batch_b_ = 0;
+  int batch_t_ = 0;
+  bool has_logits_ = false;
+  bool backward_pending_ = false;
+};
+
+}  // namespace dufu::trainer

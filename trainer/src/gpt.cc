@@ -1,0 +1,427 @@
+// GPT-2 on the CPU kernels: parameter layout, initialisation, forward and backward.
+// The forward and backward are deliberately one flat sequence of kernel calls per
+// layer, so each line can be matched against the PyTorch reference module.
+#include "dufu/trainer/gpt.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <random>
+#include <utility>
+
+#include "dufu/common/error.h"
+#include "dufu/trainer/kernels.h"
+
+namespace dufu::trainer {
+
+namespace {
+
+// Standard normal draws from std::mt19937 by Box-Muller, so the sequence depends only
+// on the seed (std::normal_distribution's algorithm is up to each standard library).
+class NormalGenerator {
+ public:
+  explicit NormalGenerator(std::uint32_t seed) : engine_(seed) {}
+
+  double next() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    const double radius = std::sqrt(-2.0 * std::log(uniform()));
+    const double angle = 2.0 * std::numbers::pi * uniform();
+    spare_ = radius * std::sin(angle);
+    has_spare_ = true;
+    return radius * std::cos(angle);
+  }
+
+ private:
+  // In (0, 1), never 0, so the log above stays finite.
+  double uniform() { return (static_cast<double>(engine_()) + 0.5) / 4294967296.0; }
+
+  std::mt19937 engine_;
+  bool has_spare_ = false;
+  double spare_ = 0.0;
+};
+
+// Carves one float buffer into tensors: each want() reserves a slot, allocate()
+// sizes the buffer once and points every slot into it.
+class BufferCarver {
+ public:
+  void want(float*& slot, std::size_t count) { slots_.emplace_back(&slot, count); }
+  void allocate(std::vector<float>& memory) {
+    std::size_t total = 0;
+    for (const auto& slot : slots_) total += slot.second;
+    // Release the old buffer first so growing does not briefly need both.
+    memory = std::vector<float>();
+    memory.assign(total, 0.0f);
+    float* next = memory.data();
+    for (const auto& [slot, count] : slots_) {
+      *slot = next;
+      next += count;
+    }
+  }
+
+ private:
+  std::vector<std::pair<float**, std::size_t>> slots_;
+};
+
+bool is_layernorm(const std::string& name) { return name.find("ln_") != std::string::npos; }
+bool is_residual_projection(const std::string& name) {
+  return name.ends_with("attn.c_proj.weight") || name.ends_with("mlp.c_proj.weight");
+}
+
+}  // namespace
+
+int GPTConfig::padded_vocab_size() const {
+  return (vocab_size + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
+}
+
+void GPTConfig::validate() const {
+  const std::pair<const char*, int> sizes[] = {{"n_layer", n_layer},       {"n_head", n_head},
+                                               {"d_model", d_model},       {"vocab_size", vocab_size},
+                                               {"vocab_multiple", vocab_multiple}, {"seq_length", seq_length}};
+  for (const auto& [field, value] : sizes) {
+    if (value <= 0) DUFU_FAIL("GPT config: ", field, " must be positive, got ", value);
+  }
+  if (d_model % n_head != 0) {
+    DUFU_FAIL("GPT config: d_model ", d_model, " is not divisible by n_head ", n_head,
+              "; HINT: each head gets d_model / n_head channels");
+  }
+  if (vocab_size > INT_MAX - vocab_multiple) {
+    DUFU_FAIL("GPT config: vocab_size ", vocab_size, " padded to a multiple of ", vocab_multiple,
+              " overflows int");
+  }
+}
+
+std::size_t ParamTensor::size() const {
+  std::size_t count = 1;
+  for (const std::size_t extent : shape) count *= extent;
+  return count;
+}
+
+std::vector<ParamTensor> gpt_parameter_layout(const GPTConfig& config) {
+  config.validate();
+  const std::size_t C = static_cast<std::size_t>(config.d_model);
+  std::vector<ParamTensor> layout;
+  std::size_t offset = 0;
+  const auto add = [&](std::string name, std::vector<std::size_t> shape) {
+    ParamTensor tensor{std::move(name), offset, std::move(shape), false};
+    tensor.is_matrix = tensor.shape.size() == 2;
+    offset += tensor.size();
+    layout.push_back(std::move(tensor));
+  };
+  add("wte.weight", {static_cast<std::size_t>(config.padded_vocab_size()), C});
+  add("wpe.weight", {static_cast<std::size_t>(config.seq_length), C});
+  for (int layer = 0; layer < config.n_layer; ++layer) {
+    const std::string prefix = str_cat("h.", layer, ".");
+    add(prefix + "ln_1.weight", {C});
+    add(prefix + "ln_1.bias", {C});
+    add(prefix + "attn.c_attn.weight", {3 * C, C});
+    add(prefix + "attn.c_attn.bias", {3 * C});
+    add(prefix + "attn.c_proj.weight", {C, C});
+    add(prefix + "attn.c_proj.bias", {C});
+    add(prefix + "ln_2.weight", {C});
+    add(prefix + "ln_2.bias", {C});
+    add(prefix + "mlp.c_fc.weight", {4 * C, C});
+    add(prefix + "mlp.c_fc.bias", {4 * C});
+    add(prefix + "mlp.c_proj.weight", {C, 4 * C});
+    add(prefix + "mlp.c_proj.bias", {C});
+  }
+  add("ln_f.weight", {C});
+  add("ln_f.bias", {C});
+  return layout;
+}
+
+GPT::GPT(const GPTConfig& config)
+    : config_(config),
+      layout_(gpt_parameter_layout(config)),
+      params_(layout_.back().offset + layout_.back().size(), 0.0f),
+      grads_(params_.size(), 0.0f),
+      p_(tensors(params_)),
+      g_(tensors(grads_)) {}
+
+const ParamTensor& GPT::tensor(std::string_view name) const {
+  for (const ParamTensor& tensor : layout_) {
+    if (tensor.name == name) return tensor;
+  }
+  DUFU_FAIL("GPT has no parameter tensor named '", name, "'; HINT: names follow HuggingFace's GPT2Model, ",
+            "e.g. wte.weight, h.0.attn.c_attn.weight, ln_f.bias");
+}
+
+GPTTensors GPT::tensors(std::span<float> buffer) const {
+  if (buffer.size() != params_.size()) {
+    DUFU_FAIL("GPT::tensors: buffer of ", buffer.size(), " floats, the parameters need ", params_.size());
+  }
+  // Walks the layout in the order gpt_parameter_layout wrote it; the name check keeps
+  // the two in step if either changes.
+  std::size_t index = 0;
+  const auto next = [&](std::string_view expected) {
+    const ParamTensor& tensor = layout_[index++];
+    DUFU_CHECK(tensor.name == expected, "layout has ", tensor.name, " where ", expected, " was expected");
+    return buffer.data() + tensor.offset;
+  };
+  GPTTensors views{};
+  views.wte = next("wte.weight");
+  views.wpe = next("wpe.weight");
+  views.h.resize(static_cast<std::size_t>(config_.n_layer));
+  for (int layer = 0; layer < config_.n_layer; ++layer) {
+    const std::string prefix = str_cat("h.", layer, ".");
+    GPTLayerTensors& h = views.h[static_cast<std::size_t>(layer)];
+    h.ln_1_weight = next(prefix + "ln_1.weight");
+    h.ln_1_bias = next(prefix + "ln_1.bias");
+    h.attn_c_attn_weight = next(prefix + "attn.c_attn.weight");
+    h.attn_c_attn_bias = next(prefix + "attn.c_attn.bias");
+    h.attn_c_proj_weight = next(prefix + "attn.c_proj.weight");
+    h.attn_c_proj_bias = next(prefix + "attn.c_proj.bias");
+    h.ln_2_weight = next(prefix + "ln_2.weight");
+    h.ln_2_bias = next(prefix + "ln_2.bias");
+    h.mlp_c_fc_weight = next(prefix + "mlp.c_fc.weight");
+    h.mlp_c_fc_bias = next(prefix + "mlp.c_fc.bias");
+    h.mlp_c_proj_weight = next(prefix + "mlp.c_proj.weight");
+    h.mlp_c_proj_bias = next(prefix + "mlp.c_proj.bias");
+  }
+  views.ln_f_weight = next("ln_f.weight");
+  views.ln_f_bias = next("ln_f.bias");
+  DUFU_CHECK(index == layout_.size());
+  return views;
+}
+
+void GPT::init_gpt2(std::uint32_t seed) {
+  NormalGenerator normal(seed);
+  const double residual_std = 0.02 / std::sqrt(2.0 * config_.n_layer);
+  for (const ParamTensor& tensor : layout_) {
+    float* values = params_.data() + tensor.offset;
+    std::size_t drawn = tensor.size();
+    if (tensor.name == "wte.weight") {
+      // Only real tokens get weights; padding rows stay zero so their logits are 0.
+      drawn = static_cast<std::size_t>(config_.vocab_size) * tensor.shape[1];
+    }
+    if (is_layernorm(tensor.name)) {
+      std::fill_n(values, tensor.size(), tensor.name.ends_with(".weight") ? 1.0f : 0.0f);
+    } else if (!tensor.is_matrix) {
+      std::fill_n(values, tensor.size(), 0.0f);
+    } else {
+      const double std_dev = is_residual_projection(tensor.name) ? residual_std : 0.02;
+      for (std::size_t i = 0; i < drawn; ++i) values[i] = static_cast<float>(std_dev * normal.next());
+      std::fill(values + drawn, values + tensor.size(), 0.0f);
+    }
+  }
+}
+
+void GPT::check_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B,
+                      int T) const {
+  if (B <= 0 || T <= 0) DUFU_FAIL("GPT::forward: batch ", B, " x ", T, " must have positive sizes");
+  if (T > config_.seq_length) {
+    DUFU_FAIL("GPT::forward: sequence of ", T, " positions, the model has ", config_.seq_length,
+              "; HINT: raise seq_length or shorten the batch");
+  }
+  const std::size_t rows = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
+  if (rows > static_cast<std::size_t>(INT_MAX)) DUFU_FAIL("GPT::forward: batch ", B, " x ", T, " overflows int");
+  if (tokens.size() != rows) DUFU_FAIL("GPT::forward: ", tokens.size(), " tokens for a batch of ", B, " x ", T);
+  if (!targets.empty() && targets.size() != rows) {
+    DUFU_FAIL("GPT::forward: ", targets.size(), " targets for a batch of ", B, " x ", T);
+  }
+  for (std::size_t i = 0; i < rows; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
+      DUFU_FAIL("GPT::forward: token ", tokens[i], " at position ", i, " is outside the vocabulary [0, ",
+                config_.vocab_size, "); HINT: the tokenizer and the model's vocab_size must agree");
+    }
+    if (!targets.empty() && (targets[i] < -1 || targets[i] >= config_.vocab_size)) {
+      DUFU_FAIL("GPT::forward: target ", targets[i], " at position ", i, " is neither -1 (ignored) nor in [0, ",
+                config_.vocab_size, ")");
+    }
+  }
+}
+
+void GPT::ensure_activations(int B, int T) {
+  if (B <= capacity_b_ && T <= capacity_t_) return;
+  capacity_b_ = std::max(B, capacity_b_);
+  capacity_t_ = std::max(T, capacity_t_);
+  const std::size_t N = static_cast<std::size_t>(capacity_b_) * static_cast<std::size_t>(capacity_t_);
+  const std::size_t C = static_cast<std::size_t>(config_.d_model);
+  const std::size_t att = N * static_cast<std::size_t>(config_.n_head) * static_cast<std::size_t>(capacity_t_);
+  const std::size_t Vp = static_cast<std::size_t>(config_.padded_vocab_size());
+
+  BufferCarver carver;
+  acts_.layers.resize(static_cast<std::size_t>(config_.n_layer));
+  carver.want(acts_.encoded, N * C);
+  for (LayerActivations& layer : acts_.layers) {
+    carver.want(layer.ln_1, N * C);
+    carver.want(layer.ln_1_mean, N);
+    carver.want(layer.ln_1_rstd, N);
+    carver.want(layer.qkv, N * 3 * C);
+    carver.want(layer.att, att);
+    carver.want(layer.atty, N * C);
+    carver.want(layer.residual_mid, N * C);
+    carver.want(layer.ln_2, N * C);
+    carver.want(layer.ln_2_mean, N);
+    carver.want(layer.ln_2_rstd, N);
+    carver.want(layer.fc_pre, N * 4 * C);
+    carver.want(layer.fc_gelu, N * 4 * C);
+    carver.want(layer.residual_out, N * C);
+  }
+  carver.want(acts_.ln_f, N * C);
+  carver.want(acts_.ln_f_mean, N);
+  carver.want(acts_.ln_f_rstd, N);
+  carver.want(acts_.logits, N * Vp);
+  carver.want(acts_.losses, N);
+  carver.want(acts_.fc_out, N * 4 * C);
+  carver.want(acts_.branch, N * C);
+  carver.allocate(activation_memory_);
+  has_logits_ = false;
+  backward_pending_ = false;
+}
+
+void GPT::ensure_activation_grads() {
+  if (grad_capacity_b_ == capacity_b_ && grad_capacity_t_ == capacity_t_) return;
+  grad_capacity_b_ = capacity_b_;
+  grad_capacity_t_ = capacity_t_;
+  const std::size_t N = static_cast<std::size_t>(capacity_b_) * static_cast<std::size_t>(capacity_t_);
+  const std::size_t C = static_cast<std::size_t>(config_.d_model);
+  const std::size_t att = N * static_cast<std::size_t>(config_.n_head) * static_cast<std::size_t>(capacity_t_);
+
+  BufferCarver carver;
+  carver.want(dacts_.residual, N * C);
+  carver.want(dacts_.ln, N * C);
+  carver.want(dacts_.atty, N * C);
+  carver.want(dacts_.qkv, N * 3 * C);
+  carver.want(dacts_.att, att);
+  carver.want(dacts_.fc_gelu, N * 4 * C);
+  carver.want(dacts_.fc_pre, N * 4 * C);
+  carver.allocate(activation_grad_memory_);
+}
+
+float GPT::forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B, int T) {
+  const auto counted = std::count_if(targets.begin(), targets.end(), [](std::int32_t t) { return t != -1; });
+  return forward(tokens, targets, B, T, 1.0f / static_cast<float>(std::max<std::ptrdiff_t>(counted, 1)));
+}
+
+float GPT::forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B, int T,
+                   float dloss_scale) {
+  check_batch(tokens, targets, B, T);
+  if (!std::isfinite(dloss_scale)) DUFU_FAIL("GPT::forward: dloss_scale ", dloss_scale, " is not finite");
+  ensure_activations(B, T);
+  tokens_.assign(tokens.begin(), tokens.end());
+  batch_b_ = B;
+  batch_t_ = T;
+  const int N = B * T;
+  const int C = config_.d_model;
+  const int NH = config_.n_head;
+  const int L = config_.n_layer;
+
+  embedding_forward(acts_.encoded, tokens.data(), p_.wte, p_.wpe, B, T, C);
+  LayerActivations& first = acts_.layers[0];
+  layernorm_forward(first.ln_1, first.ln_1_mean, first.ln_1_rstd, acts_.encoded, p_.h[0].ln_1_weight,
+                    p_.h[0].ln_1_bias, N, C);
+  for (int l = 0; l < L; ++l) {
+    const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
+    LayerActivations& a = acts_.layers[static_cast<std::size_t>(l)];
+    const float* residual_in = l == 0 ? acts_.encoded : acts_.layers[static_cast<std::size_t>(l - 1)].residual_out;
+
+    matmul_forward(a.qkv, a.ln_1, w.attn_c_attn_weight, w.attn_c_attn_bias, N, C, 3 * C);
+    attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
+    matmul_forward(acts_.branch, a.atty, w.attn_c_proj_weight, w.attn_c_proj_bias, N, C, C);
+    residual_layernorm_forward(a.residual_mid, a.ln_2, a.ln_2_mean, a.ln_2_rstd, residual_in, acts_.branch,
+                               w.ln_2_weight, w.ln_2_bias, N, C);
+
+    matmul_forward(acts_.fc_out, a.ln_2, w.mlp_c_fc_weight, nullptr, N, C, 4 * C);
+    bias_gelu_forward(a.fc_gelu, a.fc_pre, acts_.fc_out, w.mlp_c_fc_bias, N, 4 * C);
+    matmul_forward(acts_.branch, a.fc_gelu, w.mlp_c_proj_weight, w.mlp_c_proj_bias, N, 4 * C, C);
+
+    // The block's output goes straight into the next LayerNorm: the next layer's
+    // ln_1, or ln_f after the last layer.
+    if (l + 1 < L) {
+      const GPTLayerTensors& next_w = p_.h[static_cast<std::size_t>(l + 1)];
+      LayerActivations& next_a = acts_.layers[static_cast<std::size_t>(l + 1)];
+      residual_layernorm_forward(a.residual_out, next_a.ln_1, next_a.ln_1_mean, next_a.ln_1_rstd, a.residual_mid,
+                                 acts_.branch, next_w.ln_1_weight, next_w.ln_1_bias, N, C);
+    } else {
+      residual_layernorm_forward(a.residual_out, acts_.ln_f, acts_.ln_f_mean, acts_.ln_f_rstd, a.residual_mid,
+                                 acts_.branch, p_.ln_f_weight, p_.ln_f_bias, N, C);
+    }
+  }
+  const int Vp = config_.padded_vocab_size();
+  matmul_forward(acts_.logits, acts_.ln_f, p_.wte, nullptr, N, C, Vp);
+
+  if (targets.empty()) {
+    has_logits_ = true;
+    backward_pending_ = false;
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  classifier_forward_backward(acts_.logits, acts_.losses, targets.data(), dloss_scale, N, config_.vocab_size, Vp);
+  has_logits_ = false;
+  backward_pending_ = true;
+  double sum = 0.0;
+  std::size_t counted = 0;
+  for (int i = 0; i < N; ++i) {
+    if (targets[static_cast<std::size_t>(i)] == -1) continue;
+    sum += acts_.losses[i];
+    ++counted;
+  }
+  return counted == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(counted));
+}
+
+std::span<const float> GPT::logits() const {
+  if (!has_logits_) {
+    DUFU_FAIL("GPT::logits: no logits to read; HINT: call forward without targets first (with targets the ",
+              "classifier turns the logits into their gradient)");
+  }
+  const std::size_t rows = static_cast<std::size_t>(batch_b_) * static_cast<std::size_t>(batch_t_);
+  return {acts_.logits, rows * static_cast<std::size_t>(config_.padded_vocab_size())};
+}
+
+void GPT::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
+void GPT::backward() {
+  if (!backward_pending_) {
+    DUFU_FAIL("GPT::backward: no forward with targets to go back through; HINT: call forward with targets ",
+              "once before each backward");
+  }
+  backward_pending_ = false;
+  ensure_activation_grads();
+  const int B = batch_b_;
+  const int T = batch_t_;
+  const int N = B * T;
+  const int C = config_.d_model;
+  const int NH = config_.n_head;
+  const int Vp = config_.padded_vocab_size();
+  const std::size_t rows = static_cast<std::size_t>(N);
+  const ActivationGrads& d = dacts_;
+
+  // The classifier left dloss/dlogits in the logits buffer.
+  matmul_backward(d.ln, g_.wte, nullptr, acts_.logits, acts_.ln_f, p_.wte, N, C, Vp);
+  const LayerActivations& last = acts_.layers.back();
+  std::fill_n(d.residual, rows * static_cast<std::size_t>(C), 0.0f);
+  layernorm_backward(d.residual, g_.ln_f_weight, g_.ln_f_bias, d.ln, last.residual_out, p_.ln_f_weight,
+                     acts_.ln_f_mean, acts_.ln_f_rstd, N, C);
+
+  // d.residual carries the gradient of the residual stream down the layers: each
+  // branch reads it as the gradient of its output, and each LayerNorm backward adds
+  // its input's gradient to it, which is the residual add's backward.
+  for (int l = config_.n_layer - 1; l >= 0; --l) {
+    const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
+    const GPTLayerTensors& dw = g_.h[static_cast<std::size_t>(l)];
+    const LayerActivations& a = acts_.layers[static_cast<std::size_t>(l)];
+    const float* residual_in = l == 0 ? acts_.encoded : acts_.layers[static_cast<std::size_t>(l - 1)].residual_out;
+
+    matmul_backward(d.fc_gelu, dw.mlp_c_proj_weight, dw.mlp_c_proj_bias, d.residual, a.fc_gelu, w.mlp_c_proj_weight,
+                    N, 4 * C, C);
+    bias_gelu_backward(d.fc_pre, dw.mlp_c_fc_bias, d.fc_gelu, a.fc_pre, N, 4 * C);
+    matmul_backward(d.ln, dw.mlp_c_fc_weight, nullptr, d.fc_pre, a.ln_2, w.mlp_c_fc_weight, N, C, 4 * C);
+    layernorm_backward(d.residual, dw.ln_2_weight, dw.ln_2_bias, d.ln, a.residual_mid, w.ln_2_weight, a.ln_2_mean,
+                       a.ln_2_rstd, N, C);
+
+    matmul_backward(d.atty, dw.attn_c_proj_weight, dw.attn_c_proj_bias, d.residual, a.atty, w.attn_c_proj_weight, N,
+                    C, C);
+    attention_backward(d.qkv, d.att, d.atty, a.qkv, a.att, B, T, C, NH);
+    matmul_backward(d.ln, dw.attn_c_attn_weight, dw.attn_c_attn_bias, d.qkv, a.ln_1, w.attn_c_attn_weight, N, C,
+                    3 * C);
+    layernorm_backward(d.residual, dw.ln_1_weight, dw.ln_1_bias, d.ln, residual_in, w.ln_1_weight, a.ln_1_mean,
+                       a.ln_1_rstd, N, C);
+  }
+  embedding_backward(g_.wte, g_.wpe, d.residual, tokens_.data(), B, T, C);
+}
+
+}  // namespace dufu::trainer
