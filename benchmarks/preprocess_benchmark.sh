@@ -98,17 +98,28 @@ print(f"   ok: workers 1 == workers N, and {len(expected)} tokens == sentencepie
 EOF
 
 # --- timing ----------------------------------------------------------------------
-# The baseline is measured before and after the dataprep runs; the ratio uses their
-# mean, and a large drift between them says the machine was not quiet.
-read -r load_before _ </proc/loadavg
-if awk -v l="$load_before" 'BEGIN { exit !(l > 0.5) }'; then
-  echo "WARNING: load average is $load_before; other processes will skew the rates" >&2
-fi
+# Every timed command also reports how many cores OTHER processes kept busy meanwhile
+# (all busy CPU time from /proc/stat, steal included, minus the command's own), since
+# on a shared machine that, not dufu, is the usual reason for a low ratio. The
+# baseline is measured before and after the dataprep runs and the ratio uses the mean.
+ticks_per_second=$(getconf CLK_TCK)
+busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
+now() { date +%s.%N; }
+# others_cores BUSY_TICKS_BEFORE START_TIME OWN_CPU_SECONDS
+others_cores() {
+  awk -v b0="$1" -v b1="$(busy_ticks)" -v t0="$2" -v t1="$(now)" -v own="$3" -v hz="$ticks_per_second" \
+    'BEGIN { o = ((b1 - b0) / hz - own) / (t1 - t0); printf "%.2f", o < 0 ? 0 : o }'
+}
+# /usr/bin/time -v report -> user + system seconds
+own_cpu() { awk -F': ' '/User time|System time/ { s += $2 } END { print s }' "$1"; }
+
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
-measure_baseline() {
+measure_baseline() {  # prints "SPM_LINE others=CORES"
   echo "== baseline: sentencepiece single-thread Encode on $jsonl" >&2
-  local line
-  line=$("$spm_encode_rate" --tokenizer-model "$model" --input "$jsonl")
+  local line b0 t0
+  b0=$(busy_ticks) t0=$(now)
+  line=$(/usr/bin/time -v -o "$out/baseline.time" "$spm_encode_rate" --tokenizer-model "$model" --input "$jsonl")
+  line="$line others=$(others_cores "$b0" "$t0" "$(own_cpu "$out/baseline.time")")"
   echo "   $line" >&2
   echo "$line"
 }
@@ -117,19 +128,20 @@ base_docs=$(field documents "$baseline")
 base_empty=$(field empty "$baseline")
 base_text=$(field text_bytes "$baseline")
 base_tokens=$(field tokens "$baseline")
-base_before=$(field text_mb_per_s "$baseline")
-base_tokens_before=$(field tokens_per_s "$baseline")
 base_text_mb=$(awk -v b="$base_text" 'BEGIN { printf "%.6f", b / 1e6 }')
 
 # One dataprep run under /usr/bin/time -v; checks its counts against the baseline and
-# appends "label workers seconds input_bytes documents tokens rss_kb cpu" to runs.
+# appends "label workers seconds input_bytes documents tokens rss_kb cpu others" to runs.
 declare -a runs=()
 run_one() {  # INPUT_FILE LABEL WORKERS
   local input=$1 label=$2 w=$3 prefix=$out/$2-w$3
   echo "== dataprep preprocess $label --workers $w"
+  local b0 t0 others
+  b0=$(busy_ticks) t0=$(now)
   /usr/bin/time -v -o "$prefix.time" "$dataprep" preprocess --input "$input" \
     --output-prefix "$prefix" --tokenizer-model "$model" --append-eod --workers "$w" \
     --quiet >"$prefix.summary"
+  others=$(others_cores "$b0" "$t0" "$(own_cpu "$prefix.time")")
   sed 's/^/   /' "$prefix.summary"
   local seconds docs tokens empty text_mb rss_kb cpu
   seconds=$(sed -n 's/^preprocess: done in \([0-9.]*\) s.*/\1/p' "$prefix.summary")
@@ -151,7 +163,7 @@ run_one() {  # INPUT_FILE LABEL WORKERS
     fail "$label: $tokens tokens, expected sentencepiece's $base_tokens + $base_docs </s>"
   awk -v t="$text_mb" -v b="$base_text" 'BEGIN { r = t * 1e6 / b; exit !(r > 0.994 && r < 1.006) }' ||
     fail "$label: summary says text $text_mb MB, sentencepiece read $base_text bytes"
-  runs+=("$label $w $seconds $(stat -c %s "$input") $docs $tokens $rss_kb $cpu")
+  runs+=("$label $w $seconds $(stat -c %s "$input") $docs $tokens $rss_kb $cpu $others")
 }
 
 run_one "$jsonl" jsonl 1
@@ -159,9 +171,6 @@ run_one "$jsonl" jsonl "$all_workers"
 run_one "$jsonl.zst" jsonl.zst 1
 run_one "$jsonl.zst" jsonl.zst "$all_workers"
 baseline_after=$(measure_baseline)
-base_after=$(field text_mb_per_s "$baseline_after")
-base_tokens_after=$(field tokens_per_s "$baseline_after")
-read -r load_after _ </proc/loadavg
 
 # Output bytes must not depend on the worker count or the compression of the input.
 for run in jsonl-w"$all_workers" jsonl.zst-w1 jsonl.zst-w"$all_workers"; do
@@ -172,29 +181,39 @@ done
 echo
 echo "preprocess benchmark: $name: $(printf %.1f "$base_text_mb") MB of text, $base_docs documents," \
   "$((base_tokens + base_docs)) tokens; $(nproc) cores; model $(basename "$model")"
-echo "baseline (sentencepiece single-thread Encode): $base_before MB/s, $base_tokens_before tokens/s" \
-  "before; $base_after MB/s, $base_tokens_after tokens/s after"
-echo "load average (1 min): $load_before before, $load_after after"
-printf "%s\n" "${runs[@]}" | awk -v text_mb="$base_text_mb" -v before="$base_before" \
-  -v after="$base_after" -v goal="$goal_ratio" -v goal_rss="$goal_rss_mb" '
+for when in before after; do
+  line=$baseline
+  [[ $when == after ]] && line=$baseline_after
+  echo "baseline $when (sentencepiece single-thread Encode): $(field text_mb_per_s "$line") MB/s," \
+    "$(field tokens_per_s "$line") tokens/s; other processes used $(field others "$line") cores"
+done
+printf "%s\n" "${runs[@]}" | awk -v text_mb="$base_text_mb" \
+  -v before="$(field text_mb_per_s "$baseline")" -v after="$(field text_mb_per_s "$baseline_after")" \
+  -v others_before="$(field others "$baseline")" -v others_after="$(field others "$baseline_after")" \
+  -v goal="$goal_ratio" -v goal_rss="$goal_rss_mb" '
   BEGIN {
     base = (before + after) / 2
-    printf "%-10s %7s %7s %5s %8s %9s %8s %9s %7s %6s  %s\n", "input", "workers", "seconds",
-      "cpu", "in_MB/s", "text_MB/s", "docs/s", "tokens/s", "rss_MB", "ratio", "goal"
+    busy = others_before > 0.1 || others_after > 0.1
+    printf "%-10s %7s %7s %5s %8s %9s %8s %9s %7s %6s %6s  %s\n", "input", "workers", "seconds",
+      "cpu", "in_MB/s", "text_MB/s", "docs/s", "tokens/s", "rss_MB", "others", "ratio", "goal"
   }
   {
     s = $3; text_rate = text_mb / s; ratio = text_rate / ($2 * base); rss_mb = $7 * 1024 / 1e6
     ok = (ratio >= goal && rss_mb < goal_rss) ? "PASS" : "FAIL"
     if (ok == "FAIL") failed = 1
-    printf "%-10s %7d %7.1f %5s %8.2f %9.2f %8.0f %9.0f %7.0f %6.3f  %s\n", $1, $2, s, $8,
-      $4 / 1e6 / s, text_rate, $5 / s, $6 / s, rss_mb, ratio, ok
+    if ($9 > 0.1) busy = 1
+    printf "%-10s %7d %7.1f %5s %8.2f %9.2f %8.0f %9.0f %7.0f %6.2f %6.3f  %s\n", $1, $2, s, $8,
+      $4 / 1e6 / s, text_rate, $5 / s, $6 / s, rss_mb, $9, ratio, ok
   }
   END {
     printf "ratio = text MB/s / (workers x %.4f MB/s, the mean baseline); goal: ratio >= %s and " \
       "peak RSS < %s MB\n", base, goal, goal_rss
+    print "cpu = cores this run used (time -v); others = cores other processes kept busy meanwhile"
+    if (busy) print "WARNING: other processes competed for the cores (others > 0.1): the rates " \
+      "and ratios are skewed; rerun on an idle machine"
     drift = before > after ? before / after : after / before
-    if (drift > 1.05) printf "WARNING: the baseline moved %.0f%% during the run: the machine " \
-      "was not quiet, rerun on an idle machine\n", (drift - 1) * 100
+    if (drift > 1.05) printf "WARNING: the baseline moved %.0f%% between before and after: the " \
+      "ratios are uncertain by about as much\n", (drift - 1) * 100
     print "outputs: all 4 runs byte-identical, token counts == sentencepiece + one </s> per document"
     print (failed ? "verdict: FAIL" : "verdict: PASS")
   }'
