@@ -98,10 +98,12 @@ print(f"   ok: workers 1 == workers N, and {len(expected)} tokens == sentencepie
 EOF
 
 # --- timing ----------------------------------------------------------------------
-# Every timed command also reports how many cores OTHER processes kept busy meanwhile
-# (all busy CPU time from /proc/stat, steal included, minus the command's own), since
-# on a shared machine that, not dufu, is the usual reason for a low ratio. The
-# baseline is measured before and after the dataprep runs and the ratio uses the mean.
+# The baseline is measured before every dataprep run and once after the last; each run
+# is compared with the mean of the two baselines around it, because on a VM the speed
+# of a core drifts by 10% or more within minutes. Every timed command also reports
+# how many cores OTHER processes kept busy meanwhile (busy CPU time from /proc/stat,
+# steal included, minus the command's own): on a shared machine that, not dufu, is
+# the usual reason for a low ratio.
 ticks_per_second=$(getconf CLK_TCK)
 busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
 now() { date +%s.%N; }
@@ -112,29 +114,29 @@ others_cores() {
 }
 # /usr/bin/time -v report -> user + system seconds
 own_cpu() { awk -F': ' '/User time|System time/ { s += $2 } END { print s }' "$1"; }
-
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
-measure_baseline() {  # prints "SPM_LINE others=CORES"
-  echo "== baseline: sentencepiece single-thread Encode on $jsonl" >&2
+
+# Appends "spm_encode_rate ... others=CORES" to baselines.
+declare -a baselines=()
+measure_baseline() {
+  echo "== baseline: sentencepiece single-thread Encode on $jsonl"
   local line b0 t0
   b0=$(busy_ticks) t0=$(now)
   line=$(/usr/bin/time -v -o "$out/baseline.time" "$spm_encode_rate" --tokenizer-model "$model" --input "$jsonl")
   line="$line others=$(others_cores "$b0" "$t0" "$(own_cpu "$out/baseline.time")")"
-  echo "   $line" >&2
-  echo "$line"
+  echo "   $line"
+  baselines+=("$line")
 }
-baseline=$(measure_baseline)
-base_docs=$(field documents "$baseline")
-base_empty=$(field empty "$baseline")
-base_text=$(field text_bytes "$baseline")
-base_tokens=$(field tokens "$baseline")
-base_text_mb=$(awk -v b="$base_text" 'BEGIN { printf "%.6f", b / 1e6 }')
 
 # One dataprep run under /usr/bin/time -v; checks its counts against the baseline and
 # appends "label workers seconds input_bytes documents tokens rss_kb cpu others" to runs.
 declare -a runs=()
 run_one() {  # INPUT_FILE LABEL WORKERS
   local input=$1 label=$2 w=$3 prefix=$out/$2-w$3
+  local base=${baselines[0]}
+  local base_docs base_empty base_tokens base_text
+  base_docs=$(field documents "$base") base_empty=$(field empty "$base")
+  base_tokens=$(field tokens "$base") base_text=$(field text_bytes "$base")
   echo "== dataprep preprocess $label --workers $w"
   local b0 t0 others
   b0=$(busy_ticks) t0=$(now)
@@ -166,11 +168,13 @@ run_one() {  # INPUT_FILE LABEL WORKERS
   runs+=("$label $w $seconds $(stat -c %s "$input") $docs $tokens $rss_kb $cpu $others")
 }
 
-run_one "$jsonl" jsonl 1
-run_one "$jsonl" jsonl "$all_workers"
-run_one "$jsonl.zst" jsonl.zst 1
-run_one "$jsonl.zst" jsonl.zst "$all_workers"
-baseline_after=$(measure_baseline)
+for input in "$jsonl" "$jsonl.zst"; do
+  for w in 1 "$all_workers"; do
+    measure_baseline
+    run_one "$input" "${input##*/$name.}" "$w"
+  done
+done
+measure_baseline
 
 # Output bytes must not depend on the worker count or the compression of the input.
 for run in jsonl-w"$all_workers" jsonl.zst-w1 jsonl.zst-w"$all_workers"; do
@@ -178,42 +182,47 @@ for run in jsonl-w"$all_workers" jsonl.zst-w1 jsonl.zst-w"$all_workers"; do
     fail "$run output differs from jsonl-w1"
 done
 
+# --- report ----------------------------------------------------------------------
+first=${baselines[0]}
 echo
-echo "preprocess benchmark: $name: $(printf %.1f "$base_text_mb") MB of text, $base_docs documents," \
-  "$((base_tokens + base_docs)) tokens; $(nproc) cores; model $(basename "$model")"
-for when in before after; do
-  line=$baseline
-  [[ $when == after ]] && line=$baseline_after
-  echo "baseline $when (sentencepiece single-thread Encode): $(field text_mb_per_s "$line") MB/s," \
-    "$(field tokens_per_s "$line") tokens/s; other processes used $(field others "$line") cores"
+echo "preprocess benchmark: $name: $(awk -v b="$(field text_bytes "$first")" 'BEGIN { printf "%.1f", b / 1e6 }')" \
+  "MB of text, $(field documents "$first") documents," \
+  "$(($(field tokens "$first") + $(field documents "$first"))) tokens; $(nproc) cores;" \
+  "model $(basename "$model")"
+for line in "${baselines[@]}"; do
+  echo "baseline (sentencepiece single-thread Encode): $(field text_mb_per_s "$line") MB/s," \
+    "$(field tokens_per_s "$line") tokens/s; others $(field others "$line") cores"
 done
-printf "%s\n" "${runs[@]}" | awk -v text_mb="$base_text_mb" \
-  -v before="$(field text_mb_per_s "$baseline")" -v after="$(field text_mb_per_s "$baseline_after")" \
-  -v others_before="$(field others "$baseline")" -v others_after="$(field others "$baseline_after")" \
-  -v goal="$goal_ratio" -v goal_rss="$goal_rss_mb" '
+# Each run row, then its two bracketing baselines: "MB/s others MB/s others".
+for i in "${!runs[@]}"; do
+  before=${baselines[$i]} after=${baselines[$((i + 1))]}
+  echo "${runs[$i]} $(field text_mb_per_s "$before") $(field others "$before")" \
+    "$(field text_mb_per_s "$after") $(field others "$after")"
+done | awk -v text_bytes="$(field text_bytes "$first")" -v goal="$goal_ratio" \
+  -v goal_rss="$goal_rss_mb" '
   BEGIN {
-    base = (before + after) / 2
-    busy = others_before > 0.1 || others_after > 0.1
-    printf "%-10s %7s %7s %5s %8s %9s %8s %9s %7s %6s %6s  %s\n", "input", "workers", "seconds",
-      "cpu", "in_MB/s", "text_MB/s", "docs/s", "tokens/s", "rss_MB", "others", "ratio", "goal"
+    printf "%-10s %7s %7s %5s %8s %9s %8s %9s %7s %6s %7s %6s  %s\n", "input", "workers", "seconds",
+      "cpu", "in_MB/s", "text_MB/s", "docs/s", "tokens/s", "rss_MB", "others", "base", "ratio", "goal"
   }
   {
-    s = $3; text_rate = text_mb / s; ratio = text_rate / ($2 * base); rss_mb = $7 * 1024 / 1e6
+    s = $3; text_rate = text_bytes / 1e6 / s; rss_mb = $7 * 1024 / 1e6
+    base = ($10 + $12) / 2; ratio = text_rate / ($2 * base)
     ok = (ratio >= goal && rss_mb < goal_rss) ? "PASS" : "FAIL"
     if (ok == "FAIL") failed = 1
-    if ($9 > 0.1) busy = 1
-    printf "%-10s %7d %7.1f %5s %8.2f %9.2f %8.0f %9.0f %7.0f %6.2f %6.3f  %s\n", $1, $2, s, $8,
-      $4 / 1e6 / s, text_rate, $5 / s, $6 / s, rss_mb, $9, ratio, ok
+    if ($9 > 0.1 || $11 > 0.1 || $13 > 0.1) busy = 1
+    d = $10 > $12 ? $10 / $12 : $12 / $10
+    if (d > drift) drift = d
+    printf "%-10s %7d %7.1f %5s %8.2f %9.2f %8.0f %9.0f %7.0f %6.2f %7.3f %6.3f  %s\n", $1, $2, s,
+      $8, $4 / 1e6 / s, text_rate, $5 / s, $6 / s, rss_mb, $9, base, ratio, ok
   }
   END {
-    printf "ratio = text MB/s / (workers x %.4f MB/s, the mean baseline); goal: ratio >= %s and " \
-      "peak RSS < %s MB\n", base, goal, goal_rss
-    print "cpu = cores this run used (time -v); others = cores other processes kept busy meanwhile"
+    print "cpu: cores the run used (time -v); others: cores other processes kept busy meanwhile;"
+    print "base: mean of the baselines just before and after the run, MB/s of text;"
+    printf "ratio = text MB/s / (workers x base); goal: ratio >= %s and peak RSS < %s MB\n", goal, goal_rss
     if (busy) print "WARNING: other processes competed for the cores (others > 0.1): the rates " \
       "and ratios are skewed; rerun on an idle machine"
-    drift = before > after ? before / after : after / before
-    if (drift > 1.05) printf "WARNING: the baseline moved %.0f%% between before and after: the " \
-      "ratios are uncertain by about as much\n", (drift - 1) * 100
+    if (drift > 1.05) printf "WARNING: consecutive baselines differ by up to %.0f%%: the core " \
+      "speed drifted, the ratios are uncertain by about as much\n", (drift - 1) * 100
     print "outputs: all 4 runs byte-identical, token counts == sentencepiece + one </s> per document"
     print (failed ? "verdict: FAIL" : "verdict: PASS")
   }'
