@@ -4,13 +4,15 @@
 # against sentencepiece's single-thread encode rate on the same text measured in the
 # same run (the tokenizer-bound limit). Goal: text MB/s >= 0.85 x workers x that rate,
 # peak RSS < 500 MB. A program for humans: it checks correctness first, then prints
-# a table with PASS/FAIL; nothing here runs as a test.
+# a table with PASS/FAIL; nothing here runs as a test. About 10 minutes on 2 cores
+# (5 baselines + 4 runs), plus ~2 minutes the first time to build corpus and model.
 #
 #   benchmarks/preprocess_benchmark.sh [BUILD_DIR]        (default: build-bench)
 #
 # Environment: DUFU_BENCH_WORK (corpus, model and outputs; default build-bench-work),
 # DUFU_BENCH_MAX_BYTES (jsonl size, default 150000000), DUFU_BENCH_WORKERS (the
 # "all cores" worker count, default nproc), DUFU_BENCH_NO_BUILD=1 (use BUILD_DIR as is).
+# Run it on an idle machine: the table shows how many cores other processes used.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-bench}
@@ -71,15 +73,17 @@ mkdir -p "$out"
 # --- correctness before timing ---------------------------------------------------
 # On a slice with small batches (many batches in flight, reordered by the writer):
 # --workers 1 and --workers N must write identical bytes, and the .bin must equal
-# sentencepiece's own Python encoding of each document followed by </s>.
+# sentencepiece's own Python encoding of each document followed by </s> (uint16: the
+# 32k vocabulary is below Megatron's 65500 threshold).
 echo "== correctness on a 1000-document slice"
 head -n 1000 "$jsonl" >"$out/slice.jsonl"
 for w in 1 "$all_workers"; do
   "$dataprep" preprocess --input "$out/slice.jsonl" --output-prefix "$out/slice-w$w" \
     --tokenizer-model "$model" --append-eod --workers "$w" --batch-bytes 65536 --quiet >/dev/null
 done
-cmp "$out/slice-w1.bin" "$out/slice-w$all_workers.bin"
-cmp "$out/slice-w1.idx" "$out/slice-w$all_workers.idx"
+{ cmp "$out/slice-w1.bin" "$out/slice-w$all_workers.bin" &&
+  cmp "$out/slice-w1.idx" "$out/slice-w$all_workers.idx"; } ||
+  fail "--workers 1 and --workers $all_workers wrote different shards for $out/slice.jsonl"
 "$python" - "$model" "$out/slice.jsonl" "$out/slice-w1.bin" <<'EOF'
 import array, json, sys
 import sentencepiece as spm
@@ -171,7 +175,7 @@ run_one() {  # INPUT_FILE LABEL WORKERS
 for input in "$jsonl" "$jsonl.zst"; do
   for w in 1 "$all_workers"; do
     measure_baseline
-    run_one "$input" "${input##*/$name.}" "$w"
+    run_one "$input" "${input##*/"$name".}" "$w"
   done
 done
 measure_baseline
