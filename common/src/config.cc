@@ -13,6 +13,7 @@
 #include <toml++/toml.h>
 
 #include "dufu/common/error.h"
+#include "dufu/common/json_writer.h"
 #include "dufu/common/read_only_file.h"
 
 namespace dufu {
@@ -95,31 +96,6 @@ std::string format_double(double value) {
   return text;
 }
 
-std::string quote_toml_string(std::string_view text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        // TOML forbids raw control characters (and DEL) in basic strings.
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-          char escape[8];
-          std::snprintf(escape, sizeof(escape), "\\u%04X", static_cast<unsigned>(static_cast<unsigned char>(c)));
-          out += escape;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
 const char* expected_description(ConfigType type) {
   switch (type) {
     case ConfigType::kInt: return "an integer";
@@ -134,7 +110,7 @@ const char* expected_description(ConfigType type) {
 // "the string \"fast\"", "the integer 4", "an array", ... for type errors.
 std::string describe(const toml::node& node) {
   switch (node.type()) {
-    case toml::node_type::string: return str_cat("the string ", quote_toml_string(node.as_string()->get()));
+    case toml::node_type::string: return str_cat("the string ", quote_json_string(node.as_string()->get()));
     case toml::node_type::integer: return str_cat("the integer ", node.as_integer()->get());
     case toml::node_type::floating_point: return str_cat("the number ", format_double(node.as_floating_point()->get()));
     case toml::node_type::boolean: return node.as_boolean()->get() ? "the boolean true" : "the boolean false";
@@ -200,12 +176,12 @@ std::string render_value(const ConfigValue& value) {
     std::string operator()(std::int64_t v) const { return std::to_string(v); }
     std::string operator()(double v) const { return format_double(v); }
     std::string operator()(bool v) const { return v ? "true" : "false"; }
-    std::string operator()(const std::string& v) const { return quote_toml_string(v); }
+    std::string operator()(const std::string& v) const { return quote_json_string(v); }
     std::string operator()(const std::vector<std::string>& v) const {
       std::string out = "[";
       for (std::size_t i = 0; i < v.size(); ++i) {
         if (i > 0) out += ", ";
-        out += quote_toml_string(v[i]);
+        out += quote_json_string(v[i]);
       }
       return out + "]";
     }

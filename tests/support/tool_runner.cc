@@ -40,5 +40,6 @@ std::string shell_quote(const std::string& text) {
 std::string fixture_path(const std::string& name) { return std::string(DUFU_FIXTURE_DIR) + "/" + name; }
 
 std::string dataprep_tool() { return DUFU_DATAPREP_TOOL; }
+std::string train_tool() { return DUFU_TRAIN_TOOL; }
 
 }  // namespace dufu::testing

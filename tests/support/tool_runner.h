@@ -21,5 +21,6 @@ std::string shell_quote(const std::string& text);
 // Paths of the shared fixture (see tests/fixtures/make_tokenizer_fixture.sh).
 std::string fixture_path(const std::string& name);
 std::string dataprep_tool();
+std::string train_tool();
 
 }  // namespace dufu::testing

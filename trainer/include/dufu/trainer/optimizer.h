@@ -1,0 +1,63 @@
+// AdamW over a GPT's parameter buffer: the two moments live in buffers laid out like
+// the parameters (so checkpoints can name them per tensor), and weight decay goes to
+// the matrices only (ParamTensor::is_matrix: the linear weights, wte and wpe), never
+// to biases or LayerNorm parameters, as in GPT-2, nanoGPT and Megatron.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "dufu/trainer/gpt.h"
+
+namespace dufu::trainer {
+
+struct AdamWOptions {
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;
+};
+
+class AdamW {
+ public:
+  // Moments start at zero and step_count() at 0. Throws dufu::Error for a beta
+  // outside [0, 1), a negative eps or weight decay, or a layout whose tensors do not
+  // tile [0, num_parameters).
+  AdamW(std::vector<ParamTensor> layout, std::size_t num_parameters, AdamWOptions options);
+  // For a model: its layout and size.
+  AdamW(const GPT& model, AdamWOptions options) : AdamW(model.parameter_tensors(), model.num_parameters(), options) {}
+
+  // One update of `params` from `grads` (each num_parameters() long) at learning
+  // rate `lr`; step_count() goes up by one first, and bias correction uses it.
+  // Deterministic, same formula as torch.optim.AdamW.
+  void step(std::span<float> params, std::span<const float> grads, float lr);
+
+  std::int64_t step_count() const { return step_count_; }
+  // For loading a checkpoint: the count of steps the loaded moments have seen.
+  void set_step_count(std::int64_t steps);
+  std::size_t num_parameters() const { return m_.size(); }
+  const AdamWOptions& options() const { return options_; }
+  const std::vector<ParamTensor>& layout() const { return layout_; }
+  // First and second moments, in the parameter layout.
+  std::span<float> m() { return m_; }
+  std::span<const float> m() const { return m_; }
+  std::span<float> v() { return v_; }
+  std::span<const float> v() const { return v_; }
+
+ private:
+  std::vector<ParamTensor> layout_;
+  AdamWOptions options_;
+  std::vector<float> m_;
+  std::vector<float> v_;
+  std::int64_t step_count_ = 0;
+};
+
+// Global L2 norm of the gradients, accumulated in double in a fixed order.
+double gradient_norm(std::span<const float> grads);
+// Scales the gradients so their norm is at most max_norm (no-op when max_norm <= 0
+// or the norm is already within it, or not finite); returns the norm before.
+double clip_gradient_norm(std::span<float> grads, double max_norm);
+
+}  // namespace dufu::trainer

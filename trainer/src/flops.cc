@@ -1,0 +1,41 @@
+#include "dufu/trainer/flops.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "dufu/trainer/kernels.h"
+
+namespace dufu::trainer {
+
+double gpt_training_flops_per_token(const GPTConfig& config, int T) {
+  const double C = config.d_model;
+  const double L = config.n_layer;
+  // Per block: c_attn 3C·C, c_proj C·C, c_fc 4C·C, mlp c_proj 4C·C = 12·C².
+  const double matmul_weights = L * 12.0 * C * C + static_cast<double>(config.padded_vocab_size()) * C;
+  const double attention = 12.0 * L * C * static_cast<double>(T);
+  return 6.0 * matmul_weights + attention;
+}
+
+double measure_sgemm_peak_flops(double seconds) {
+  constexpr int kRows = 1024, kIn = 768, kOut = 3072;
+  std::vector<float> x(static_cast<std::size_t>(kRows) * kIn, 0.5f);
+  std::vector<float> weight(static_cast<std::size_t>(kOut) * kIn, 0.25f);
+  std::vector<float> out(static_cast<std::size_t>(kRows) * kOut);
+  const double flops = 2.0 * kRows * kIn * kOut;
+  using Clock = std::chrono::steady_clock;
+  matmul_forward(out.data(), x.data(), weight.data(), nullptr, kRows, kIn, kOut);  // warm caches and threads
+  double best = 0.0;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  int runs = 0;
+  do {
+    const auto start = Clock::now();
+    matmul_forward(out.data(), x.data(), weight.data(), nullptr, kRows, kIn, kOut);
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    best = std::max(best, flops / elapsed);
+    ++runs;
+  } while (Clock::now() < deadline || runs < 3);
+  return best;
+}
+
+}  // namespace dufu::trainer

@@ -1,0 +1,55 @@
+// AdamW: one fused kernel pass per parameter tensor, so each tensor gets its own
+// weight decay (matrices decayed, biases and LayerNorm parameters not).
+#include "dufu/trainer/optimizer.h"
+
+#include <cmath>
+#include <utility>
+
+#include "dufu/common/error.h"
+#include "dufu/trainer/kernels.h"
+
+namespace dufu::trainer {
+
+AdamW::AdamW(std::vector<ParamTensor> layout, std::size_t num_parameters, AdamWOptions options)
+    : layout_(std::move(layout)), options_(options), m_(num_parameters, 0.0f), v_(num_parameters, 0.0f) {
+  if (!(options.beta1 >= 0.0f && options.beta1 < 1.0f)) DUFU_FAIL("AdamW beta1 must be in [0, 1), got ", options.beta1);
+  if (!(options.beta2 >= 0.0f && options.beta2 < 1.0f)) DUFU_FAIL("AdamW beta2 must be in [0, 1), got ", options.beta2);
+  if (!(options.eps >= 0.0f)) DUFU_FAIL("AdamW eps must not be negative, got ", options.eps);
+  if (!(options.weight_decay >= 0.0f)) DUFU_FAIL("AdamW weight decay must not be negative, got ", options.weight_decay);
+  std::size_t next = 0;
+  for (const ParamTensor& tensor : layout_) {
+    DUFU_CHECK(tensor.offset == next, "AdamW: tensor ", tensor.name, " starts at ", tensor.offset, ", expected ", next);
+    next += tensor.size();
+  }
+  DUFU_CHECK(next == num_parameters, "AdamW: the layout covers ", next, " of ", num_parameters, " parameters");
+}
+
+void AdamW::step(std::span<float> params, std::span<const float> grads, float lr) {
+  DUFU_CHECK(params.size() == m_.size() && grads.size() == m_.size(), "AdamW::step: ", params.size(), " parameters and ",
+             grads.size(), " gradients for an optimizer of ", m_.size());
+  ++step_count_;
+  const int t = static_cast<int>(step_count_);
+  for (const ParamTensor& tensor : layout_) {
+    const float decay = tensor.is_matrix ? options_.weight_decay : 0.0f;
+    adamw_update(params.data() + tensor.offset, grads.data() + tensor.offset, m_.data() + tensor.offset,
+                 v_.data() + tensor.offset, tensor.size(), lr, options_.beta1, options_.beta2, options_.eps, decay, t);
+  }
+}
+
+void AdamW::set_step_count(std::int64_t steps) {
+  if (steps < 0) DUFU_FAIL("AdamW step count must not be negative, got ", steps);
+  step_count_ = steps;
+}
+
+double gradient_norm(std::span<const float> grads) { return std::sqrt(sum_of_squares(grads.data(), grads.size())); }
+
+double clip_gradient_norm(std::span<float> grads, double max_norm) {
+  const double norm = gradient_norm(grads);
+  if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) {
+    // torch.nn.utils.clip_grad_norm_'s factor, eps included.
+    scale_in_place(grads.data(), static_cast<float>(max_norm / (norm + 1e-6)), grads.size());
+  }
+  return norm;
+}
+
+}  // namespace dufu::trainer
