@@ -13,7 +13,8 @@ void LrSchedule::validate() const {
   if (min_lr > max_lr) DUFU_FAIL("optim.min_lr (", min_lr, ") is above optim.lr (", max_lr, ")");
   if (warmup_steps < 0) DUFU_FAIL("optim.warmup_steps must not be negative, got ", warmup_steps);
   if (decay_steps < warmup_steps) {
-    DUFU_FAIL("the decay ends at step ", decay_steps, ", before the warmup (", warmup_steps, " steps) is over");
+    DUFU_FAIL("the learning-rate decay ends at step ", decay_steps, " (optim.decay_steps, or train.steps when 0), "
+              "before the warmup of optim.warmup_steps = ", warmup_steps, " is over");
   }
 }
 

@@ -1,0 +1,163 @@
+// The pieces of the training loop that can be checked by hand: the learning-rate
+// schedule, AdamW's weight-decay groups, gradient clipping, the FLOP count, and the
+// configuration's validation messages.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "dufu/common/config.h"
+#include "dufu/common/error.h"
+#include "dufu/trainer/flops.h"
+#include "dufu/trainer/gpt.h"
+#include "dufu/trainer/lr_schedule.h"
+#include "dufu/trainer/optimizer.h"
+#include "dufu/trainer/training_config.h"
+#include "support/expect_error.h"
+
+namespace {
+
+using dufu::Config;
+using dufu::testing::expect_error;
+using namespace dufu::trainer;
+
+TEST(LearningRate, WarmupThenCosineThenFloor) {
+  LrSchedule schedule{.max_lr = 1.0, .min_lr = 0.1, .warmup_steps = 4, .decay_steps = 14};
+  // Warmup: (step + 1) / 4 of the peak.
+  EXPECT_DOUBLE_EQ(learning_rate(schedule, 0), 0.25);
+  EXPECT_DOUBLE_EQ(learning_rate(schedule, 3), 1.0);
+  // Cosine over 10 steps from the peak: halfway is the mean of peak and floor.
+  EXPECT_DOUBLE_EQ(learning_rate(schedule, 4), 1.0);
+  EXPECT_NEAR(learning_rate(schedule, 9), 0.55, 1e-15);
+  EXPECT_NEAR(learning_rate(schedule, 6), 0.1 + 0.9 * 0.5 * (1 + std::cos(std::numbers::pi * 0.2)), 1e-15);
+  EXPECT_DOUBLE_EQ(learning_rate(schedule, 14), 0.1);
+  EXPECT_DOUBLE_EQ(learning_rate(schedule, 1000), 0.1);
+  for (std::int64_t step = 4; step < 14; ++step) {
+    EXPECT_GE(learning_rate(schedule, step), learning_rate(schedule, step + 1)) << step;
+  }
+}
+
+TEST(LearningRate, NoWarmup) {
+  LrSchedule schedule{.max_lr = 2.0, .min_lr = 0.0, .warmup_steps = 0, .decay_steps = 2};
+  EXPECT_DOUBLE_EQ(learning_rate(schedule, 0), 2.0);
+  EXPECT_NEAR(learning_rate(schedule, 1), 1.0, 1e-15);
+  EXPECT_DOUBLE_EQ(learning_rate(schedule, 2), 0.0);
+}
+
+TEST(LearningRate, ValidateNamesTheProblem) {
+  expect_error([] { LrSchedule{.max_lr = 1e-4, .min_lr = 1e-3, .warmup_steps = 0, .decay_steps = 1}.validate(); },
+               {"optim.min_lr", "above optim.lr"});
+  expect_error([] { LrSchedule{.max_lr = 1e-3, .min_lr = 0, .warmup_steps = 10, .decay_steps = 5}.validate(); },
+               {"decay ends at step 5", "optim.warmup_steps = 10"});
+  expect_error([] { LrSchedule{.max_lr = -1, .min_lr = -2, .warmup_steps = 0, .decay_steps = 5}.validate(); },
+               {"optim.lr must not be negative"});
+}
+
+GPTConfig tiny_model() {
+  GPTConfig config;
+  config.n_layer = 1;
+  config.n_head = 2;
+  config.d_model = 8;
+  config.vocab_size = 10;
+  config.vocab_multiple = 16;
+  config.seq_length = 4;
+  return config;
+}
+
+// With zero gradients AdamW's update is pure decay: matrices shrink by lr·wd, biases
+// and LayerNorm parameters stay as they are.
+TEST(AdamWGroups, DecayOnlyOnMatrices) {
+  GPT model(tiny_model());
+  model.init_gpt2(3);
+  for (float& p : model.params()) p = p == 0.0f ? 0.5f : p;  // no zeros, so decay shows
+  const std::vector<float> before(model.params().begin(), model.params().end());
+  AdamW optimizer(model, AdamWOptions{.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.25f});
+  model.zero_grad();
+  optimizer.step(model.params(), model.grads(), 0.1f);
+  EXPECT_EQ(optimizer.step_count(), 1);
+  for (const ParamTensor& tensor : model.parameter_tensors()) {
+    const float factor = tensor.is_matrix ? 1.0f - 0.1f * 0.25f : 1.0f;
+    for (std::size_t i = 0; i < tensor.size(); ++i) {
+      ASSERT_EQ(model.params()[tensor.offset + i], before[tensor.offset + i] * factor) << tensor.name;
+    }
+  }
+  EXPECT_TRUE(model.tensor("wte.weight").is_matrix);
+  EXPECT_TRUE(model.tensor("h.0.mlp.c_fc.weight").is_matrix);
+  EXPECT_FALSE(model.tensor("h.0.mlp.c_fc.bias").is_matrix);
+  EXPECT_FALSE(model.tensor("ln_f.weight").is_matrix);
+}
+
+TEST(AdamWGroups, RejectsBadOptions) {
+  GPT model(tiny_model());
+  expect_error([&] { AdamW(model, AdamWOptions{.beta1 = 1.0f}); }, {"beta1", "[0, 1)"});
+  expect_error([&] { AdamW(model, AdamWOptions{.weight_decay = -1.0f}); }, {"weight decay"});
+}
+
+TEST(GradientClipping, ScalesToTheLimitAndReportsTheNormBefore) {
+  std::vector<float> grads = {3.0f, 4.0f};  // norm 5
+  EXPECT_DOUBLE_EQ(clip_gradient_norm(grads, 1.0), 5.0);
+  EXPECT_NEAR(grads[0], 0.6f, 1e-6);
+  EXPECT_NEAR(grads[1], 0.8f, 1e-6);
+  EXPECT_NEAR(gradient_norm(grads), 1.0, 1e-6);
+
+  std::vector<float> small = {0.3f, 0.4f};
+  EXPECT_NEAR(clip_gradient_norm(small, 1.0), 0.5, 1e-7);
+  EXPECT_EQ(small[0], 0.3f);  // under the limit: untouched
+  std::vector<float> unclipped = {30.0f, 40.0f};
+  EXPECT_NEAR(clip_gradient_norm(unclipped, 0.0), 50.0, 1e-12);
+  EXPECT_EQ(unclipped[0], 30.0f);  // 0 = no clipping
+  std::vector<float> broken = {NAN, 1.0f};
+  EXPECT_TRUE(std::isnan(clip_gradient_norm(broken, 1.0)));
+}
+
+TEST(Flops, GPT2SmallIsAbout0Point74GigaflopPerToken) {
+  GPTConfig gpt2;  // the defaults are GPT-2 small: 12 layers, 768, vocab 50257 (50304 padded)
+  const double per_token = gpt_training_flops_per_token(gpt2, 64);
+  // 6 · (12 · 12 · 768² + 50304 · 768) + 12 · 12 · 768 · 64
+  const double expected = 6.0 * (12.0 * 12 * 768 * 768 + 50304.0 * 768) + 12.0 * 12 * 768 * 64;
+  EXPECT_DOUBLE_EQ(per_token, expected);
+  EXPECT_NEAR(per_token / 1e9, 0.74, 0.02);
+}
+
+Config config_with(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"data.blend=some/prefix"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return Config::load(training_config_schema(), "", all);
+}
+
+TEST(TrainingOptions, DerivesBatchesDataAndSchedule) {
+  const TrainingOptions options = training_options(
+      config_with({"train.micro_batch=4", "train.global_batch=12", "train.steps=50", "optim.warmup_steps=10", "data.blend=\"0.3 A 0.7 B\"",
+                   "eval.batches=3", "data.split=\"8,2,0\""}));
+  EXPECT_EQ(options.accumulation_steps(), 3);
+  EXPECT_EQ(options.schedule.decay_steps, 50);  // 0 = train.steps
+  EXPECT_EQ(options.train_data.num_samples, 600u);
+  EXPECT_EQ(options.valid_data.num_samples, 12u);
+  EXPECT_EQ(options.train_data.split.megatron_part, 0);
+  EXPECT_EQ(options.valid_data.split.megatron_part, 1);
+  ASSERT_EQ(options.train_data.shards.size(), 2u);
+  EXPECT_EQ(options.train_data.shards[1].second, "B");
+  EXPECT_EQ(options.train_data.seq_length, 256u);
+  EXPECT_EQ(training_options(config_with({"train.micro_batch=5"})).global_batch, 5);
+}
+
+TEST(TrainingOptions, ErrorsNameTheKnob) {
+  expect_error([] { training_options(Config::load(training_config_schema(), "", {})); }, {"data.blend is not set"});
+  expect_error([] { training_options(config_with({"train.micro_batch=4", "train.global_batch=10"})); },
+               {"train.global_batch (10)", "multiple of train.micro_batch (4)"});
+  expect_error([] { training_options(config_with({"train.on_nonfinite=ignore"})); },
+               {"train.on_nonfinite", "\"ignore\""});
+  expect_error([] { training_options(config_with({"model.n_head=3"})); }, {"n_head"});
+  expect_error([] { training_options(config_with({"train.steps=0"})); }, {"train.steps must be at least 1"});
+  expect_error([] { training_options(config_with({"train.steps=50"})); }, {"decay ends at step 50", "= 100"});
+  expect_error([] { training_options(config_with({"optim.beta2=1.5"})); }, {"optim.beta2", "[0, 1)"});
+  expect_error([] { training_options(config_with({"data.impl=zip"})); }, {"zip"});
+  // Unknown keys and wrong types are the config layer's: checked here end to end.
+  expect_error([] { config_with({"model.nlayer=4"}); }, {"model.nlayer", "did you mean \"model.n_layer\""});
+  expect_error([] { config_with({"optim.lr=fast"}); }, {"optim.lr", "expected a number", "\"fast\""});
+  expect_error([] { config_with({"train.steps=1.5"}); }, {"train.steps", "expected an integer"});
+}
+
+}  // namespace

@@ -1,0 +1,33 @@
+// `train`: the command-line face of the trainer library. Library errors arrive as
+// dufu::Error and end here as one clear line on stderr and exit status 1.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+#include "dufu/common/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "train: train GPT models on dataprep's shards.\n"
+      "  train CONFIG.toml [key=value ...]       train (or resume the run in run.dir)\n"
+      "  train --resume DIR [key=value ...]       resume from a run or checkpoint directory\n"
+      "  train plot RUN_DIR [-o loss.png]          plot the loss curves\n"
+      "  train generate --checkpoint DIR --model M.model --prompt TEXT"};
+  app.set_version_flag("--version", "train 0.1.0");
+  dufu::tools::add_plot_command(app);
+  dufu::tools::add_generate_command(app);
+  dufu::tools::add_training_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  } catch (const dufu::Error& error) {
+    std::fprintf(stderr, "train: error: %s\n", error.what());
+    return 1;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "train: unexpected error: %s\n", error.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,60 @@
+// Every knob of a training run, declared once (name, type, default, help) for the
+// TOML file, the command-line overrides, `train --help`, the effective configuration
+// printed at start and the copy saved with each checkpoint; and its typed, checked
+// form.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "dufu/common/config.h"
+#include "dufu/dataprep/blend_builder.h"
+#include "dufu/trainer/gpt.h"
+#include "dufu/trainer/lr_schedule.h"
+#include "dufu/trainer/optimizer.h"
+
+namespace dufu::trainer {
+
+ConfigSchema training_config_schema();
+
+enum class NonFiniteAction { kStop, kSkip };
+
+struct TrainingOptions {
+  GPTConfig model;
+  std::uint32_t init_seed = 1234;
+
+  // The training and validation data: the same blend, split parts 0 and 1.
+  dataprep::BlendConfig train_data;
+  dataprep::BlendConfig valid_data;
+  int loader_workers = 2;
+  int prefetch_batches = 4;
+
+  int micro_batch = 8;
+  int global_batch = 8;  // a multiple of micro_batch: gradient accumulation
+  std::int64_t steps = 1000;
+  std::int64_t exit_at_step = 0;  // stop after this step with a checkpoint; 0 = never
+  NonFiniteAction on_nonfinite = NonFiniteAction::kStop;
+  int threads = 0;  // OpenMP threads; 0 = OpenMP's default (OMP_NUM_THREADS or all cores)
+
+  LrSchedule schedule;
+  AdamWOptions adamw;
+  double grad_clip = 1.0;  // 0 = no clipping
+
+  std::int64_t eval_interval = 100;  // 0 = no evaluation
+  int eval_batches = 8;
+
+  std::int64_t checkpoint_interval = 100;  // 0 = only at the end
+  int checkpoint_keep = 3;
+
+  std::string run_dir;
+  std::int64_t log_interval = 1;
+
+  int accumulation_steps() const { return global_batch / micro_batch; }
+};
+
+// Reads and checks a Config of training_config_schema(). Throws dufu::Error naming
+// the knob for a value out of range or inconsistent with another (a global batch
+// that is not a multiple of the micro-batch, a missing data.blend, ...).
+TrainingOptions training_options(const Config& config);
+
+}  // namespace dufu::trainer

@@ -1,0 +1,154 @@
+#include "dufu/trainer/training_config.h"
+
+#include <limits>
+
+#include "dufu/common/error.h"
+#include "dufu/dataprep/blended_dataset.h"
+#include "dufu/dataprep/indexed_dataset.h"
+
+namespace dufu::trainer {
+
+ConfigSchema training_config_schema() {
+  ConfigSchema schema;
+  schema.add_int("model.n_layer", 4, "Transformer blocks")
+      .add_int("model.n_head", 4, "Attention heads per block (must divide model.d_model)")
+      .add_int("model.d_model", 256, "Width of the residual stream")
+      .add_int("model.vocab_size", 32000, "Vocabulary size: the tokenizer's (every token id must be below it)")
+      .add_int("model.vocab_multiple", 128, "The embedding gets a multiple of this many rows (padding masked)")
+      .add_int("model.seq_length", 256, "Tokens per training sample (context length)")
+      .add_int("model.init_seed", 1234, "Seed of the GPT-2 weight initialisation");
+  schema.add_string("data.blend", "", "Megatron-style blend of shard prefixes: \"0.7 A 0.3 B\", or one prefix")
+      .add_string("data.impl", "mmap", "How shards are read: mmap, lazy or cached")
+      .add_string("data.split", "969,30,1", "Megatron split of each shard's documents: train,valid,test")
+      .add_int("data.seed", 1234, "Seed of the sample shuffle (Megatron's default 1234)")
+      .add_string("data.cache_dir", "", "Index cache directory (default: $DUFU_CACHE_DIR or ~/.cache/dufu)")
+      .add_int("data.workers", 2, "Loader threads reading samples")
+      .add_int("data.prefetch", 4, "Batches the loader prepares ahead");
+  schema.add_int("train.micro_batch", 8, "Samples per forward/backward")
+      .add_int("train.global_batch", 0, "Samples per optimizer step, a multiple of the micro-batch (0 = micro_batch)")
+      .add_int("train.steps", 1000, "Optimizer steps to train for")
+      .add_string("train.on_nonfinite", "stop",
+                  "What a NaN or Inf loss or gradient does: stop (error naming the step) or skip (no update)")
+      .add_int("train.exit_at_step", 0,
+               "Stop with a checkpoint after this step (0 = run to train.steps): splits a run into jobs")
+      .add_int("train.threads", 0, "OpenMP threads for the kernels (0 = OMP_NUM_THREADS or every core)");
+  schema.add_double("optim.lr", 6e-4, "Peak learning rate, reached at the end of the warmup")
+      .add_double("optim.min_lr", 6e-5, "Floor the cosine decay ends at")
+      .add_int("optim.warmup_steps", 100, "Steps of linear warmup")
+      .add_int("optim.decay_steps", 0, "Step the cosine reaches optim.min_lr (0 = train.steps)")
+      .add_double("optim.beta1", 0.9, "AdamW beta1")
+      .add_double("optim.beta2", 0.95, "AdamW beta2")
+      .add_double("optim.eps", 1e-8, "AdamW epsilon")
+      .add_double("optim.weight_decay", 0.1, "Decoupled weight decay of the matrices (not biases or LayerNorm)")
+      .add_double("optim.grad_clip", 1.0, "Clip the global gradient norm to this (0 = no clipping)");
+  schema.add_int("eval.interval", 100, "Evaluate on the validation split every this many steps (0 = never)")
+      .add_int("eval.batches", 8, "Micro-batches per evaluation (the same ones each time)");
+  schema.add_int("checkpoint.interval", 100, "Save a checkpoint every this many steps (0 = only at the end)")
+      .add_int("checkpoint.keep", 3, "Newest checkpoints kept");
+  schema.add_string("run.dir", "runs/gpt", "Directory of the run: checkpoints, metrics.jsonl, config.toml")
+      .add_int("run.log_interval", 1, "Print a step line every this many steps");
+  return schema;
+}
+
+namespace {
+
+// Narrows an int knob, failing with the knob's name outside [min, max].
+std::int64_t int_in_range(const Config& config, const char* name, std::int64_t min,
+                          std::int64_t max = std::numeric_limits<std::int32_t>::max()) {
+  const std::int64_t value = config.get_int(name);
+  if (value < min || value > max) {
+    if (max >= std::numeric_limits<std::int32_t>::max()) DUFU_FAIL(name, " must be at least ", min, ", got ", value);
+    DUFU_FAIL(name, " must be in [", min, ", ", max, "], got ", value);
+  }
+  return value;
+}
+
+float nonnegative_float(const Config& config, const char* name) {
+  const double value = config.get_double(name);
+  if (!(value >= 0.0)) DUFU_FAIL(name, " must not be negative, got ", value);
+  return static_cast<float>(value);
+}
+
+}  // namespace
+
+TrainingOptions training_options(const Config& config) {
+  TrainingOptions options;
+  options.model.n_layer = static_cast<int>(int_in_range(config, "model.n_layer", 1));
+  options.model.n_head = static_cast<int>(int_in_range(config, "model.n_head", 1));
+  options.model.d_model = static_cast<int>(int_in_range(config, "model.d_model", 1));
+  options.model.vocab_size = static_cast<int>(int_in_range(config, "model.vocab_size", 1));
+  options.model.vocab_multiple = static_cast<int>(int_in_range(config, "model.vocab_multiple", 1));
+  options.model.seq_length = static_cast<int>(int_in_range(config, "model.seq_length", 1));
+  options.model.validate();
+  options.init_seed =
+      static_cast<std::uint32_t>(int_in_range(config, "model.init_seed", 0, std::numeric_limits<std::uint32_t>::max()));
+
+  const std::string& blend = config.get_string("data.blend");
+  if (blend.empty()) DUFU_FAIL("data.blend is not set: give the shard prefixes, e.g. data.blend=\"0.7 A 0.3 B\"");
+  dataprep::BlendConfig data;
+  data.shards = dataprep::parse_blend_spec(blend);
+  data.impl = dataprep::parse_impl(config.get_string("data.impl"));
+  data.seq_length = static_cast<std::uint64_t>(options.model.seq_length);
+  data.seed =
+      static_cast<std::uint32_t>(int_in_range(config, "data.seed", 0, std::numeric_limits<std::uint32_t>::max()));
+  data.split.megatron_split = config.get_string("data.split");
+  data.cache_dir = config.get_string("data.cache_dir");
+  options.loader_workers = static_cast<int>(int_in_range(config, "data.workers", 1, 256));
+  options.prefetch_batches = static_cast<int>(int_in_range(config, "data.prefetch", 1, 1024));
+
+  options.micro_batch = static_cast<int>(int_in_range(config, "train.micro_batch", 1));
+  const std::int64_t global_batch = int_in_range(config, "train.global_batch", 0);
+  options.global_batch = global_batch == 0 ? options.micro_batch : static_cast<int>(global_batch);
+  if (options.global_batch % options.micro_batch != 0) {
+    DUFU_FAIL("train.global_batch (", options.global_batch, ") must be a multiple of train.micro_batch (",
+              options.micro_batch, ")");
+  }
+  options.steps = int_in_range(config, "train.steps", 1, std::numeric_limits<std::int64_t>::max());
+  const std::string& on_nonfinite = config.get_string("train.on_nonfinite");
+  if (on_nonfinite == "stop") {
+    options.on_nonfinite = NonFiniteAction::kStop;
+  } else if (on_nonfinite == "skip") {
+    options.on_nonfinite = NonFiniteAction::kSkip;
+  } else {
+    DUFU_FAIL("train.on_nonfinite must be \"stop\" or \"skip\", got \"", on_nonfinite, "\"");
+  }
+  options.exit_at_step = int_in_range(config, "train.exit_at_step", 0, std::numeric_limits<std::int64_t>::max());
+  options.threads = static_cast<int>(int_in_range(config, "train.threads", 0, 4096));
+
+  options.schedule.max_lr = config.get_double("optim.lr");
+  options.schedule.min_lr = config.get_double("optim.min_lr");
+  options.schedule.warmup_steps = int_in_range(config, "optim.warmup_steps", 0, std::numeric_limits<std::int64_t>::max());
+  const std::int64_t decay_steps = int_in_range(config, "optim.decay_steps", 0, std::numeric_limits<std::int64_t>::max());
+  options.schedule.decay_steps = decay_steps == 0 ? options.steps : decay_steps;
+  options.schedule.validate();
+  options.adamw.beta1 = static_cast<float>(config.get_double("optim.beta1"));
+  options.adamw.beta2 = static_cast<float>(config.get_double("optim.beta2"));
+  options.adamw.eps = nonnegative_float(config, "optim.eps");
+  options.adamw.weight_decay = nonnegative_float(config, "optim.weight_decay");
+  for (const char* name : {"optim.beta1", "optim.beta2"}) {
+    const double beta = config.get_double(name);
+    if (!(beta >= 0.0 && beta < 1.0)) DUFU_FAIL(name, " must be in [0, 1), got ", beta);
+  }
+  options.grad_clip = nonnegative_float(config, "optim.grad_clip");
+
+  options.eval_interval = int_in_range(config, "eval.interval", 0, std::numeric_limits<std::int64_t>::max());
+  options.eval_batches = static_cast<int>(int_in_range(config, "eval.batches", 1));
+  options.checkpoint_interval = int_in_range(config, "checkpoint.interval", 0, std::numeric_limits<std::int64_t>::max());
+  options.checkpoint_keep = static_cast<int>(int_in_range(config, "checkpoint.keep", 1));
+  options.run_dir = config.get_string("run.dir");
+  if (options.run_dir.empty()) DUFU_FAIL("run.dir must not be empty");
+  options.log_interval = int_in_range(config, "run.log_interval", 1, std::numeric_limits<std::int64_t>::max());
+
+  // Megatron sizes the training set to the run (steps x global batch) so the blend
+  // weights hold over exactly the samples used; the validation set is the fixed
+  // eval.batches micro-batches every evaluation reads.
+  options.train_data = data;
+  options.train_data.split.megatron_part = 0;
+  options.train_data.num_samples = static_cast<std::uint64_t>(options.steps) * options.global_batch;
+  options.valid_data = data;
+  options.valid_data.split.megatron_part = 1;
+  options.valid_data.num_samples = static_cast<std::uint64_t>(options.eval_batches) * options.micro_batch;
+  return options;
+}
+
+}  // namespace dufu::trainer

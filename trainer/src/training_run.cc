@@ -1,0 +1,363 @@
+// The training program. One step: micro-batches forward and backward with the
+// gradient accumulating, clip, AdamW at the scheduled rate; then the log line, the
+// metrics record, evaluation and checkpoint when due. Resume restores the weights,
+// the moments, the step and the loader position, which together determine everything
+// that follows, so the loss sequence continues bitwise.
+#include "dufu/trainer/training_run.h"
+
+#include <omp.h>
+#include <simdjson.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "dufu/common/atomic_file.h"
+#include "dufu/common/error.h"
+#include "dufu/common/file_lock.h"
+#include "dufu/common/human_units.h"
+#include "dufu/common/json_writer.h"
+#include "dufu/common/log.h"
+#include "dufu/dataprep/blend_builder.h"
+#include "dufu/dataprep/data_loader.h"
+#include "dufu/dataprep/sampler.h"
+#include "dufu/trainer/checkpoint.h"
+#include "dufu/trainer/flops.h"
+#include "dufu/trainer/gpt.h"
+#include "dufu/trainer/lr_schedule.h"
+#include "dufu/trainer/optimizer.h"
+#include "dufu/trainer/training_config.h"
+
+namespace dufu::trainer {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// SIGINT/SIGTERM (Ctrl-C, a scheduler's preemption) ask the loop to stop at the next
+// step boundary, after a checkpoint; a second signal kills as usual.
+std::atomic<bool> g_stop_requested{false};
+
+extern "C" void request_stop(int signal_number) {
+  g_stop_requested.store(true);
+  std::signal(signal_number, SIG_DFL);
+}
+
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_requested.store(false);
+    previous_int_ = std::signal(SIGINT, request_stop);
+    previous_term_ = std::signal(SIGTERM, request_stop);
+  }
+  ~StopSignals() {
+    std::signal(SIGINT, previous_int_);
+    std::signal(SIGTERM, previous_term_);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  void (*previous_int_)(int) = SIG_DFL;
+  void (*previous_term_)(int) = SIG_DFL;
+};
+
+// metrics.jsonl: one JSON object per line, flushed as written so a killed run keeps
+// every finished step. On resume the records after the checkpoint's step are dropped
+// (they belong to steps that will run again), so the file reads as one run.
+class MetricsLog {
+ public:
+  MetricsLog(const std::string& path, std::int64_t resume_step) : path_(path) {
+    std::string kept;
+    if (resume_step > 0 && fs::exists(path)) kept = records_up_to(path, resume_step);
+    AtomicFile rewritten(path);
+    rewritten.write(kept.data(), kept.size());
+    rewritten.commit();
+    file_ = std::fopen(path.c_str(), "ab");
+    if (file_ == nullptr) DUFU_FAIL("cannot append to ", path, ": ", errno_message(errno));
+  }
+  ~MetricsLog() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+
+  void write(const JsonWriter& record) {
+    const std::string line = record.str() + "\n";
+    if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
+      DUFU_FAIL("cannot write to ", path_, ": ", errno_message(errno));
+    }
+  }
+
+ private:
+  static std::string records_up_to(const std::string& path, std::int64_t last_step) {
+    std::ifstream in(path, std::ios::binary);
+    std::string kept;
+    std::string line;
+    simdjson::dom::parser parser;
+    while (std::getline(in, line)) {
+      simdjson::dom::element record;
+      // A line cut short by a kill mid-write is dropped with the steps after it.
+      if (parser.parse(line).get(record) != simdjson::SUCCESS) break;
+      std::int64_t step = 0;
+      if (record["step"].get_int64().get(step) != simdjson::SUCCESS) break;
+      if (step > last_step) break;
+      kept += line;
+      kept += '\n';
+    }
+    return kept;
+  }
+
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+// A loader batch [rows, T + 1] as the model's inputs (the first T tokens of each row)
+// and targets (the last T): next-token prediction.
+struct ModelBatch {
+  std::vector<std::int32_t> inputs;
+  std::vector<std::int32_t> targets;
+};
+
+void split_batch(const dataprep::Batch& batch, ModelBatch& out) {
+  const std::size_t T = batch.columns - 1;
+  out.inputs.resize(batch.rows * T);
+  out.targets.resize(batch.rows * T);
+  for (std::size_t row = 0; row < batch.rows; ++row) {
+    const std::int32_t* tokens = batch.tokens.data() + row * batch.columns;
+    std::copy(tokens, tokens + T, out.inputs.begin() + static_cast<std::ptrdiff_t>(row * T));
+    std::copy(tokens + 1, tokens + 1 + T, out.targets.begin() + static_cast<std::ptrdiff_t>(row * T));
+  }
+}
+
+std::unique_ptr<dataprep::InfiniteDataLoader> make_loader(const std::shared_ptr<const dataprep::TokenDataset>& dataset,
+                                                          const TrainingOptions& options,
+                                                          dataprep::LoaderState start) {
+  dataprep::LoaderOptions loader_options;
+  loader_options.micro_batch = static_cast<std::uint64_t>(options.micro_batch);
+  loader_options.workers = options.loader_workers;
+  loader_options.prefetch_batches = options.prefetch_batches;
+  // The datasets are already shuffled by their shuffle index (Megatron's design), so
+  // one process reads them in order, as Megatron's pretraining sampler does.
+  return std::make_unique<dataprep::InfiniteDataLoader>(dataset, dataprep::make_sequential_sampler(dataset->size()),
+                                                        loader_options, start);
+}
+
+// Mean loss of the model over the first eval_batches micro-batches of the validation
+// split: the same samples at every evaluation, so the curve compares like with like.
+double evaluate(GPT& model, const std::shared_ptr<const dataprep::TokenDataset>& dataset,
+                const TrainingOptions& options) {
+  auto loader = make_loader(dataset, options, {});
+  const int T = options.model.seq_length;
+  ModelBatch batch;
+  double sum = 0.0;
+  for (int i = 0; i < options.eval_batches; ++i) {
+    split_batch(loader->next(), batch);
+    sum += model.forward(batch.inputs, batch.targets, options.micro_batch, T);
+  }
+  return sum / options.eval_batches;
+}
+
+std::string format_rate(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.0f", value);
+  return text;
+}
+
+}  // namespace
+
+RunOutcome run_training(const Config& config, const std::string& resume_from) {
+  const TrainingOptions options = training_options(config);
+  if (options.threads > 0) omp_set_num_threads(options.threads);
+  const int T = options.model.seq_length;
+
+  fs::create_directories(options.run_dir);
+  const auto run_lock = FileLock::try_lock((fs::path(options.run_dir) / ".lock").string());
+  if (!run_lock) DUFU_FAIL("run.dir ", options.run_dir, " is in use by another training process");
+
+  std::printf("# effective configuration\n%s\n", config.to_toml().c_str());
+  std::fflush(stdout);
+  {
+    AtomicFile saved((fs::path(options.run_dir) / "config.toml").string());
+    const std::string toml = config.to_toml();
+    saved.write(toml.data(), toml.size());
+    saved.commit();
+  }
+
+  // Data first: a bad blend should fail before any time goes into the model.
+  const dataprep::BuiltBlend train_blend = dataprep::build_blend(options.train_data);
+  std::shared_ptr<const dataprep::TokenDataset> valid_dataset;
+  if (options.eval_interval > 0) valid_dataset = dataprep::build_blend(options.valid_data).dataset;
+  DUFU_LOG_INFO("train", "training data: ", train_blend.dataset->describe());
+
+  GPT model(options.model);
+  AdamW optimizer(model, options.adamw);
+  TrainingState state;
+  state.init_seed = options.init_seed;
+  state.data_seed = options.train_data.seed;
+  state.model = options.model;
+
+  std::optional<std::string> checkpoint;
+  if (!resume_from.empty()) {
+    checkpoint = find_usable_checkpoint(resume_from);
+    if (!checkpoint) DUFU_FAIL("--resume ", resume_from, ": no checkpoint there");
+  } else if (fs::exists(options.run_dir)) {
+    checkpoint = find_usable_checkpoint(options.run_dir);
+  }
+  dataprep::LoaderState loader_start;
+  if (checkpoint) {
+    const TrainingState saved = read_checkpoint_state(*checkpoint);
+    load_checkpoint(*checkpoint, model, &optimizer);
+    if (saved.data_seed != state.data_seed) {
+      DUFU_LOG_WARN("train", "data.seed is ", state.data_seed, " but the checkpoint was trained with ", saved.data_seed,
+                    ": the data order changes from here on");
+    }
+    state.step = saved.step;
+    state.consumed_samples = saved.consumed_samples;
+    state.consumed_tokens = saved.consumed_tokens;
+    state.skipped_steps = saved.skipped_steps;
+    state.init_seed = saved.init_seed;
+    loader_start = dataprep::parse_loader_state(saved.train_loader_state);
+    DUFU_LOG_INFO("train", "resuming from ", *checkpoint, " at step ", state.step);
+  } else {
+    model.init_gpt2(options.init_seed);
+  }
+  state.config_toml = config.to_toml();
+
+  RunOutcome outcome;
+  outcome.step = state.step;
+  if (state.step >= options.steps) {
+    std::printf("nothing to do: the run is at step %lld of %lld\n", static_cast<long long>(state.step),
+                static_cast<long long>(options.steps));
+    return outcome;
+  }
+
+  auto loader = make_loader(train_blend.dataset, options, loader_start);
+  MetricsLog metrics((fs::path(options.run_dir) / "metrics.jsonl").string(), state.step);
+
+  const double flops_per_token = gpt_training_flops_per_token(options.model, T);
+  const double peak_flops = measure_sgemm_peak_flops(0.3);
+  const double tokens_per_step = static_cast<double>(options.global_batch) * T;
+  std::printf("model: %s parameters, %d layers, d_model %d, %d heads, vocab %d (padded %d), seq %d\n",
+              human_count(static_cast<double>(model.num_parameters())).c_str(), options.model.n_layer,
+              options.model.d_model, options.model.n_head, options.model.vocab_size,
+              options.model.padded_vocab_size(), T);
+  std::printf("batch: %d x %d samples (micro-batch x accumulation) = %.0f tokens per step; %d threads; "
+              "sgemm peak %.1f GFLOP/s; %.3f GFLOP per token\n",
+              options.micro_batch, options.accumulation_steps(), tokens_per_step, omp_get_max_threads(),
+              peak_flops / 1e9, flops_per_token / 1e9);
+  std::fflush(stdout);
+
+  StopSignals stop_signals;
+  ModelBatch batch;
+  const float dloss_scale = 1.0f / static_cast<float>(static_cast<double>(options.micro_batch) * T *
+                                                      options.accumulation_steps());
+  auto save = [&]() {
+    state.train_loader_state = loader->state().to_string();
+    const std::string path = save_checkpoint(options.run_dir, model, optimizer, state, options.checkpoint_keep);
+    std::printf("checkpoint: %s\n", path.c_str());
+    std::fflush(stdout);
+  };
+
+  while (state.step < options.steps) {
+    const auto start = Clock::now();
+    model.zero_grad();
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < options.accumulation_steps(); ++micro) {
+      split_batch(loader->next(), batch);
+      loss_sum += model.forward(batch.inputs, batch.targets, options.micro_batch, T, dloss_scale);
+      model.backward();
+    }
+    const double loss = loss_sum / options.accumulation_steps();
+    const double grad_norm = clip_gradient_norm(model.grads(), options.grad_clip);
+    const double lr = learning_rate(options.schedule, state.step);
+    const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
+    if (finite) {
+      optimizer.step(model.params(), model.grads(), static_cast<float>(lr));
+    } else if (options.on_nonfinite == NonFiniteAction::kStop) {
+      DUFU_FAIL("step ", state.step + 1, ": the ", std::isfinite(loss) ? "gradient norm" : "loss", " is ",
+                std::isfinite(loss) ? grad_norm : loss,
+                "; the run stops without updating (train.on_nonfinite=skip skips such steps instead)");
+    } else {
+      ++state.skipped_steps;
+      DUFU_LOG_WARN("train", "step ", state.step + 1, ": loss ", loss, ", gradient norm ", grad_norm,
+                    ": not finite, update skipped (", state.skipped_steps, " skipped so far)");
+    }
+    ++state.step;
+    state.consumed_samples += static_cast<std::uint64_t>(options.global_batch);
+    state.consumed_tokens += static_cast<std::uint64_t>(tokens_per_step);
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const double tokens_per_second = tokens_per_step / seconds;
+    const double mfu = flops_per_token * tokens_per_second / peak_flops;
+    outcome.last_loss = loss;
+
+    JsonWriter record;
+    record.begin_object()
+        .key("type").value("train")
+        .key("step").value(state.step)
+        .key("loss").value(loss)
+        .key("lr").value(lr)
+        .key("grad_norm").value(grad_norm)
+        .key("tokens_per_second").value(tokens_per_second)
+        .key("ms_per_step").value(seconds * 1e3)
+        .key("mfu").value(mfu)
+        .key("consumed_samples").value(state.consumed_samples)
+        .key("consumed_tokens").value(state.consumed_tokens)
+        .key("skipped").value(!finite)
+        .end_object();
+    metrics.write(record);
+    if (state.step % options.log_interval == 0 || state.step == options.steps) {
+      std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s | %.1f ms | MFU %.1f%%%s\n",
+                  static_cast<long long>(state.step), static_cast<long long>(options.steps), loss, lr, grad_norm,
+                  format_rate(tokens_per_second).c_str(), seconds * 1e3, 100.0 * mfu, finite ? "" : " | skipped");
+      std::fflush(stdout);
+    }
+
+    if (valid_dataset && (state.step % options.eval_interval == 0 || state.step == options.steps)) {
+      const double val_loss = evaluate(model, valid_dataset, options);
+      JsonWriter eval_record;
+      eval_record.begin_object()
+          .key("type").value("eval")
+          .key("step").value(state.step)
+          .key("val_loss").value(val_loss)
+          .key("val_perplexity").value(std::exp(val_loss))
+          .end_object();
+      metrics.write(eval_record);
+      std::printf("eval at step %lld | val loss %.4f | val perplexity %.2f\n", static_cast<long long>(state.step),
+                  val_loss, std::exp(val_loss));
+      std::fflush(stdout);
+    }
+
+    const bool exiting = state.step == options.exit_at_step;
+    const bool stopping = g_stop_requested.load() || exiting;
+    if (state.step == options.steps || stopping ||
+        (options.checkpoint_interval > 0 && state.step % options.checkpoint_interval == 0)) {
+      save();
+    }
+    if (exiting) {
+      std::printf("stopping at step %lld as train.exit_at_step says; resume with train.exit_at_step=0\n",
+                  static_cast<long long>(state.step));
+      break;
+    }
+    if (stopping) {
+      std::printf("stopped by a signal at step %lld; resume with the same command\n",
+                  static_cast<long long>(state.step));
+      outcome.interrupted = true;
+      break;
+    }
+  }
+  outcome.step = state.step;
+  return outcome;
+}
+
+}  // namespace dufu::trainer
