@@ -54,7 +54,7 @@ jsonl=$work/$name.jsonl
 model_prefix=$work/$name-bpe32k
 if [[ ! -f $jsonl ]]; then
   echo "== corpus: $tarball -> $jsonl"
-  "$python" "$root/benchmarks/corpus/kernel_source_to_jsonl.py" --tarball "$tarball" \
+  "$python" "$root/scripts/corpus/kernel_source_to_jsonl.py" --tarball "$tarball" \
     --output "$jsonl" --max-bytes "$max_bytes"
 fi
 if [[ ! -f $jsonl.zst ]]; then

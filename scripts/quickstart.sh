@@ -1,26 +1,46 @@
 #!/usr/bin/env bash
-# The quickstart: installs what is needed, builds dufu, turns Debian's fortune cookie
-# corpus (package `fortunes`, ~15k real documents) into zstd-compressed jsonl, trains
-# a sentencepiece tokenizer on it, preprocesses it into mmap shards and inspects them.
-# Everything lands in ./quickstart-out.
+# The quickstart: installs what is needed, builds dufu, turns two real corpora from
+# Debian packages - fortune cookies (`fortunes`, ~15k documents) and the prose of the
+# Linux kernel's Documentation/ (`linux-source-6.1`) - into zstd-compressed jsonl,
+# trains one sentencepiece tokenizer on both, preprocesses each into mmap shards,
+# inspects one, then trains a small GPT on a 50/50 blend of the two for a few minutes,
+# plots the loss and samples text from the last checkpoint. Everything lands in
+# ./quickstart-out; running it again resumes (or finds finished) the same run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${DUFU_QUICKSTART_OUT:-$root/quickstart-out}
 "$root/scripts/setup.sh"
 "$root/scripts/build.sh" "$root/build" -DDUFU_BUILD_TESTS=OFF -DDUFU_BUILD_BENCHMARKS=OFF
 dataprep=$root/build/tools/dataprep/dataprep
+train=$root/build/tools/train/train
 mkdir -p "$out"
 
-echo "== corpus: Debian's fortunes as jsonl.zst"
+echo "== corpora: Debian's fortunes and the kernel's Documentation/ as jsonl.zst"
 /usr/bin/python3 "$root/scripts/corpus/fortunes_to_jsonl.py" | zstd -q -f -o "$out/fortunes.jsonl.zst"
+/usr/bin/python3 "$root/scripts/corpus/kernel_source_to_jsonl.py" --output "$out/kernel-docs.jsonl" \
+  --path-prefix Documentation/ --suffixes .rst,.txt --max-bytes 12000000 --allow-fewer
+zstd -q -f --rm "$out/kernel-docs.jsonl" -o "$out/kernel-docs.jsonl.zst"
 
-echo "== train-tokenizer"
-"$dataprep" train-tokenizer --input "$out/fortunes.jsonl.zst" --model-prefix "$out/fortunes" \
-  --vocab-size 8000 --model-type bpe
+echo "== train-tokenizer (one vocabulary for both corpora)"
+"$dataprep" train-tokenizer --input "$out/fortunes.jsonl.zst" "$out/kernel-docs.jsonl.zst" \
+  --model-prefix "$out/tokenizer" --vocab-size 8000 --model-type bpe
 
 echo "== preprocess"
-"$dataprep" preprocess --input "$out/fortunes.jsonl.zst" --output-prefix "$out/fortunes" \
-  --tokenizer-model "$out/fortunes.model" --append-eod --impl mmap
+for corpus in fortunes kernel-docs; do
+  "$dataprep" preprocess --input "$out/$corpus.jsonl.zst" --output-prefix "$out/$corpus" \
+    --tokenizer-model "$out/tokenizer.model" --append-eod --impl mmap
+done
 
 echo "== inspect"
-"$dataprep" inspect "$out/fortunes" --model "$out/fortunes.model" --show 0
+"$dataprep" inspect "$out/fortunes" --model "$out/tokenizer.model" --show 0
+
+echo "== train: a small GPT on a 50/50 blend (configs/quickstart.toml)"
+"$train" "$root/configs/quickstart.toml" \
+  data.blend="0.5 $out/fortunes 0.5 $out/kernel-docs" data.cache_dir="$out/index-cache" run.dir="$out/run"
+
+echo "== plot: the loss curves"
+"$train" plot "$out/run" -o "$out/loss.png"
+
+echo "== generate: text from the last checkpoint"
+"$train" generate --checkpoint "$out/run" --model "$out/tokenizer.model" \
+  --prompt "The kernel" --max-tokens 60 --temperature 0.8 --top-k 40 --seed 1
