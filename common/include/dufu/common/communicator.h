@@ -1,0 +1,234 @@
+// Collective communication between the ranks of a parallel run, behind one interface
+// with a backend per transport: single process (here) and MPI (mpi_communicator.cc;
+// CPU ranks started by mpirun or srun). The trainer talks only to this interface, so
+// one code path serves every layout; Topology (topology.h) says which ranks form each
+// group and subgroup() turns such a list into a communicator.
+//
+// Rules every backend keeps:
+// - Collectives are called by every rank of the group, in the same order, with the
+//   same element counts (all_reduce, broadcast) or counts that the documented size
+//   relation ties together (all_gather, reduce_scatter). Arguments are checked before
+//   any data moves, and the checks only involve values every rank agrees on, so a bad
+//   call throws on every rank rather than leaving some waiting.
+// - Deterministic sums: every element of an all_reduce or reduce_scatter sum is the
+//   left fold over group ranks in rank order, ((x0 + x1) + x2) + ..., computed by one
+//   rank and copied to the others. The result is bitwise identical on every rank,
+//   independent of timing and of the MPI library's algorithm choice, and equal to the
+//   same loop written out serially. Max propagates NaN.
+// - Failures throw dufu::Error naming the operation, the group and the rank.
+// - A Communicator is not thread-safe: use each from one thread at a time.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <ranges>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "dufu/common/launch_environment.h"
+
+namespace dufu {
+
+enum class DataType { kFloat32, kFloat64, kInt32, kInt64, kUInt8 };
+enum class ReduceOp { kSum, kMax };
+
+const char* data_type_name(DataType type);  // "float32", ...
+std::size_t data_type_size(DataType type);
+
+// The element types that can travel: float, double, int32_t, int64_t, uint8_t.
+template <typename T>
+concept CommElement = std::same_as<T, float> || std::same_as<T, double> || std::same_as<T, std::int32_t> ||
+                      std::same_as<T, std::int64_t> || std::same_as<T, std::uint8_t>;
+
+template <CommElement T>
+constexpr DataType data_type_of() {
+  if constexpr (std::same_as<T, float>) return DataType::kFloat32;
+  if constexpr (std::same_as<T, double>) return DataType::kFloat64;
+  if constexpr (std::same_as<T, std::int32_t>) return DataType::kInt32;
+  if constexpr (std::same_as<T, std::int64_t>) return DataType::kInt64;
+  if constexpr (std::same_as<T, std::uint8_t>) return DataType::kUInt8;
+}
+
+// Any contiguous sized range of elements: std::vector, std::array, std::span, ...
+template <typename R>
+concept CommInput = std::ranges::contiguous_range<R> && std::ranges::sized_range<R> &&
+                    CommElement<std::ranges::range_value_t<R>>;
+// ... whose elements can be written.
+template <typename R>
+concept CommOutput = CommInput<R> && !std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>;
+
+// Untyped views of the ranges above, as the backends see them.
+struct CommBuffer {
+  void* data;
+  std::size_t count;
+  DataType type;
+};
+struct ConstCommBuffer {
+  const void* data;
+  std::size_t count;
+  DataType type;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // This process's rank in the group, and the number of ranks.
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The name given at creation ("world", or split's/subgroup's name argument).
+  const std::string& name() const { return name_; }
+  // For messages: "MPI communicator 'tensor' (rank 1 of 2, world rank 3)".
+  virtual std::string describe() const = 0;
+
+  // In place: every rank ends with the element-wise sum (or max) over the group.
+  template <CommOutput R>
+  void all_reduce(R&& data, ReduceOp op = ReduceOp::kSum) {
+    all_reduce_buffer(output_buffer(data), op);
+  }
+  // One value: returns the sum (or max) over the group.
+  template <CommElement T>
+  T all_reduce_value(T value, ReduceOp op = ReduceOp::kSum) {
+    all_reduce_buffer(CommBuffer{&value, 1, data_type_of<T>()}, op);
+    return value;
+  }
+  // output = the inputs of ranks 0, 1, ..., size()-1 one after another; every input
+  // has n elements and output size() * n. The input may be output's own slice
+  // (input == output + rank() * n); other overlaps are refused.
+  template <CommInput In, CommOutput Out>
+    requires std::same_as<std::ranges::range_value_t<In>, std::ranges::range_value_t<Out>>
+  void all_gather(In&& input, Out&& output) {
+    all_gather_buffer(input_buffer(input), output_buffer(output));
+  }
+  // input has size() * n elements; output (n elements) on rank r = the sum over the
+  // group of every rank's input chunk r, i.e. input[r*n, (r+1)*n).
+  template <CommInput In, CommOutput Out>
+    requires std::same_as<std::ranges::range_value_t<In>, std::ranges::range_value_t<Out>>
+  void reduce_scatter(In&& input, Out&& output) {
+    reduce_scatter_buffer(input_buffer(input), output_buffer(output));
+  }
+  // Every rank ends with root's data.
+  template <CommOutput R>
+  void broadcast(R&& data, int root) {
+    broadcast_buffer(output_buffer(data), root);
+  }
+  // Point to point with another rank of this group; the receiver names the exact
+  // count. Blocking: two ranks that send to each other at once may deadlock for large
+  // messages, so pair exchanges use send_recv. A rank cannot send to itself (use
+  // send_recv). tag is in [0, 32767] and must match on both sides.
+  template <CommInput R>
+  void send(R&& data, int peer, int tag = 0) {
+    send_buffer(input_buffer(data), peer, tag);
+  }
+  template <CommOutput R>
+  void recv(R&& data, int peer, int tag = 0) {
+    recv_buffer(output_buffer(data), peer, tag);
+  }
+  // Sends to destination and receives from source at once (either may be this rank).
+  template <CommInput In, CommOutput Out>
+  void send_recv(In&& send_data, int destination, Out&& recv_data, int source, int tag = 0) {
+    send_recv_buffer(input_buffer(send_data), destination, output_buffer(recv_data), source, tag);
+  }
+  void barrier();
+
+  // Collective over this group: ranks passing the same color >= 0 form one new group,
+  // ordered by key then by rank here; a rank passing a negative color joins none and
+  // gets nullptr.
+  std::unique_ptr<Communicator> split(int color, int key, std::string name = "split");
+  // Collective over this group: every rank passes the member list (ranks of this
+  // group, in the order they get in the new one) of the group it joins, or an empty
+  // list to join none (nullptr). The lists must partition the ranks that pass one,
+  // e.g. Topology::group(kind); members check that they agree and throw otherwise.
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks, std::string name = "subgroup");
+
+  // The untyped entry points behind the templates, checked the same way.
+  void all_reduce_buffer(CommBuffer data, ReduceOp op);
+  void all_gather_buffer(ConstCommBuffer input, CommBuffer output);
+  void reduce_scatter_buffer(ConstCommBuffer input, CommBuffer output);
+  void broadcast_buffer(CommBuffer data, int root);
+  void send_buffer(ConstCommBuffer data, int peer, int tag);
+  void recv_buffer(CommBuffer data, int peer, int tag);
+  void send_recv_buffer(ConstCommBuffer send_data, int destination, CommBuffer recv_data, int source, int tag);
+
+ protected:
+  explicit Communicator(std::string name) : name_(std::move(name)) {}
+
+  // Backend hooks, called after the checks above (types match, sizes agree, ranks in
+  // range, and not a no-op on one rank where that is obvious).
+  virtual void do_all_reduce(CommBuffer data, ReduceOp op) = 0;
+  virtual void do_all_gather(ConstCommBuffer input, CommBuffer output) = 0;
+  virtual void do_reduce_scatter(ConstCommBuffer input, CommBuffer output) = 0;
+  virtual void do_broadcast(CommBuffer data, int root) = 0;
+  virtual void do_send(ConstCommBuffer data, int peer, int tag) = 0;
+  virtual void do_recv(CommBuffer data, int peer, int tag) = 0;
+  virtual void do_send_recv(ConstCommBuffer send_data, int destination, CommBuffer recv_data, int source,
+                            int tag) = 0;
+  virtual void do_barrier() = 0;
+  virtual std::unique_ptr<Communicator> do_split(int color, int key, std::string name) = 0;
+
+  // accumulator[i] = accumulator[i] op input[i]: the one element-wise reduction every
+  // CPU backend uses, so all of them fold the same way.
+  static void reduce_elements(DataType type, ReduceOp op, void* accumulator, const void* input, std::size_t count);
+
+ private:
+  template <typename R>
+  static ConstCommBuffer input_buffer(R& range) {
+    using T = std::ranges::range_value_t<R>;
+    return ConstCommBuffer{std::ranges::data(range), std::ranges::size(range), data_type_of<T>()};
+  }
+  template <typename R>
+  static CommBuffer output_buffer(R& range) {
+    using T = std::ranges::range_value_t<R>;
+    return CommBuffer{std::ranges::data(range), std::ranges::size(range), data_type_of<T>()};
+  }
+  void check_peer(int peer, const char* operation, const char* role) const;
+  void check_tag(int tag, const char* operation) const;
+
+  std::string name_;
+};
+
+// A group of one: rank 0 of size 1. Collectives copy; send/recv have no peer.
+std::unique_ptr<Communicator> make_single_process_communicator(std::string name = "world");
+
+// A communicator over all processes of the MPI job (a duplicate of MPI_COMM_WORLD).
+// Initialises MPI on first use (MPI_THREAD_SERIALIZED) unless the program already
+// did, and then finalises it at exit. Failures of MPI calls throw dufu::Error
+// (MPI_ERRORS_RETURN), never abort.
+//
+// At exit every rank waits for the others before MPI_Finalize, at most
+// DUFU_MPI_EXIT_TIMEOUT seconds (default 120): a rank that leaves while others still
+// wait in a collective would otherwise hang forever inside MPI_Finalize. After the
+// timeout it logs that it is leaving early and calls MPI_Abort, so the job ends.
+std::unique_ptr<Communicator> make_mpi_world_communicator();
+
+// The backend the launcher implies: MPI for mpirun and srun (checking that MPI sees
+// the rank and world size the environment announced), single process when there is no
+// launcher or a torchrun-style launch of one process. A torchrun-style launch of
+// several processes is refused: the CPU backend exchanges data through MPI, and there
+// is no TCP rendezvous backend. Also sets the log rank prefix.
+std::unique_ptr<Communicator> make_communicator(const LaunchEnvironment& environment);
+std::unique_ptr<Communicator> make_communicator();  // from detect_launch_environment()
+
+// For a tool's top-level error handler: when MPI is running, logs "rank R is aborting
+// all ranks: <message>" and calls MPI_Abort(MPI_COMM_WORLD, exit_code), which ends
+// every rank of the job. Returns when MPI was never initialised, so the caller exits
+// as usual.
+//
+// Launcher behaviour this relies on (tested with Open MPI's mpirun in
+// mpi_communicator_test): when a rank calls MPI_Abort, dies from a signal, or exits
+// non-zero without having finalised MPI, mpirun kills the remaining ranks, names the
+// failing rank and exits non-zero. A rank that exits after finalising while the others
+// still wait is not noticed by mpirun; the exit timeout above covers that case. Under
+// srun, MPI_Abort ends the job step; plain non-zero exits end it only with
+// --kill-on-bad-exit (untested here: no Slurm on the build machines).
+void abort_all(std::string_view message, int exit_code = 1);
+
+}  // namespace dufu

@@ -1,0 +1,324 @@
+// The MPI backend of Communicator (Open MPI from Debian; CPU ranks started by mpirun
+// or srun), MPI's lazy start and guarded finalisation, and abort_all.
+//
+// Sums do not use MPI_SUM: Open MPI picks its reduction algorithm by message size, group
+// size and tuning parameters, and the standard promises no order. all_reduce is
+// instead an Alltoallv that hands rank k chunk k of every rank's data, a left fold in
+// rank order on rank k, and an Allgatherv of the folded chunks: the same amount of
+// data per rank as a ring all-reduce, and results that are a fixed function of the
+// inputs (see communicator.h). reduce_scatter is the first two of those steps.
+
+// The C API only: included from C++, mpi.h otherwise pulls in the deprecated C++
+// bindings, which live in a library MPI::MPI_C does not link.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "dufu/common/communicator.h"
+#include "dufu/common/error.h"
+#include "dufu/common/log.h"
+
+namespace dufu {
+
+namespace {
+
+constexpr double kDefaultExitTimeoutSeconds = 120.0;
+
+std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return str_cat("MPI error code ", code);
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+int world_rank_or_minus_one() {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  int rank = -1;
+  if (initialized != 0 && finalized == 0) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+// Every MPI call goes through DUFU_MPI_CHECK(communicator or nullptr, dufu operation,
+// MPI function, arguments...), which throws dufu::Error naming all three and the rank.
+void check_mpi(int code, const char* function, const char* operation, const Communicator* communicator) {
+  if (code == MPI_SUCCESS) return;
+  if (communicator != nullptr) {
+    DUFU_FAIL(function, " failed in ", operation, " on ", communicator->describe(), ": ", mpi_error_string(code));
+  }
+  DUFU_FAIL(function, " failed in ", operation, " (world rank ", world_rank_or_minus_one(), "): ",
+            mpi_error_string(code));
+}
+
+#define DUFU_MPI_CHECK(communicator, operation, function, ...) \
+  check_mpi(function(__VA_ARGS__), #function, operation, communicator)
+
+MPI_Datatype mpi_type(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kUInt8: return MPI_UINT8_T;
+  }
+  DUFU_FAIL("unknown data type ", static_cast<int>(type));
+}
+
+// The process-wide MPI runtime, when this file started it.
+struct Runtime {
+  double exit_timeout_seconds = kDefaultExitTimeoutSeconds;
+  MPI_Comm exit_comm = MPI_COMM_NULL;  // private to the exit handshake
+  pid_t pid = 0;                       // of the process that started MPI
+};
+
+Runtime& runtime() {
+  static Runtime state;
+  return state;
+}
+
+double exit_timeout_from_environment() {
+  const char* value = std::getenv("DUFU_MPI_EXIT_TIMEOUT");
+  if (value == nullptr || value[0] == '\0') return kDefaultExitTimeoutSeconds;
+  char* end = nullptr;
+  const double seconds = std::strtod(value, &end);
+  if (end == value || *end != '\0' || !(seconds > 0.0)) {
+    DUFU_FAIL("environment variable DUFU_MPI_EXIT_TIMEOUT='", value, "' is not a positive number of seconds");
+  }
+  return seconds;
+}
+
+// Registered with atexit once MPI is up: waits (bounded) for every rank to arrive,
+// then finalises; a rank still alone after the timeout aborts the job instead of
+// hanging inside MPI_Finalize.
+void finalize_at_exit() {
+  // A child forked after MPI started inherits this handler but not the MPI job.
+  if (::getpid() != runtime().pid) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized != 0) return;
+  Runtime& state = runtime();
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (MPI_Ibarrier(state.exit_comm, &request) == MPI_SUCCESS) {
+    const auto start = std::chrono::steady_clock::now();
+    int done = 0;
+    while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done == 0) {
+      const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - start;
+      if (waited.count() > state.exit_timeout_seconds) {
+        log_message(LogLevel::kError, "COMM",
+                    str_cat("rank ", world_rank_or_minus_one(), " is exiting but the other ranks did not reach exit "
+                            "within ", state.exit_timeout_seconds, " s (DUFU_MPI_EXIT_TIMEOUT); aborting all ranks "
+                            "so none is left waiting"));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  MPI_Comm_free(&state.exit_comm);
+  MPI_Finalize();
+}
+
+void ensure_mpi_started() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized != 0) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized != 0) DUFU_FAIL("MPI was already finalised; a communicator cannot be created after that");
+    return;
+  }
+  Runtime& state = runtime();
+  state.exit_timeout_seconds = exit_timeout_from_environment();
+  int provided = 0;
+  DUFU_MPI_CHECK(nullptr, "start", MPI_Init_thread, nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+  DUFU_MPI_CHECK(nullptr, "start", MPI_Comm_set_errhandler, MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  DUFU_MPI_CHECK(nullptr, "start", MPI_Comm_dup, MPI_COMM_WORLD, &state.exit_comm);
+  state.pid = ::getpid();
+  std::atexit(finalize_at_exit);
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Takes ownership of comm.
+  MpiCommunicator(MPI_Comm comm, std::string name) : Communicator(std::move(name)), comm_(comm) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    world_rank_ = world_rank_or_minus_one();
+    DUFU_MPI_CHECK(this, "create", MPI_Comm_set_errhandler, comm_, MPI_ERRORS_RETURN);
+  }
+
+  ~MpiCommunicator() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized == 0) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string describe() const override {
+    return str_cat("MPI communicator '", name(), "' (rank ", rank_, " of ", size_, ", world rank ", world_rank_, ")");
+  }
+
+ protected:
+  void do_all_reduce(CommBuffer data, ReduceOp op) override {
+    const std::size_t element = data_type_size(data.type);
+    const auto& [counts, offsets] = chunks(data.count, "all_reduce");
+    const int own = counts[static_cast<std::size_t>(rank_)];
+    // scratch: chunk rank_ of every rank's data, rank after rank.
+    scratch_.resize(static_cast<std::size_t>(own) * static_cast<std::size_t>(size_) * element);
+    std::vector<int>& scratch_offsets = scratch_offsets_;
+    std::vector<int>& scratch_counts = scratch_counts_;
+    scratch_counts.assign(static_cast<std::size_t>(size_), own);
+    scratch_offsets.resize(static_cast<std::size_t>(size_));
+    for (int r = 0; r < size_; ++r) scratch_offsets[static_cast<std::size_t>(r)] = r * own;
+    const MPI_Datatype type = mpi_type(data.type);
+    DUFU_MPI_CHECK(this, "all_reduce", MPI_Alltoallv, data.data, counts.data(), offsets.data(), type,
+                   scratch_.data(), scratch_counts.data(), scratch_offsets.data(), type, comm_);
+    fold(data.type, op, static_cast<unsigned char*>(data.data) +
+                            static_cast<std::size_t>(offsets[static_cast<std::size_t>(rank_)]) * element,
+         static_cast<std::size_t>(own));
+    DUFU_MPI_CHECK(this, "all_reduce", MPI_Allgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data, counts.data(),
+                   offsets.data(), type, comm_);
+  }
+
+  void do_all_gather(ConstCommBuffer input, CommBuffer output) override {
+    const int count = checked_count(input.count, "all_gather");
+    checked_count(output.count, "all_gather");
+    const MPI_Datatype type = mpi_type(input.type);
+    const void* own_slice =
+        static_cast<unsigned char*>(output.data) + static_cast<std::size_t>(rank_) * input.count * data_type_size(input.type);
+    const bool in_place = input.data == own_slice;
+    DUFU_MPI_CHECK(this, "all_gather", MPI_Allgather, in_place ? MPI_IN_PLACE : input.data, count, type, output.data,
+                   count, type, comm_);
+  }
+
+  void do_reduce_scatter(ConstCommBuffer input, CommBuffer output) override {
+    const int count = checked_count(output.count, "reduce_scatter");
+    checked_count(input.count, "reduce_scatter");
+    const MPI_Datatype type = mpi_type(input.type);
+    scratch_.resize(input.count * data_type_size(input.type));
+    DUFU_MPI_CHECK(this, "reduce_scatter", MPI_Alltoall, input.data, count, type, scratch_.data(), count, type, comm_);
+    fold(output.type, ReduceOp::kSum, output.data, output.count);
+  }
+
+  void do_broadcast(CommBuffer data, int root) override {
+    DUFU_MPI_CHECK(this, "broadcast", MPI_Bcast, data.data, checked_count(data.count, "broadcast"), mpi_type(data.type),
+                   root, comm_);
+  }
+
+  void do_send(ConstCommBuffer data, int peer, int tag) override {
+    DUFU_MPI_CHECK(this, "send", MPI_Send, data.data, checked_count(data.count, "send"), mpi_type(data.type), peer, tag,
+                   comm_);
+  }
+
+  void do_recv(CommBuffer data, int peer, int tag) override {
+    MPI_Status status;
+    DUFU_MPI_CHECK(this, "recv", MPI_Recv, data.data, checked_count(data.count, "recv"), mpi_type(data.type), peer, tag,
+                   comm_, &status);
+    check_received(status, data, peer, "recv");
+  }
+
+  void do_send_recv(ConstCommBuffer send_data, int destination, CommBuffer recv_data, int source, int tag) override {
+    MPI_Status status;
+    DUFU_MPI_CHECK(this, "send_recv", MPI_Sendrecv, send_data.data, checked_count(send_data.count, "send_recv"),
+                   mpi_type(send_data.type), destination, tag, recv_data.data,
+                   checked_count(recv_data.count, "send_recv"), mpi_type(recv_data.type), source, tag, comm_, &status);
+    check_received(status, recv_data, source, "send_recv");
+  }
+
+  void do_barrier() override { DUFU_MPI_CHECK(this, "barrier", MPI_Barrier, comm_); }
+
+  std::unique_ptr<Communicator> do_split(int color, int key, std::string name) override {
+    MPI_Comm group = MPI_COMM_NULL;
+    DUFU_MPI_CHECK(this, "split", MPI_Comm_split, comm_, color < 0 ? MPI_UNDEFINED : color, key, &group);
+    if (group == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiCommunicator>(group, std::move(name));
+  }
+
+ private:
+  struct Chunks {
+    std::vector<int> counts;
+    std::vector<int> offsets;
+  };
+
+  int checked_count(std::size_t count, const char* operation) const {
+    if (count > static_cast<std::size_t>(INT_MAX)) {
+      DUFU_FAIL(operation, " on ", describe(), ": ", count, " elements exceed the MPI count limit of ", INT_MAX);
+    }
+    return static_cast<int>(count);
+  }
+
+  void check_received(const MPI_Status& status, CommBuffer data, int peer, const char* operation) const {
+    int received = 0;
+    DUFU_MPI_CHECK(this, operation, MPI_Get_count, &status, mpi_type(data.type), &received);
+    if (received != static_cast<int>(data.count)) {
+      DUFU_FAIL(operation, " on ", describe(), ": expected ", data.count, " elements from rank ", peer, " but got ",
+                received);
+    }
+  }
+
+  // Chunk r of n elements: n / size elements, one more for the first n % size ranks.
+  const Chunks& chunks(std::size_t n, const char* operation) {
+    checked_count(n, operation);
+    const int total = static_cast<int>(n);
+    chunks_.counts.resize(static_cast<std::size_t>(size_));
+    chunks_.offsets.resize(static_cast<std::size_t>(size_));
+    int offset = 0;
+    for (int r = 0; r < size_; ++r) {
+      const int count = total / size_ + (r < total % size_ ? 1 : 0);
+      chunks_.counts[static_cast<std::size_t>(r)] = count;
+      chunks_.offsets[static_cast<std::size_t>(r)] = offset;
+      offset += count;
+    }
+    return chunks_;
+  }
+
+  // destination = scratch block 0 op block 1 op ... op block size_-1, left to right.
+  void fold(DataType type, ReduceOp op, void* destination, std::size_t count) const {
+    const std::size_t block_bytes = count * data_type_size(type);
+    if (block_bytes == 0) return;
+    std::memcpy(destination, scratch_.data(), block_bytes);
+    for (int r = 1; r < size_; ++r) {
+      reduce_elements(type, op, destination, scratch_.data() + static_cast<std::size_t>(r) * block_bytes, count);
+    }
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  int world_rank_ = -1;
+  // Reused between calls so a training step does not allocate.
+  std::vector<unsigned char> scratch_;
+  std::vector<int> scratch_counts_;
+  std::vector<int> scratch_offsets_;
+  Chunks chunks_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_world_communicator() {
+  ensure_mpi_started();
+  MPI_Comm world = MPI_COMM_NULL;
+  DUFU_MPI_CHECK(nullptr, "make_mpi_world_communicator", MPI_Comm_dup, MPI_COMM_WORLD, &world);
+  return std::make_unique<MpiCommunicator>(world, "world");
+}
+
+void abort_all(std::string_view message, int exit_code) {
+  const int rank = world_rank_or_minus_one();
+  if (rank < 0) return;  // MPI not running: the caller exits on its own
+  log_message(LogLevel::kError, "COMM", str_cat("rank ", rank, " is aborting all ranks: ", message));
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+}
+
+}  // namespace dufu

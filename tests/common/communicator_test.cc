@@ -1,0 +1,277 @@
+// Tests for the single-process Communicator, the argument checks every backend
+// shares, the shared element-wise reduction, the launcher environment parsing and the
+// backend choice of make_communicator. The MPI backend has its own program,
+// mpi_communicator_test.cc, run under mpirun.
+#include "dufu/common/communicator.h"
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "dufu/common/launch_environment.h"
+#include "support/expect_error.h"
+
+namespace dufu {
+namespace {
+
+using dufu::testing::expect_error;
+
+TEST(SingleProcessCommunicator, CollectivesAreIdentities) {
+  auto comm = make_single_process_communicator();
+  EXPECT_EQ(comm->rank(), 0);
+  EXPECT_EQ(comm->size(), 1);
+  EXPECT_EQ(comm->name(), "world");
+  EXPECT_EQ(comm->describe(), "single-process communicator 'world'");
+
+  std::vector<float> data{1.5f, -2.0f, 3.25f};
+  comm->all_reduce(data);
+  EXPECT_EQ(data, (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  comm->all_reduce(data, ReduceOp::kMax);
+  EXPECT_EQ(data, (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  EXPECT_EQ(comm->all_reduce_value(7.5), 7.5);
+  EXPECT_EQ(comm->all_reduce_value<std::int64_t>(-3, ReduceOp::kMax), -3);
+
+  std::array<std::int64_t, 2> input{4, 5};
+  std::vector<std::int64_t> gathered(2);
+  comm->all_gather(input, gathered);
+  EXPECT_EQ(gathered, (std::vector<std::int64_t>{4, 5}));
+  comm->all_gather(std::span<const std::int64_t>(gathered), gathered);  // in place
+  EXPECT_EQ(gathered, (std::vector<std::int64_t>{4, 5}));
+
+  std::vector<double> scattered(3);
+  comm->reduce_scatter(std::vector<double>{1, 2, 3}, scattered);
+  EXPECT_EQ(scattered, (std::vector<double>{1, 2, 3}));
+
+  std::vector<std::int32_t> broadcast{9, 8};
+  comm->broadcast(broadcast, 0);
+  EXPECT_EQ(broadcast, (std::vector<std::int32_t>{9, 8}));
+
+  std::vector<std::uint8_t> received(2);
+  comm->send_recv(std::vector<std::uint8_t>{1, 2}, 0, received, 0);
+  EXPECT_EQ(received, (std::vector<std::uint8_t>{1, 2}));
+  comm->barrier();
+}
+
+TEST(SingleProcessCommunicator, EmptyBuffersAreFine) {
+  auto comm = make_single_process_communicator();
+  std::vector<float> empty;
+  comm->all_reduce(empty);
+  comm->all_gather(empty, empty);
+  comm->reduce_scatter(empty, empty);
+  comm->broadcast(empty, 0);
+}
+
+TEST(SingleProcessCommunicator, SplitAndSubgroup) {
+  auto comm = make_single_process_communicator();
+  EXPECT_EQ(comm->split(-1, 0), nullptr);
+  auto split = comm->split(3, 7, "tensor");
+  ASSERT_NE(split, nullptr);
+  EXPECT_EQ(split->name(), "tensor");
+  EXPECT_EQ(split->size(), 1);
+  auto group = comm->subgroup({0}, "data");
+  ASSERT_NE(group, nullptr);
+  EXPECT_EQ(group->describe(), "single-process communicator 'data'");
+  EXPECT_EQ(comm->subgroup({}, "embedding"), nullptr);
+  expect_error([&] { comm->subgroup({1}, "tensor"); }, {"subgroup on single-process communicator 'world'",
+                                                        "member rank 1 is not in [0, 1)"});
+  expect_error([&] { comm->subgroup({0, 0}, "tensor"); }, {"rank 0 is listed twice"});
+}
+
+TEST(SingleProcessCommunicator, RefusesBadArguments) {
+  auto comm = make_single_process_communicator();
+  std::vector<float> three(3), four(4);
+  expect_error([&] { comm->all_gather(three, four); },
+               {"all_gather on single-process communicator 'world'", "output has 4 elements", "need 3"});
+  expect_error([&] { comm->reduce_scatter(four, three); }, {"reduce_scatter", "input has 4 elements", "need 3"});
+  expect_error([&] { comm->broadcast(three, 1); }, {"broadcast", "root rank 1 is not in [0, 1)"});
+  expect_error([&] { comm->broadcast(three, -1); }, {"root rank -1"});
+  expect_error([&] { comm->send(three, 0); }, {"send", "cannot send to itself"});
+  expect_error([&] { comm->recv(three, 0); }, {"recv", "cannot receive from itself"});
+  expect_error([&] { comm->send(three, 1); }, {"destination rank 1 is not in [0, 1)"});
+  expect_error([&] { comm->send_recv(three, 0, three, 0, 40000); }, {"tag 40000 is not in [0, 32767]"});
+  expect_error([&] { comm->send_recv(three, 0, four, 0); }, {"exchange with itself of 3 elements into 4"});
+  std::vector<double> doubles(3);
+  expect_error([&] { comm->send_recv(three, 0, doubles, 0); }, {"sends float32 but receives float64"});
+  // all_gather: input overlapping output other than as this rank's own slice.
+  expect_error([&] { comm->all_gather(std::span<const float>(four.data() + 1, 2), std::span<float>(four.data(), 2)); },
+               {"input overlaps output"});
+}
+
+// Exposes the shared reduction for direct tests.
+struct ReductionProbe : Communicator {
+  using Communicator::reduce_elements;
+};
+
+TEST(Communicator, ReduceElementsSumIsPlainAddition) {
+  std::vector<float> accumulator{1.0f, 1e8f, -0.0f};
+  const std::vector<float> input{2.0f, 1.0f, 0.0f};
+  ReductionProbe::reduce_elements(DataType::kFloat32, ReduceOp::kSum, accumulator.data(), input.data(), 3);
+  EXPECT_EQ(accumulator[0], 3.0f);
+  EXPECT_EQ(accumulator[1], 1e8f + 1.0f);  // rounds back to 1e8 in float, like the serial loop
+  EXPECT_FALSE(std::signbit(accumulator[2]));
+}
+
+TEST(Communicator, ReduceElementsMaxPropagatesNan) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> accumulator{nan, 1.0f, 2.0f, -1.0f};
+  const std::vector<float> input{5.0f, nan, 1.0f, 3.0f};
+  ReductionProbe::reduce_elements(DataType::kFloat32, ReduceOp::kMax, accumulator.data(), input.data(), 4);
+  EXPECT_TRUE(std::isnan(accumulator[0]));
+  EXPECT_TRUE(std::isnan(accumulator[1]));
+  EXPECT_EQ(accumulator[2], 2.0f);
+  EXPECT_EQ(accumulator[3], 3.0f);
+}
+
+TEST(Communicator, ReduceElementsIntegersWrapInsteadOfOverflowing) {
+  std::vector<std::int32_t> ints{std::numeric_limits<std::int32_t>::max(), -5};
+  const std::vector<std::int32_t> ones{1, 2};
+  ReductionProbe::reduce_elements(DataType::kInt32, ReduceOp::kSum, ints.data(), ones.data(), 2);
+  EXPECT_EQ(ints[0], std::numeric_limits<std::int32_t>::min());
+  EXPECT_EQ(ints[1], -3);
+  std::vector<std::uint8_t> bytes{200, 7};
+  const std::vector<std::uint8_t> more{100, 9};
+  ReductionProbe::reduce_elements(DataType::kUInt8, ReduceOp::kSum, bytes.data(), more.data(), 2);
+  EXPECT_EQ(bytes, (std::vector<std::uint8_t>{44, 16}));
+  std::vector<std::int64_t> wide{-7, 1LL << 40};
+  const std::vector<std::int64_t> other{-9, 3};
+  ReductionProbe::reduce_elements(DataType::kInt64, ReduceOp::kMax, wide.data(), other.data(), 2);
+  EXPECT_EQ(wide, (std::vector<std::int64_t>{-7, 1LL << 40}));
+}
+
+TEST(Communicator, DataTypes) {
+  static_assert(data_type_of<float>() == DataType::kFloat32);
+  static_assert(data_type_of<std::int64_t>() == DataType::kInt64);
+  EXPECT_STREQ(data_type_name(DataType::kFloat64), "float64");
+  EXPECT_EQ(data_type_size(DataType::kFloat64), 8u);
+  EXPECT_EQ(data_type_size(DataType::kUInt8), 1u);
+  EXPECT_EQ(data_type_size(DataType::kInt32), 4u);
+}
+
+// ---- launcher environment -------------------------------------------------------
+
+using Environment = std::map<std::string, std::string>;
+
+LaunchEnvironment parse(const Environment& variables) {
+  return launch_environment_from([&](const char* name) -> const char* {
+    const auto it = variables.find(name);
+    return it == variables.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(LaunchEnvironment, NoVariablesMeansOneProcess) {
+  const LaunchEnvironment e = parse({{"PATH", "/usr/bin"}});
+  EXPECT_EQ(e.launcher, Launcher::kNone);
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.world_size, 1);
+  EXPECT_EQ(e.local_rank, 0);
+  EXPECT_EQ(e.describe(), "single process (no launcher variables)");
+}
+
+TEST(LaunchEnvironment, OpenMpi) {
+  const LaunchEnvironment e =
+      parse({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
+  EXPECT_EQ(e.launcher, Launcher::kOpenMpi);
+  EXPECT_EQ(e.rank, 5);
+  EXPECT_EQ(e.world_size, 8);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.describe(), "mpirun rank 5 of 8 (local rank 1)");
+}
+
+TEST(LaunchEnvironment, Slurm) {
+  const LaunchEnvironment e = parse({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "3"}});
+  EXPECT_EQ(e.launcher, Launcher::kSlurm);
+  EXPECT_EQ(e.describe(), "srun rank 3 of 4 (local rank 3)");
+}
+
+TEST(LaunchEnvironment, Torchrun) {
+  const LaunchEnvironment e = parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}});
+  EXPECT_EQ(e.launcher, Launcher::kTorchrun);
+  EXPECT_EQ(e.world_size, 2);
+}
+
+TEST(LaunchEnvironment, OpenMpiWinsOverTheSlurmAllocationAroundIt) {
+  const LaunchEnvironment e = parse({{"SLURM_PROCID", "0"},
+                                     {"SLURM_NTASKS", "1"},
+                                     {"SLURM_LOCALID", "0"},
+                                     {"OMPI_COMM_WORLD_RANK", "2"},
+                                     {"OMPI_COMM_WORLD_SIZE", "4"},
+                                     {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+                                     {"RANK", "9"}});
+  EXPECT_EQ(e.launcher, Launcher::kOpenMpi);
+  EXPECT_EQ(e.rank, 2);
+  EXPECT_EQ(e.world_size, 4);
+}
+
+TEST(LaunchEnvironment, SlurmWinsOverTorchrun) {
+  const LaunchEnvironment e = parse({{"SLURM_PROCID", "1"},
+                                     {"SLURM_NTASKS", "2"},
+                                     {"SLURM_LOCALID", "1"},
+                                     {"RANK", "0"},
+                                     {"WORLD_SIZE", "1"},
+                                     {"LOCAL_RANK", "0"}});
+  EXPECT_EQ(e.launcher, Launcher::kSlurm);
+  EXPECT_EQ(e.rank, 1);
+}
+
+TEST(LaunchEnvironment, RefusesPartialSets) {
+  expect_error([] { parse({{"RANK", "0"}, {"WORLD_SIZE", "2"}}); },
+               {"environment variable LOCAL_RANK is not set", "RANK, WORLD_SIZE and LOCAL_RANK",
+                "torchrun-style launch"});
+  expect_error([] { parse({{"OMPI_COMM_WORLD_RANK", "0"}}); },
+               {"OMPI_COMM_WORLD_SIZE is not set", "mpirun-style launch"});
+  expect_error([] { parse({{"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}}); }, {"SLURM_PROCID is not set"});
+}
+
+TEST(LaunchEnvironment, RefusesMalformedValues) {
+  for (const std::string bad : {"", "abc", "3x", "-1", " 2", "+2", "99999999999999999999", "1.5"}) {
+    SCOPED_TRACE(bad);
+    expect_error([&] { parse({{"RANK", bad}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}}); },
+                 {"environment variable RANK='" + bad + "' is not a non-negative decimal integer"});
+  }
+  expect_error([] { parse({{"RANK", "0"}, {"WORLD_SIZE", "four"}, {"LOCAL_RANK", "0"}}); },
+               {"WORLD_SIZE='four'"});
+}
+
+TEST(LaunchEnvironment, RefusesInconsistentValues) {
+  expect_error([] { parse({{"RANK", "0"}, {"WORLD_SIZE", "0"}, {"LOCAL_RANK", "0"}}); },
+               {"WORLD_SIZE=0 must be at least 1"});
+  expect_error([] { parse({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}}); },
+               {"SLURM_PROCID=4 is not below SLURM_NTASKS=4"});
+  expect_error([] { parse({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}}); },
+               {"LOCAL_RANK=2 is not below WORLD_SIZE=2"});
+}
+
+TEST(LaunchEnvironment, LauncherNames) {
+  EXPECT_STREQ(launcher_name(Launcher::kNone), "none");
+  EXPECT_STREQ(launcher_name(Launcher::kOpenMpi), "mpirun");
+  EXPECT_STREQ(launcher_name(Launcher::kSlurm), "srun");
+  EXPECT_STREQ(launcher_name(Launcher::kTorchrun), "torchrun");
+}
+
+// ---- backend choice -------------------------------------------------------------
+
+TEST(MakeCommunicator, SingleProcessWithoutLauncher) {
+  auto comm = make_communicator(LaunchEnvironment{});
+  EXPECT_EQ(comm->describe(), "single-process communicator 'world'");
+}
+
+TEST(MakeCommunicator, TorchrunWithOneProcessIsSingleProcess) {
+  auto comm = make_communicator(LaunchEnvironment{Launcher::kTorchrun, 0, 1, 0});
+  EXPECT_EQ(comm->size(), 1);
+}
+
+TEST(MakeCommunicator, TorchrunWithSeveralProcessesAsksForMpirun) {
+  expect_error([] { make_communicator(LaunchEnvironment{Launcher::kTorchrun, 1, 4, 1}); },
+               {"torchrun rank 1 of 4", "CPU backend exchanges data through MPI", "no TCP rendezvous backend",
+                "mpirun -np 4", "srun -n 4"});
+}
+
+}  // namespace
+}  // namespace dufu
