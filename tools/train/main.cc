@@ -1,10 +1,13 @@
 // `train`: the command-line face of the trainer library. Library errors arrive as
-// dufu::Error and end here as one clear line on stderr and exit status 1.
+// dufu::Error and end here as one clear line on stderr and exit status 1; under
+// mpirun the failing rank also stops every other rank (abort_all) instead of leaving
+// them waiting in a collective.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 
 #include "commands.h"
+#include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
 
 int main(int argc, char** argv) {
@@ -24,9 +27,11 @@ int main(int argc, char** argv) {
     return app.exit(error);
   } catch (const dufu::Error& error) {
     std::fprintf(stderr, "train: error: %s\n", error.what());
+    dufu::abort_all(error.what(), 1);
     return 1;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "train: unexpected error: %s\n", error.what());
+    dufu::abort_all(error.what(), 2);
     return 2;
   }
   return 0;

@@ -45,6 +45,8 @@ ConfigSchema training_config_schema() {
       .add_int("eval.batches", 8, "Micro-batches per evaluation (the same ones each time)");
   schema.add_int("checkpoint.interval", 100, "Save a checkpoint every this many steps (0 = only at the end)")
       .add_int("checkpoint.keep", 3, "Newest checkpoints kept");
+  schema.add_int("dist.tensor_parallel_size", 1, "Tensor-parallel ranks (only 1 so far)")
+      .add_int("dist.pipeline_parallel_size", 1, "Pipeline stages (only 1 so far)");
   schema.add_string("run.dir", "runs/gpt", "Directory of the run: checkpoints, metrics.jsonl, config.toml")
       .add_int("run.log_interval", 1, "Print a step line every this many steps");
   return schema;
@@ -135,6 +137,14 @@ TrainingOptions training_options(const Config& config) {
   options.eval_batches = static_cast<int>(int_in_range(config, "eval.batches", 1));
   options.checkpoint_interval = int_in_range(config, "checkpoint.interval", 0, std::numeric_limits<std::int64_t>::max());
   options.checkpoint_keep = static_cast<int>(int_in_range(config, "checkpoint.keep", 1));
+  options.tensor_parallel_size = static_cast<int>(int_in_range(config, "dist.tensor_parallel_size", 1, 4096));
+  options.pipeline_parallel_size = static_cast<int>(int_in_range(config, "dist.pipeline_parallel_size", 1, 4096));
+  if (options.tensor_parallel_size > 1 || options.pipeline_parallel_size > 1) {
+    DUFU_FAIL("dist.tensor_parallel_size = ", options.tensor_parallel_size, " and dist.pipeline_parallel_size = ",
+              options.pipeline_parallel_size,
+              ": tensor and pipeline parallelism are not implemented yet; data parallelism is (mpirun -np N "
+              "train ... with both at 1)");
+  }
   options.run_dir = config.get_string("run.dir");
   if (options.run_dir.empty()) DUFU_FAIL("run.dir must not be empty");
   options.log_interval = int_in_range(config, "run.log_interval", 1, std::numeric_limits<std::int64_t>::max());

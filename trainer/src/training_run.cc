@@ -23,11 +23,13 @@
 #include <vector>
 
 #include "dufu/common/atomic_file.h"
+#include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
 #include "dufu/common/file_lock.h"
 #include "dufu/common/human_units.h"
 #include "dufu/common/json_writer.h"
 #include "dufu/common/log.h"
+#include "dufu/common/topology.h"
 #include "dufu/dataprep/blend_builder.h"
 #include "dufu/dataprep/data_loader.h"
 #include "dufu/dataprep/sampler.h"
@@ -142,23 +144,29 @@ void split_batch(const dataprep::Batch& batch, ModelBatch& out) {
 }
 
 std::unique_ptr<dataprep::InfiniteDataLoader> make_loader(const std::shared_ptr<const dataprep::TokenDataset>& dataset,
-                                                          const TrainingOptions& options,
+                                                          const TrainingOptions& options, const Topology& topology,
                                                           dataprep::LoaderState start) {
   dataprep::LoaderOptions loader_options;
   loader_options.micro_batch = static_cast<std::uint64_t>(options.micro_batch);
   loader_options.workers = options.loader_workers;
   loader_options.prefetch_batches = options.prefetch_batches;
   // The datasets are already shuffled by their shuffle index (Megatron's design), so
-  // one process reads them in order, as Megatron's pretraining sampler does.
-  return std::make_unique<dataprep::InfiniteDataLoader>(dataset, dataprep::make_sequential_sampler(dataset->size()),
-                                                        loader_options, start);
+  // the global order is 0, 1, 2, ...; Megatron's pretraining sampler gives each
+  // data-parallel rank its micro-batch slice of every global batch, so the samples of
+  // a step are the same whatever the number of ranks.
+  auto sampler = dataprep::make_megatron_pretraining_sampler(
+      dataset->size(), loader_options.micro_batch, static_cast<std::uint64_t>(topology.coordinates().dp_rank),
+      static_cast<std::uint64_t>(topology.data_parallel_size()));
+  return std::make_unique<dataprep::InfiniteDataLoader>(dataset, std::move(sampler), loader_options, start);
 }
 
 // Mean loss of the model over the first eval_batches micro-batches of the validation
 // split: the same samples at every evaluation, so the curve compares like with like.
+// Every rank evaluates the same batches (the weights are the same on every rank).
 double evaluate(GPT& model, const std::shared_ptr<const dataprep::TokenDataset>& dataset,
                 const TrainingOptions& options) {
-  auto loader = make_loader(dataset, options, {});
+  const Topology single(1, 1, 1, 0);
+  auto loader = make_loader(dataset, options, single, {});
   const int T = options.model.seq_length;
   ModelBatch batch;
   double sum = 0.0;
@@ -182,24 +190,39 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
   if (options.threads > 0) omp_set_num_threads(options.threads);
   const int T = options.model.seq_length;
 
-  fs::create_directories(options.run_dir);
-  const auto run_lock = FileLock::try_lock((fs::path(options.run_dir) / ".lock").string());
-  if (!run_lock) DUFU_FAIL("run.dir ", options.run_dir, " is in use by another training process");
+  const std::unique_ptr<Communicator> world = make_communicator();
+  const Topology topology(world->size(), options.tensor_parallel_size, options.pipeline_parallel_size, world->rank());
+  const int dp = topology.data_parallel_size();
+  if (options.global_batch % (options.micro_batch * dp) != 0) {
+    DUFU_FAIL("train.global_batch (", options.global_batch, ") must be a multiple of train.micro_batch (",
+              options.micro_batch, ") x the data-parallel size (", dp, ")");
+  }
+  const int accumulation = options.accumulation_steps(dp);
+  // Rank 0 speaks for the run: the log, metrics.jsonl, config.toml and checkpoints
+  // (every rank holds the same weights and moments, the gradients being summed
+  // bitwise identically everywhere).
+  const bool is_main = world->rank() == 0;
 
-  std::printf("# effective configuration\n%s\n", config.to_toml().c_str());
-  std::fflush(stdout);
-  {
+  std::unique_ptr<FileLock> run_lock;
+  if (is_main) {
+    fs::create_directories(options.run_dir);
+    run_lock = FileLock::try_lock((fs::path(options.run_dir) / ".lock").string());
+    if (!run_lock) DUFU_FAIL("run.dir ", options.run_dir, " is in use by another training process");
+    std::printf("# effective configuration\n%s\n", config.to_toml().c_str());
+    std::printf("layout: %s\n", topology.describe().c_str());
+    std::fflush(stdout);
     AtomicFile saved((fs::path(options.run_dir) / "config.toml").string());
     const std::string toml = config.to_toml();
     saved.write(toml.data(), toml.size());
     saved.commit();
   }
+  world->barrier();
 
   // Data first: a bad blend should fail before any time goes into the model.
   const dataprep::BuiltBlend train_blend = dataprep::build_blend(options.train_data);
   std::shared_ptr<const dataprep::TokenDataset> valid_dataset;
   if (options.eval_interval > 0) valid_dataset = dataprep::build_blend(options.valid_data).dataset;
-  DUFU_LOG_INFO("train", "training data: ", train_blend.dataset->describe());
+  if (is_main) DUFU_LOG_INFO("train", "training data: ", train_blend.dataset->describe());
 
   GPT model(options.model);
   AdamW optimizer(model, options.adamw);
@@ -228,8 +251,18 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
     state.consumed_tokens = saved.consumed_tokens;
     state.skipped_steps = saved.skipped_steps;
     state.init_seed = saved.init_seed;
-    loader_start = dataprep::parse_loader_state(saved.train_loader_state);
-    DUFU_LOG_INFO("train", "resuming from ", *checkpoint, " at step ", state.step);
+    // The loader position counts this rank's samples: it carries over to a run with
+    // the same number of data-parallel ranks only.
+    const dataprep::LoaderState saved_loader = dataprep::parse_loader_state(saved.train_loader_state);
+    const std::uint64_t micro = static_cast<std::uint64_t>(options.micro_batch);
+    const std::uint64_t rank_epoch = train_blend.dataset->size() / (micro * dp) * micro;
+    if (saved_loader.next.epoch * rank_epoch + saved_loader.next.position != saved.consumed_samples / dp) {
+      DUFU_FAIL(*checkpoint, ": its loader position does not match ", saved.consumed_samples,
+                " consumed samples over ", dp, " data-parallel ranks: it was trained with another layout or "
+                "data size, and resuming under a different layout is not supported yet");
+    }
+    loader_start = saved_loader;
+    if (is_main) DUFU_LOG_INFO("train", "resuming from ", *checkpoint, " at step ", state.step);
   } else {
     model.init_gpt2(options.init_seed);
   }
@@ -238,51 +271,63 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
   RunOutcome outcome;
   outcome.step = state.step;
   if (state.step >= options.steps) {
-    std::printf("nothing to do: the run is at step %lld of %lld\n", static_cast<long long>(state.step),
-                static_cast<long long>(options.steps));
+    if (is_main) {
+      std::printf("nothing to do: the run is at step %lld of %lld\n", static_cast<long long>(state.step),
+                  static_cast<long long>(options.steps));
+    }
     return outcome;
   }
 
-  auto loader = make_loader(train_blend.dataset, options, loader_start);
-  MetricsLog metrics((fs::path(options.run_dir) / "metrics.jsonl").string(), state.step);
+  auto loader = make_loader(train_blend.dataset, options, topology, loader_start);
+  std::unique_ptr<MetricsLog> metrics;
+  if (is_main) metrics = std::make_unique<MetricsLog>((fs::path(options.run_dir) / "metrics.jsonl").string(), state.step);
 
   const double flops_per_token = gpt_training_flops_per_token(options.model, T);
-  // Measured, not looked up: the peak of this machine as it is now. A peak taken while
-  // other processes held the cores would make MFU read above 100% once they leave,
-  // so a step that beats it triggers a new measurement (the best one is kept).
+  // Measured, not looked up: the peak of this machine as it is now (each rank measures
+  // its own, all at once, so ranks sharing a machine see their share). A peak taken
+  // while other processes held the cores would make MFU read above 100% once they
+  // leave, so a step that beats it triggers a new measurement (the best one is kept).
   double peak_flops = measure_sgemm_peak_flops(0.3);
   const double tokens_per_step = static_cast<double>(options.global_batch) * T;
-  std::printf("model: %s parameters, %d layers, d_model %d, %d heads, vocab %d (padded %d), seq %d\n",
-              human_count(static_cast<double>(model.num_parameters())).c_str(), options.model.n_layer,
-              options.model.d_model, options.model.n_head, options.model.vocab_size,
-              options.model.padded_vocab_size(), T);
-  std::printf("batch: %d x %d samples (micro-batch x accumulation) = %.0f tokens per step; %d threads; "
-              "sgemm peak %.1f GFLOP/s; %.3f GFLOP per token\n",
-              options.micro_batch, options.accumulation_steps(), tokens_per_step, omp_get_max_threads(),
-              peak_flops / 1e9, flops_per_token / 1e9);
-  std::fflush(stdout);
+  if (is_main) {
+    std::printf("model: %s parameters, %d layers, d_model %d, %d heads, vocab %d (padded %d), seq %d\n",
+                human_count(static_cast<double>(model.num_parameters())).c_str(), options.model.n_layer,
+                options.model.d_model, options.model.n_head, options.model.vocab_size,
+                options.model.padded_vocab_size(), T);
+    std::printf("batch: %d x %d x %d samples (micro-batch x accumulation x data-parallel) = %.0f tokens per step; "
+                "%d threads per rank; sgemm peak %.1f GFLOP/s per rank; %.3f GFLOP per token\n",
+                options.micro_batch, accumulation, dp, tokens_per_step, omp_get_max_threads(), peak_flops / 1e9,
+                flops_per_token / 1e9);
+    std::fflush(stdout);
+  }
 
   StopSignals stop_signals;
   ModelBatch batch;
-  const float dloss_scale = 1.0f / static_cast<float>(static_cast<double>(options.micro_batch) * T *
-                                                      options.accumulation_steps());
+  const float dloss_scale =
+      1.0f / static_cast<float>(static_cast<double>(options.micro_batch) * T * accumulation * dp);
   auto save = [&]() {
     state.train_loader_state = loader->state().to_string();
-    const std::string path = save_checkpoint(options.run_dir, model, optimizer, state, options.checkpoint_keep);
-    std::printf("checkpoint: %s\n", path.c_str());
-    std::fflush(stdout);
+    if (is_main) {
+      const std::string path = save_checkpoint(options.run_dir, model, optimizer, state, options.checkpoint_keep);
+      std::printf("checkpoint: %s\n", path.c_str());
+      std::fflush(stdout);
+    }
   };
 
   while (state.step < options.steps) {
     const auto start = Clock::now();
     model.zero_grad();
     double loss_sum = 0.0;
-    for (int micro = 0; micro < options.accumulation_steps(); ++micro) {
+    for (int micro = 0; micro < accumulation; ++micro) {
       split_batch(loader->next(), batch);
       loss_sum += model.forward(batch.inputs, batch.targets, options.micro_batch, T, dloss_scale);
       model.backward();
     }
-    const double loss = loss_sum / options.accumulation_steps();
+    if (dp > 1) {
+      world->all_reduce(model.grads(), ReduceOp::kSum);
+      loss_sum = world->all_reduce_value(loss_sum, ReduceOp::kSum);
+    }
+    const double loss = loss_sum / (accumulation * dp);
     const double grad_norm = clip_gradient_norm(model.grads(), options.grad_clip);
     const double lr = learning_rate(options.schedule, state.step);
     const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
@@ -294,76 +339,90 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
                 "; the run stops without updating (train.on_nonfinite=skip skips such steps instead)");
     } else {
       ++state.skipped_steps;
-      DUFU_LOG_WARN("train", "step ", state.step + 1, ": loss ", loss, ", gradient norm ", grad_norm,
-                    ": not finite, update skipped (", state.skipped_steps, " skipped so far)");
+      if (is_main) {
+        DUFU_LOG_WARN("train", "step ", state.step + 1, ": loss ", loss, ", gradient norm ", grad_norm,
+                      ": not finite, update skipped (", state.skipped_steps, " skipped so far)");
+      }
     }
     ++state.step;
     state.consumed_samples += static_cast<std::uint64_t>(options.global_batch);
     state.consumed_tokens += static_cast<std::uint64_t>(tokens_per_step);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     const double tokens_per_second = tokens_per_step / seconds;
-    if (flops_per_token * tokens_per_second > peak_flops) {
+    if (flops_per_token * tokens_per_second / dp > peak_flops) {
       peak_flops = std::max(peak_flops, measure_sgemm_peak_flops(0.2));
       DUFU_LOG_INFO("train", "sgemm peak re-measured: ", peak_flops / 1e9, " GFLOP/s");
     }
-    const double mfu = flops_per_token * tokens_per_second / peak_flops;
+    const double mfu = flops_per_token * tokens_per_second / (peak_flops * dp);
     outcome.last_loss = loss;
 
-    JsonWriter record;
-    record.begin_object()
-        .key("type").value("train")
-        .key("step").value(state.step)
-        .key("loss").value(loss)
-        .key("lr").value(lr)
-        .key("grad_norm").value(grad_norm)
-        .key("tokens_per_second").value(tokens_per_second)
-        .key("ms_per_step").value(seconds * 1e3)
-        .key("mfu").value(mfu)
-        .key("consumed_samples").value(state.consumed_samples)
-        .key("consumed_tokens").value(state.consumed_tokens)
-        .key("skipped").value(!finite)
-        .end_object();
-    metrics.write(record);
-    if (state.step % options.log_interval == 0 || state.step == options.steps) {
-      std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s | %.1f ms | MFU %.1f%%%s\n",
-                  static_cast<long long>(state.step), static_cast<long long>(options.steps), loss, lr, grad_norm,
-                  format_rate(tokens_per_second).c_str(), seconds * 1e3, 100.0 * mfu, finite ? "" : " | skipped");
-      std::fflush(stdout);
+    if (is_main) {
+      JsonWriter record;
+      record.begin_object()
+          .key("type").value("train")
+          .key("step").value(state.step)
+          .key("loss").value(loss)
+          .key("lr").value(lr)
+          .key("grad_norm").value(grad_norm)
+          .key("tokens_per_second").value(tokens_per_second)
+          .key("ms_per_step").value(seconds * 1e3)
+          .key("mfu").value(mfu)
+          .key("consumed_samples").value(state.consumed_samples)
+          .key("consumed_tokens").value(state.consumed_tokens)
+          .key("skipped").value(!finite)
+          .end_object();
+      metrics->write(record);
+      if (state.step % options.log_interval == 0 || state.step == options.steps) {
+        std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s | %.1f ms | MFU %.1f%%%s\n",
+                    static_cast<long long>(state.step), static_cast<long long>(options.steps), loss, lr, grad_norm,
+                    format_rate(tokens_per_second).c_str(), seconds * 1e3, 100.0 * mfu, finite ? "" : " | skipped");
+        std::fflush(stdout);
+      }
     }
 
     if (valid_dataset && (state.step % options.eval_interval == 0 || state.step == options.steps)) {
       const double val_loss = evaluate(model, valid_dataset, options);
-      JsonWriter eval_record;
-      eval_record.begin_object()
-          .key("type").value("eval")
-          .key("step").value(state.step)
-          .key("val_loss").value(val_loss)
-          .key("val_perplexity").value(std::exp(val_loss))
-          .end_object();
-      metrics.write(eval_record);
-      std::printf("eval at step %lld | val loss %.4f | val perplexity %.2f\n", static_cast<long long>(state.step),
-                  val_loss, std::exp(val_loss));
-      std::fflush(stdout);
+      if (is_main) {
+        JsonWriter eval_record;
+        eval_record.begin_object()
+            .key("type").value("eval")
+            .key("step").value(state.step)
+            .key("val_loss").value(val_loss)
+            .key("val_perplexity").value(std::exp(val_loss))
+            .end_object();
+        metrics->write(eval_record);
+        std::printf("eval at step %lld | val loss %.4f | val perplexity %.2f\n", static_cast<long long>(state.step),
+                    val_loss, std::exp(val_loss));
+        std::fflush(stdout);
+      }
     }
 
+    // Every rank must take the same decision, so a signal seen by one stops all.
+    const bool signalled =
+        world->all_reduce_value(static_cast<std::int32_t>(g_stop_requested.load()), ReduceOp::kMax) != 0;
     const bool exiting = state.step == options.exit_at_step;
-    const bool stopping = g_stop_requested.load() || exiting;
+    const bool stopping = signalled || exiting;
     if (state.step == options.steps || stopping ||
         (options.checkpoint_interval > 0 && state.step % options.checkpoint_interval == 0)) {
       save();
     }
     if (exiting) {
-      std::printf("stopping at step %lld as train.exit_at_step says; resume with train.exit_at_step=0\n",
-                  static_cast<long long>(state.step));
+      if (is_main) {
+        std::printf("stopping at step %lld as train.exit_at_step says; resume with train.exit_at_step=0\n",
+                    static_cast<long long>(state.step));
+      }
       break;
     }
     if (stopping) {
-      std::printf("stopped by a signal at step %lld; resume with the same command\n",
-                  static_cast<long long>(state.step));
+      if (is_main) {
+        std::printf("stopped by a signal at step %lld; resume with the same command\n",
+                    static_cast<long long>(state.step));
+      }
       outcome.interrupted = true;
       break;
     }
   }
+  world->barrier();
   outcome.step = state.step;
   return outcome;
 }

@@ -30,7 +30,7 @@ struct TrainingOptions {
   int prefetch_batches = 4;
 
   int micro_batch = 8;
-  int global_batch = 8;  // a multiple of micro_batch: gradient accumulation
+  int global_batch = 8;  // a multiple of micro_batch x data-parallel size: gradient accumulation
   std::int64_t steps = 1000;
   std::int64_t exit_at_step = 0;  // stop after this step with a checkpoint; 0 = never
   NonFiniteAction on_nonfinite = NonFiniteAction::kStop;
@@ -46,10 +46,16 @@ struct TrainingOptions {
   std::int64_t checkpoint_interval = 100;  // 0 = only at the end
   int checkpoint_keep = 3;
 
+  // The layout over the launcher's ranks: data parallel = world / (tp x pp).
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+
   std::string run_dir;
   std::int64_t log_interval = 1;
 
-  int accumulation_steps() const { return global_batch / micro_batch; }
+  int accumulation_steps(int data_parallel_size = 1) const {
+    return global_batch / (micro_batch * data_parallel_size);
+  }
 };
 
 // Reads and checks a Config of training_config_schema(). Throws dufu::Error naming
