@@ -13,13 +13,15 @@
 #include <vector>
 
 #include "dufu/trainer/safetensors.h"
+#include "support/fortunes_shard.h"
 #include "support/temp_dir.h"
 #include "support/tool_runner.h"
 
 namespace {
 
 using dufu::testing::CommandResult;
-using dufu::testing::fixture_path;
+using dufu::testing::fortunes_shard;
+using dufu::testing::fortunes_shard_dir;
 using dufu::testing::read_all;
 using dufu::testing::run_command;
 using dufu::testing::shell_quote;
@@ -29,21 +31,12 @@ using dufu::testing::write_all;
 
 class DataParallelTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    data_dir_ = std::make_unique<TempDir>();
-    const CommandResult result = run_command(
-        shell_quote(dufu::testing::dataprep_tool()) + " preprocess -q --append-eod -i " +
-        shell_quote(fixture_path("fortunes.jsonl")) + " -m " + shell_quote(fixture_path("fortunes.model")) +
-        " -o " + shell_quote(data_dir_->file("fortunes")));
-    ASSERT_EQ(result.exit_code, 0) << result.output;
-  }
-  static void TearDownTestSuite() { data_dir_.reset(); }
 
   std::string config() {
     const std::string path = dir_.file("config.toml");
     write_all(path,
               "[model]\nn_layer = 2\nn_head = 2\nd_model = 64\nvocab_size = 2000\nseq_length = 32\n"
-              "[data]\nblend = \"" + data_dir_->file("fortunes") + "\"\ncache_dir = \"" + data_dir_->file("cache") +
+              "[data]\nblend = \"" + fortunes_shard() + "\"\ncache_dir = \"" + fortunes_shard_dir() + "/cache" +
                   "\"\nsplit = \"90,10,0\"\nworkers = 1\n"
                   "[train]\nmicro_batch = 2\nglobal_batch = 8\nsteps = 6\nthreads = 1\n"
                   "[optim]\nlr = 3e-3\nmin_lr = 3e-4\nwarmup_steps = 2\n"
@@ -85,10 +78,7 @@ class DataParallelTest : public ::testing::Test {
   }
 
   TempDir dir_;
-  static std::unique_ptr<TempDir> data_dir_;
 };
-
-std::unique_ptr<TempDir> DataParallelTest::data_dir_;
 
 TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
   const std::string single = dir_.file("single");

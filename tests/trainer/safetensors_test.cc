@@ -333,7 +333,7 @@ TEST_F(SafetensorsCorrupt, BadTensorEntriesAreRefused) {
                                             "xxxxxxxx")),
                        "two entries named \"a\""));
   EXPECT_TRUE(Contains(open_error(make_file(R"({"__metadata__":{"n":1}})", "")),
-                       "__metadata__ entry \"n\" is a number; metadata values must be strings"));
+                       "__metadata__ entry \"n\" is an integer; metadata values must be strings"));
 }
 
 TEST_F(SafetensorsCorrupt, OverlappingOffsetsAreRefused) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "dufu/common/file_lock.h"
+#include "support/fortunes_shard.h"
 #include "support/temp_dir.h"
 #include "support/tool_runner.h"
 
@@ -30,7 +31,8 @@ namespace {
 namespace fs = std::filesystem;
 using dufu::testing::CommandResult;
 using dufu::testing::file_exists;
-using dufu::testing::fixture_path;
+using dufu::testing::fortunes_shard;
+using dufu::testing::fortunes_shard_dir;
 using dufu::testing::read_all;
 using dufu::testing::run_command;
 using dufu::testing::shell_quote;
@@ -41,22 +43,13 @@ using dufu::testing::write_all;
 // One shard and one index cache for the whole suite: every run reads the same data.
 class TrainToolTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    data_dir_ = std::make_unique<TempDir>();
-    const CommandResult result = run_command(
-        shell_quote(dufu::testing::dataprep_tool()) + " preprocess -q --append-eod -i " +
-        shell_quote(fixture_path("fortunes.jsonl")) + " -m " + shell_quote(fixture_path("fortunes.model")) +
-        " -o " + shell_quote(data_dir_->file("fortunes")));
-    ASSERT_EQ(result.exit_code, 0) << result.output;
-  }
-  static void TearDownTestSuite() { data_dir_.reset(); }
 
   // A small GPT on the fortunes shard; `extra` lines are appended to the TOML.
   std::string write_config(const std::string& name, const std::string& extra = "") {
     const std::string text =
         "[model]\nn_layer = 2\nn_head = 2\nd_model = 64\nvocab_size = 2000\nseq_length = 32\n"
-        "[data]\nblend = \"" + data_dir_->file("fortunes") + "\"\n" +
-        "cache_dir = \"" + data_dir_->file("cache") + "\"\nsplit = \"90,10,0\"\nworkers = 2\n"
+        "[data]\nblend = \"" + fortunes_shard() + "\"\n" +
+        "cache_dir = \"" + fortunes_shard_dir() + "/cache" + "\"\nsplit = \"90,10,0\"\nworkers = 2\n"
         "[train]\nmicro_batch = 4\nglobal_batch = 8\nsteps = 8\nthreads = 2\n"
         "[optim]\nlr = 3e-3\nmin_lr = 3e-4\nwarmup_steps = 2\n"
         "[eval]\ninterval = 4\nbatches = 2\n"
@@ -113,10 +106,7 @@ class TrainToolTest : public ::testing::Test {
   }
 
   TempDir dir_;
-  static std::unique_ptr<TempDir> data_dir_;
 };
-
-std::unique_ptr<TempDir> TrainToolTest::data_dir_;
 
 // A training process started in the background, so the test can kill it.
 class BackgroundTrain {

@@ -25,6 +25,8 @@
 
 #include <simdjson.h>
 
+#include "json_type_name.h"
+
 #include "dufu/common/atomic_file.h"
 #include "dufu/common/digest.h"
 #include "dufu/common/error.h"
@@ -356,20 +358,6 @@ void remove_stale(const std::string& checkpoints, std::int64_t saved_step, int k
 
 // ---- reading state.json ----
 
-const char* json_type_name(simdjson::dom::element_type type) {
-  using simdjson::dom::element_type;
-  switch (type) {
-    case element_type::ARRAY: return "an array";
-    case element_type::OBJECT: return "an object";
-    case element_type::INT64:
-    case element_type::UINT64: return "an integer";
-    case element_type::DOUBLE: return "a non-integer number";
-    case element_type::STRING: return "a string";
-    case element_type::BOOL: return "a boolean";
-    case element_type::NULL_VALUE: return "null";
-  }
-  return "an unknown JSON value";
-}
 
 struct ParsedState {
   TrainingState state;

@@ -15,6 +15,8 @@
 
 #include <simdjson.h>
 
+#include "json_type_name.h"
+
 #include "dufu/common/atomic_file.h"
 #include "dufu/common/error.h"
 
@@ -91,20 +93,6 @@ void append_json_string(std::string& out, std::string_view text) {
   out += '"';
 }
 
-const char* json_type_name(simdjson::dom::element_type type) {
-  using simdjson::dom::element_type;
-  switch (type) {
-    case element_type::ARRAY: return "an array";
-    case element_type::OBJECT: return "an object";
-    case element_type::INT64:
-    case element_type::UINT64:
-    case element_type::DOUBLE: return "a number";
-    case element_type::STRING: return "a string";
-    case element_type::BOOL: return "a boolean";
-    case element_type::NULL_VALUE: return "null";
-  }
-  return "an unknown JSON value";
-}
 
 struct TensorEntry {
   TensorView view;
