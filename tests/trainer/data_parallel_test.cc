@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -90,10 +91,12 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
   ASSERT_EQ(expected_val.size(), 2u);
   const auto expected = dufu::trainer::safetensors::File::open(weights(single));
 
-  for (const int ranks : {2, 4}) {
-    SCOPED_TRACE("data-parallel ranks: " + std::to_string(ranks));
-    const std::string dir = dir_.file("dp" + std::to_string(ranks));
-    const CommandResult result = mpirun(ranks, config() + " run.dir=" + dir);
+  // (ranks, ZeRO stage): the replicated optimizer and ZeRO-1's sharded one.
+  for (const auto& [ranks, zero_stage] : {std::pair{2, 0}, std::pair{4, 0}, std::pair{2, 1}, std::pair{4, 1}}) {
+    SCOPED_TRACE("data-parallel ranks: " + std::to_string(ranks) + ", ZeRO stage " + std::to_string(zero_stage));
+    const std::string dir = dir_.file("dp" + std::to_string(ranks) + "-zero" + std::to_string(zero_stage));
+    const CommandResult result =
+        mpirun(ranks, config() + " run.dir=" + dir + " dist.zero_stage=" + std::to_string(zero_stage));
     ASSERT_EQ(result.exit_code, 0) << result.output;
     EXPECT_NE(result.output.find("world " + std::to_string(ranks) + " = tp 1 x dp " + std::to_string(ranks)),
               std::string::npos)
@@ -129,22 +132,27 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
     // summation-order noise in a near-zero gradient can change a weight by a fraction
     // of lr (3e-3 here): the bound is absolute, a few percent of one step.
     EXPECT_LT(worst, 1e-4) << "largest weight difference after 6 steps";
-    std::printf("dp %d: largest weight difference after 6 steps %.3g\n", ranks, worst);
+    std::printf("dp %d, ZeRO %d: largest weight difference after 6 steps %.3g\n", ranks, zero_stage, worst);
   }
 }
 
 TEST_F(DataParallelTest, ResumeIsBitwiseForAFixedLayout) {
-  const std::string whole = dir_.file("whole");
-  const CommandResult uninterrupted = mpirun(2, config() + " run.dir=" + whole);
-  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
-  const std::string split = dir_.file("split");
-  const CommandResult first = mpirun(2, config() + " run.dir=" + split + " train.exit_at_step=4");
-  ASSERT_EQ(first.exit_code, 0) << first.output;
-  const CommandResult second = mpirun(2, config() + " run.dir=" + split);
-  ASSERT_EQ(second.exit_code, 0) << second.output;
-  EXPECT_NE(second.output.find("resuming from"), std::string::npos) << second.output;
-  EXPECT_EQ(exact_losses(split), exact_losses(whole));
-  EXPECT_TRUE(read_all(weights(split)) == read_all(weights(whole)));
+  std::string split;
+  for (const char* zero_stage : {"0", "1"}) {
+    SCOPED_TRACE(std::string("ZeRO stage ") + zero_stage);
+    const std::string zero = std::string(" dist.zero_stage=") + zero_stage;
+    const std::string whole = dir_.file(std::string("whole") + zero_stage);
+    const CommandResult uninterrupted = mpirun(2, config() + zero + " run.dir=" + whole);
+    ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
+    split = dir_.file(std::string("split") + zero_stage);
+    const CommandResult first = mpirun(2, config() + zero + " run.dir=" + split + " train.exit_at_step=4");
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    const CommandResult second = mpirun(2, config() + zero + " run.dir=" + split);
+    ASSERT_EQ(second.exit_code, 0) << second.output;
+    EXPECT_NE(second.output.find("resuming from"), std::string::npos) << second.output;
+    EXPECT_EQ(exact_losses(split), exact_losses(whole));
+    EXPECT_TRUE(read_all(weights(split)) == read_all(weights(whole)));
+  }
 
   // The same checkpoint under another data-parallel size is refused, not misread.
   const CommandResult other_layout = mpirun(4, config() + " run.dir=" + split + " train.steps=9");

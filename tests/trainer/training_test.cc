@@ -3,7 +3,9 @@
 // configuration's validation messages.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <span>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -87,6 +89,32 @@ TEST(AdamWGroups, DecayOnlyOnMatrices) {
   EXPECT_TRUE(model.tensor("h.0.mlp.c_fc.weight").is_matrix);
   EXPECT_FALSE(model.tensor("h.0.mlp.c_fc.bias").is_matrix);
   EXPECT_FALSE(model.tensor("ln_f.weight").is_matrix);
+}
+
+// ZeRO-1's shards: two optimizers over [0, cut) and [cut, n), the cut inside a
+// matrix, update exactly as one optimizer over everything.
+TEST(AdamWGroups, ShardsTogetherEqualTheWhole) {
+  GPT model(tiny_model());
+  model.init_gpt2(5);
+  std::vector<float> grads(model.num_parameters());
+  for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = std::sin(static_cast<float>(i)) * 0.01f;
+  std::vector<float> whole(model.params().begin(), model.params().end());
+  std::vector<float> sharded = whole;
+  const AdamWOptions options{.weight_decay = 0.3f};
+  AdamW full(model, options);
+  const std::size_t n = model.num_parameters();
+  const std::size_t cut = model.tensor("h.0.attn.c_attn.weight").offset + 7;
+  AdamW first(model.parameter_tensors(), n, options, 0, cut);
+  AdamW second(model.parameter_tensors(), n, options, cut, n);
+  EXPECT_EQ(second.num_parameters(), n - cut);
+  for (int step = 0; step < 3; ++step) {
+    full.step(whole, grads, 1e-2f);
+    first.step(std::span<float>(sharded).first(cut), std::span<const float>(grads).first(cut), 1e-2f);
+    second.step(std::span<float>(sharded).subspan(cut), std::span<const float>(grads).subspan(cut), 1e-2f);
+  }
+  EXPECT_EQ(whole, sharded);
+  EXPECT_TRUE(std::equal(first.m().begin(), first.m().end(), full.m().begin()));
+  EXPECT_TRUE(std::equal(second.v().begin(), second.v().end(), full.v().begin() + static_cast<std::ptrdiff_t>(cut)));
 }
 
 TEST(AdamWGroups, RejectsBadOptions) {

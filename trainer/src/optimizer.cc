@@ -2,6 +2,7 @@
 // weight decay (matrices decayed, biases and LayerNorm parameters not).
 #include "dufu/trainer/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -11,7 +12,17 @@
 namespace dufu::trainer {
 
 AdamW::AdamW(std::vector<ParamTensor> layout, std::size_t num_parameters, AdamWOptions options)
-    : layout_(std::move(layout)), options_(options), m_(num_parameters, 0.0f), v_(num_parameters, 0.0f) {
+    : AdamW(std::move(layout), num_parameters, options, 0, num_parameters) {}
+
+AdamW::AdamW(std::vector<ParamTensor> layout, std::size_t num_parameters, AdamWOptions options, std::size_t shard_begin,
+             std::size_t shard_end)
+    : layout_(std::move(layout)),
+      options_(options),
+      shard_begin_(shard_begin),
+      m_(shard_end - std::min(shard_begin, shard_end), 0.0f),
+      v_(m_.size(), 0.0f) {
+  DUFU_CHECK(shard_begin <= shard_end && shard_end <= num_parameters, "AdamW: shard [", shard_begin, ", ", shard_end,
+             ") of ", num_parameters, " parameters");
   if (!(options.beta1 >= 0.0f && options.beta1 < 1.0f)) DUFU_FAIL("AdamW beta1 must be in [0, 1), got ", options.beta1);
   if (!(options.beta2 >= 0.0f && options.beta2 < 1.0f)) DUFU_FAIL("AdamW beta2 must be in [0, 1), got ", options.beta2);
   if (!(options.eps >= 0.0f)) DUFU_FAIL("AdamW eps must not be negative, got ", options.eps);
@@ -29,10 +40,16 @@ void AdamW::step(std::span<float> params, std::span<const float> grads, float lr
              grads.size(), " gradients for an optimizer of ", m_.size());
   ++step_count_;
   const int t = static_cast<int>(step_count_);
+  const std::size_t shard_end = shard_begin_ + m_.size();
   for (const ParamTensor& tensor : layout_) {
+    // The part of the tensor inside the shard, in the shard's own offsets.
+    const std::size_t begin = std::max(tensor.offset, shard_begin_);
+    const std::size_t end = std::min(tensor.offset + tensor.size(), shard_end);
+    if (begin >= end) continue;
+    const std::size_t local = begin - shard_begin_;
     const float decay = tensor.is_matrix ? options_.weight_decay : 0.0f;
-    adamw_update(params.data() + tensor.offset, grads.data() + tensor.offset, m_.data() + tensor.offset,
-                 v_.data() + tensor.offset, tensor.size(), lr, options_.beta1, options_.beta2, options_.eps, decay, t);
+    adamw_update(params.data() + local, grads.data() + local, m_.data() + local, v_.data() + local, end - begin, lr,
+                 options_.beta1, options_.beta2, options_.eps, decay, t);
   }
 }
 

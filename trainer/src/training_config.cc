@@ -46,7 +46,10 @@ ConfigSchema training_config_schema() {
   schema.add_int("checkpoint.interval", 100, "Save a checkpoint every this many steps (0 = only at the end)")
       .add_int("checkpoint.keep", 3, "Newest checkpoints kept");
   schema.add_int("dist.tensor_parallel_size", 1, "Tensor-parallel ranks (only 1 so far)")
-      .add_int("dist.pipeline_parallel_size", 1, "Pipeline stages (only 1 so far)");
+      .add_int("dist.pipeline_parallel_size", 1, "Pipeline stages (only 1 so far)")
+      .add_int("dist.zero_stage", 0,
+               "1: shard the AdamW moments over the data-parallel ranks (ZeRO-1: reduce-scatter, update, "
+               "all-gather); 0: every rank keeps them all");
   schema.add_string("run.dir", "runs/gpt", "Directory of the run: checkpoints, metrics.jsonl, config.toml")
       .add_int("run.log_interval", 1, "Print a step line every this many steps");
   return schema;
@@ -145,6 +148,7 @@ TrainingOptions training_options(const Config& config) {
               ": tensor and pipeline parallelism are not implemented yet; data parallelism is (mpirun -np N "
               "train ... with both at 1)");
   }
+  options.zero_stage = static_cast<int>(int_in_range(config, "dist.zero_stage", 0, 1));
   options.run_dir = config.get_string("run.dir");
   if (options.run_dir.empty()) DUFU_FAIL("run.dir must not be empty");
   options.log_interval = int_in_range(config, "run.log_interval", 1, std::numeric_limits<std::int64_t>::max());

@@ -34,6 +34,7 @@
 #include "dufu/dataprep/data_loader.h"
 #include "dufu/dataprep/sampler.h"
 #include "dufu/trainer/checkpoint.h"
+#include "dufu/trainer/data_parallel_optimizer.h"
 #include "dufu/trainer/flops.h"
 #include "dufu/trainer/gpt.h"
 #include "dufu/trainer/lr_schedule.h"
@@ -225,7 +226,11 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
   if (is_main) DUFU_LOG_INFO("train", "training data: ", train_blend.dataset->describe());
 
   GPT model(options.model);
-  AdamW optimizer(model, options.adamw);
+  const auto coordinates = topology.coordinates();
+  const std::unique_ptr<Communicator> data_group =
+      world->split(coordinates.pp_rank * topology.tensor_parallel_size() + coordinates.tp_rank, coordinates.dp_rank,
+                   "data");
+  DataParallelOptimizer optimizer(model, options.adamw, *data_group, options.zero_stage == 1);
   TrainingState state;
   state.init_seed = options.init_seed;
   state.data_seed = options.train_data.seed;
@@ -241,7 +246,9 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
   dataprep::LoaderState loader_start;
   if (checkpoint) {
     const TrainingState saved = read_checkpoint_state(*checkpoint);
-    load_checkpoint(*checkpoint, model, &optimizer);
+    AdamW loaded = optimizer.make_full_state();
+    load_checkpoint(*checkpoint, model, &loaded);
+    optimizer.load_full_state(loaded);
     if (saved.data_seed != state.data_seed) {
       DUFU_LOG_WARN("train", "data.seed is ", state.data_seed, " but the checkpoint was trained with ", saved.data_seed,
                     ": the data order changes from here on");
@@ -307,8 +314,10 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
       1.0f / static_cast<float>(static_cast<double>(options.micro_batch) * T * accumulation * dp);
   auto save = [&]() {
     state.train_loader_state = loader->state().to_string();
+    const AdamW& optimizer_state = optimizer.full_state();  // collective under ZeRO-1
     if (is_main) {
-      const std::string path = save_checkpoint(options.run_dir, model, optimizer, state, options.checkpoint_keep);
+      const std::string path =
+          save_checkpoint(options.run_dir, model, optimizer_state, state, options.checkpoint_keep);
       std::printf("checkpoint: %s\n", path.c_str());
       std::fflush(stdout);
     }
@@ -323,16 +332,13 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
       loss_sum += model.forward(batch.inputs, batch.targets, options.micro_batch, T, dloss_scale);
       model.backward();
     }
-    if (dp > 1) {
-      world->all_reduce(model.grads(), ReduceOp::kSum);
-      loss_sum = world->all_reduce_value(loss_sum, ReduceOp::kSum);
-    }
+    if (dp > 1) loss_sum = data_group->all_reduce_value(loss_sum, ReduceOp::kSum);
     const double loss = loss_sum / (accumulation * dp);
-    const double grad_norm = clip_gradient_norm(model.grads(), options.grad_clip);
+    const double grad_norm = optimizer.reduce_gradients_and_clip(options.grad_clip);
     const double lr = learning_rate(options.schedule, state.step);
     const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
     if (finite) {
-      optimizer.step(model.params(), model.grads(), static_cast<float>(lr));
+      optimizer.step(static_cast<float>(lr));
     } else if (options.on_nonfinite == NonFiniteAction::kStop) {
       DUFU_FAIL("step ", state.step + 1, ": the ", std::isfinite(loss) ? "gradient norm" : "loss", " is ",
                 std::isfinite(loss) ? grad_norm : loss,

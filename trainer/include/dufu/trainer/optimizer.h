@@ -28,16 +28,24 @@ class AdamW {
   AdamW(std::vector<ParamTensor> layout, std::size_t num_parameters, AdamWOptions options);
   // For a model: its layout and size.
   AdamW(const GPT& model, AdamWOptions options) : AdamW(model.parameter_tensors(), model.num_parameters(), options) {}
+  // The optimizer of one shard [shard_begin, shard_end) of the parameters (ZeRO-1:
+  // each data-parallel rank keeps the moments of its shard only and updates only
+  // it); each tensor keeps its own weight decay where the shard cuts through it.
+  AdamW(std::vector<ParamTensor> layout, std::size_t num_parameters, AdamWOptions options, std::size_t shard_begin,
+        std::size_t shard_end);
 
-  // One update of `params` from `grads` (each num_parameters() long) at learning
-  // rate `lr`; step_count() goes up by one first, and bias correction uses it.
+  // One update of `params` from `grads` (each num_parameters() long: the shard's
+  // elements for a shard optimizer) at learning rate `lr`; step_count() goes up by
+  // one first, and bias correction uses it.
   // Deterministic, same formula as torch.optim.AdamW.
   void step(std::span<float> params, std::span<const float> grads, float lr);
 
   std::int64_t step_count() const { return step_count_; }
   // For loading a checkpoint: the count of steps the loaded moments have seen.
   void set_step_count(std::int64_t steps);
+  // The parameters this optimizer updates: all of them, or its shard's.
   std::size_t num_parameters() const { return m_.size(); }
+  std::size_t shard_begin() const { return shard_begin_; }
   const AdamWOptions& options() const { return options_; }
   const std::vector<ParamTensor>& layout() const { return layout_; }
   // First and second moments, in the parameter layout.
@@ -49,6 +57,7 @@ class AdamW {
  private:
   std::vector<ParamTensor> layout_;
   AdamWOptions options_;
+  std::size_t shard_begin_ = 0;
   std::vector<float> m_;
   std::vector<float> v_;
   std::int64_t step_count_ = 0;

@@ -49,6 +49,7 @@ struct TrainingOptions {
   // The layout over the launcher's ranks: data parallel = world / (tp x pp).
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
+  int zero_stage = 0;  // 1: AdamW moments sharded over the data-parallel ranks
 
   std::string run_dir;
   std::int64_t log_interval = 1;

@@ -1,0 +1,60 @@
+// The optimizer step of data-parallel training: the gradients summed over the data-
+// parallel ranks, their global norm clipped, then AdamW. Two ways:
+//   replicated  every rank all-reduces the whole gradient and updates every parameter
+//               with a full copy of the moments;
+//   ZeRO-1      the gradient is reduce-scattered, each rank updates only its shard of
+//               the parameters with only its shard's moments (1/dp of the optimizer
+//               memory), and the updated parameters are all-gathered.
+// Both give every rank the same parameters after each step; with one rank both are
+// plain AdamW. The sums are the communicator's rank-ordered, deterministic ones.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dufu/common/communicator.h"
+#include "dufu/trainer/gpt.h"
+#include "dufu/trainer/optimizer.h"
+
+namespace dufu::trainer {
+
+class DataParallelOptimizer {
+ public:
+  // `data_group` must outlive this object.
+  DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group, bool shard_optimizer_state);
+
+  // Sums model.grads() over the data-parallel ranks (under ZeRO-1 only this rank's
+  // shard ends up summed), and clips the global gradient norm to max_norm (0 = no
+  // clipping). Returns the norm before clipping; the same value on every rank.
+  double reduce_gradients_and_clip(double max_norm);
+  // One AdamW update at rate lr from the reduced gradients; collective under ZeRO-1.
+  void step(float lr);
+
+  // The whole optimizer state for a checkpoint: under ZeRO-1 gathered from every
+  // rank's shard, so every rank must call it at the same point. The checkpoint format
+  // is the same either way, so a run can resume with or without sharding.
+  const AdamW& full_state();
+  // Takes the moments and step count of a full state (loaded from a checkpoint).
+  void load_full_state(const AdamW& full);
+  // An empty full-sized optimizer to load a checkpoint into.
+  AdamW make_full_state() const;
+
+  bool sharded() const { return sharded_; }
+
+ private:
+  GPT& model_;
+  AdamWOptions options_;
+  Communicator& group_;
+  bool sharded_;
+  std::size_t shard_size_ = 0;  // elements per rank, the parameters padded to a multiple of dp
+  AdamW optimizer_;             // full, or this rank's shard
+  // ZeRO-1 buffers: the padded gradient, this rank's summed gradient shard, the
+  // padded parameters, and the gathered full state.
+  std::vector<float> padded_;
+  std::vector<float> grad_shard_;
+  std::vector<float> param_shard_;
+  std::unique_ptr<AdamW> gathered_;
+};
+
+}  // namespace dufu::trainer

@@ -1,0 +1,100 @@
+#include "dufu/trainer/data_parallel_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "dufu/common/error.h"
+#include "dufu/trainer/kernels.h"
+
+namespace dufu::trainer {
+
+namespace {
+
+std::size_t shard_size_for(std::size_t n, int ranks) {
+  return (n + static_cast<std::size_t>(ranks) - 1) / static_cast<std::size_t>(ranks);
+}
+
+AdamW make_optimizer(const GPT& model, AdamWOptions options, const Communicator& group, bool sharded) {
+  if (!sharded) return AdamW(model, options);
+  const std::size_t n = model.num_parameters();
+  const std::size_t shard = shard_size_for(n, group.size());
+  const std::size_t begin = std::min(n, shard * static_cast<std::size_t>(group.rank()));
+  return AdamW(model.parameter_tensors(), n, options, begin, std::min(n, begin + shard));
+}
+
+}  // namespace
+
+DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group,
+                                             bool shard_optimizer_state)
+    : model_(model),
+      options_(options),
+      group_(data_group),
+      sharded_(shard_optimizer_state && data_group.size() > 1),
+      optimizer_(make_optimizer(model, options, data_group, sharded_)) {
+  if (sharded_) {
+    shard_size_ = shard_size_for(model.num_parameters(), group_.size());
+    padded_.assign(shard_size_ * static_cast<std::size_t>(group_.size()), 0.0f);
+    grad_shard_.assign(shard_size_, 0.0f);
+    param_shard_.assign(shard_size_, 0.0f);
+  }
+}
+
+double DataParallelOptimizer::reduce_gradients_and_clip(double max_norm) {
+  if (!sharded_) {
+    if (group_.size() > 1) group_.all_reduce(model_.grads(), ReduceOp::kSum);
+    return clip_gradient_norm(model_.grads(), max_norm);
+  }
+  const auto grads = model_.grads();
+  std::copy(grads.begin(), grads.end(), padded_.begin());  // the tail past the parameters stays 0
+  group_.reduce_scatter(padded_, grad_shard_);
+  // The norm from every rank's shard: partial sums of squares, summed in rank order.
+  const double norm = std::sqrt(group_.all_reduce_value(sum_of_squares(grad_shard_.data(), grad_shard_.size())));
+  if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) {
+    scale_in_place(grad_shard_.data(), static_cast<float>(max_norm / (norm + 1e-6)), grad_shard_.size());
+  }
+  return norm;
+}
+
+void DataParallelOptimizer::step(float lr) {
+  if (!sharded_) {
+    optimizer_.step(model_.params(), model_.grads(), lr);
+    return;
+  }
+  const auto params = model_.params();
+  const std::size_t begin = optimizer_.shard_begin();
+  const std::size_t count = optimizer_.num_parameters();
+  std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(begin), count, param_shard_.begin());
+  optimizer_.step(std::span<float>(param_shard_.data(), count), std::span<const float>(grad_shard_.data(), count), lr);
+  group_.all_gather(param_shard_, padded_);
+  std::copy_n(padded_.begin(), params.size(), params.begin());
+}
+
+AdamW DataParallelOptimizer::make_full_state() const { return AdamW(model_, options_); }
+
+const AdamW& DataParallelOptimizer::full_state() {
+  if (!sharded_) return optimizer_;
+  if (!gathered_) gathered_ = std::make_unique<AdamW>(model_, options_);
+  const std::size_t count = optimizer_.num_parameters();
+  for (const bool first : {true, false}) {
+    const auto shard = first ? optimizer_.m() : optimizer_.v();
+    std::fill(param_shard_.begin(), param_shard_.end(), 0.0f);
+    std::copy_n(shard.begin(), count, param_shard_.begin());
+    group_.all_gather(param_shard_, padded_);
+    const auto full = first ? gathered_->m() : gathered_->v();
+    std::copy_n(padded_.begin(), full.size(), full.begin());
+  }
+  gathered_->set_step_count(optimizer_.step_count());
+  return *gathered_;
+}
+
+void DataParallelOptimizer::load_full_state(const AdamW& full) {
+  DUFU_CHECK(full.num_parameters() == model_.num_parameters(), "load_full_state: a state of ", full.num_parameters(),
+             " parameters for a model of ", model_.num_parameters());
+  const std::size_t begin = optimizer_.shard_begin();
+  const std::size_t count = optimizer_.num_parameters();
+  std::copy_n(full.m().begin() + static_cast<std::ptrdiff_t>(begin), count, optimizer_.m().begin());
+  std::copy_n(full.v().begin() + static_cast<std::ptrdiff_t>(begin), count, optimizer_.v().begin());
+  optimizer_.set_step_count(full.step_count());
+}
+
+}  // namespace dufu::trainer
