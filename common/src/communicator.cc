@@ -3,6 +3,8 @@
 // environment. The MPI backend is in mpi_communicator.cc.
 #include "dufu/common/communicator.h"
 
+#include <chrono>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -126,8 +128,37 @@ void Communicator::check_tag(int tag, const char* operation) const {
   }
 }
 
+class Communicator::TrafficScope {
+ public:
+  TrafficScope(Communicator& communicator, std::uint64_t CommunicationTraffic::*counter, double bytes)
+      : traffic_(communicator.traffic_), counter_(counter), bytes_(bytes), start_(std::chrono::steady_clock::now()) {}
+  ~TrafficScope() {
+    traffic_.*counter_ += static_cast<std::uint64_t>(bytes_);
+    ++traffic_.operations;
+    traffic_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  TrafficScope(const TrafficScope&) = delete;
+  TrafficScope& operator=(const TrafficScope&) = delete;
+
+ private:
+  CommunicationTraffic& traffic_;
+  std::uint64_t CommunicationTraffic::*counter_;
+  double bytes_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+namespace {
+
+double bytes_of(std::size_t count, DataType type) {
+  return static_cast<double>(count) * static_cast<double>(data_type_size(type));
+}
+
+}  // namespace
+
 void Communicator::all_reduce_buffer(CommBuffer data, ReduceOp op) {
   if (data.count == 0 || size() == 1) return;  // a fold over one rank is the identity
+  const double n = size();
+  TrafficScope scope(*this, &CommunicationTraffic::all_reduce_bytes, 2.0 * (n - 1) / n * bytes_of(data.count, data.type));
   do_all_reduce(data, op);
 }
 
@@ -147,6 +178,7 @@ void Communicator::all_gather_buffer(ConstCommBuffer input, CommBuffer output) {
     DUFU_FAIL("all_gather on ", describe(), ": input overlaps output other than as this rank's slice");
   }
   if (output.count == 0) return;
+  TrafficScope scope(*this, &CommunicationTraffic::all_gather_bytes, (size() - 1) * bytes_of(input.count, input.type));
   do_all_gather(input, output);
 }
 
@@ -160,12 +192,16 @@ void Communicator::reduce_scatter_buffer(ConstCommBuffer input, CommBuffer outpu
               " ranks x ", output.count, " output elements need ", output.count * static_cast<std::size_t>(size()));
   }
   if (input.count == 0) return;
+  TrafficScope scope(*this, &CommunicationTraffic::reduce_scatter_bytes,
+                     (size() - 1) * bytes_of(output.count, output.type));
   do_reduce_scatter(input, output);
 }
 
 void Communicator::broadcast_buffer(CommBuffer data, int root) {
   check_peer(root, "broadcast", "root");
   if (size() == 1 || data.count == 0) return;
+  TrafficScope scope(*this, &CommunicationTraffic::broadcast_bytes,
+                     rank() == root ? (size() - 1) * bytes_of(data.count, data.type) : 0.0);
   do_broadcast(data, root);
 }
 
@@ -173,6 +209,7 @@ void Communicator::send_buffer(ConstCommBuffer data, int peer, int tag) {
   check_peer(peer, "send", "destination");
   check_tag(tag, "send");
   if (peer == rank()) DUFU_FAIL("send on ", describe(), ": a rank cannot send to itself (use send_recv)");
+  TrafficScope scope(*this, &CommunicationTraffic::point_to_point_bytes, bytes_of(data.count, data.type));
   do_send(data, peer, tag);
 }
 
@@ -180,6 +217,7 @@ void Communicator::recv_buffer(CommBuffer data, int peer, int tag) {
   check_peer(peer, "recv", "source");
   check_tag(tag, "recv");
   if (peer == rank()) DUFU_FAIL("recv on ", describe(), ": a rank cannot receive from itself (use send_recv)");
+  TrafficScope scope(*this, &CommunicationTraffic::point_to_point_bytes, 0.0);
   do_recv(data, peer, tag);
 }
 
@@ -196,6 +234,8 @@ void Communicator::send_recv_buffer(ConstCommBuffer send_data, int destination, 
     DUFU_FAIL("send_recv on ", describe(), ": exchange with itself of ", send_data.count, " elements into ",
               recv_data.count);
   }
+  TrafficScope scope(*this, &CommunicationTraffic::point_to_point_bytes,
+                     destination == rank() ? 0.0 : bytes_of(send_data.count, send_data.type));
   do_send_recv(send_data, destination, recv_data, source, tag);
 }
 

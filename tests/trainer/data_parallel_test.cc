@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "dufu/trainer/gpt.h"
 #include "dufu/trainer/safetensors.h"
 #include "support/fortunes_shard.h"
 #include "support/temp_dir.h"
@@ -113,6 +114,21 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
     for (std::size_t i = 0; i < losses.size(); ++i) {
       EXPECT_NEAR(losses[i], expected_losses[i], 1e-5 * std::abs(expected_losses[i])) << "step " << i + 1;
     }
+    // Communication per step and rank: the gradient all-reduce (or ZeRO-1's reduce-
+    // scatter and all-gather of the padded shards) plus the 8-byte loss sum (and
+    // ZeRO-1's 8-byte sum of squares), at the volume ring algorithms move.
+    dufu::trainer::GPTConfig model;
+    model.n_layer = 2;
+    model.n_head = 2;
+    model.d_model = 64;
+    model.vocab_size = 2000;
+    model.seq_length = 32;
+    const double n = ranks;
+    const double parameters = static_cast<double>(dufu::trainer::GPT(model).num_parameters());
+    const double shard = std::ceil(parameters / n);
+    const double expected_bytes = zero_stage == 0 ? 2 * (n - 1) / n * (4 * parameters + 8)
+                                                  : 2 * (n - 1) * 4 * shard + 2 * (2 * (n - 1) / n * 8);
+    for (const double bytes : values(dir, "comm_bytes")) EXPECT_EQ(bytes, std::floor(expected_bytes));
     const auto val = values(dir, "val_loss");
     ASSERT_EQ(val.size(), expected_val.size());
     for (std::size_t i = 0; i < val.size(); ++i) EXPECT_NEAR(val[i], expected_val[i], 1e-5 * expected_val[i]);

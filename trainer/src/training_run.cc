@@ -325,6 +325,8 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
 
   while (state.step < options.steps) {
     const auto start = Clock::now();
+    world->reset_traffic();
+    data_group->reset_traffic();
     model.zero_grad();
     double loss_sum = 0.0;
     for (int micro = 0; micro < accumulation; ++micro) {
@@ -354,6 +356,8 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
     state.consumed_samples += static_cast<std::uint64_t>(options.global_batch);
     state.consumed_tokens += static_cast<std::uint64_t>(tokens_per_step);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const std::uint64_t comm_bytes = world->traffic().total_bytes() + data_group->traffic().total_bytes();
+    const double comm_seconds = world->traffic().seconds + data_group->traffic().seconds;
     const double tokens_per_second = tokens_per_step / seconds;
     if (flops_per_token * tokens_per_second / dp > peak_flops) {
       peak_flops = std::max(peak_flops, measure_sgemm_peak_flops(0.2));
@@ -376,12 +380,19 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
           .key("consumed_samples").value(state.consumed_samples)
           .key("consumed_tokens").value(state.consumed_tokens)
           .key("skipped").value(!finite)
+          .key("comm_bytes").value(comm_bytes)
+          .key("comm_seconds").value(comm_seconds)
           .end_object();
       metrics->write(record);
       if (state.step % options.log_interval == 0 || state.step == options.steps) {
-        std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s | %.1f ms | MFU %.1f%%%s\n",
+        const std::string comm =
+            dp > 1 ? str_cat(" | comm ", human_bytes(static_cast<double>(comm_bytes)), " ",
+                             format_rate(100.0 * comm_seconds / seconds), "%")
+                   : "";
+        std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s | %.1f ms | MFU %.1f%%%s%s\n",
                     static_cast<long long>(state.step), static_cast<long long>(options.steps), loss, lr, grad_norm,
-                    format_rate(tokens_per_second).c_str(), seconds * 1e3, 100.0 * mfu, finite ? "" : " | skipped");
+                    format_rate(tokens_per_second).c_str(), seconds * 1e3, 100.0 * mfu, comm.c_str(),
+                    finite ? "" : " | skipped");
         std::fflush(stdout);
       }
     }

@@ -75,6 +75,25 @@ struct ConstCommBuffer {
   DataType type;
 };
 
+// What this rank handed to other ranks through one communicator, for measuring
+// communication volume: the payload each operation's algorithm must move out of this
+// rank, which ring and tree implementations share - all-reduce 2(n-1)/n of the buffer,
+// all-gather (n-1) inputs, reduce-scatter (n-1)/n of the input, a broadcast's root
+// (n-1) copies, a send its bytes - not headers or what intermediate ranks forward.
+// Seconds are wall time inside the operations (waiting for slower ranks included).
+struct CommunicationTraffic {
+  std::uint64_t all_reduce_bytes = 0;
+  std::uint64_t all_gather_bytes = 0;
+  std::uint64_t reduce_scatter_bytes = 0;
+  std::uint64_t broadcast_bytes = 0;
+  std::uint64_t point_to_point_bytes = 0;
+  std::uint64_t operations = 0;
+  double seconds = 0.0;
+  std::uint64_t total_bytes() const {
+    return all_reduce_bytes + all_gather_bytes + reduce_scatter_bytes + broadcast_bytes + point_to_point_bytes;
+  }
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -139,6 +158,10 @@ class Communicator {
   }
   void barrier();
 
+  // Counted since creation or the last reset_traffic().
+  const CommunicationTraffic& traffic() const { return traffic_; }
+  void reset_traffic() { traffic_ = {}; }
+
   // Collective over this group: ranks passing the same color >= 0 form one new group,
   // ordered by key then by rank here; a rank passing a negative color joins none and
   // gets nullptr.
@@ -192,7 +215,11 @@ class Communicator {
   void check_peer(int peer, const char* operation, const char* role) const;
   void check_tag(int tag, const char* operation) const;
 
+  // Adds one operation to traffic_ when destroyed: its bytes and its duration.
+  class TrafficScope;
+
   std::string name_;
+  CommunicationTraffic traffic_;
 };
 
 // A group of one: rank 0 of size 1. Collectives copy; send/recv have no peer.
