@@ -23,7 +23,8 @@ struct TrainingFlags {
   bool print_config = false;
 };
 
-// The first argument is the config file unless it is an override (has '=').
+// The first argument is the config file unless it is an override (has '='); without
+// a file the overrides apply to the defaults.
 Config build_config(const TrainingFlags& flags) {
   std::string toml_path;
   std::vector<std::string> overrides = flags.arguments;
@@ -44,8 +45,9 @@ Config build_config(const TrainingFlags& flags) {
     const auto checkpoint = trainer::find_usable_checkpoint(flags.resume);
     if (!checkpoint) DUFU_FAIL("--resume ", flags.resume, ": no checkpoint there");
     config.load_toml(trainer::read_checkpoint_state(*checkpoint).config_toml, *checkpoint + "/state.json");
-  } else if (!flags.print_config) {
-    DUFU_FAIL("no configuration: give a TOML file (train CONFIG.toml [key=value ...]) or --resume DIR");
+  } else if (!flags.print_config && overrides.empty()) {
+    DUFU_FAIL("no configuration: give a TOML file (train CONFIG.toml [key=value ...]), key=value overrides "
+              "of the defaults, or --resume DIR");
   }
   config.apply_overrides(overrides);
   return config;

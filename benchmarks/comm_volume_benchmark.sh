@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Communication volume of data-parallel training: `train` under mpirun for each layout
+# (data-parallel ranks 2 and 4, replicated AdamW and ZeRO-1), the bytes each rank
+# sends per step as the communicator counts them, against the analytic volume of
+# Megatron's data parallelism for the same shapes - a ring all-reduce of the fp32
+# gradients, 2(dp-1)/dp x 4 bytes x parameters; ZeRO-1 (Megatron's distributed
+# optimizer) moves the same as a reduce-scatter of the gradients plus an all-gather of
+# the parameters - and the share of the step spent inside communication. Tensor and
+# pipeline layouts are not implemented yet, so they are not measured. A program for
+# humans; nothing here runs as a test. About 3 minutes on 2 cores.
+#
+#   benchmarks/comm_volume_benchmark.sh [BUILD_DIR]        (default: build-bench)
+#
+# Environment: DUFU_BENCH_WORK (corpus, tokenizer, shard, runs; default
+# build-bench-work), DUFU_BENCH_NO_BUILD=1 (use BUILD_DIR as it is).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build-bench}
+work=${DUFU_BENCH_WORK:-$root/build-bench-work}/comm
+python=/usr/bin/python3
+mpirun=(mpirun --allow-run-as-root --oversubscribe)
+
+fail() { echo "comm_volume_benchmark: $*" >&2; exit 1; }
+command -v mpirun >/dev/null || fail "mpirun not found. HINT: run scripts/setup.sh (openmpi-bin)"
+
+if [[ ${DUFU_BENCH_NO_BUILD:-0} != 1 ]]; then
+  echo "== build ($build)"
+  if [[ ! -f $build/CMakeCache.txt ]]; then
+    cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DDUFU_BUILD_TESTS=OFF -DDUFU_BUILD_BENCHMARKS=ON >/dev/null
+  fi
+  cmake --build "$build" --parallel "$(nproc)" --target dataprep train
+fi
+dataprep=$build/tools/dataprep/dataprep
+train=$build/tools/train/train
+[[ -x $dataprep && -x $train ]] || fail "$dataprep or $train missing"
+
+# --- data: Debian's fortunes, a 8k BPE, one shard (cached) ----------------------
+mkdir -p "$work"
+if [[ ! -f $work/fortunes.idx ]]; then
+  echo "== data: fortunes -> $work/fortunes"
+  "$python" "$root/scripts/corpus/fortunes_to_jsonl.py" > "$work/fortunes.jsonl"
+  "$dataprep" train-tokenizer --input "$work/fortunes.jsonl" --model-prefix "$work/tokenizer" \
+    --vocab-size 8000 --model-type bpe >/dev/null
+  "$dataprep" preprocess -q --input "$work/fortunes.jsonl" --output-prefix "$work/fortunes" \
+    --tokenizer-model "$work/tokenizer.model" --append-eod
+fi
+
+# The "small" shapes of the training benchmark, one thread per rank.
+model="model.n_layer=4 model.n_head=4 model.d_model=256 model.vocab_size=8000 model.seq_length=128"
+common="$model data.blend=$work/fortunes data.cache_dir=$work/index-cache train.micro_batch=2 train.global_batch=8
+  train.steps=6 train.threads=1 optim.warmup_steps=1 eval.interval=0 checkpoint.interval=0 run.log_interval=100"
+
+printf '\n%-34s %14s %14s %8s %10s\n' layout "bytes/step/rank" "analytic" ratio "comm time"
+for ranks in 2 4; do
+  for zero in 0 1; do
+    run=$work/run-dp$ranks-zero$zero
+    rm -rf "$run"
+    # shellcheck disable=SC2086
+    "${mpirun[@]}" -np "$ranks" "$train" $common dist.zero_stage=$zero run.dir="$run" >"$run.log" 2>&1 ||
+      { cat "$run.log"; fail "the dp=$ranks zero=$zero run failed"; }
+    "$python" - "$run/metrics.jsonl" "$ranks" "$zero" "$train" <<'EOF'
+import json, math, subprocess, sys
+metrics, ranks, zero = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+records = [json.loads(line) for line in open(metrics) if '"type":"train"' in line]
+steps = records[1:]  # the first step also warms caches and threads
+measured = sum(r["comm_bytes"] for r in steps) / len(steps)
+share = sum(r["comm_seconds"] / (r["ms_per_step"] / 1e3) for r in steps) / len(steps)
+# Parameters of the model: C=256, L=4, vocab 8000 padded to 8064, seq 128.
+C, L, V, T = 256, 4, 8064, 128
+n = V * C + T * C + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C) + 2 * C
+analytic = 2 * (ranks - 1) / ranks * 4 * n
+layout = f"dp {ranks}, {'ZeRO-1' if zero else 'replicated'} ({n/1e6:.2f}M params)"
+print(f"{layout:<34} {measured:>14,.0f} {analytic:>14,.0f} {measured/analytic:>8.4f} {100*share:>9.1f}%")
+EOF
+  done
+done
+echo
+echo "bytes/step/rank: payload this rank sends per step, as dufu's communicator counts it (gradients or"
+echo "shards, plus the 8-byte loss sum, and ZeRO-1's 8-byte sum of squares and padding to a multiple of dp);"
+echo "analytic: 2(dp-1)/dp x 4 bytes x parameters. comm time: share of the step inside communication"
+echo "(waiting for slower ranks included; ranks beyond the cores are oversubscribed here)."
