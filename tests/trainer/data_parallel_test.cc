@@ -48,8 +48,8 @@ class DataParallelTest : public ::testing::Test {
   }
 
   static CommandResult mpirun(int ranks, const std::string& arguments) {
-    return run_command(std::string("timeout -k 5 300 ") + DUFU_MPIEXEC + " --allow-run-as-root --oversubscribe -np " +
-                       std::to_string(ranks) + " " + shell_quote(train_tool()) + " " + arguments);
+    return run_command(std::string("timeout -k 5 300 ") + DUFU_MPIRUN + " -np " + std::to_string(ranks) + " " +
+                       shell_quote(train_tool()) + " " + arguments);
   }
 
   static std::vector<double> values(const std::string& run_dir, const std::string& key) {
@@ -193,7 +193,7 @@ TEST_F(DataParallelTest, InvalidLayoutsAndFailingRanksStopTheJob) {
   write_all(script, "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec \"$@\" data.blend=/nonexistent/shard; "
                     "fi\nexec \"$@\"\n");
   const CommandResult failing =
-      run_command(std::string("timeout -k 5 120 ") + DUFU_MPIEXEC + " --allow-run-as-root --oversubscribe -np 2 sh " +
+      run_command(std::string("timeout -k 5 120 ") + DUFU_MPIRUN + " -np 2 sh " +
                   shell_quote(script) + " " + shell_quote(train_tool()) + " " + config() + " run.dir=" +
                   dir_.file("failing"));
   EXPECT_NE(failing.exit_code, 0);

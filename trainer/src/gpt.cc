@@ -1,6 +1,8 @@
-// GPT-2 on the CPU kernels: parameter layout, initialisation, forward and backward.
-// The forward and backward are deliberately one flat sequence of kernel calls per
-// layer, so each line can be matched against the PyTorch reference module.
+// GPT-2 on the CPU kernels: parameter layout, initialisation, forward and backward,
+// serial or tensor parallel. The forward and backward are deliberately one flat
+// sequence of kernel calls per layer, so each line can be matched against the PyTorch
+// reference module; tensor parallelism only changes the sizes the kernels get (this
+// rank's heads, hidden units and vocabulary) and adds the all-reduces between them.
 #include "dufu/trainer/gpt.h"
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <random>
 #include <utility>
 
+#include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
 #include "dufu/trainer/kernels.h"
 
@@ -72,10 +75,103 @@ bool is_residual_projection(const std::string& name) {
   return name.ends_with("attn.c_proj.weight") || name.ends_with("mlp.c_proj.weight");
 }
 
+// GPT-2's initialisation (GPT::init_gpt2) of a buffer in the full layout.
+void init_gpt2_full(const GPTConfig& config, const std::vector<ParamTensor>& layout, std::span<float> buffer,
+                    std::uint32_t seed) {
+  NormalGenerator normal(seed);
+  const double residual_std = 0.02 / std::sqrt(2.0 * config.n_layer);
+  for (const ParamTensor& tensor : layout) {
+    float* values = buffer.data() + tensor.offset;
+    std::size_t drawn = tensor.size();
+    if (tensor.name == "wte.weight") {
+      // Only real tokens get weights; padding rows stay zero so their logits are 0.
+      drawn = static_cast<std::size_t>(config.vocab_size) * tensor.shape[1];
+    }
+    if (is_layernorm(tensor.name)) {
+      std::fill_n(values, tensor.size(), tensor.name.ends_with(".weight") ? 1.0f : 0.0f);
+    } else if (!tensor.is_matrix) {
+      std::fill_n(values, tensor.size(), 0.0f);
+    } else {
+      const double std_dev = is_residual_projection(tensor.name) ? residual_std : 0.02;
+      for (std::size_t i = 0; i < drawn; ++i) values[i] = static_cast<float>(std_dev * normal.next());
+      std::fill(values + drawn, values + tensor.size(), 0.0f);
+    }
+  }
+}
+
+std::size_t layout_size(const std::vector<ParamTensor>& layout) { return layout.back().offset + layout.back().size(); }
+
+// Calls copy(local_offset, full_offset, count) for every run of consecutive floats of
+// rank `rank`'s piece `local` of the full tensor `full` (offsets from each tensor's
+// start), as ParamTensor::split describes. Full rows from real_rows on have no
+// counterpart (wte's padding, whose extent depends on tp) and are left out.
+template <typename Copy>
+void for_each_run(const ParamTensor& local, const ParamTensor& full, int tp, int rank, std::size_t real_rows,
+                  Copy&& copy) {
+  DUFU_CHECK(local.name == full.name && local.shape.size() == full.shape.size(), local.name, " vs ", full.name);
+  const std::size_t pieces = static_cast<std::size_t>(local.split_blocks);
+  const std::size_t ranks = static_cast<std::size_t>(tp);
+  const std::size_t r = static_cast<std::size_t>(rank);
+  switch (local.split) {
+    case TensorSplit::kReplicated:
+      DUFU_CHECK(local.size() == full.size(), local.name);
+      copy(std::size_t{0}, std::size_t{0}, local.size());
+      return;
+    case TensorSplit::kRows: {
+      const std::size_t width = local.shape.size() == 2 ? local.shape[1] : 1;
+      const std::size_t piece_rows = local.shape[0] / pieces;
+      DUFU_CHECK(piece_rows * pieces == local.shape[0] && real_rows <= full.shape[0] &&
+                     real_rows <= piece_rows * pieces * ranks,
+                 local.name);
+      for (std::size_t block = 0; block < pieces; ++block) {
+        const std::size_t first = (block * ranks + r) * piece_rows;  // full row of the piece's row 0
+        const std::size_t rows = first >= real_rows ? 0 : std::min(piece_rows, real_rows - first);
+        if (rows > 0) copy(block * piece_rows * width, first * width, rows * width);
+      }
+      return;
+    }
+    case TensorSplit::kColumns: {
+      const std::size_t rows = local.shape[0];
+      const std::size_t local_width = local.shape[1];
+      const std::size_t full_width = full.shape[1];
+      const std::size_t piece_columns = local_width / pieces;
+      DUFU_CHECK(piece_columns * pieces * ranks == full_width && rows == full.shape[0], local.name);
+      for (std::size_t row = 0; row < rows; ++row) {
+        for (std::size_t block = 0; block < pieces; ++block) {
+          copy(row * local_width + block * piece_columns,
+               row * full_width + (block * ranks + r) * piece_columns, piece_columns);
+        }
+      }
+      return;
+    }
+  }
+}
+
+// The rows of `full` that have a counterpart in the pieces: all, except wte's
+// padding rows (and the real ones must fit the pieces of every tp).
+std::size_t real_rows(const ParamTensor& full, const GPTConfig& config) {
+  return full.name == "wte.weight" ? static_cast<std::size_t>(config.vocab_size) : full.shape[0];
+}
+
+void check_buffer_sizes(const char* operation, std::size_t full_got, std::size_t full_want, std::size_t local_got,
+                        std::size_t local_want) {
+  if (full_got != full_want || local_got != local_want) {
+    DUFU_FAIL(operation, ": buffers of ", full_got, " (full) and ", local_got, " (this rank's piece) floats, the ",
+              "layouts need ", full_want, " and ", local_want);
+  }
+}
+
 }  // namespace
 
-int GPTConfig::padded_vocab_size() const {
-  return (vocab_size + vocab_multiple - 1) / vocab_multiple * vocab_multiple;
+int GPTConfig::padded_vocab_size(int tensor_parallel_size) const {
+  if (tensor_parallel_size < 1) DUFU_FAIL("tensor_parallel_size must be at least 1, got ", tensor_parallel_size);
+  const long long multiple = static_cast<long long>(vocab_multiple) * tensor_parallel_size;
+  const long long padded = (vocab_size + multiple - 1) / multiple * multiple;
+  if (padded > INT_MAX) {
+    DUFU_FAIL("GPT config: vocab_size ", vocab_size, " padded to a multiple of ", vocab_multiple, " x ",
+              tensor_parallel_size, " (tensor parallel ranks) overflows int");
+  }
+  return static_cast<int>(padded);
 }
 
 void GPTConfig::validate() const {
@@ -101,32 +197,44 @@ std::size_t ParamTensor::size() const {
   return count;
 }
 
-std::vector<ParamTensor> gpt_parameter_layout(const GPTConfig& config) {
+std::vector<ParamTensor> gpt_parameter_layout(const GPTConfig& config, int tensor_parallel_size) {
   config.validate();
+  const int tp = tensor_parallel_size;
+  if (tp < 1) DUFU_FAIL("tensor_parallel_size must be at least 1, got ", tp);
+  if (config.n_head % tp != 0) {
+    DUFU_FAIL("GPT config: n_head ", config.n_head, " is not divisible by the tensor parallel size ", tp,
+              "; HINT: each tensor-parallel rank computes n_head / tp whole heads, so choose a tp that divides n_head");
+  }
   const std::size_t C = static_cast<std::size_t>(config.d_model);
+  const std::size_t ranks = static_cast<std::size_t>(tp);
   std::vector<ParamTensor> layout;
   std::size_t offset = 0;
-  const auto add = [&](std::string name, std::vector<std::size_t> shape) {
-    ParamTensor tensor{std::move(name), offset, std::move(shape), false};
+  const auto add = [&](std::string name, std::vector<std::size_t> shape, TensorSplit split = TensorSplit::kReplicated,
+                       int blocks = 1) {
+    const std::size_t dim = split == TensorSplit::kColumns ? 1 : 0;
+    if (split != TensorSplit::kReplicated) shape[dim] /= ranks;
+    ParamTensor tensor{std::move(name), offset, std::move(shape), false, split, blocks};
     tensor.is_matrix = tensor.shape.size() == 2;
     offset += tensor.size();
     layout.push_back(std::move(tensor));
   };
-  add("wte.weight", {static_cast<std::size_t>(config.padded_vocab_size()), C});
+  const auto rows = TensorSplit::kRows;
+  const auto columns = TensorSplit::kColumns;
+  add("wte.weight", {static_cast<std::size_t>(config.padded_vocab_size(tp)), C}, rows);
   add("wpe.weight", {static_cast<std::size_t>(config.seq_length), C});
   for (int layer = 0; layer < config.n_layer; ++layer) {
     const std::string prefix = str_cat("h.", layer, ".");
     add(prefix + "ln_1.weight", {C});
     add(prefix + "ln_1.bias", {C});
-    add(prefix + "attn.c_attn.weight", {3 * C, C});
-    add(prefix + "attn.c_attn.bias", {3 * C});
-    add(prefix + "attn.c_proj.weight", {C, C});
+    add(prefix + "attn.c_attn.weight", {3 * C, C}, rows, 3);
+    add(prefix + "attn.c_attn.bias", {3 * C}, rows, 3);
+    add(prefix + "attn.c_proj.weight", {C, C}, columns);
     add(prefix + "attn.c_proj.bias", {C});
     add(prefix + "ln_2.weight", {C});
     add(prefix + "ln_2.bias", {C});
-    add(prefix + "mlp.c_fc.weight", {4 * C, C});
-    add(prefix + "mlp.c_fc.bias", {4 * C});
-    add(prefix + "mlp.c_proj.weight", {C, 4 * C});
+    add(prefix + "mlp.c_fc.weight", {4 * C, C}, rows);
+    add(prefix + "mlp.c_fc.bias", {4 * C}, rows);
+    add(prefix + "mlp.c_proj.weight", {C, 4 * C}, columns);
     add(prefix + "mlp.c_proj.bias", {C});
   }
   add("ln_f.weight", {C});
@@ -134,13 +242,110 @@ std::vector<ParamTensor> gpt_parameter_layout(const GPTConfig& config) {
   return layout;
 }
 
-GPT::GPT(const GPTConfig& config)
+void shard_gpt_buffer(const GPTConfig& config, int tp, int rank, std::span<const float> full,
+                      std::span<float> local) {
+  const std::vector<ParamTensor> full_layout = gpt_parameter_layout(config);
+  const std::vector<ParamTensor> local_layout = gpt_parameter_layout(config, tp);
+  if (rank < 0 || rank >= tp) DUFU_FAIL("shard_gpt_buffer: rank ", rank, " is not in [0, ", tp, ")");
+  check_buffer_sizes("shard_gpt_buffer", full.size(), layout_size(full_layout), local.size(),
+                     layout_size(local_layout));
+  std::fill(local.begin(), local.end(), 0.0f);  // wte's padding rows
+  for (std::size_t i = 0; i < local_layout.size(); ++i) {
+    const ParamTensor& piece = local_layout[i];
+    const ParamTensor& whole = full_layout[i];
+    for_each_run(piece, whole, tp, rank, real_rows(whole, config),
+                 [&](std::size_t local_offset, std::size_t full_offset, std::size_t count) {
+                   std::copy_n(full.data() + whole.offset + full_offset, count,
+                               local.data() + piece.offset + local_offset);
+                 });
+  }
+}
+
+void unshard_gpt_buffer(const GPTConfig& config, int tp, int rank, std::span<const float> local,
+                        std::span<float> full) {
+  const std::vector<ParamTensor> full_layout = gpt_parameter_layout(config);
+  const std::vector<ParamTensor> local_layout = gpt_parameter_layout(config, tp);
+  if (rank < 0 || rank >= tp) DUFU_FAIL("unshard_gpt_buffer: rank ", rank, " is not in [0, ", tp, ")");
+  check_buffer_sizes("unshard_gpt_buffer", full.size(), layout_size(full_layout), local.size(),
+                     layout_size(local_layout));
+  for (std::size_t i = 0; i < local_layout.size(); ++i) {
+    const ParamTensor& piece = local_layout[i];
+    const ParamTensor& whole = full_layout[i];
+    for_each_run(piece, whole, tp, rank, real_rows(whole, config),
+                 [&](std::size_t local_offset, std::size_t full_offset, std::size_t count) {
+                   std::copy_n(local.data() + piece.offset + local_offset, count,
+                               full.data() + whole.offset + full_offset);
+                 });
+  }
+}
+
+GPT::GPT(const GPTConfig& config, Communicator* tensor_group)
     : config_(config),
-      layout_(gpt_parameter_layout(config)),
-      params_(layout_.back().offset + layout_.back().size(), 0.0f),
+      tensor_group_(tensor_group != nullptr && tensor_group->size() > 1 ? tensor_group : nullptr),
+      tp_(tensor_group_ != nullptr ? tensor_group_->size() : 1),
+      tp_rank_(tensor_group_ != nullptr ? tensor_group_->rank() : 0),
+      layout_(gpt_parameter_layout(config, tp_)),
+      full_layout_(tp_ > 1 ? gpt_parameter_layout(config) : layout_),
+      params_(layout_size(layout_), 0.0f),
       grads_(params_.size(), 0.0f),
       p_(tensors(params_)),
       g_(tensors(grads_)) {}
+
+std::size_t GPT::num_full_parameters() const { return layout_size(full_layout_); }
+
+std::vector<float> GPT::gather_full(std::span<const float> local) const {
+  std::vector<float> full(num_full_parameters(), 0.0f);
+  check_buffer_sizes("GPT::gather_full", full.size(), full.size(), local.size(), params_.size());
+  std::vector<float> pieces;  // one tensor's pieces from every rank, in rank order
+  for (std::size_t i = 0; i < layout_.size(); ++i) {
+    const ParamTensor& piece = layout_[i];
+    const ParamTensor& whole = full_layout_[i];
+    const std::span<const float> mine = local.subspan(piece.offset, piece.size());
+    if (tp_ == 1 || piece.split == TensorSplit::kReplicated) {
+      std::copy(mine.begin(), mine.end(), full.begin() + static_cast<std::ptrdiff_t>(whole.offset));
+      continue;
+    }
+    pieces.resize(piece.size() * static_cast<std::size_t>(tp_));
+    tensor_group_->all_gather(mine, pieces);
+    for (int rank = 0; rank < tp_; ++rank) {
+      const float* from = pieces.data() + static_cast<std::size_t>(rank) * piece.size();
+      for_each_run(piece, whole, tp_, rank, real_rows(whole, config_),
+                   [&](std::size_t local_offset, std::size_t full_offset, std::size_t count) {
+                     std::copy_n(from + local_offset, count, full.data() + whole.offset + full_offset);
+                   });
+    }
+  }
+  return full;
+}
+
+void GPT::shard_full(std::span<const float> full, std::span<float> local) const {
+  if (tp_ == 1) {
+    check_buffer_sizes("GPT::shard_full", full.size(), params_.size(), local.size(), params_.size());
+    std::copy(full.begin(), full.end(), local.begin());
+    return;
+  }
+  shard_gpt_buffer(config_, tp_, tp_rank_, full, local);
+}
+
+double GPT::full_sum_of_squares(std::span<const float> local) const {
+  if (local.size() != params_.size()) {
+    DUFU_FAIL("GPT::full_sum_of_squares: buffer of ", local.size(), " floats, the parameters need ", params_.size());
+  }
+  if (tp_ == 1) return sum_of_squares(local.data(), local.size());
+  // Replicated tensors are identical on every rank, so each rank adds them up alone
+  // and gets the same sum; the pieces of split tensors are summed over the group.
+  double replicated = 0.0;
+  double split = 0.0;
+  for (const ParamTensor& tensor : layout_) {
+    const double sum = sum_of_squares(local.data() + tensor.offset, tensor.size());
+    (tensor.split == TensorSplit::kReplicated ? replicated : split) += sum;
+  }
+  return replicated + tensor_group_->all_reduce_value(split);
+}
+
+void GPT::reduce_over_tensor_group(float* data, std::size_t count) {
+  if (tensor_group_ != nullptr) tensor_group_->all_reduce(std::span<float>(data, count));
+}
 
 const ParamTensor& GPT::tensor(std::string_view name) const {
   for (const ParamTensor& tensor : layout_) {
@@ -189,25 +394,13 @@ GPTTensors GPT::tensors(std::span<float> buffer) const {
 }
 
 void GPT::init_gpt2(std::uint32_t seed) {
-  NormalGenerator normal(seed);
-  const double residual_std = 0.02 / std::sqrt(2.0 * config_.n_layer);
-  for (const ParamTensor& tensor : layout_) {
-    float* values = params_.data() + tensor.offset;
-    std::size_t drawn = tensor.size();
-    if (tensor.name == "wte.weight") {
-      // Only real tokens get weights; padding rows stay zero so their logits are 0.
-      drawn = static_cast<std::size_t>(config_.vocab_size) * tensor.shape[1];
-    }
-    if (is_layernorm(tensor.name)) {
-      std::fill_n(values, tensor.size(), tensor.name.ends_with(".weight") ? 1.0f : 0.0f);
-    } else if (!tensor.is_matrix) {
-      std::fill_n(values, tensor.size(), 0.0f);
-    } else {
-      const double std_dev = is_residual_projection(tensor.name) ? residual_std : 0.02;
-      for (std::size_t i = 0; i < drawn; ++i) values[i] = static_cast<float>(std_dev * normal.next());
-      std::fill(values + drawn, values + tensor.size(), 0.0f);
-    }
+  if (tp_ == 1) {
+    init_gpt2_full(config_, layout_, params_, seed);
+    return;
   }
+  std::vector<float> full(num_full_parameters());
+  init_gpt2_full(config_, full_layout_, full, seed);
+  shard_full(full, params_);
 }
 
 void GPT::check_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B,
@@ -241,8 +434,12 @@ void GPT::ensure_activations(int B, int T) {
   capacity_t_ = std::max(T, capacity_t_);
   const std::size_t N = static_cast<std::size_t>(capacity_b_) * static_cast<std::size_t>(capacity_t_);
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
-  const std::size_t att = N * static_cast<std::size_t>(config_.n_head) * static_cast<std::size_t>(capacity_t_);
-  const std::size_t Vp = static_cast<std::size_t>(config_.padded_vocab_size());
+  // This rank's share: channels of its heads, its heads, hidden units, vocabulary.
+  const std::size_t ranks = static_cast<std::size_t>(tp_);
+  const std::size_t Cl = C / ranks;
+  const std::size_t att =
+      N * static_cast<std::size_t>(config_.n_head) / ranks * static_cast<std::size_t>(capacity_t_);
+  const std::size_t Vl = static_cast<std::size_t>(local_vocab_size());
 
   BufferCarver carver;
   acts_.layers.resize(static_cast<std::size_t>(config_.n_layer));
@@ -251,23 +448,23 @@ void GPT::ensure_activations(int B, int T) {
     carver.want(layer.ln_1, N * C);
     carver.want(layer.ln_1_mean, N);
     carver.want(layer.ln_1_rstd, N);
-    carver.want(layer.qkv, N * 3 * C);
+    carver.want(layer.qkv, N * 3 * Cl);
     carver.want(layer.att, att);
-    carver.want(layer.atty, N * C);
+    carver.want(layer.atty, N * Cl);
     carver.want(layer.residual_mid, N * C);
     carver.want(layer.ln_2, N * C);
     carver.want(layer.ln_2_mean, N);
     carver.want(layer.ln_2_rstd, N);
-    carver.want(layer.fc_pre, N * 4 * C);
-    carver.want(layer.fc_gelu, N * 4 * C);
+    carver.want(layer.fc_pre, N * 4 * Cl);
+    carver.want(layer.fc_gelu, N * 4 * Cl);
     carver.want(layer.residual_out, N * C);
   }
   carver.want(acts_.ln_f, N * C);
   carver.want(acts_.ln_f_mean, N);
   carver.want(acts_.ln_f_rstd, N);
-  carver.want(acts_.logits, N * Vp);
+  carver.want(acts_.logits, N * Vl);
   carver.want(acts_.losses, N);
-  carver.want(acts_.fc_out, N * 4 * C);
+  carver.want(acts_.fc_out, N * 4 * Cl);
   carver.want(acts_.branch, N * C);
   carver.allocate(activation_memory_);
   has_logits_ = false;
@@ -280,16 +477,19 @@ void GPT::ensure_activation_grads() {
   grad_capacity_t_ = capacity_t_;
   const std::size_t N = static_cast<std::size_t>(capacity_b_) * static_cast<std::size_t>(capacity_t_);
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
-  const std::size_t att = N * static_cast<std::size_t>(config_.n_head) * static_cast<std::size_t>(capacity_t_);
+  const std::size_t ranks = static_cast<std::size_t>(tp_);
+  const std::size_t Cl = C / ranks;
+  const std::size_t att =
+      N * static_cast<std::size_t>(config_.n_head) / ranks * static_cast<std::size_t>(capacity_t_);
 
   BufferCarver carver;
   carver.want(dacts_.residual, N * C);
   carver.want(dacts_.ln, N * C);
-  carver.want(dacts_.atty, N * C);
-  carver.want(dacts_.qkv, N * 3 * C);
+  carver.want(dacts_.atty, N * Cl);
+  carver.want(dacts_.qkv, N * 3 * Cl);
   carver.want(dacts_.att, att);
-  carver.want(dacts_.fc_gelu, N * 4 * C);
-  carver.want(dacts_.fc_pre, N * 4 * C);
+  carver.want(dacts_.fc_gelu, N * 4 * Cl);
+  carver.want(dacts_.fc_pre, N * 4 * Cl);
   carver.allocate(activation_grad_memory_);
 }
 
@@ -308,10 +508,28 @@ float GPT::forward(std::span<const std::int32_t> tokens, std::span<const std::in
   batch_t_ = T;
   const int N = B * T;
   const int C = config_.d_model;
-  const int NH = config_.n_head;
   const int L = config_.n_layer;
+  // This rank's share (all of it when serial): channels of its heads, its heads,
+  // hidden units of the MLP, columns of the vocabulary.
+  const int Cl = C / tp_;
+  const int NHl = config_.n_head / tp_;
+  const int Vl = local_vocab_size();
+  const std::size_t rows = static_cast<std::size_t>(N);
+  const std::size_t stream = rows * static_cast<std::size_t>(C);  // floats of an [N, C] activation
 
-  embedding_forward(acts_.encoded, tokens.data(), p_.wte, p_.wpe, B, T, C);
+  // Tensor parallel, two kinds of linear layer (Megatron-LM): column-parallel c_attn
+  // and c_fc take the whole (replicated) LayerNorm output and produce this rank's
+  // heads or hidden units; row-parallel c_proj turn those into a partial sum of the
+  // [N, C] output, which an all-reduce completes. The c_proj bias joins on rank 0
+  // only, so the sum adds it once; likewise wpe in the vocab-parallel embedding.
+  const bool adds_replicated = tp_rank_ == 0;
+  if (tp_ == 1) {
+    embedding_forward(acts_.encoded, tokens.data(), p_.wte, p_.wpe, B, T, C);
+  } else {
+    vocab_parallel_embedding_forward(acts_.encoded, tokens.data(), p_.wte, adds_replicated ? p_.wpe : nullptr,
+                                     vocab_begin(), Vl, B, T, C);
+    reduce_over_tensor_group(acts_.encoded, stream);
+  }
   LayerActivations& first = acts_.layers[0];
   layernorm_forward(first.ln_1, first.ln_1_mean, first.ln_1_rstd, acts_.encoded, p_.h[0].ln_1_weight,
                     p_.h[0].ln_1_bias, N, C);
@@ -320,15 +538,21 @@ float GPT::forward(std::span<const std::int32_t> tokens, std::span<const std::in
     LayerActivations& a = acts_.layers[static_cast<std::size_t>(l)];
     const float* residual_in = l == 0 ? acts_.encoded : acts_.layers[static_cast<std::size_t>(l - 1)].residual_out;
 
-    matmul_forward(a.qkv, a.ln_1, w.attn_c_attn_weight, w.attn_c_attn_bias, N, C, 3 * C);
-    attention_forward(a.atty, a.att, a.qkv, B, T, C, NH);
-    matmul_forward(acts_.branch, a.atty, w.attn_c_proj_weight, w.attn_c_proj_bias, N, C, C);
+    // The local qkv is [q, k, v] of this rank's heads, so attention runs unchanged on
+    // Cl channels and NHl heads.
+    matmul_forward(a.qkv, a.ln_1, w.attn_c_attn_weight, w.attn_c_attn_bias, N, C, 3 * Cl);
+    attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
+    matmul_forward(acts_.branch, a.atty, w.attn_c_proj_weight, adds_replicated ? w.attn_c_proj_bias : nullptr, N, Cl,
+                   C);
+    if (tp_ > 1) reduce_over_tensor_group(acts_.branch, stream);
     residual_layernorm_forward(a.residual_mid, a.ln_2, a.ln_2_mean, a.ln_2_rstd, residual_in, acts_.branch,
                                w.ln_2_weight, w.ln_2_bias, N, C);
 
-    matmul_forward(acts_.fc_out, a.ln_2, w.mlp_c_fc_weight, nullptr, N, C, 4 * C);
-    bias_gelu_forward(a.fc_gelu, a.fc_pre, acts_.fc_out, w.mlp_c_fc_bias, N, 4 * C);
-    matmul_forward(acts_.branch, a.fc_gelu, w.mlp_c_proj_weight, w.mlp_c_proj_bias, N, 4 * C, C);
+    matmul_forward(acts_.fc_out, a.ln_2, w.mlp_c_fc_weight, nullptr, N, C, 4 * Cl);
+    bias_gelu_forward(a.fc_gelu, a.fc_pre, acts_.fc_out, w.mlp_c_fc_bias, N, 4 * Cl);
+    matmul_forward(acts_.branch, a.fc_gelu, w.mlp_c_proj_weight, adds_replicated ? w.mlp_c_proj_bias : nullptr, N,
+                   4 * Cl, C);
+    if (tp_ > 1) reduce_over_tensor_group(acts_.branch, stream);
 
     // The block's output goes straight into the next LayerNorm: the next layer's
     // ln_1, or ln_f after the last layer.
@@ -342,15 +566,30 @@ float GPT::forward(std::span<const std::int32_t> tokens, std::span<const std::in
                                  acts_.branch, p_.ln_f_weight, p_.ln_f_bias, N, C);
     }
   }
-  const int Vp = config_.padded_vocab_size();
-  matmul_forward(acts_.logits, acts_.ln_f, p_.wte, nullptr, N, C, Vp);
+  // The tied LM head: this rank's rows of wte give its columns of the logits.
+  matmul_forward(acts_.logits, acts_.ln_f, p_.wte, nullptr, N, C, Vl);
 
   if (targets.empty()) {
     has_logits_ = true;
     backward_pending_ = false;
     return std::numeric_limits<float>::quiet_NaN();
   }
-  classifier_forward_backward(acts_.logits, acts_.losses, targets.data(), dloss_scale, N, config_.vocab_size, Vp);
+  const int V = config_.vocab_size;
+  if (tp_ == 1) {
+    classifier_forward_backward(acts_.logits, acts_.losses, targets.data(), dloss_scale, N, V, Vl);
+  } else {
+    // Vocab-parallel cross-entropy: the ranks combine row maxima, then sums of exp
+    // and the target logits (2N numbers per all-reduce), never the logits themselves.
+    row_max_.resize(rows);
+    row_stats_.resize(2 * rows);
+    vocab_parallel_classifier_max(row_max_.data(), acts_.logits, targets.data(), N, V, vocab_begin(), Vl);
+    tensor_group_->all_reduce(row_max_, ReduceOp::kMax);
+    vocab_parallel_classifier_exp_sum(row_stats_.data(), acts_.logits, row_max_.data(), targets.data(), N, V,
+                                      vocab_begin(), Vl);
+    tensor_group_->all_reduce(row_stats_);
+    vocab_parallel_classifier_finish(acts_.logits, acts_.losses, row_stats_.data(), row_max_.data(), targets.data(),
+                                     dloss_scale, N, V, vocab_begin(), Vl);
+  }
   has_logits_ = false;
   backward_pending_ = true;
   double sum = 0.0;
@@ -369,7 +608,7 @@ std::span<const float> GPT::logits() const {
               "classifier turns the logits into their gradient)");
   }
   const std::size_t rows = static_cast<std::size_t>(batch_b_) * static_cast<std::size_t>(batch_t_);
-  return {acts_.logits, rows * static_cast<std::size_t>(config_.padded_vocab_size())};
+  return {acts_.logits, rows * static_cast<std::size_t>(local_vocab_size())};
 }
 
 void GPT::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
@@ -385,13 +624,27 @@ void GPT::backward() {
   const int T = batch_t_;
   const int N = B * T;
   const int C = config_.d_model;
-  const int NH = config_.n_head;
-  const int Vp = config_.padded_vocab_size();
+  const int Cl = C / tp_;
+  const int NHl = config_.n_head / tp_;
+  const int Vl = local_vocab_size();
   const std::size_t rows = static_cast<std::size_t>(N);
+  const std::size_t stream = rows * static_cast<std::size_t>(C);
   const ActivationGrads& d = dacts_;
 
+  // Tensor parallel, the conjugates of the forward's communication: a column-parallel
+  // layer (c_attn, c_fc, the LM head) got the whole LayerNorm output on every rank,
+  // so the gradient of that input is the sum of every rank's part, an all-reduce; a
+  // row-parallel layer (c_proj) got the all-reduced sum, whose backward hands each
+  // rank the same output gradient with no communication, and so does the embedding.
+  //
+  // After each all-reduce the residual stream's gradient d.residual is bitwise the
+  // same on every rank, and so are the LayerNorm inputs and weights it meets, so every
+  // rank computes bitwise the same gradients for the replicated parameters (wpe, the
+  // LayerNorms, the c_proj biases): they need no reduction over the group.
+
   // The classifier left dloss/dlogits in the logits buffer.
-  matmul_backward(d.ln, g_.wte, nullptr, acts_.logits, acts_.ln_f, p_.wte, N, C, Vp);
+  matmul_backward(d.ln, g_.wte, nullptr, acts_.logits, acts_.ln_f, p_.wte, N, C, Vl);
+  if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
   const LayerActivations& last = acts_.layers.back();
   std::fill_n(d.residual, rows * static_cast<std::size_t>(C), 0.0f);
   layernorm_backward(d.residual, g_.ln_f_weight, g_.ln_f_bias, d.ln, last.residual_out, p_.ln_f_weight,
@@ -407,21 +660,27 @@ void GPT::backward() {
     const float* residual_in = l == 0 ? acts_.encoded : acts_.layers[static_cast<std::size_t>(l - 1)].residual_out;
 
     matmul_backward(d.fc_gelu, dw.mlp_c_proj_weight, dw.mlp_c_proj_bias, d.residual, a.fc_gelu, w.mlp_c_proj_weight,
-                    N, 4 * C, C);
-    bias_gelu_backward(d.fc_pre, dw.mlp_c_fc_bias, d.fc_gelu, a.fc_pre, N, 4 * C);
-    matmul_backward(d.ln, dw.mlp_c_fc_weight, nullptr, d.fc_pre, a.ln_2, w.mlp_c_fc_weight, N, C, 4 * C);
+                    N, 4 * Cl, C);
+    bias_gelu_backward(d.fc_pre, dw.mlp_c_fc_bias, d.fc_gelu, a.fc_pre, N, 4 * Cl);
+    matmul_backward(d.ln, dw.mlp_c_fc_weight, nullptr, d.fc_pre, a.ln_2, w.mlp_c_fc_weight, N, C, 4 * Cl);
+    if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
     layernorm_backward(d.residual, dw.ln_2_weight, dw.ln_2_bias, d.ln, a.residual_mid, w.ln_2_weight, a.ln_2_mean,
                        a.ln_2_rstd, N, C);
 
     matmul_backward(d.atty, dw.attn_c_proj_weight, dw.attn_c_proj_bias, d.residual, a.atty, w.attn_c_proj_weight, N,
-                    C, C);
-    attention_backward(d.qkv, d.att, d.atty, a.qkv, a.att, B, T, C, NH);
+                    Cl, C);
+    attention_backward(d.qkv, d.att, d.atty, a.qkv, a.att, B, T, Cl, NHl);
     matmul_backward(d.ln, dw.attn_c_attn_weight, dw.attn_c_attn_bias, d.qkv, a.ln_1, w.attn_c_attn_weight, N, C,
-                    3 * C);
+                    3 * Cl);
+    if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
     layernorm_backward(d.residual, dw.ln_1_weight, dw.ln_1_bias, d.ln, residual_in, w.ln_1_weight, a.ln_1_mean,
                        a.ln_1_rstd, N, C);
   }
-  embedding_backward(g_.wte, g_.wpe, d.residual, tokens_.data(), B, T, C);
+  if (tp_ == 1) {
+    embedding_backward(g_.wte, g_.wpe, d.residual, tokens_.data(), B, T, C);
+  } else {
+    vocab_parallel_embedding_backward(g_.wte, g_.wpe, d.residual, tokens_.data(), vocab_begin(), Vl, B, T, C);
+  }
 }
 
 }  // namespace dufu::trainer

@@ -1,10 +1,14 @@
 // CPU fused softmax + cross-entropy + its gradient, in place over the logits: the
 // [N, Vp] logits are the largest activation of GPT-2, so they are read and written
 // in three passes over one row (max; exp and sum; scale) while it is in cache, and
-// no separate probabilities buffer exists.
+// no separate probabilities buffer exists. The vocab-parallel classifier below makes
+// the same three passes as three kernels, so that the ranks holding the pieces of a
+// row can combine their row statistics between them.
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "cpu_backend.h"
 #include "dufu/common/error.h"
@@ -49,6 +53,79 @@ DUFU_CPU_CLONES void classifier_forward_backward(float* logits, float* losses, c
     const float grad_scale = static_cast<float>(dloss_scale / sum);
     for (int i = 0; i < V; ++i) row[i] *= grad_scale;
     row[target] -= dloss_scale;
+  }
+}
+
+namespace {
+// How many of a rank's Vl columns, starting at vocabulary id vocab_begin, are real
+// vocabulary (the rest are padding).
+int real_columns(int V, int vocab_begin, int Vl) { return std::clamp(V - vocab_begin, 0, Vl); }
+}  // namespace
+
+DUFU_CPU_CLONES void vocab_parallel_classifier_max(float* row_max, const float* logits, const std::int32_t* targets,
+                                                   int N, int V, int vocab_begin, int Vl) {
+  DUFU_CHECK(V >= 1 && vocab_begin >= 0 && Vl >= 1, "vocabulary ", V, ", columns [", vocab_begin, ", +", Vl, ")");
+  for (int n = 0; n < N; ++n) {
+    DUFU_CHECK(targets[n] == -1 || (targets[n] >= 0 && targets[n] < V), "target ", targets[n], " at row ", n,
+               " is outside the vocabulary [0, ", V, ") and is not the ignore value -1");
+  }
+  const int real = real_columns(V, vocab_begin, Vl);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* row = logits + static_cast<std::size_t>(n) * Vl;
+    float max_logit = -std::numeric_limits<float>::infinity();
+    if (targets[n] >= 0) {
+#pragma omp simd reduction(max : max_logit)
+      for (int i = 0; i < real; ++i) max_logit = row[i] > max_logit ? row[i] : max_logit;
+    }
+    row_max[n] = max_logit;
+  }
+}
+
+DUFU_CPU_CLONES void vocab_parallel_classifier_exp_sum(double* stats, float* logits, const float* row_max,
+                                                       const std::int32_t* targets, int N, int V, int vocab_begin,
+                                                       int Vl) {
+  const int real = real_columns(V, vocab_begin, Vl);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    float* row = logits + static_cast<std::size_t>(n) * Vl;
+    const int local_target = targets[n] - vocab_begin;
+    stats[n] = 0.0;
+    stats[N + n] = 0.0;
+    if (targets[n] < 0) continue;
+    if (local_target >= 0 && local_target < real) stats[N + n] = row[local_target];
+    const float max_logit = row_max[n];
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int i = 0; i < real; ++i) {
+      const float e = exp_approx(row[i] - max_logit);
+      row[i] = e;
+      sum += e;
+    }
+    stats[n] = sum;
+  }
+}
+
+DUFU_CPU_CLONES void vocab_parallel_classifier_finish(float* logits, float* losses, const double* stats,
+                                                      const float* row_max, const std::int32_t* targets,
+                                                      float dloss_scale, int N, int V, int vocab_begin, int Vl) {
+  const int real = real_columns(V, vocab_begin, Vl);
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    float* row = logits + static_cast<std::size_t>(n) * Vl;
+    for (int i = real; i < Vl; ++i) row[i] = 0.0f;
+    if (targets[n] < 0) {
+      for (int i = 0; i < real; ++i) row[i] = 0.0f;
+      losses[n] = 0.0f;
+      continue;
+    }
+    const double sum = stats[n];
+    // As in classifier_forward_backward: log(sum) - (logit[target] - max).
+    losses[n] = static_cast<float>(std::log(sum) - (stats[N + n] - row_max[n]));
+    const float grad_scale = static_cast<float>(dloss_scale / sum);
+    for (int i = 0; i < real; ++i) row[i] *= grad_scale;
+    const int local_target = targets[n] - vocab_begin;
+    if (local_target >= 0 && local_target < real) row[local_target] -= dloss_scale;
   }
 }
 

@@ -1,6 +1,9 @@
-// CPU token + position embedding. The backward scatters into dwte, where positions
-// sharing a token collide; instead of atomics each thread owns a block of channels
-// and walks the rows in order, so the sums are identical for any thread count.
+// CPU token + position embedding, whole (serial) or vocab-parallel, where each
+// tensor-parallel rank holds a range of wte's rows. The backward scatters into dwte,
+// where positions sharing a token collide; instead of atomics each thread owns a block
+// of channels and walks the rows in order, so the sums are identical for any thread
+// count.
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 
@@ -12,23 +15,37 @@ namespace {
 // Wide enough that each row segment is a few cache lines, narrow enough that
 // C = 768 still splits into 12 blocks for the threads to share.
 constexpr int kChannelBlock = 64;
-}  // namespace
 
-void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T,
-                       int C) {
+// Both forwards: tokens outside [vocab_begin, vocab_end) look up a zero row; wpe may
+// be null. The serial kernel passes the whole id range, so only the per-row test is
+// added to its loop.
+void embed(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int vocab_begin, int vocab_end,
+           int B, int T, int C) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       const std::size_t row = static_cast<std::size_t>(b) * T + t;
       float* o = out + row * C;
-      const float* token_row = wte + static_cast<std::size_t>(tokens[row]) * C;
-      const float* position_row = wpe + static_cast<std::size_t>(t) * C;
-      for (int c = 0; c < C; ++c) o[c] = token_row[c] + position_row[c];
+      const std::int32_t id = tokens[row];
+      const bool in_range = id >= vocab_begin && id < vocab_end;
+      const float* token_row = in_range ? wte + static_cast<std::size_t>(id - vocab_begin) * C : nullptr;
+      const float* position_row = wpe == nullptr ? nullptr : wpe + static_cast<std::size_t>(t) * C;
+      if (in_range && position_row != nullptr) {
+        for (int c = 0; c < C; ++c) o[c] = token_row[c] + position_row[c];
+      } else if (in_range) {
+        for (int c = 0; c < C; ++c) o[c] = token_row[c];
+      } else if (position_row != nullptr) {
+        for (int c = 0; c < C; ++c) o[c] = position_row[c];
+      } else {
+        for (int c = 0; c < C; ++c) o[c] = 0.0f;
+      }
     }
   }
 }
 
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C) {
+// Both backwards: only tokens in [vocab_begin, vocab_end) reach dwte; dwpe may be null.
+void scatter(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int vocab_begin, int vocab_end,
+             int B, int T, int C) {
   const int blocks = (C + kChannelBlock - 1) / kChannelBlock;
   const std::size_t N = static_cast<std::size_t>(B) * T;
 #pragma omp parallel
@@ -38,21 +55,45 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::
       const int c0 = block * kChannelBlock;
       const int c1 = c0 + kChannelBlock < C ? c0 + kChannelBlock : C;
       for (std::size_t row = 0; row < N; ++row) {
-        float* g = dwte + static_cast<std::size_t>(tokens[row]) * C;
+        const std::int32_t id = tokens[row];
+        if (id < vocab_begin || id >= vocab_end) continue;
+        float* g = dwte + static_cast<std::size_t>(id - vocab_begin) * C;
         const float* d = dout + row * C;
         for (int c = c0; c < c1; ++c) g[c] += d[c];
       }
     }
     // Rows of dwpe are disjoint per position, so positions split cleanly.
+    if (dwpe != nullptr) {
 #pragma omp for schedule(static)
-    for (int t = 0; t < T; ++t) {
-      float* g = dwpe + static_cast<std::size_t>(t) * C;
-      for (int b = 0; b < B; ++b) {
-        const float* d = dout + (static_cast<std::size_t>(b) * T + t) * C;
-        for (int c = 0; c < C; ++c) g[c] += d[c];
+      for (int t = 0; t < T; ++t) {
+        float* g = dwpe + static_cast<std::size_t>(t) * C;
+        for (int b = 0; b < B; ++b) {
+          const float* d = dout + (static_cast<std::size_t>(b) * T + t) * C;
+          for (int c = 0; c < C; ++c) g[c] += d[c];
+        }
       }
     }
   }
+}
+}  // namespace
+
+void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                       int C) {
+  embed(out, tokens, wte, wpe, 0, INT_MAX, B, T, C);
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C) {
+  scatter(dwte, dwpe, dout, tokens, 0, INT_MAX, B, T, C);
+}
+
+void vocab_parallel_embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
+                                      int vocab_begin, int V_local, int B, int T, int C) {
+  embed(out, tokens, wte, wpe, vocab_begin, vocab_begin + V_local, B, T, C);
+}
+
+void vocab_parallel_embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                                       int vocab_begin, int V_local, int B, int T, int C) {
+  scatter(dwte, dwpe, dout, tokens, vocab_begin, vocab_begin + V_local, B, T, C);
 }
 
 }  // namespace dufu::trainer

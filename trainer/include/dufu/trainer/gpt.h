@@ -3,6 +3,12 @@
 // and a forward and backward written out layer by layer, like llm.c's train_gpt2.c,
 // so that each step can be read next to the PyTorch reference that checks it
 // (tests/reference/gpt_torch_reference.py).
+//
+// The same model runs tensor parallel (Megatron-LM's layout, Shoeybi et al. 2019)
+// when given a group of ranks: each rank holds a slice of the heads, of the MLP's
+// hidden units and of the vocabulary, and the ranks meet in one all-reduce per
+// row-parallel projection and per column-parallel input gradient. Without a group (or
+// with a group of one) it is the serial model, unchanged bit for bit.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +17,10 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+namespace dufu {
+class Communicator;
+}
 
 namespace dufu::trainer {
 
@@ -24,10 +34,23 @@ struct GPTConfig {
   int vocab_multiple = 128;
   int seq_length = 1024;  // maximum number of positions (rows of wpe)
 
-  int padded_vocab_size() const;
+  // vocab_size rounded up to a multiple of vocab_multiple x tensor_parallel_size (as
+  // Megatron-LM does), so the rows of wte split evenly over the tensor-parallel ranks
+  // and each rank's slice is still a multiple of vocab_multiple: 50257 -> 50304 for
+  // tp 1, 50688 for tp 4 (a multiple of 512). Rows from vocab_size on are padding:
+  // zero, and excluded from the softmax, so the loss does not depend on tp. Throws
+  // dufu::Error if the padded size overflows int or tensor_parallel_size < 1.
+  int padded_vocab_size(int tensor_parallel_size = 1) const;
   // Throws dufu::Error naming the field for a size that is not positive, or for a
   // d_model that n_head does not divide.
   void validate() const;
+};
+
+// How a tensor of a tensor-parallel rank is cut from the full tensor (ParamTensor).
+enum class TensorSplit {
+  kReplicated,  // every rank holds the whole tensor
+  kRows,        // cut along dimension 0 (the only one of a 1-D tensor)
+  kColumns,     // cut along dimension 1
 };
 
 // One parameter tensor inside the contiguous buffer. Matrices are stored [out, in]
@@ -40,6 +63,17 @@ struct ParamTensor {
   std::size_t offset = 0;          // in floats from the start of the buffer
   std::vector<std::size_t> shape;  // 1-D or 2-D
   bool is_matrix = false;          // 2-D: the tensors that get weight decay
+  // Tensor parallelism. Under tp ranks, shape is this rank's piece, and the split
+  // says how the pieces tile the full tensor (the one the serial layout has): the
+  // full tensor's dimension (split) is split_blocks equal blocks, each cut into tp
+  // equal pieces, and rank r holds piece r of every block, block after block. So
+  // attn.c_attn.weight [3C, C] (q, k, v: 3 blocks) gives rank r the rows of its heads
+  // in each of q, k and v, as [3C/tp, C]. wte.weight's full tensor for this purpose
+  // has padded_vocab_size(tp) rows; those from vocab_size on are padding, not
+  // carried to or from the serial layout (see shard_gpt_buffer). The same values are
+  // set for tp = 1, where the one piece is the whole tensor.
+  TensorSplit split = TensorSplit::kReplicated;
+  int split_blocks = 1;
   std::size_t size() const;
 };
 
@@ -49,7 +83,28 @@ struct ParamTensor {
 // ln_2.weight/bias [C], mlp.c_fc.weight [4C, C], mlp.c_fc.bias [4C],
 // mlp.c_proj.weight [C, 4C], mlp.c_proj.bias [C]; last ln_f.weight/bias [C]. The LM
 // head is wte itself. Throws like GPTConfig::validate.
-std::vector<ParamTensor> gpt_parameter_layout(const GPTConfig& config);
+//
+// With tensor_parallel_size tp > 1, the layout of one tensor-parallel rank (the same
+// on every rank; see ParamTensor::split): wte.weight [Vp/tp, C] with
+// Vp = padded_vocab_size(tp) (vocab-parallel embedding and LM head), c_attn.weight
+// [3C/tp, C] and c_attn.bias [3C/tp] (column-parallel: this rank's heads of q, k, v),
+// attn.c_proj.weight [C, C/tp] (row-parallel), mlp.c_fc.weight [4C/tp, C] and
+// mlp.c_fc.bias [4C/tp] (column-parallel), mlp.c_proj.weight [C, 4C/tp]
+// (row-parallel); wpe, the LayerNorms and the two c_proj biases are replicated.
+// Throws dufu::Error when tp < 1 or n_head is not divisible by tp.
+std::vector<ParamTensor> gpt_parameter_layout(const GPTConfig& config, int tensor_parallel_size = 1);
+
+// Moving between the full (serial) layout, gpt_parameter_layout(config), and the
+// piece of tensor-parallel rank `rank` of `tp`, gpt_parameter_layout(config, tp); no
+// communication, so checkpoint tools can merge or reshard offline. Work for any
+// buffer in those layouts: parameters, gradients, optimizer moments.
+// shard_gpt_buffer writes all of `local` (wte's padding rows, beyond vocab_size, get
+// 0); unshard_gpt_buffer writes the entries of `full` that rank's piece holds (the
+// replicated tensors whole; wte's padding rows never), so calling it for every rank
+// assembles the full buffer. Throw dufu::Error for buffers of the wrong size.
+void shard_gpt_buffer(const GPTConfig& config, int tp, int rank, std::span<const float> full, std::span<float> local);
+void unshard_gpt_buffer(const GPTConfig& config, int tp, int rank, std::span<const float> local,
+                        std::span<float> full);
 
 // Pointers to the tensors of one buffer laid out as gpt_parameter_layout says: the
 // same struct serves the parameters, their gradients and optimizer moments.
@@ -79,7 +134,13 @@ class GPT {
  public:
   // Throws dufu::Error for an invalid config. Parameters start at zero; call
   // init_gpt2 or fill params().
-  explicit GPT(const GPTConfig& config);
+  //
+  // tensor_group: the ranks this model is split over (tensor parallelism), each
+  // constructing its GPT with the same config and calling forward, backward and the
+  // collective methods below together, with the same batch. nullptr or a group of
+  // one gives the serial model. The group must outlive the model. Throws
+  // dufu::Error when n_head is not divisible by the group's size.
+  explicit GPT(const GPTConfig& config, Communicator* tensor_group = nullptr);
   // The views point into the buffers: a copy would share them, a move keeps them.
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -93,11 +154,40 @@ class GPT {
   // std::mt19937 (whose output the C++ standard fixes) through a Box-Muller transform
   // written out in gpt.cc, tensor after tensor in buffer order, so a seed gives the
   // same weights with any standard library (std::normal_distribution would not).
+  // Tensor parallel, each rank draws the full tensors the same way and keeps its
+  // piece, so a seed gives the same model for every tp.
   void init_gpt2(std::uint32_t seed);
 
   const GPTConfig& config() const { return config_; }
+  // This rank's tensors and their count (the whole model when serial).
   const std::vector<ParamTensor>& parameter_tensors() const { return layout_; }
   std::size_t num_parameters() const { return params_.size(); }
+
+  // Tensor parallelism: the group's size (1 when serial) and this rank's place in it;
+  // this rank's columns of the logits are the vocabulary ids
+  // [vocab_begin(), vocab_begin() + local_vocab_size()), the last rank's ending in
+  // padding.
+  int tensor_parallel_size() const { return tp_; }
+  int tensor_parallel_rank() const { return tp_rank_; }
+  int vocab_begin() const { return tp_rank_ * local_vocab_size(); }
+  int local_vocab_size() const { return config_.padded_vocab_size(tp_) / tp_; }
+  // The full (serial) layout: gpt_parameter_layout(config()), and its float count.
+  const std::vector<ParamTensor>& full_parameter_tensors() const { return full_layout_; }
+  std::size_t num_full_parameters() const;
+  // Collective over the tensor group: the full-layout buffer assembled from every
+  // rank's `local` buffer (num_parameters() floats in this rank's layout, e.g.
+  // params(), grads(), Adam moments), on every rank. Replicated tensors come from this
+  // rank (they are identical on all ranks), wte's padding rows are 0.
+  std::vector<float> gather_full(std::span<const float> local) const;
+  // This rank's piece of a full-layout buffer, into `local`; no communication.
+  void shard_full(std::span<const float> full, std::span<float> local) const;
+  std::vector<float> gather_full_parameters() const { return gather_full(params_); }
+  std::vector<float> gather_full_gradients() const { return gather_full(grads_); }
+  void load_full_parameters(std::span<const float> full) { shard_full(full, params_); }
+  // Collective over the tensor group: the sum of squares of the full-layout buffer
+  // that `local` is this rank's piece of (e.g. grads(), for the gradient norm),
+  // counting replicated tensors once. Deterministic; identical on every rank.
+  double full_sum_of_squares(std::span<const float> local) const;
   std::span<float> params() { return params_; }
   std::span<const float> params() const { return params_; }
   std::span<float> grads() { return grads_; }
@@ -108,6 +198,8 @@ class GPT {
   GPTTensors tensors(std::span<float> buffer) const;
 
   // Runs the model on tokens [B, T] (values in [0, vocab_size), T <= seq_length).
+  // Tensor parallel, every rank passes the same tokens and targets and gets the same
+  // loss.
   // With targets [B, T] (values in [0, vocab_size) or -1 to ignore the position) it
   // returns the mean loss over the non-ignored targets (0 if all are ignored) and
   // prepares backward() to produce dloss_scale times the gradient of the SUM of the
@@ -123,7 +215,9 @@ class GPT {
 
   // Logits [B·T, Vp] of the last forward, which must have had no targets (with
   // targets the classifier overwrites them with their gradient). Only the first
-  // vocab_size columns of a row are real; the padding columns hold 0.
+  // vocab_size columns of a row are real; the padding columns hold 0. Tensor
+  // parallel, this rank's columns only: [B·T, local_vocab_size()], vocabulary ids
+  // from vocab_begin() (the full logits are never gathered).
   std::span<const float> logits() const;
 
   // Adds the gradient of the last forward (which must have had targets) to grads();
@@ -136,6 +230,10 @@ class GPT {
   // layer l enters as residual_in (the embedding for l = 0, the previous layer's
   // residual_out otherwise), becomes residual_mid after the attention branch and
   // residual_out after the MLP branch; each sum is fused with the LayerNorm after it.
+  // Shapes are this rank's: under tp ranks qkv holds [N, 3C/tp], att and atty cover
+  // NH/tp heads, the MLP's hidden activations are [N, 4C/tp] and the logits
+  // [N, Vp/tp]; the residual stream and LayerNorm outputs are whole ([N, C]) and
+  // identical on every rank.
   struct LayerActivations {
     float* ln_1;  // [N, C]
     float* ln_1_mean;
@@ -175,12 +273,18 @@ class GPT {
     float* fc_pre;    // [N, 4C]
   };
 
+  // In-place sum over the tensor group (no-op when serial).
+  void reduce_over_tensor_group(float* data, std::size_t count);
   void ensure_activations(int B, int T);
   void ensure_activation_grads();
   void check_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B, int T) const;
 
   GPTConfig config_;
+  Communicator* tensor_group_ = nullptr;  // null when serial
+  int tp_ = 1;
+  int tp_rank_ = 0;
   std::vector<ParamTensor> layout_;
+  std::vector<ParamTensor> full_layout_;
   std::vector<float> params_;
   std::vector<float> grads_;
   GPTTensors p_;  // views into params_
@@ -196,6 +300,10 @@ class GPT {
   int grad_capacity_t_ = 0;
   std::vector<float> activation_grad_memory_;
   ActivationGrads dacts_{};
+  // The vocab-parallel classifier's row statistics: max [N], then sum of exp and
+  // target logit [2N].
+  std::vector<float> row_max_;
+  std::vector<double> row_stats_;
 
   // The last forward: its batch (embedding_backward needs the tokens) and whether
   // the logits buffer holds logits or, after a forward with targets, their gradient.

@@ -23,6 +23,18 @@ namespace dufu::trainer {
 void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
 // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C);
+// Vocab-parallel embedding (tensor parallelism): wte holds rows
+// [vocab_begin, vocab_begin + V_local) of the full table. out[b,t,:] = the token's row
+// if its id is in that range, else 0, plus wpe[t,:] unless wpe is null. When the
+// ranks splitting the table each run this, one of them with wpe, the sum of their
+// outputs is embedding_forward's, exactly: each position's sum has at most two
+// non-zero terms.
+void vocab_parallel_embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
+                                      int vocab_begin, int V_local, int B, int T, int C);
+// dwte[tokens[b,t] - vocab_begin,:] += dout[b,t,:] for the tokens in range;
+// dwpe[t,:] += sum_b dout[b,t,:] unless dwpe is null.
+void vocab_parallel_embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                                       int vocab_begin, int V_local, int B, int T, int C);
 
 // LayerNorm of each of the N rows: out = (x - mean) * rstd * weight + bias; mean and
 // rstd (N each) are saved for backward. eps = 1e-5 like PyTorch/GPT-2.
@@ -71,6 +83,30 @@ void attention_backward(float* dqkv, float* datt_scratch, const float* dout, con
 // [0, V) throws dufu::Error before anything is written.
 void classifier_forward_backward(float* logits, float* losses, const std::int32_t* targets, float dloss_scale, int N,
                                  int V, int Vp);
+
+// Vocab-parallel classifier (tensor parallelism): classifier_forward_backward's losses
+// and gradient when the vocabulary is split over a group of ranks and no rank holds
+// a whole row. Each rank has logits [N, Vl] for the vocabulary ids
+// [vocab_begin, vocab_begin + Vl); ids from V on are padding, excluded. Targets are
+// vocabulary ids (or -1 to ignore the row), the same on every rank. Three phases,
+// with an all-reduce over the group after each of the first two:
+//   1. max: row_max[n] = the largest of this rank's real logits of row n (-inf if it
+//      has none, or the row is ignored). Then all-reduce MAX over row_max [N].
+//   2. exp_sum: logits = exp(logit - row_max) in place over the real columns;
+//      stats[n] = their sum, stats[N + n] = the target's logit if this rank holds the
+//      target, else 0 (both 0 for ignored rows). Then all-reduce SUM over stats [2N].
+//   3. finish: losses[n] = log(stats[n]) - (stats[N + n] - row_max[n]), the same on
+//      every rank, and logits = dloss_scale · (softmax - onehot(target)) in place;
+//      padding columns and ignored rows get 0, ignored rows loss 0.
+// Phase 1 throws dufu::Error for a target neither -1 nor in [0, V), or for a
+// vocab_begin or Vl out of range, before anything is written.
+void vocab_parallel_classifier_max(float* row_max, const float* logits, const std::int32_t* targets, int N, int V,
+                                   int vocab_begin, int Vl);
+void vocab_parallel_classifier_exp_sum(double* stats, float* logits, const float* row_max,
+                                       const std::int32_t* targets, int N, int V, int vocab_begin, int Vl);
+void vocab_parallel_classifier_finish(float* logits, float* losses, const double* stats, const float* row_max,
+                                      const std::int32_t* targets, float dloss_scale, int N, int V, int vocab_begin,
+                                      int Vl);
 
 // sum of squares of `n` values, accumulated in double in a fixed order (deterministic).
 double sum_of_squares(const float* values, std::size_t n);
