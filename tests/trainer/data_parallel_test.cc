@@ -1,4 +1,4 @@
-// Data-parallel training under mpirun against the single-process run: the same
+// Data- and tensor-parallel training under mpirun against the single-process run: the same
 // config, seed and data give the same per-step losses (within 1e-5 relative: the
 // gradients are summed in another order) and final weights; a data-parallel run that
 // stops and resumes continues bitwise; a rank that dies takes the job down with it
@@ -92,16 +92,27 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
   ASSERT_EQ(expected_val.size(), 2u);
   const auto expected = dufu::trainer::safetensors::File::open(weights(single));
 
-  // (ranks, ZeRO stage): the replicated optimizer and ZeRO-1's sharded one.
-  for (const auto& [ranks, zero_stage] : {std::pair{2, 0}, std::pair{4, 0}, std::pair{2, 1}, std::pair{4, 1}}) {
-    SCOPED_TRACE("data-parallel ranks: " + std::to_string(ranks) + ", ZeRO stage " + std::to_string(zero_stage));
-    const std::string dir = dir_.file("dp" + std::to_string(ranks) + "-zero" + std::to_string(zero_stage));
-    const CommandResult result =
-        mpirun(ranks, config() + " run.dir=" + dir + " dist.zero_stage=" + std::to_string(zero_stage));
+  // Layouts (ranks, tensor-parallel size, ZeRO stage): data parallel with the
+  // replicated optimizer and with ZeRO-1's sharded one, tensor parallel, and both.
+  struct Layout {
+    int ranks;
+    int tp;
+    int zero_stage;
+  };
+  for (const Layout& layout : {Layout{2, 1, 0}, Layout{4, 1, 0}, Layout{2, 1, 1}, Layout{4, 1, 1}, Layout{2, 2, 0},
+                               Layout{4, 2, 0}}) {
+    const auto [ranks, tp, zero_stage] = layout;
+    const std::string name = "world " + std::to_string(ranks) + " = tp " + std::to_string(tp) + " x dp " +
+                             std::to_string(ranks / tp) + " x pp 1";
+    SCOPED_TRACE(name + ", ZeRO stage " + std::to_string(zero_stage));
+    char run_name[64];
+    std::snprintf(run_name, sizeof(run_name), "w%d-tp%d-zero%d", ranks, tp, zero_stage);
+    const std::string dir = dir_.file(run_name);
+    const CommandResult result = mpirun(ranks, config() + " run.dir=" + dir + " dist.zero_stage=" +
+                                                   std::to_string(zero_stage) + " dist.tensor_parallel_size=" +
+                                                   std::to_string(tp));
     ASSERT_EQ(result.exit_code, 0) << result.output;
-    EXPECT_NE(result.output.find("world " + std::to_string(ranks) + " = tp 1 x dp " + std::to_string(ranks)),
-              std::string::npos)
-        << result.output;
+    EXPECT_NE(result.output.find(name), std::string::npos) << result.output;
     // One rank speaks: one line per step.
     std::size_t step_lines = 0;
     for (std::size_t at = result.output.find("step 6/6"); at != std::string::npos;
@@ -128,7 +139,9 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
     const double shard = std::ceil(parameters / n);
     const double expected_bytes = zero_stage == 0 ? 2 * (n - 1) / n * (4 * parameters + 8)
                                                   : 2 * (n - 1) * 4 * shard + 2 * (2 * (n - 1) / n * 8);
-    for (const double bytes : values(dir, "comm_bytes")) EXPECT_EQ(bytes, std::floor(expected_bytes));
+    if (tp == 1) {
+      for (const double bytes : values(dir, "comm_bytes")) EXPECT_EQ(bytes, std::floor(expected_bytes));
+    }
     const auto val = values(dir, "val_loss");
     ASSERT_EQ(val.size(), expected_val.size());
     for (std::size_t i = 0; i < val.size(); ++i) EXPECT_NEAR(val[i], expected_val[i], 1e-5 * expected_val[i]);
@@ -148,15 +161,17 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
     // summation-order noise in a near-zero gradient can change a weight by a fraction
     // of lr (3e-3 here): the bound is absolute, a few percent of one step.
     EXPECT_LT(worst, 1e-4) << "largest weight difference after 6 steps";
-    std::printf("dp %d, ZeRO %d: largest weight difference after 6 steps %.3g\n", ranks, zero_stage, worst);
+    std::printf("%s, ZeRO %d: largest weight difference after 6 steps %.3g\n", name.c_str(), zero_stage, worst);
   }
 }
 
 TEST_F(DataParallelTest, ResumeIsBitwiseForAFixedLayout) {
   std::string split;
-  for (const char* zero_stage : {"0", "1"}) {
-    SCOPED_TRACE(std::string("ZeRO stage ") + zero_stage);
-    const std::string zero = std::string(" dist.zero_stage=") + zero_stage;
+  const std::vector<std::string> layouts = {"dist.zero_stage=0", "dist.zero_stage=1", "dist.tensor_parallel_size=2"};
+  for (std::size_t i = 0; i < layouts.size(); ++i) {
+    SCOPED_TRACE(layouts[i]);
+    const std::string zero = " " + layouts[i];
+    const std::string zero_stage = std::to_string(i);
     const std::string whole = dir_.file(std::string("whole") + zero_stage);
     const CommandResult uninterrupted = mpirun(2, config() + zero + " run.dir=" + whole);
     ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
@@ -177,6 +192,36 @@ TEST_F(DataParallelTest, ResumeIsBitwiseForAFixedLayout) {
       << other_layout.output;
 }
 
+// Checkpoints hold the serial layout, so a tensor-parallel checkpoint resumes in one
+// process and a single-process one under tensor parallelism (same data-parallel size).
+TEST_F(DataParallelTest, CheckpointsLoadIntoAnotherTensorParallelSize) {
+  const std::string single = dir_.file("single");
+  const CommandResult reference = run_command(shell_quote(train_tool()) + " " + config() + " run.dir=" + single);
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto expected = values(single, "loss");
+
+  const std::string from_tp = dir_.file("from-tp");
+  ASSERT_EQ(mpirun(2, config() + " run.dir=" + from_tp + " dist.tensor_parallel_size=2 train.exit_at_step=3").exit_code,
+            0);
+  const CommandResult serial_resume = run_command(shell_quote(train_tool()) + " " + config() + " run.dir=" + from_tp);
+  ASSERT_EQ(serial_resume.exit_code, 0) << serial_resume.output;
+
+  const std::string to_tp = dir_.file("to-tp");
+  const CommandResult serial_start =
+      run_command(shell_quote(train_tool()) + " " + config() + " run.dir=" + to_tp + " train.exit_at_step=3");
+  ASSERT_EQ(serial_start.exit_code, 0) << serial_start.output;
+  const CommandResult tp_resume = mpirun(2, config() + " run.dir=" + to_tp + " dist.tensor_parallel_size=2");
+  ASSERT_EQ(tp_resume.exit_code, 0) << tp_resume.output;
+
+  for (const std::string& dir : {from_tp, to_tp}) {
+    const auto losses = values(dir, "loss");
+    ASSERT_EQ(losses.size(), expected.size()) << dir;
+    for (std::size_t i = 0; i < losses.size(); ++i) {
+      EXPECT_NEAR(losses[i], expected[i], 1e-5 * expected[i]) << dir << " step " << i + 1;
+    }
+  }
+}
+
 TEST_F(DataParallelTest, InvalidLayoutsAndFailingRanksStopTheJob) {
   const CommandResult not_divisible = mpirun(3, config() + " run.dir=" + dir_.file("three"));
   EXPECT_NE(not_divisible.exit_code, 0);
@@ -184,9 +229,17 @@ TEST_F(DataParallelTest, InvalidLayoutsAndFailingRanksStopTheJob) {
                                       "data-parallel size (3)"),
             std::string::npos)
       << not_divisible.output;
-  const CommandResult tensor_parallel = mpirun(2, config() + " dist.tensor_parallel_size=2");
-  EXPECT_NE(tensor_parallel.exit_code, 0);
-  EXPECT_NE(tensor_parallel.output.find("not implemented yet"), std::string::npos) << tensor_parallel.output;
+  const CommandResult pipeline = mpirun(2, config() + " run.dir=" + dir_.file("pp") + " dist.pipeline_parallel_size=2");
+  EXPECT_NE(pipeline.exit_code, 0);
+  EXPECT_NE(pipeline.output.find("pipeline parallelism is not implemented yet"), std::string::npos) << pipeline.output;
+  const CommandResult heads = mpirun(4, config() + " run.dir=" + dir_.file("heads") + " dist.tensor_parallel_size=4");
+  EXPECT_NE(heads.exit_code, 0);
+  EXPECT_NE(heads.output.find("n_head 2 is not divisible by the tensor parallel size 4"), std::string::npos)
+      << heads.output;
+  const CommandResult world = mpirun(3, config() + " run.dir=" + dir_.file("world") + " dist.tensor_parallel_size=2");
+  EXPECT_NE(world.exit_code, 0);
+  EXPECT_NE(world.output.find("world size 3 is not divisible by tensor_parallel_size (2)"), std::string::npos)
+      << world.output;
   // Rank 1 alone gets a shard that does not exist: it fails while building the data,
   // rank 0 waits in the first collective, and the job must end with rank 1 named.
   const std::string script = dir_.file("one_bad_rank.sh");

@@ -42,7 +42,14 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
 double DataParallelOptimizer::reduce_gradients_and_clip(double max_norm) {
   if (!sharded_) {
     if (group_.size() > 1) group_.all_reduce(model_.grads(), ReduceOp::kSum);
-    return clip_gradient_norm(model_.grads(), max_norm);
+    if (model_.tensor_parallel_size() == 1) return clip_gradient_norm(model_.grads(), max_norm);
+    // Under tensor parallelism each rank holds a piece of the gradient: the norm is
+    // the whole model's, replicated tensors counted once.
+    const double norm = std::sqrt(model_.full_sum_of_squares(model_.grads()));
+    if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) {
+      scale_in_place(model_.grads().data(), static_cast<float>(max_norm / (norm + 1e-6)), model_.grads().size());
+    }
+    return norm;
   }
   const auto grads = model_.grads();
   std::copy(grads.begin(), grads.end(), padded_.begin());  // the tail past the parameters stays 0

@@ -45,7 +45,7 @@ ConfigSchema training_config_schema() {
       .add_int("eval.batches", 8, "Micro-batches per evaluation (the same ones each time)");
   schema.add_int("checkpoint.interval", 100, "Save a checkpoint every this many steps (0 = only at the end)")
       .add_int("checkpoint.keep", 3, "Newest checkpoints kept");
-  schema.add_int("dist.tensor_parallel_size", 1, "Tensor-parallel ranks (only 1 so far)")
+  schema.add_int("dist.tensor_parallel_size", 1, "Tensor-parallel ranks (Megatron: heads and MLP split, vocab-parallel embedding and loss)")
       .add_int("dist.pipeline_parallel_size", 1, "Pipeline stages (only 1 so far)")
       .add_int("dist.zero_stage", 0,
                "1: shard the AdamW moments over the data-parallel ranks (ZeRO-1: reduce-scatter, update, "
@@ -142,13 +142,14 @@ TrainingOptions training_options(const Config& config) {
   options.checkpoint_keep = static_cast<int>(int_in_range(config, "checkpoint.keep", 1));
   options.tensor_parallel_size = static_cast<int>(int_in_range(config, "dist.tensor_parallel_size", 1, 4096));
   options.pipeline_parallel_size = static_cast<int>(int_in_range(config, "dist.pipeline_parallel_size", 1, 4096));
-  if (options.tensor_parallel_size > 1 || options.pipeline_parallel_size > 1) {
-    DUFU_FAIL("dist.tensor_parallel_size = ", options.tensor_parallel_size, " and dist.pipeline_parallel_size = ",
-              options.pipeline_parallel_size,
-              ": tensor and pipeline parallelism are not implemented yet; data parallelism is (mpirun -np N "
-              "train ... with both at 1)");
+  if (options.pipeline_parallel_size > 1) {
+    DUFU_FAIL("dist.pipeline_parallel_size = ", options.pipeline_parallel_size,
+              ": pipeline parallelism is not implemented yet; tensor and data parallelism are");
   }
   options.zero_stage = static_cast<int>(int_in_range(config, "dist.zero_stage", 0, 1));
+  if (options.zero_stage == 1 && options.tensor_parallel_size > 1) {
+    DUFU_FAIL("dist.zero_stage = 1 with dist.tensor_parallel_size > 1 is not implemented yet");
+  }
   options.run_dir = config.get_string("run.dir");
   if (options.run_dir.empty()) DUFU_FAIL("run.dir must not be empty");
   options.log_interval = int_in_range(config, "run.log_interval", 1, std::numeric_limits<std::int64_t>::max());

@@ -184,6 +184,50 @@ std::string format_rate(double value) {
   return text;
 }
 
+// Checkpoints hold the whole model in the serial layout whatever the layout of the run
+// (the model is small enough to gather on one rank on the CPU), so they load into any
+// layout: merging shards is never needed and resharding is slicing. Collective over
+// the tensor and data groups; the main rank writes. Returns the path on the main rank.
+std::optional<std::string> save_full_checkpoint(const std::string& run_dir, const GPT& model,
+                                                DataParallelOptimizer& optimizer, const TrainingState& state,
+                                                int keep, bool is_main) {
+  const AdamW& local_state = optimizer.full_state();  // gathered over data-parallel ranks under ZeRO-1
+  if (model.tensor_parallel_size() == 1) {
+    if (!is_main) return std::nullopt;
+    return save_checkpoint(run_dir, model, local_state, state, keep);
+  }
+  const std::vector<float> params = model.gather_full_parameters();
+  const std::vector<float> m = model.gather_full(local_state.m());
+  const std::vector<float> v = model.gather_full(local_state.v());
+  if (!is_main) return std::nullopt;
+  GPT full_model(model.config());
+  std::copy(params.begin(), params.end(), full_model.params().begin());
+  AdamW full_state(full_model, local_state.options());
+  std::copy(m.begin(), m.end(), full_state.m().begin());
+  std::copy(v.begin(), v.end(), full_state.v().begin());
+  full_state.set_step_count(local_state.step_count());
+  return save_checkpoint(run_dir, full_model, full_state, state, keep);
+}
+
+// Loads a (serial-layout) checkpoint into this rank's shards.
+void load_full_checkpoint(const std::string& checkpoint, GPT& model, DataParallelOptimizer& optimizer) {
+  if (model.tensor_parallel_size() == 1) {
+    AdamW loaded = optimizer.make_full_state();
+    load_checkpoint(checkpoint, model, &loaded);
+    optimizer.load_full_state(loaded);
+    return;
+  }
+  GPT full_model(model.config());
+  AdamW full_state(full_model, optimizer.make_full_state().options());
+  load_checkpoint(checkpoint, full_model, &full_state);
+  model.load_full_parameters(full_model.params());
+  AdamW local_state = optimizer.make_full_state();
+  model.shard_full(full_state.m(), local_state.m());
+  model.shard_full(full_state.v(), local_state.v());
+  local_state.set_step_count(full_state.step_count());
+  optimizer.load_full_state(local_state);
+}
+
 }  // namespace
 
 RunOutcome run_training(const Config& config, const std::string& resume_from) {
@@ -225,11 +269,15 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
   if (options.eval_interval > 0) valid_dataset = dataprep::build_blend(options.valid_data).dataset;
   if (is_main) DUFU_LOG_INFO("train", "training data: ", train_blend.dataset->describe());
 
-  GPT model(options.model);
+  // This rank's groups: the ranks holding the other shards of its tensors (same dp and
+  // pp coordinates), and the ranks holding the same shards (same tp and pp).
   const auto coordinates = topology.coordinates();
+  const int tp = topology.tensor_parallel_size();
+  const std::unique_ptr<Communicator> tensor_group =
+      world->split(coordinates.pp_rank * dp + coordinates.dp_rank, coordinates.tp_rank, "tensor");
   const std::unique_ptr<Communicator> data_group =
-      world->split(coordinates.pp_rank * topology.tensor_parallel_size() + coordinates.tp_rank, coordinates.dp_rank,
-                   "data");
+      world->split(coordinates.pp_rank * tp + coordinates.tp_rank, coordinates.dp_rank, "data");
+  GPT model(options.model, tp > 1 ? tensor_group.get() : nullptr);
   DataParallelOptimizer optimizer(model, options.adamw, *data_group, options.zero_stage == 1);
   TrainingState state;
   state.init_seed = options.init_seed;
@@ -246,9 +294,7 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
   dataprep::LoaderState loader_start;
   if (checkpoint) {
     const TrainingState saved = read_checkpoint_state(*checkpoint);
-    AdamW loaded = optimizer.make_full_state();
-    load_checkpoint(*checkpoint, model, &loaded);
-    optimizer.load_full_state(loaded);
+    load_full_checkpoint(*checkpoint, model, optimizer);
     if (saved.data_seed != state.data_seed) {
       DUFU_LOG_WARN("train", "data.seed is ", state.data_seed, " but the checkpoint was trained with ", saved.data_seed,
                     ": the data order changes from here on");
@@ -314,11 +360,10 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
       1.0f / static_cast<float>(static_cast<double>(options.micro_batch) * T * accumulation * dp);
   auto save = [&]() {
     state.train_loader_state = loader->state().to_string();
-    const AdamW& optimizer_state = optimizer.full_state();  // collective under ZeRO-1
-    if (is_main) {
-      const std::string path =
-          save_checkpoint(options.run_dir, model, optimizer_state, state, options.checkpoint_keep);
-      std::printf("checkpoint: %s\n", path.c_str());
+    const std::optional<std::string> path =
+        save_full_checkpoint(options.run_dir, model, optimizer, state, options.checkpoint_keep, is_main);
+    if (path) {
+      std::printf("checkpoint: %s\n", path->c_str());
       std::fflush(stdout);
     }
   };
@@ -327,6 +372,7 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
     const auto start = Clock::now();
     world->reset_traffic();
     data_group->reset_traffic();
+    tensor_group->reset_traffic();
     model.zero_grad();
     double loss_sum = 0.0;
     for (int micro = 0; micro < accumulation; ++micro) {
@@ -356,14 +402,18 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
     state.consumed_samples += static_cast<std::uint64_t>(options.global_batch);
     state.consumed_tokens += static_cast<std::uint64_t>(tokens_per_step);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    const std::uint64_t comm_bytes = world->traffic().total_bytes() + data_group->traffic().total_bytes();
-    const double comm_seconds = world->traffic().seconds + data_group->traffic().seconds;
+    std::uint64_t comm_bytes = 0;
+    double comm_seconds = 0.0;
+    for (const Communicator* group : {world.get(), data_group.get(), tensor_group.get()}) {
+      comm_bytes += group->traffic().total_bytes();
+      comm_seconds += group->traffic().seconds;
+    }
     const double tokens_per_second = tokens_per_step / seconds;
-    if (flops_per_token * tokens_per_second / dp > peak_flops) {
+    if (flops_per_token * tokens_per_second / world->size() > peak_flops) {
       peak_flops = std::max(peak_flops, measure_sgemm_peak_flops(0.2));
       DUFU_LOG_INFO("train", "sgemm peak re-measured: ", peak_flops / 1e9, " GFLOP/s");
     }
-    const double mfu = flops_per_token * tokens_per_second / (peak_flops * dp);
+    const double mfu = flops_per_token * tokens_per_second / (peak_flops * world->size());
     outcome.last_loss = loss;
 
     if (is_main) {
@@ -386,7 +436,7 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
       metrics->write(record);
       if (state.step % options.log_interval == 0 || state.step == options.steps) {
         const std::string comm =
-            dp > 1 ? str_cat(" | comm ", human_bytes(static_cast<double>(comm_bytes)), " ",
+            world->size() > 1 ? str_cat(" | comm ", human_bytes(static_cast<double>(comm_bytes)), " ",
                              format_rate(100.0 * comm_seconds / seconds), "%")
                    : "";
         std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %s tok/s | %.1f ms | MFU %.1f%%%s%s\n",
