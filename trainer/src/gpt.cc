@@ -3,6 +3,9 @@
 // sequence of kernel calls per layer, so each line can be matched against the PyTorch
 // reference module; tensor parallelism only changes the sizes the kernels get (this
 // rank's heads, hidden units and vocabulary) and adds the all-reduces between them.
+// A pipeline stage runs the same sequence over its own layers, starting from the
+// previous stage's output instead of the embedding and stopping before ln_f unless it
+// is the last stage.
 #include "dufu/trainer/gpt.h"
 
 #include <algorithm>
@@ -161,6 +164,57 @@ void check_buffer_sizes(const char* operation, std::size_t full_got, std::size_t
   }
 }
 
+// shard_gpt_buffer and unshard_gpt_buffer for any pair of layouts whose tensors
+// correspond index by index (the whole model's, or one pipeline stage's).
+void shard_buffer(const GPTConfig& config, const std::vector<ParamTensor>& full_layout,
+                  const std::vector<ParamTensor>& local_layout, int tp, int rank, std::span<const float> full,
+                  std::span<float> local) {
+  std::fill(local.begin(), local.end(), 0.0f);  // wte's padding rows
+  for (std::size_t i = 0; i < local_layout.size(); ++i) {
+    const ParamTensor& piece = local_layout[i];
+    const ParamTensor& whole = full_layout[i];
+    for_each_run(piece, whole, tp, rank, real_rows(whole, config),
+                 [&](std::size_t local_offset, std::size_t full_offset, std::size_t count) {
+                   std::copy_n(full.data() + whole.offset + full_offset, count,
+                               local.data() + piece.offset + local_offset);
+                 });
+  }
+}
+
+// The layer a tensor name belongs to ("h.3.ln_1.weight" -> 3), or -1.
+int layer_of(const std::string& name) {
+  if (!name.starts_with("h.")) return -1;
+  return std::stoi(name.substr(2));
+}
+
+bool stage_holds(const PipelineStage& stage, const std::string& name) {
+  const int layer = layer_of(name);
+  if (layer >= 0) return layer >= stage.first_layer && layer < stage.first_layer + stage.num_layers;
+  if (name == "wte.weight") return stage.holds_wte();
+  if (name == "wpe.weight") return stage.is_first();
+  return stage.is_last();  // ln_f
+}
+
+PipelineStage resolve_stage(const GPTConfig& config, PipelineStage stage) {
+  if (stage.num_stages < 1 || stage.stage < 0 || stage.stage >= stage.num_stages) {
+    DUFU_FAIL("pipeline stage ", stage.stage, " of ", stage.num_stages, " is not a stage; HINT: stages are 0 to ",
+              "num_stages - 1");
+  }
+  if (stage.num_layers < 0) stage.num_layers = config.n_layer - stage.first_layer;
+  if (stage.first_layer < 0 || stage.num_layers < 1 || stage.first_layer + stage.num_layers > config.n_layer) {
+    DUFU_FAIL("pipeline stage ", stage.stage, ": layers [", stage.first_layer, ", ",
+              stage.first_layer + stage.num_layers, ") are not a non-empty range of the model's ", config.n_layer);
+  }
+  if (stage.is_first() && stage.first_layer != 0) {
+    DUFU_FAIL("pipeline stage 0 must start at layer 0, not ", stage.first_layer);
+  }
+  if (stage.is_last() && stage.first_layer + stage.num_layers != config.n_layer) {
+    DUFU_FAIL("the last pipeline stage must end at the last layer (", config.n_layer, "), not ",
+              stage.first_layer + stage.num_layers);
+  }
+  return stage;
+}
+
 }  // namespace
 
 int GPTConfig::padded_vocab_size(int tensor_parallel_size) const {
@@ -249,16 +303,7 @@ void shard_gpt_buffer(const GPTConfig& config, int tp, int rank, std::span<const
   if (rank < 0 || rank >= tp) DUFU_FAIL("shard_gpt_buffer: rank ", rank, " is not in [0, ", tp, ")");
   check_buffer_sizes("shard_gpt_buffer", full.size(), layout_size(full_layout), local.size(),
                      layout_size(local_layout));
-  std::fill(local.begin(), local.end(), 0.0f);  // wte's padding rows
-  for (std::size_t i = 0; i < local_layout.size(); ++i) {
-    const ParamTensor& piece = local_layout[i];
-    const ParamTensor& whole = full_layout[i];
-    for_each_run(piece, whole, tp, rank, real_rows(whole, config),
-                 [&](std::size_t local_offset, std::size_t full_offset, std::size_t count) {
-                   std::copy_n(full.data() + whole.offset + full_offset, count,
-                               local.data() + piece.offset + local_offset);
-                 });
-  }
+  shard_buffer(config, full_layout, local_layout, tp, rank, full, local);
 }
 
 void unshard_gpt_buffer(const GPTConfig& config, int tp, int rank, std::span<const float> local,
@@ -279,13 +324,126 @@ void unshard_gpt_buffer(const GPTConfig& config, int tp, int rank, std::span<con
   }
 }
 
-GPT::GPT(const GPTConfig& config, Communicator* tensor_group)
+std::vector<int> pipeline_layer_split(int n_layer, int stages, std::span<const int> pipeline_num_layers) {
+  if (stages < 1) DUFU_FAIL("pipeline_parallel_size must be at least 1, got ", stages);
+  if (n_layer < stages) {
+    DUFU_FAIL("pipeline_parallel_size ", stages, " is more stages than the model's ", n_layer,
+              " layers; HINT: every stage needs at least one layer, so use at most n_layer stages");
+  }
+  if (pipeline_num_layers.empty()) {
+    std::vector<int> split(static_cast<std::size_t>(stages), n_layer / stages);
+    for (int s = 0; s < n_layer % stages; ++s) ++split[static_cast<std::size_t>(s)];
+    return split;
+  }
+  if (pipeline_num_layers.size() != static_cast<std::size_t>(stages)) {
+    DUFU_FAIL("pipeline_num_layers has ", pipeline_num_layers.size(), " entries for ", stages,
+              " pipeline stages; HINT: give one layer count per stage");
+  }
+  long long sum = 0;
+  for (std::size_t s = 0; s < pipeline_num_layers.size(); ++s) {
+    if (pipeline_num_layers[s] < 1) {
+      DUFU_FAIL("pipeline_num_layers gives stage ", s, " ", pipeline_num_layers[s],
+                " layers; every stage needs at least one");
+    }
+    sum += pipeline_num_layers[s];
+  }
+  if (sum != n_layer) {
+    DUFU_FAIL("pipeline_num_layers sums to ", sum, " layers, the model has n_layer ", n_layer,
+              "; HINT: the layers per stage must add up to n_layer");
+  }
+  return {pipeline_num_layers.begin(), pipeline_num_layers.end()};
+}
+
+std::vector<int> pipeline_layer_split_from_stage_ids(int n_layer, int stages, std::span<const int> stage_of_layer) {
+  if (stages < 1) DUFU_FAIL("pipeline_parallel_size must be at least 1, got ", stages);
+  if (stage_of_layer.size() != static_cast<std::size_t>(n_layer)) {
+    DUFU_FAIL("pipeline stage ids: ", stage_of_layer.size(), " ids for n_layer ", n_layer,
+              " layers; HINT: give every layer its stage");
+  }
+  std::vector<int> split(static_cast<std::size_t>(stages), 0);
+  int previous = 0;
+  for (std::size_t layer = 0; layer < stage_of_layer.size(); ++layer) {
+    const int id = stage_of_layer[layer];
+    if (id < 0 || id >= stages || id < previous || id > previous + 1 || (layer == 0 && id != 0)) {
+      DUFU_FAIL("pipeline stage ids: layer ", layer, " has stage ", id, " after stage ", previous,
+                "; HINT: the ids must run 0, ..., ", stages - 1, " in order, each stage a contiguous run of layers");
+    }
+    ++split[static_cast<std::size_t>(id)];
+    previous = id;
+  }
+  if (previous != stages - 1) {
+    DUFU_FAIL("pipeline stage ids end at stage ", previous, " of ", stages, "; HINT: every stage needs a layer");
+  }
+  return split;
+}
+
+PipelineStage pipeline_stage(std::span<const int> layers_per_stage, int stage) {
+  if (stage < 0 || static_cast<std::size_t>(stage) >= layers_per_stage.size()) {
+    DUFU_FAIL("pipeline stage ", stage, " is not in a split of ", layers_per_stage.size(), " stages");
+  }
+  PipelineStage result;
+  result.stage = stage;
+  result.num_stages = static_cast<int>(layers_per_stage.size());
+  for (int s = 0; s < stage; ++s) result.first_layer += layers_per_stage[static_cast<std::size_t>(s)];
+  result.num_layers = layers_per_stage[static_cast<std::size_t>(stage)];
+  if (result.num_layers < 1) DUFU_FAIL("pipeline stage ", stage, " has ", result.num_layers, " layers");
+  return result;
+}
+
+std::vector<ParamTensor> gpt_stage_layout(const GPTConfig& config, const std::vector<ParamTensor>& layout,
+                                          const PipelineStage& stage) {
+  const PipelineStage resolved = resolve_stage(config, stage);
+  std::vector<ParamTensor> staged;
+  std::size_t offset = 0;
+  for (const ParamTensor& tensor : layout) {
+    if (!stage_holds(resolved, tensor.name)) continue;
+    staged.push_back(tensor);
+    staged.back().offset = offset;
+    offset += tensor.size();
+  }
+  return staged;
+}
+
+namespace {
+// Calls copy(staged tensor, full tensor) for every tensor the stage holds.
+template <typename Copy>
+void for_each_staged(const GPTConfig& config, const PipelineStage& stage, std::size_t full_size,
+                     std::size_t staged_size, const char* operation, Copy&& copy) {
+  const std::vector<ParamTensor> full_layout = gpt_parameter_layout(config);
+  const std::vector<ParamTensor> staged_layout = gpt_stage_layout(config, full_layout, stage);
+  check_buffer_sizes(operation, full_size, layout_size(full_layout), staged_size, layout_size(staged_layout));
+  std::size_t j = 0;
+  for (const ParamTensor& tensor : staged_layout) {
+    while (full_layout[j].name != tensor.name) ++j;
+    copy(tensor, full_layout[j]);
+  }
+}
+}  // namespace
+
+void stage_gpt_buffer(const GPTConfig& config, const PipelineStage& stage, std::span<const float> full,
+                      std::span<float> staged) {
+  for_each_staged(config, stage, full.size(), staged.size(), "stage_gpt_buffer",
+                  [&](const ParamTensor& mine, const ParamTensor& whole) {
+                    std::copy_n(full.data() + whole.offset, whole.size(), staged.data() + mine.offset);
+                  });
+}
+
+void unstage_gpt_buffer(const GPTConfig& config, const PipelineStage& stage, std::span<const float> staged,
+                        std::span<float> full) {
+  for_each_staged(config, stage, full.size(), staged.size(), "unstage_gpt_buffer",
+                  [&](const ParamTensor& mine, const ParamTensor& whole) {
+                    std::copy_n(staged.data() + mine.offset, mine.size(), full.data() + whole.offset);
+                  });
+}
+
+GPT::GPT(const GPTConfig& config, Communicator* tensor_group, const PipelineStage& stage)
     : config_(config),
+      stage_(resolve_stage(config, stage)),
       tensor_group_(tensor_group != nullptr && tensor_group->size() > 1 ? tensor_group : nullptr),
       tp_(tensor_group_ != nullptr ? tensor_group_->size() : 1),
       tp_rank_(tensor_group_ != nullptr ? tensor_group_->rank() : 0),
-      layout_(gpt_parameter_layout(config, tp_)),
-      full_layout_(tp_ > 1 ? gpt_parameter_layout(config) : layout_),
+      layout_(gpt_stage_layout(config, gpt_parameter_layout(config, tp_), stage_)),
+      full_layout_(tp_ > 1 ? gpt_stage_layout(config, gpt_parameter_layout(config), stage_) : layout_),
       params_(layout_size(layout_), 0.0f),
       grads_(params_.size(), 0.0f),
       p_(tensors(params_)),
@@ -324,23 +482,25 @@ void GPT::shard_full(std::span<const float> full, std::span<float> local) const 
     std::copy(full.begin(), full.end(), local.begin());
     return;
   }
-  shard_gpt_buffer(config_, tp_, tp_rank_, full, local);
+  check_buffer_sizes("GPT::shard_full", full.size(), num_full_parameters(), local.size(), params_.size());
+  shard_buffer(config_, full_layout_, layout_, tp_, tp_rank_, full, local);
 }
 
 double GPT::full_sum_of_squares(std::span<const float> local) const {
   if (local.size() != params_.size()) {
     DUFU_FAIL("GPT::full_sum_of_squares: buffer of ", local.size(), " floats, the parameters need ", params_.size());
   }
-  if (tp_ == 1) return sum_of_squares(local.data(), local.size());
+  if (tp_ == 1 && !stage_.holds_wte_copy()) return sum_of_squares(local.data(), local.size());
   // Replicated tensors are identical on every rank, so each rank adds them up alone
   // and gets the same sum; the pieces of split tensors are summed over the group.
   double replicated = 0.0;
   double split = 0.0;
   for (const ParamTensor& tensor : layout_) {
+    if (stage_.holds_wte_copy() && tensor.name == "wte.weight") continue;  // counted on the first stage
     const double sum = sum_of_squares(local.data() + tensor.offset, tensor.size());
     (tensor.split == TensorSplit::kReplicated ? replicated : split) += sum;
   }
-  return replicated + tensor_group_->all_reduce_value(split);
+  return replicated + (tp_ > 1 ? tensor_group_->all_reduce_value(split) : split);
 }
 
 void GPT::reduce_over_tensor_group(float* data, std::size_t count) {
@@ -368,12 +528,12 @@ GPTTensors GPT::tensors(std::span<float> buffer) const {
     return buffer.data() + tensor.offset;
   };
   GPTTensors views{};
-  views.wte = next("wte.weight");
-  views.wpe = next("wpe.weight");
-  views.h.resize(static_cast<std::size_t>(config_.n_layer));
-  for (int layer = 0; layer < config_.n_layer; ++layer) {
-    const std::string prefix = str_cat("h.", layer, ".");
-    GPTLayerTensors& h = views.h[static_cast<std::size_t>(layer)];
+  views.wte = stage_.holds_wte() ? next("wte.weight") : nullptr;
+  views.wpe = stage_.is_first() ? next("wpe.weight") : nullptr;
+  views.h.resize(static_cast<std::size_t>(stage_.num_layers));
+  for (int local = 0; local < stage_.num_layers; ++local) {
+    const std::string prefix = str_cat("h.", stage_.first_layer + local, ".");
+    GPTLayerTensors& h = views.h[static_cast<std::size_t>(local)];
     h.ln_1_weight = next(prefix + "ln_1.weight");
     h.ln_1_bias = next(prefix + "ln_1.bias");
     h.attn_c_attn_weight = next(prefix + "attn.c_attn.weight");
@@ -387,24 +547,32 @@ GPTTensors GPT::tensors(std::span<float> buffer) const {
     h.mlp_c_proj_weight = next(prefix + "mlp.c_proj.weight");
     h.mlp_c_proj_bias = next(prefix + "mlp.c_proj.bias");
   }
-  views.ln_f_weight = next("ln_f.weight");
-  views.ln_f_bias = next("ln_f.bias");
+  views.ln_f_weight = stage_.is_last() ? next("ln_f.weight") : nullptr;
+  views.ln_f_bias = stage_.is_last() ? next("ln_f.bias") : nullptr;
   DUFU_CHECK(index == layout_.size());
   return views;
 }
 
 void GPT::init_gpt2(std::uint32_t seed) {
-  if (tp_ == 1) {
+  const bool whole_model = stage_.num_stages == 1;
+  if (tp_ == 1 && whole_model) {
     init_gpt2_full(config_, layout_, params_, seed);
     return;
   }
-  std::vector<float> full(num_full_parameters());
-  init_gpt2_full(config_, full_layout_, full, seed);
+  // The whole model's draws in buffer order, then this stage's tensors, then this
+  // tensor-parallel rank's pieces.
+  std::vector<float> full(layout_size(gpt_parameter_layout(config_)));
+  init_gpt2_full(config_, gpt_parameter_layout(config_), full, seed);
+  if (!whole_model) {
+    std::vector<float> staged(num_full_parameters());
+    stage_gpt_buffer(config_, stage_, full, staged);
+    full = std::move(staged);
+  }
   shard_full(full, params_);
 }
 
-void GPT::check_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B,
-                      int T) const {
+void GPT::check_batch(std::span<const std::int32_t> tokens, std::span<const float> input,
+                      std::span<const std::int32_t> targets, int B, int T) const {
   if (B <= 0 || T <= 0) DUFU_FAIL("GPT::forward: batch ", B, " x ", T, " must have positive sizes");
   if (T > config_.seq_length) {
     DUFU_FAIL("GPT::forward: sequence of ", T, " positions, the model has ", config_.seq_length,
@@ -412,39 +580,76 @@ void GPT::check_batch(std::span<const std::int32_t> tokens, std::span<const std:
   }
   const std::size_t rows = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);
   if (rows > static_cast<std::size_t>(INT_MAX)) DUFU_FAIL("GPT::forward: batch ", B, " x ", T, " overflows int");
-  if (tokens.size() != rows) DUFU_FAIL("GPT::forward: ", tokens.size(), " tokens for a batch of ", B, " x ", T);
+  if (stage_.is_first()) {
+    if (tokens.size() != rows) DUFU_FAIL("GPT::forward: ", tokens.size(), " tokens for a batch of ", B, " x ", T);
+    if (!input.empty()) DUFU_FAIL("GPT::forward_stage: the first pipeline stage takes tokens, not an input");
+  } else {
+    if (!tokens.empty()) {
+      DUFU_FAIL("GPT::forward_stage: pipeline stage ", stage_.stage, " takes the previous stage's output, not tokens");
+    }
+    const std::size_t want = rows * static_cast<std::size_t>(config_.d_model);
+    if (input.size() != want) {
+      DUFU_FAIL("GPT::forward_stage: pipeline stage ", stage_.stage, " got an input of ", input.size(),
+                " floats for a batch of ", B, " x ", T, " x ", config_.d_model, " (", want, ")");
+    }
+  }
+  if (!targets.empty() && !stage_.is_last()) {
+    DUFU_FAIL("GPT::forward_stage: pipeline stage ", stage_.stage, " of ", stage_.num_stages,
+              " has no LM head; HINT: pass the targets to the last stage only");
+  }
   if (!targets.empty() && targets.size() != rows) {
     DUFU_FAIL("GPT::forward: ", targets.size(), " targets for a batch of ", B, " x ", T);
   }
-  for (std::size_t i = 0; i < rows; ++i) {
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
       DUFU_FAIL("GPT::forward: token ", tokens[i], " at position ", i, " is outside the vocabulary [0, ",
                 config_.vocab_size, "); HINT: the tokenizer and the model's vocab_size must agree");
     }
-    if (!targets.empty() && (targets[i] < -1 || targets[i] >= config_.vocab_size)) {
+  }
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i] < -1 || targets[i] >= config_.vocab_size) {
       DUFU_FAIL("GPT::forward: target ", targets[i], " at position ", i, " is neither -1 (ignored) nor in [0, ",
                 config_.vocab_size, ")");
     }
   }
 }
 
-void GPT::ensure_activations(int B, int T) {
-  if (B <= capacity_b_ && T <= capacity_t_) return;
-  capacity_b_ = std::max(B, capacity_b_);
-  capacity_t_ = std::max(T, capacity_t_);
-  const std::size_t N = static_cast<std::size_t>(capacity_b_) * static_cast<std::size_t>(capacity_t_);
+void GPT::require_whole_model(const char* operation) const {
+  if (stage_.num_stages != 1) {
+    DUFU_FAIL(operation, ": this GPT is pipeline stage ", stage_.stage, " of ", stage_.num_stages,
+              "; HINT: run a stage with forward_stage and backward_stage (pipeline_schedule.h)");
+  }
+}
+
+GPT::ActivationSlot& GPT::activation_slot(int slot) {
+  if (slot < 0) DUFU_FAIL("GPT: activation slot ", slot, " is negative");
+  if (static_cast<std::size_t>(slot) >= slots_.size()) slots_.resize(static_cast<std::size_t>(slot) + 1);
+  return slots_[static_cast<std::size_t>(slot)];
+}
+
+int GPT::activation_slots() const {
+  return static_cast<int>(
+      std::count_if(slots_.begin(), slots_.end(), [](const ActivationSlot& slot) { return !slot.memory.empty(); }));
+}
+
+void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
+  if (B <= slot.capacity_b && T <= slot.capacity_t) return;
+  slot.capacity_b = std::max(B, slot.capacity_b);
+  slot.capacity_t = std::max(T, slot.capacity_t);
+  const std::size_t N = static_cast<std::size_t>(slot.capacity_b) * static_cast<std::size_t>(slot.capacity_t);
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
   // This rank's share: channels of its heads, its heads, hidden units, vocabulary.
   const std::size_t ranks = static_cast<std::size_t>(tp_);
   const std::size_t Cl = C / ranks;
   const std::size_t att =
-      N * static_cast<std::size_t>(config_.n_head) / ranks * static_cast<std::size_t>(capacity_t_);
+      N * static_cast<std::size_t>(config_.n_head) / ranks * static_cast<std::size_t>(slot.capacity_t);
   const std::size_t Vl = static_cast<std::size_t>(local_vocab_size());
 
+  Activations& acts = slot.acts;
   BufferCarver carver;
-  acts_.layers.resize(static_cast<std::size_t>(config_.n_layer));
-  carver.want(acts_.encoded, N * C);
-  for (LayerActivations& layer : acts_.layers) {
+  acts.layers.resize(static_cast<std::size_t>(stage_.num_layers));
+  carver.want(acts.encoded, N * C);  // the embedding, or the previous stage's output
+  for (LayerActivations& layer : acts.layers) {
     carver.want(layer.ln_1, N * C);
     carver.want(layer.ln_1_mean, N);
     carver.want(layer.ln_1_rstd, N);
@@ -459,28 +664,30 @@ void GPT::ensure_activations(int B, int T) {
     carver.want(layer.fc_gelu, N * 4 * Cl);
     carver.want(layer.residual_out, N * C);
   }
-  carver.want(acts_.ln_f, N * C);
-  carver.want(acts_.ln_f_mean, N);
-  carver.want(acts_.ln_f_rstd, N);
-  carver.want(acts_.logits, N * Vl);
-  carver.want(acts_.losses, N);
-  carver.want(acts_.fc_out, N * 4 * Cl);
-  carver.want(acts_.branch, N * C);
-  carver.allocate(activation_memory_);
-  has_logits_ = false;
-  backward_pending_ = false;
+  if (stage_.is_last()) {
+    carver.want(acts.ln_f, N * C);
+    carver.want(acts.ln_f_mean, N);
+    carver.want(acts.ln_f_rstd, N);
+    carver.want(acts.logits, N * Vl);
+    carver.want(acts.losses, N);
+  }
+  carver.want(acts.fc_out, N * 4 * Cl);
+  carver.want(acts.branch, N * C);
+  carver.allocate(slot.memory);
+  slot.has_logits = false;
+  slot.backward_pending = false;
 }
 
-void GPT::ensure_activation_grads() {
-  if (grad_capacity_b_ == capacity_b_ && grad_capacity_t_ == capacity_t_) return;
-  grad_capacity_b_ = capacity_b_;
-  grad_capacity_t_ = capacity_t_;
-  const std::size_t N = static_cast<std::size_t>(capacity_b_) * static_cast<std::size_t>(capacity_t_);
+void GPT::ensure_activation_grads(int B, int T) {
+  if (B <= grad_capacity_b_ && T <= grad_capacity_t_) return;
+  grad_capacity_b_ = std::max(B, grad_capacity_b_);
+  grad_capacity_t_ = std::max(T, grad_capacity_t_);
+  const std::size_t N = static_cast<std::size_t>(grad_capacity_b_) * static_cast<std::size_t>(grad_capacity_t_);
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
   const std::size_t ranks = static_cast<std::size_t>(tp_);
   const std::size_t Cl = C / ranks;
   const std::size_t att =
-      N * static_cast<std::size_t>(config_.n_head) / ranks * static_cast<std::size_t>(capacity_t_);
+      N * static_cast<std::size_t>(config_.n_head) / ranks * static_cast<std::size_t>(grad_capacity_t_);
 
   BufferCarver carver;
   carver.want(dacts_.residual, N * C);
@@ -500,15 +707,23 @@ float GPT::forward(std::span<const std::int32_t> tokens, std::span<const std::in
 
 float GPT::forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B, int T,
                    float dloss_scale) {
-  check_batch(tokens, targets, B, T);
+  require_whole_model("GPT::forward");
+  return forward_stage(0, tokens, {}, targets, B, T, dloss_scale);
+}
+
+float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, std::span<const float> input,
+                         std::span<const std::int32_t> targets, int B, int T, float dloss_scale) {
+  check_batch(tokens, input, targets, B, T);
   if (!std::isfinite(dloss_scale)) DUFU_FAIL("GPT::forward: dloss_scale ", dloss_scale, " is not finite");
-  ensure_activations(B, T);
-  tokens_.assign(tokens.begin(), tokens.end());
-  batch_b_ = B;
-  batch_t_ = T;
+  ActivationSlot& slot = activation_slot(slot_index);
+  ensure_activations(slot, B, T);
+  Activations& acts = slot.acts;
+  if (stage_.is_first()) slot.tokens.assign(tokens.begin(), tokens.end());
+  slot.batch_b = B;
+  slot.batch_t = T;
   const int N = B * T;
   const int C = config_.d_model;
-  const int L = config_.n_layer;
+  const int L = stage_.num_layers;
   // This rank's share (all of it when serial): channels of its heads, its heads,
   // hidden units of the MLP, columns of the vocabulary.
   const int Cl = C / tp_;
@@ -523,105 +738,134 @@ float GPT::forward(std::span<const std::int32_t> tokens, std::span<const std::in
   // [N, C] output, which an all-reduce completes. The c_proj bias joins on rank 0
   // only, so the sum adds it once; likewise wpe in the vocab-parallel embedding.
   const bool adds_replicated = tp_rank_ == 0;
-  if (tp_ == 1) {
-    embedding_forward(acts_.encoded, tokens.data(), p_.wte, p_.wpe, B, T, C);
+  if (!stage_.is_first()) {
+    std::copy(input.begin(), input.end(), acts.encoded);
+  } else if (tp_ == 1) {
+    embedding_forward(acts.encoded, tokens.data(), p_.wte, p_.wpe, B, T, C);
   } else {
-    vocab_parallel_embedding_forward(acts_.encoded, tokens.data(), p_.wte, adds_replicated ? p_.wpe : nullptr,
+    vocab_parallel_embedding_forward(acts.encoded, tokens.data(), p_.wte, adds_replicated ? p_.wpe : nullptr,
                                      vocab_begin(), Vl, B, T, C);
-    reduce_over_tensor_group(acts_.encoded, stream);
+    reduce_over_tensor_group(acts.encoded, stream);
   }
-  LayerActivations& first = acts_.layers[0];
-  layernorm_forward(first.ln_1, first.ln_1_mean, first.ln_1_rstd, acts_.encoded, p_.h[0].ln_1_weight,
+  LayerActivations& first = acts.layers[0];
+  layernorm_forward(first.ln_1, first.ln_1_mean, first.ln_1_rstd, acts.encoded, p_.h[0].ln_1_weight,
                     p_.h[0].ln_1_bias, N, C);
   for (int l = 0; l < L; ++l) {
     const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
-    LayerActivations& a = acts_.layers[static_cast<std::size_t>(l)];
-    const float* residual_in = l == 0 ? acts_.encoded : acts_.layers[static_cast<std::size_t>(l - 1)].residual_out;
+    LayerActivations& a = acts.layers[static_cast<std::size_t>(l)];
+    const float* residual_in = l == 0 ? acts.encoded : acts.layers[static_cast<std::size_t>(l - 1)].residual_out;
 
     // The local qkv is [q, k, v] of this rank's heads, so attention runs unchanged on
     // Cl channels and NHl heads.
     matmul_forward(a.qkv, a.ln_1, w.attn_c_attn_weight, w.attn_c_attn_bias, N, C, 3 * Cl);
     attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
-    matmul_forward(acts_.branch, a.atty, w.attn_c_proj_weight, adds_replicated ? w.attn_c_proj_bias : nullptr, N, Cl,
+    matmul_forward(acts.branch, a.atty, w.attn_c_proj_weight, adds_replicated ? w.attn_c_proj_bias : nullptr, N, Cl,
                    C);
-    if (tp_ > 1) reduce_over_tensor_group(acts_.branch, stream);
-    residual_layernorm_forward(a.residual_mid, a.ln_2, a.ln_2_mean, a.ln_2_rstd, residual_in, acts_.branch,
+    if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);
+    residual_layernorm_forward(a.residual_mid, a.ln_2, a.ln_2_mean, a.ln_2_rstd, residual_in, acts.branch,
                                w.ln_2_weight, w.ln_2_bias, N, C);
 
-    matmul_forward(acts_.fc_out, a.ln_2, w.mlp_c_fc_weight, nullptr, N, C, 4 * Cl);
-    bias_gelu_forward(a.fc_gelu, a.fc_pre, acts_.fc_out, w.mlp_c_fc_bias, N, 4 * Cl);
-    matmul_forward(acts_.branch, a.fc_gelu, w.mlp_c_proj_weight, adds_replicated ? w.mlp_c_proj_bias : nullptr, N,
+    matmul_forward(acts.fc_out, a.ln_2, w.mlp_c_fc_weight, nullptr, N, C, 4 * Cl);
+    bias_gelu_forward(a.fc_gelu, a.fc_pre, acts.fc_out, w.mlp_c_fc_bias, N, 4 * Cl);
+    matmul_forward(acts.branch, a.fc_gelu, w.mlp_c_proj_weight, adds_replicated ? w.mlp_c_proj_bias : nullptr, N,
                    4 * Cl, C);
-    if (tp_ > 1) reduce_over_tensor_group(acts_.branch, stream);
+    if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);
 
     // The block's output goes straight into the next LayerNorm: the next layer's
-    // ln_1, or ln_f after the last layer.
+    // ln_1, or ln_f after the model's last layer. A stage before the last ends in the
+    // plain residual add; the next stage's first ln_1 normalises it.
     if (l + 1 < L) {
       const GPTLayerTensors& next_w = p_.h[static_cast<std::size_t>(l + 1)];
-      LayerActivations& next_a = acts_.layers[static_cast<std::size_t>(l + 1)];
+      LayerActivations& next_a = acts.layers[static_cast<std::size_t>(l + 1)];
       residual_layernorm_forward(a.residual_out, next_a.ln_1, next_a.ln_1_mean, next_a.ln_1_rstd, a.residual_mid,
-                                 acts_.branch, next_w.ln_1_weight, next_w.ln_1_bias, N, C);
+                                 acts.branch, next_w.ln_1_weight, next_w.ln_1_bias, N, C);
+    } else if (stage_.is_last()) {
+      residual_layernorm_forward(a.residual_out, acts.ln_f, acts.ln_f_mean, acts.ln_f_rstd, a.residual_mid,
+                                 acts.branch, p_.ln_f_weight, p_.ln_f_bias, N, C);
     } else {
-      residual_layernorm_forward(a.residual_out, acts_.ln_f, acts_.ln_f_mean, acts_.ln_f_rstd, a.residual_mid,
-                                 acts_.branch, p_.ln_f_weight, p_.ln_f_bias, N, C);
+      for (std::size_t i = 0; i < stream; ++i) a.residual_out[i] = a.residual_mid[i] + acts.branch[i];
     }
   }
+  if (!stage_.is_last()) {
+    slot.has_logits = false;
+    slot.backward_pending = true;
+    return std::numeric_limits<float>::quiet_NaN();
+  }
   // The tied LM head: this rank's rows of wte give its columns of the logits.
-  matmul_forward(acts_.logits, acts_.ln_f, p_.wte, nullptr, N, C, Vl);
+  matmul_forward(acts.logits, acts.ln_f, p_.wte, nullptr, N, C, Vl);
 
   if (targets.empty()) {
-    has_logits_ = true;
-    backward_pending_ = false;
+    slot.has_logits = true;
+    slot.backward_pending = false;
     return std::numeric_limits<float>::quiet_NaN();
   }
   const int V = config_.vocab_size;
   if (tp_ == 1) {
-    classifier_forward_backward(acts_.logits, acts_.losses, targets.data(), dloss_scale, N, V, Vl);
+    classifier_forward_backward(acts.logits, acts.losses, targets.data(), dloss_scale, N, V, Vl);
   } else {
     // Vocab-parallel cross-entropy: the ranks combine row maxima, then sums of exp
     // and the target logits (2N numbers per all-reduce), never the logits themselves.
     row_max_.resize(rows);
     row_stats_.resize(2 * rows);
-    vocab_parallel_classifier_max(row_max_.data(), acts_.logits, targets.data(), N, V, vocab_begin(), Vl);
+    vocab_parallel_classifier_max(row_max_.data(), acts.logits, targets.data(), N, V, vocab_begin(), Vl);
     tensor_group_->all_reduce(row_max_, ReduceOp::kMax);
-    vocab_parallel_classifier_exp_sum(row_stats_.data(), acts_.logits, row_max_.data(), targets.data(), N, V,
+    vocab_parallel_classifier_exp_sum(row_stats_.data(), acts.logits, row_max_.data(), targets.data(), N, V,
                                       vocab_begin(), Vl);
     tensor_group_->all_reduce(row_stats_);
-    vocab_parallel_classifier_finish(acts_.logits, acts_.losses, row_stats_.data(), row_max_.data(), targets.data(),
+    vocab_parallel_classifier_finish(acts.logits, acts.losses, row_stats_.data(), row_max_.data(), targets.data(),
                                      dloss_scale, N, V, vocab_begin(), Vl);
   }
-  has_logits_ = false;
-  backward_pending_ = true;
+  slot.has_logits = false;
+  slot.backward_pending = true;
   double sum = 0.0;
   std::size_t counted = 0;
   for (int i = 0; i < N; ++i) {
     if (targets[static_cast<std::size_t>(i)] == -1) continue;
-    sum += acts_.losses[i];
+    sum += acts.losses[i];
     ++counted;
   }
   return counted == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(counted));
 }
 
 std::span<const float> GPT::logits() const {
-  if (!has_logits_) {
+  if (slots_.empty() || !slots_[0].has_logits) {
     DUFU_FAIL("GPT::logits: no logits to read; HINT: call forward without targets first (with targets the ",
               "classifier turns the logits into their gradient)");
   }
-  const std::size_t rows = static_cast<std::size_t>(batch_b_) * static_cast<std::size_t>(batch_t_);
-  return {acts_.logits, rows * static_cast<std::size_t>(local_vocab_size())};
+  const ActivationSlot& slot = slots_[0];
+  const std::size_t rows = static_cast<std::size_t>(slot.batch_b) * static_cast<std::size_t>(slot.batch_t);
+  return {slot.acts.logits, rows * static_cast<std::size_t>(local_vocab_size())};
+}
+
+std::span<const float> GPT::stage_output(int slot_index) const {
+  if (stage_.is_last()) DUFU_FAIL("GPT::stage_output: the last pipeline stage ends in the loss, not an output");
+  if (slot_index < 0 || static_cast<std::size_t>(slot_index) >= slots_.size() ||
+      slots_[static_cast<std::size_t>(slot_index)].memory.empty()) {
+    DUFU_FAIL("GPT::stage_output: activation slot ", slot_index, " has had no forward");
+  }
+  const ActivationSlot& slot = slots_[static_cast<std::size_t>(slot_index)];
+  const std::size_t count = static_cast<std::size_t>(slot.batch_b) * static_cast<std::size_t>(slot.batch_t) *
+                            static_cast<std::size_t>(config_.d_model);
+  return {slot.acts.layers.back().residual_out, count};
 }
 
 void GPT::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
 void GPT::backward() {
-  if (!backward_pending_) {
-    DUFU_FAIL("GPT::backward: no forward with targets to go back through; HINT: call forward with targets ",
-              "once before each backward");
+  require_whole_model("GPT::backward");
+  backward_stage(0, {});
+}
+
+std::span<const float> GPT::backward_stage(int slot_index, std::span<const float> d_output) {
+  if (slot_index < 0 || static_cast<std::size_t>(slot_index) >= slots_.size() ||
+      !slots_[static_cast<std::size_t>(slot_index)].backward_pending) {
+    DUFU_FAIL("GPT::backward: no forward with targets to go back through",
+              stage_.num_stages > 1 ? str_cat(" in activation slot ", slot_index) : std::string(),
+              "; HINT: call forward with targets once before each backward");
   }
-  backward_pending_ = false;
-  ensure_activation_grads();
-  const int B = batch_b_;
-  const int T = batch_t_;
+  ActivationSlot& slot = slots_[static_cast<std::size_t>(slot_index)];
+  const int B = slot.batch_b;
+  const int T = slot.batch_t;
   const int N = B * T;
   const int C = config_.d_model;
   const int Cl = C / tp_;
@@ -629,6 +873,14 @@ void GPT::backward() {
   const int Vl = local_vocab_size();
   const std::size_t rows = static_cast<std::size_t>(N);
   const std::size_t stream = rows * static_cast<std::size_t>(C);
+  if (stage_.is_last() != d_output.empty() || (!d_output.empty() && d_output.size() != stream)) {
+    DUFU_FAIL("GPT::backward_stage: pipeline stage ", stage_.stage, " of ", stage_.num_stages, " got ",
+              d_output.size(), " floats of output gradient; it needs ", stage_.is_last() ? std::size_t{0} : stream,
+              " (the last stage starts from its loss)");
+  }
+  slot.backward_pending = false;
+  ensure_activation_grads(B, T);
+  const Activations& acts = slot.acts;
   const ActivationGrads& d = dacts_;
 
   // Tensor parallel, the conjugates of the forward's communication: a column-parallel
@@ -642,22 +894,27 @@ void GPT::backward() {
   // rank computes bitwise the same gradients for the replicated parameters (wpe, the
   // LayerNorms, the c_proj biases): they need no reduction over the group.
 
-  // The classifier left dloss/dlogits in the logits buffer.
-  matmul_backward(d.ln, g_.wte, nullptr, acts_.logits, acts_.ln_f, p_.wte, N, C, Vl);
-  if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
-  const LayerActivations& last = acts_.layers.back();
-  std::fill_n(d.residual, rows * static_cast<std::size_t>(C), 0.0f);
-  layernorm_backward(d.residual, g_.ln_f_weight, g_.ln_f_bias, d.ln, last.residual_out, p_.ln_f_weight,
-                     acts_.ln_f_mean, acts_.ln_f_rstd, N, C);
+  if (stage_.is_last()) {
+    // The classifier left dloss/dlogits in the logits buffer.
+    matmul_backward(d.ln, g_.wte, nullptr, acts.logits, acts.ln_f, p_.wte, N, C, Vl);
+    if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
+    const LayerActivations& last = acts.layers.back();
+    std::fill_n(d.residual, stream, 0.0f);
+    layernorm_backward(d.residual, g_.ln_f_weight, g_.ln_f_bias, d.ln, last.residual_out, p_.ln_f_weight,
+                       acts.ln_f_mean, acts.ln_f_rstd, N, C);
+  } else {
+    // The next stage's input gradient is this stage's output gradient.
+    std::copy(d_output.begin(), d_output.end(), d.residual);
+  }
 
   // d.residual carries the gradient of the residual stream down the layers: each
   // branch reads it as the gradient of its output, and each LayerNorm backward adds
   // its input's gradient to it, which is the residual add's backward.
-  for (int l = config_.n_layer - 1; l >= 0; --l) {
+  for (int l = stage_.num_layers - 1; l >= 0; --l) {
     const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
     const GPTLayerTensors& dw = g_.h[static_cast<std::size_t>(l)];
-    const LayerActivations& a = acts_.layers[static_cast<std::size_t>(l)];
-    const float* residual_in = l == 0 ? acts_.encoded : acts_.layers[static_cast<std::size_t>(l - 1)].residual_out;
+    const LayerActivations& a = acts.layers[static_cast<std::size_t>(l)];
+    const float* residual_in = l == 0 ? acts.encoded : acts.layers[static_cast<std::size_t>(l - 1)].residual_out;
 
     matmul_backward(d.fc_gelu, dw.mlp_c_proj_weight, dw.mlp_c_proj_bias, d.residual, a.fc_gelu, w.mlp_c_proj_weight,
                     N, 4 * Cl, C);
@@ -676,11 +933,13 @@ void GPT::backward() {
     layernorm_backward(d.residual, dw.ln_1_weight, dw.ln_1_bias, d.ln, residual_in, w.ln_1_weight, a.ln_1_mean,
                        a.ln_1_rstd, N, C);
   }
+  if (!stage_.is_first()) return {d.residual, stream};  // the previous stage's output gradient
   if (tp_ == 1) {
-    embedding_backward(g_.wte, g_.wpe, d.residual, tokens_.data(), B, T, C);
+    embedding_backward(g_.wte, g_.wpe, d.residual, slot.tokens.data(), B, T, C);
   } else {
-    vocab_parallel_embedding_backward(g_.wte, g_.wpe, d.residual, tokens_.data(), vocab_begin(), Vl, B, T, C);
+    vocab_parallel_embedding_backward(g_.wte, g_.wpe, d.residual, slot.tokens.data(), vocab_begin(), Vl, B, T, C);
   }
+  return {};
 }
 
 }  // namespace dufu::trainer

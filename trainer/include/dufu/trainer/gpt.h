@@ -9,6 +9,13 @@
 // hidden units and of the vocabulary, and the ranks meet in one all-reduce per
 // row-parallel projection and per column-parallel input gradient. Without a group (or
 // with a group of one) it is the serial model, unchanged bit for bit.
+//
+// It also runs as one stage of a pipeline (Megatron-LM's layout, Narayanan et al.
+// 2021) when given a PipelineStage: the stage holds a contiguous range of layers, the
+// first stage the embedding (wte, wpe), the last ln_f and the LM head with its own
+// copy of wte, whose gradient is summed with the first stage's (pipeline_schedule.h).
+// A stage keeps the activations of several micro-batches at once (activation slots),
+// as the 1F1B schedule needs. Tensor and pipeline parallelism combine.
 #pragma once
 
 #include <cstddef>
@@ -45,6 +52,37 @@ struct GPTConfig {
   // d_model that n_head does not divide.
   void validate() const;
 };
+
+// Which layers one pipeline stage holds. The default is the whole model (one stage).
+// Stage `stage` of `num_stages` holds layers [first_layer, first_layer + num_layers);
+// the first stage also holds wte and wpe, the last ln_f and (for the tied LM head) a
+// copy of wte. A num_layers below 0 means "to the last layer".
+struct PipelineStage {
+  int stage = 0;
+  int num_stages = 1;
+  int first_layer = 0;
+  int num_layers = -1;
+  bool is_first() const { return stage == 0; }
+  bool is_last() const { return stage + 1 == num_stages; }
+  // The last stage of several keeps a copy of the first stage's wte.
+  bool holds_wte() const { return is_first() || is_last(); }
+  bool holds_wte_copy() const { return is_last() && !is_first(); }
+};
+
+// Layers per stage for `stages` pipeline stages of an n_layer model. With an empty
+// `pipeline_num_layers`, an even split: n_layer / stages each, the first
+// n_layer % stages stages one more. Otherwise pipeline_num_layers is the list of
+// layers per stage, one positive entry per stage, summing to n_layer. Throws
+// dufu::Error when stages < 1, stages > n_layer (every stage needs a layer), or the
+// list has the wrong length, a non-positive entry or the wrong sum.
+std::vector<int> pipeline_layer_split(int n_layer, int stages, std::span<const int> pipeline_num_layers = {});
+// The same from explicit stage ids: stage_of_layer[i] is the stage of layer i, one per
+// layer, non-decreasing from 0 to stages - 1 without gaps. Throws dufu::Error
+// otherwise.
+std::vector<int> pipeline_layer_split_from_stage_ids(int n_layer, int stages, std::span<const int> stage_of_layer);
+// Stage `stage` of a split (layers per stage). Throws dufu::Error for a stage outside
+// the split or a non-positive entry.
+PipelineStage pipeline_stage(std::span<const int> layers_per_stage, int stage);
 
 // How a tensor of a tensor-parallel rank is cut from the full tensor (ParamTensor).
 enum class TensorSplit {
@@ -106,8 +144,25 @@ void shard_gpt_buffer(const GPTConfig& config, int tp, int rank, std::span<const
 void unshard_gpt_buffer(const GPTConfig& config, int tp, int rank, std::span<const float> local,
                         std::span<float> full);
 
+// The tensors a pipeline stage holds, out of `layout` (gpt_parameter_layout for some
+// tp), in the same order and under the same names, with offsets into a buffer of the
+// stage's own. For the whole model it is `layout`, unchanged. Throws dufu::Error for a
+// stage whose layers are not in [0, n_layer).
+std::vector<ParamTensor> gpt_stage_layout(const GPTConfig& config, const std::vector<ParamTensor>& layout,
+                                          const PipelineStage& stage);
+// Between the full serial layout and a stage's part of it (gpt_stage_layout of
+// gpt_parameter_layout(config)); no communication. unstage_gpt_buffer writes the
+// stage's tensors into `full` and leaves the rest; wte goes in from both the first and
+// the last stage, so writing every stage but the last's copy assembles a model.
+void stage_gpt_buffer(const GPTConfig& config, const PipelineStage& stage, std::span<const float> full,
+                      std::span<float> staged);
+void unstage_gpt_buffer(const GPTConfig& config, const PipelineStage& stage, std::span<const float> staged,
+                        std::span<float> full);
+
 // Pointers to the tensors of one buffer laid out as gpt_parameter_layout says: the
-// same struct serves the parameters, their gradients and optimizer moments.
+// same struct serves the parameters, their gradients and optimizer moments. On a
+// pipeline stage, h holds the stage's layers (h[0] is layer first_layer) and the
+// tensors the stage does not hold are null.
 struct GPTLayerTensors {
   float* ln_1_weight;
   float* ln_1_bias;
@@ -140,7 +195,11 @@ class GPT {
   // collective methods below together, with the same batch. nullptr or a group of
   // one gives the serial model. The group must outlive the model. Throws
   // dufu::Error when n_head is not divisible by the group's size.
-  explicit GPT(const GPTConfig& config, Communicator* tensor_group = nullptr);
+  //
+  // stage: the part of the model this rank holds under pipeline parallelism (the
+  // whole model by default); see PipelineStage and forward_stage. Throws dufu::Error
+  // for layers outside [0, n_layer) or a stage outside [0, num_stages).
+  explicit GPT(const GPTConfig& config, Communicator* tensor_group = nullptr, const PipelineStage& stage = {});
   // The views point into the buffers: a copy would share them, a move keeps them.
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -154,11 +213,14 @@ class GPT {
   // std::mt19937 (whose output the C++ standard fixes) through a Box-Muller transform
   // written out in gpt.cc, tensor after tensor in buffer order, so a seed gives the
   // same weights with any standard library (std::normal_distribution would not).
-  // Tensor parallel, each rank draws the full tensors the same way and keeps its
-  // piece, so a seed gives the same model for every tp.
+  // Tensor or pipeline parallel, each rank draws the full tensors the same way and
+  // keeps its piece, so a seed gives the same model for every tp and pp (and the two
+  // copies of wte on the first and last stage are equal).
   void init_gpt2(std::uint32_t seed);
 
   const GPTConfig& config() const { return config_; }
+  // The layers and tensors this rank holds (the whole model unless pipelined).
+  const PipelineStage& pipeline_stage() const { return stage_; }
   // This rank's tensors and their count (the whole model when serial).
   const std::vector<ParamTensor>& parameter_tensors() const { return layout_; }
   std::size_t num_parameters() const { return params_.size(); }
@@ -172,6 +234,8 @@ class GPT {
   int vocab_begin() const { return tp_rank_ * local_vocab_size(); }
   int local_vocab_size() const { return config_.padded_vocab_size(tp_) / tp_; }
   // The full (serial) layout: gpt_parameter_layout(config()), and its float count.
+  // On a pipeline stage, the stage's part of it (gpt_stage_layout), which the
+  // collectives below assemble; unstage_gpt_buffer places it in the whole model.
   const std::vector<ParamTensor>& full_parameter_tensors() const { return full_layout_; }
   std::size_t num_full_parameters() const;
   // Collective over the tensor group: the full-layout buffer assembled from every
@@ -187,6 +251,8 @@ class GPT {
   // Collective over the tensor group: the sum of squares of the full-layout buffer
   // that `local` is this rank's piece of (e.g. grads(), for the gradient norm),
   // counting replicated tensors once. Deterministic; identical on every rank.
+  // On a pipeline stage, this stage's tensors, except that the last stage leaves out
+  // its copy of wte: the sum over the pipeline group counts every parameter once.
   double full_sum_of_squares(std::span<const float> local) const;
   std::span<float> params() { return params_; }
   std::span<const float> params() const { return params_; }
@@ -224,6 +290,32 @@ class GPT {
   // once per forward.
   void backward();
   void zero_grad();
+
+  // ---- pipeline stages ----
+  // forward and backward above are for the whole model (they throw on a stage of
+  // several); a stage runs micro-batches through these, each micro-batch in an
+  // activation slot (0, 1, ...) that keeps its activations until its backward, so
+  // several micro-batches can be in flight (the 1F1B schedule keeps up to
+  // num_stages - stage). Slots get memory when first used; forward and backward above
+  // use slot 0.
+  //
+  // The first stage takes `tokens` [B, T], the others `input` [B, T, C] (the previous
+  // stage's stage_output); the last stage takes `targets` (or none, for logits) and
+  // returns the loss as forward does, the others return NaN. Throws dufu::Error when
+  // the arguments do not fit the stage (tokens on a later stage, targets on an earlier
+  // one, wrong sizes) or for a negative slot.
+  float forward_stage(int slot, std::span<const std::int32_t> tokens, std::span<const float> input,
+                      std::span<const std::int32_t> targets, int B, int T, float dloss_scale);
+  // The output [B, T, C] (residual stream after the stage's last layer) of the slot's
+  // last forward on a stage other than the last; valid until the slot's next forward.
+  std::span<const float> stage_output(int slot) const;
+  // Adds the gradient of the slot's last forward to grads(), once per forward. The
+  // last stage starts from its loss (d_output empty), the others from d_output
+  // [B, T, C], the gradient of their output. Returns the gradient of the stage's input
+  // [B, T, C] (empty on the first stage), valid until the next backward.
+  std::span<const float> backward_stage(int slot, std::span<const float> d_output);
+  // Slots that hold activation memory.
+  int activation_slots() const;
 
  private:
   // What the forward keeps for backward, one set per layer. The residual stream of
@@ -273,13 +365,35 @@ class GPT {
     float* fc_pre;    // [N, 4C]
   };
 
+  // One micro-batch's activations and what its backward needs. Activations are sized
+  // for the largest B and T the slot has seen (capacity_b, capacity_t); a smaller
+  // batch uses the front of each tensor.
+  struct ActivationSlot {
+    int capacity_b = 0;
+    int capacity_t = 0;
+    std::vector<float> memory;
+    Activations acts{};
+    // The last forward: its batch (embedding_backward needs the tokens) and whether
+    // the logits buffer holds logits or, after a forward with targets, their
+    // gradient.
+    std::vector<std::int32_t> tokens;
+    int batch_b = 0;
+    int batch_t = 0;
+    bool has_logits = false;
+    bool backward_pending = false;
+  };
+
   // In-place sum over the tensor group (no-op when serial).
   void reduce_over_tensor_group(float* data, std::size_t count);
-  void ensure_activations(int B, int T);
-  void ensure_activation_grads();
-  void check_batch(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B, int T) const;
+  ActivationSlot& activation_slot(int slot);
+  void ensure_activations(ActivationSlot& slot, int B, int T);
+  void ensure_activation_grads(int B, int T);
+  void check_batch(std::span<const std::int32_t> tokens, std::span<const float> input,
+                   std::span<const std::int32_t> targets, int B, int T) const;
+  void require_whole_model(const char* operation) const;
 
   GPTConfig config_;
+  PipelineStage stage_;  // num_layers resolved
   Communicator* tensor_group_ = nullptr;  // null when serial
   int tp_ = 1;
   int tp_rank_ = 0;
@@ -290,12 +404,8 @@ class GPT {
   GPTTensors p_;  // views into params_
   GPTTensors g_;  // views into grads_
 
-  // Activation buffers are sized for the largest B and T seen so far (capacity_b_,
-  // capacity_t_); a smaller batch uses the front of each tensor.
-  int capacity_b_ = 0;
-  int capacity_t_ = 0;
-  std::vector<float> activation_memory_;
-  Activations acts_{};
+  std::vector<ActivationSlot> slots_;
+  // Activation gradients are shared by the slots: one backward runs at a time.
   int grad_capacity_b_ = 0;
   int grad_capacity_t_ = 0;
   std::vector<float> activation_grad_memory_;
@@ -304,14 +414,6 @@ class GPT {
   // target logit [2N].
   std::vector<float> row_max_;
   std::vector<double> row_stats_;
-
-  // The last forward: its batch (embedding_backward needs the tokens) and whether
-  // the logits buffer holds logits or, after a forward with targets, their gradient.
-  std::vector<std::int32_t> tokens_;
-  int batch_b_ = 0;
-  int batch_t_ = 0;
-  bool has_logits_ = false;
-  bool backward_pending_ = false;
 };
 
 }  // namespace dufu::trainer

@@ -1,0 +1,349 @@
+// Pipeline parallelism against the serial model, run by ctest under mpirun -np 2 and
+// 4. For every layout the world allows (pp 2 and 4 with tp 1, and tp 2 x pp 2) each
+// rank builds the serial GPT and its stage of the pipelined one from the same seed,
+// runs five AdamW steps of 2, 4 and 6 micro-batches (the serial model by gradient
+// accumulation, the pipeline by the 1F1B schedule) and checks the losses within 1e-5
+// relative, every gradient (assembled to the full layout) within 1e-5 of its largest
+// value (at every step; with tp 2 at the first, see below), the two copies of the tied wte staying equal, and the activation slots on
+// stage 0 being min(stages, micro-batches). The layer split and its errors are
+// checked without communication.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dufu/common/communicator.h"
+#include "dufu/common/error.h"
+#include "dufu/common/launch_environment.h"
+#include "dufu/common/topology.h"
+#include "dufu/trainer/gpt.h"
+#include "dufu/trainer/kernels.h"
+#include "dufu/trainer/optimizer.h"
+#include "dufu/trainer/pipeline_schedule.h"
+#include "support/expect_error.h"
+
+namespace dufu::trainer {
+namespace {
+
+using dufu::testing::expect_error;
+
+Communicator* g_world = nullptr;  // set by main
+Communicator& world() { return *g_world; }
+
+constexpr int kB = 2;
+constexpr int kT = 8;
+constexpr int kVocab = 101;
+constexpr int kLayers = 4;
+// Losses and gradients within this of the serial run, relative (a gradient tensor
+// relative to its largest magnitude). Only the tied wte's gradient is summed in another
+// order (head and embedding parts apart, then added); tensor parallel adds its
+// partial sums.
+constexpr double kTolerance = 1e-5;
+
+GPTConfig small_config() {
+  GPTConfig config;
+  config.n_layer = kLayers;
+  config.n_head = 2;
+  config.d_model = 32;
+  config.vocab_size = kVocab;
+  config.vocab_multiple = 1;
+  config.seq_length = kT;
+  return config;
+}
+
+struct Batch {
+  std::vector<std::int32_t> tokens;
+  std::vector<std::int32_t> targets;
+};
+// Next-token data with one ignored target; the same on every rank for a seed.
+Batch make_batch(std::uint32_t seed) {
+  std::mt19937 engine(seed);
+  std::vector<std::int32_t> stream(static_cast<std::size_t>(kB * (kT + 1)));
+  for (auto& token : stream) token = static_cast<std::int32_t>(engine() % kVocab);
+  Batch batch;
+  for (int b = 0; b < kB; ++b) {
+    for (int t = 0; t < kT; ++t) {
+      batch.tokens.push_back(stream[static_cast<std::size_t>(b * (kT + 1) + t)]);
+      batch.targets.push_back(stream[static_cast<std::size_t>(b * (kT + 1) + t + 1)]);
+    }
+  }
+  batch.targets[static_cast<std::size_t>(seed % (kB * kT))] = -1;
+  return batch;
+}
+
+double relative_error(double got, double want) { return std::fabs(got - want) / std::max(std::fabs(want), 1e-30); }
+
+// max |got - want| / max |want|; infinity for a NaN or a size mismatch.
+double scaled_error(std::span<const float> got, std::span<const float> want) {
+  if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
+  double scale = 0.0;
+  double error = 0.0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+    const double difference = std::fabs(static_cast<double>(got[i]) - static_cast<double>(want[i]));
+    if (std::isnan(difference)) return std::numeric_limits<double>::infinity();
+    error = std::max(error, difference);
+  }
+  return error / std::max(scale, 1e-30);
+}
+
+bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+template <typename... Args>
+void report(const char* format, Args... args) {
+  if (world().rank() == 0) std::printf(format, args...);
+}
+
+// ---- the layer split (no communication) --------------------------------------------
+
+TEST(PipelineLayerSplit, EvenAndExplicit) {
+  EXPECT_EQ(pipeline_layer_split(4, 2), (std::vector<int>{2, 2}));
+  EXPECT_EQ(pipeline_layer_split(4, 4), (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_EQ(pipeline_layer_split(7, 3), (std::vector<int>{3, 2, 2}));
+  EXPECT_EQ(pipeline_layer_split(12, 1), (std::vector<int>{12}));
+  const int list[] = {1, 3};
+  EXPECT_EQ(pipeline_layer_split(4, 2, list), (std::vector<int>{1, 3}));
+  const int ids[] = {0, 1, 1, 1, 2};
+  EXPECT_EQ(pipeline_layer_split_from_stage_ids(5, 3, ids), (std::vector<int>{1, 3, 1}));
+
+  const std::vector<int> split{1, 2, 1};
+  const PipelineStage middle = pipeline_stage(split, 1);
+  EXPECT_EQ(middle.first_layer, 1);
+  EXPECT_EQ(middle.num_layers, 2);
+  EXPECT_FALSE(middle.holds_wte());
+  EXPECT_TRUE(pipeline_stage(split, 2).holds_wte_copy());
+  EXPECT_FALSE(pipeline_stage(split, 0).holds_wte_copy());
+}
+
+TEST(PipelineLayerSplit, Errors) {
+  expect_error([] { pipeline_layer_split(4, 5); }, {"5 is more stages than the model's 4 layers", "HINT"});
+  expect_error([] { pipeline_layer_split(4, 0); }, {"at least 1"});
+  const int short_list[] = {1, 2};
+  expect_error([&] { pipeline_layer_split(4, 2, short_list); }, {"sums to 3", "n_layer 4", "HINT"});
+  const int zero[] = {0, 4};
+  expect_error([&] { pipeline_layer_split(4, 2, zero); }, {"stage 0 0 layers"});
+  const int three[] = {1, 1, 2};
+  expect_error([&] { pipeline_layer_split(4, 2, three); }, {"3 entries for 2 pipeline stages"});
+  const int gap[] = {0, 2, 2, 2};
+  expect_error([&] { pipeline_layer_split_from_stage_ids(4, 3, gap); }, {"layer 1 has stage 2"});
+  const int unused[] = {0, 0, 1, 1};
+  expect_error([&] { pipeline_layer_split_from_stage_ids(4, 3, unused); }, {"end at stage 1 of 3"});
+  const int too_few[] = {0, 1};
+  expect_error([&] { pipeline_layer_split_from_stage_ids(4, 2, too_few); }, {"2 ids for n_layer 4"});
+  PipelineStage bad;
+  bad.stage = 1;
+  bad.num_stages = 2;
+  bad.first_layer = 3;
+  bad.num_layers = 2;
+  expect_error([&] { GPT model(small_config(), nullptr, bad); }, {"layers [3, 5)"});
+}
+
+// The stages' buffers tile the model, wte on both ends; a stage refuses whole-model
+// calls and arguments that do not fit its place.
+TEST(PipelineLayout, StagesTileTheModel) {
+  const GPTConfig config = small_config();
+  GPT serial(config);
+  serial.init_gpt2(5);
+  const std::vector<int> split = pipeline_layer_split(kLayers, 3);
+  std::vector<float> assembled(serial.num_parameters(), -1.0f);
+  std::size_t total = 0;
+  for (int s = 0; s < 3; ++s) {
+    GPT stage(config, nullptr, pipeline_stage(split, s));
+    stage.init_gpt2(5);
+    std::vector<float> staged(stage.num_parameters());
+    stage_gpt_buffer(config, stage.pipeline_stage(), serial.params(), staged);
+    EXPECT_TRUE(bitwise_equal(staged, stage.params())) << "stage " << s;
+    unstage_gpt_buffer(config, stage.pipeline_stage(), stage.params(), assembled);
+    total += stage.num_parameters();
+    EXPECT_EQ(stage.parameter_tensors().front().name, s == 1 ? "h.2.ln_1.weight" : "wte.weight");
+    if (s == 1) {
+      expect_error([&] { stage.forward(std::vector<std::int32_t>(kB * kT), {}, kB, kT); },
+                   {"pipeline stage 1 of 3", "HINT"});
+      expect_error([&] { stage.forward_stage(0, std::vector<std::int32_t>(kB * kT), {}, {}, kB, kT, 1.0f); },
+                   {"not tokens"});
+      const std::vector<float> input(kB * kT * 32);
+      expect_error([&] { stage.forward_stage(0, {}, input, std::vector<std::int32_t>(kB * kT), kB, kT, 1.0f); },
+                   {"no LM head", "HINT"});
+      expect_error([&] { stage.backward_stage(0, input); }, {"no forward"});
+    }
+  }
+  EXPECT_TRUE(bitwise_equal(assembled, serial.params()));
+  const std::size_t wte = serial.tensor("wte.weight").size();
+  EXPECT_EQ(total, serial.num_parameters() + wte);
+}
+
+// ---- the pipelined GPT against the serial one ---------------------------------------
+
+struct Layout {
+  int tp;
+  int pp;
+};
+
+std::vector<Layout> layouts() {
+  std::vector<Layout> result;
+  for (const Layout layout : {Layout{1, 2}, Layout{1, 4}, Layout{2, 2}}) {
+    if (world().size() % (layout.tp * layout.pp) == 0) result.push_back(layout);
+  }
+  return result;
+}
+
+TEST(PipelineParallelGPT, MatchesTheSerialModel) {
+  const GPTConfig config = small_config();
+  const std::uint32_t seed = 42;
+  const float lr = 3e-3f;
+  for (const Layout layout : layouts()) {
+    const Topology topology(world().size(), layout.tp, layout.pp, world().rank());
+    std::unique_ptr<Communicator> tensor = world().subgroup(topology.tensor_group(), "tensor");
+    std::unique_ptr<Communicator> pipeline = world().subgroup(topology.pipeline_group(), "pipeline");
+    std::unique_ptr<Communicator> embedding = world().subgroup(topology.embedding_group(), "embedding");
+    const std::vector<int> split = pipeline_layer_split(kLayers, layout.pp);
+    const PipelineStage stage = pipeline_stage(split, topology.coordinates().pp_rank);
+    ASSERT_EQ(pipeline->rank(), stage.stage);
+    for (const int micro_batches : {2, 4, 6}) {
+      SCOPED_TRACE(::testing::Message() << "tp " << layout.tp << ", pp " << layout.pp << ", " << micro_batches
+                                        << " micro-batches");
+      GPT serial(config);
+      serial.init_gpt2(seed);
+      GPT model(config, tensor.get(), stage);
+      model.init_gpt2(seed);
+      {
+        std::vector<float> staged(model.num_full_parameters());
+        stage_gpt_buffer(config, stage, serial.params(), staged);
+        EXPECT_TRUE(bitwise_equal(model.gather_full_parameters(), staged));
+      }
+      AdamW serial_optimizer(serial, AdamWOptions{});
+      AdamW optimizer(model, AdamWOptions{});
+      double loss_error = 0.0;
+      double grad_error = 0.0;
+      for (int step = 0; step < 5; ++step) {
+        std::vector<Batch> batches;
+        std::vector<PipelineMicroBatch> pipeline_batches;
+        std::size_t counted = 0;
+        for (int i = 0; i < micro_batches; ++i) {
+          batches.push_back(make_batch(static_cast<std::uint32_t>(1000 * step + i + 1)));
+          counted += static_cast<std::size_t>(
+              std::count_if(batches.back().targets.begin(), batches.back().targets.end(),
+                            [](std::int32_t t) { return t != -1; }));
+        }
+        for (const Batch& batch : batches) pipeline_batches.push_back({batch.tokens, batch.targets});
+        const float scale = 1.0f / static_cast<float>(counted);
+
+        serial.zero_grad();
+        double serial_loss = 0.0;
+        for (const Batch& batch : batches) {
+          serial_loss += serial.forward(batch.tokens, batch.targets, kB, kT, scale);
+          serial.backward();
+        }
+        model.zero_grad();
+        const double loss = pipeline_train_step(model, *pipeline, embedding.get(), pipeline_batches, kB, kT, scale);
+        const double error = relative_error(loss / micro_batches, serial_loss / micro_batches);
+        EXPECT_LE(error, kTolerance) << "step " << step << ": " << loss << " vs " << serial_loss;
+        loss_error = std::max(loss_error, error);
+
+        // Every gradient, assembled to the full layout: each stage's own tensors (the
+        // last stage's wte copy left out), summed over the pipeline group.
+        const std::vector<float> staged = model.gather_full_gradients();
+        std::vector<float> full(serial.num_parameters(), 0.0f);
+        unstage_gpt_buffer(config, stage, staged, full);
+        const ParamTensor& wte = serial.tensor("wte.weight");
+        if (stage.holds_wte_copy()) std::fill_n(full.begin() + static_cast<std::ptrdiff_t>(wte.offset), wte.size(), 0.0f);
+        pipeline->all_reduce(full);
+        for (const ParamTensor& tensor_info : serial.parameter_tensors()) {
+          const double e = scaled_error(std::span<const float>(full).subspan(tensor_info.offset, tensor_info.size()),
+                                        serial.grads().subspan(tensor_info.offset, tensor_info.size()));
+          // Tensor parallel, the parameters drift apart by the reordered partial sums
+          // after an update (AdamW amplifies them while its second moment is small),
+          // so the gradients are compared at the first step, as tensor_parallel_test
+          // does; pipeline alone keeps them within tolerance at every step.
+          if (layout.tp > 1 && step > 0) continue;
+          EXPECT_LE(e, kTolerance) << "step " << step << " " << tensor_info.name;
+          grad_error = std::max(grad_error, e);
+        }
+        // The last stage's copy of wte got the same summed gradient.
+        if (stage.holds_wte_copy()) {
+          EXPECT_TRUE(bitwise_equal(
+              std::span<const float>(staged).subspan(model.full_parameter_tensors().front().offset, wte.size()),
+              std::span<const float>(full).subspan(wte.offset, wte.size())));
+        }
+        // The gradient norm over the pipeline counts wte once.
+        const double norm_squared = pipeline->all_reduce_value(model.full_sum_of_squares(model.grads()));
+        EXPECT_LE(relative_error(norm_squared, sum_of_squares(serial.grads().data(), serial.num_parameters())), 1e-5);
+
+        serial_optimizer.step(serial.params(), serial.grads(), lr);
+        optimizer.step(model.params(), model.grads(), lr);
+        report("  tp %d pp %d, %d micro-batches, step %d: loss %.7f (serial %.7f)\n", layout.tp, layout.pp,
+               micro_batches, step, loss / micro_batches, serial_loss / micro_batches);
+      }
+      // The two copies of wte stay equal through the updates.
+      if (stage.holds_wte() && layout.pp > 1) {
+        const ParamTensor& wte = model.tensor("wte.weight");
+        std::vector<float> mine(model.params().begin() + static_cast<std::ptrdiff_t>(wte.offset),
+                                model.params().begin() + static_cast<std::ptrdiff_t>(wte.offset + wte.size()));
+        std::vector<float> first = mine;
+        embedding->broadcast(first, 0);
+        EXPECT_TRUE(bitwise_equal(mine, first));
+      }
+      // Activation memory: stage s keeps min(stages - s, micro-batches) slots.
+      EXPECT_EQ(model.activation_slots(), std::min(layout.pp - stage.stage, micro_batches));
+      if (stage.is_first()) {
+        EXPECT_EQ(model.activation_slots(), std::min(layout.pp, micro_batches));
+      }
+      report("tp %d pp %d, %d micro-batches: 5 AdamW losses within %.2e, gradients %.2e (%s), stage 0 slots %d\n",
+             layout.tp, layout.pp, micro_batches, loss_error, grad_error, layout.tp > 1 ? "step 1" : "5 steps",
+             std::min(layout.pp, micro_batches));
+    }
+  }
+}
+
+TEST(PipelineParallelGPT, ScheduleErrors) {
+  if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  const Topology topology(world().size(), 1, 2, world().rank());
+  std::unique_ptr<Communicator> pipeline = world().subgroup(topology.pipeline_group(), "pipeline");
+  std::unique_ptr<Communicator> embedding = world().subgroup(topology.embedding_group(), "embedding");
+  // A model of three stages on a group of two: refused on every rank before any message.
+  const std::vector<int> split = pipeline_layer_split(kLayers, 3);
+  GPT model(small_config(), nullptr, pipeline_stage(split, pipeline->rank()));
+  const Batch batch = make_batch(1);
+  const PipelineMicroBatch micro[] = {{batch.tokens, batch.targets}};
+  expect_error([&] { pipeline_train_step(model, *pipeline, embedding.get(), micro, kB, kT, 1.0f); },
+               {"pipeline_train_step", "of 3", "of 2"});
+  // Missing targets on the last stage, tokens on the first.
+  GPT two(small_config(), nullptr, pipeline_stage(pipeline_layer_split(kLayers, 2), pipeline->rank()));
+  const PipelineMicroBatch empty[] = {{}};
+  expect_error([&] { pipeline_train_step(two, *pipeline, embedding.get(), empty, kB, kT, 1.0f); },
+               {"micro-batch 0 has 0 tokens and 0 targets"});
+}
+
+}  // namespace
+}  // namespace dufu::trainer
+
+int main(int argc, char** argv) {
+  // Under mpirun only rank 0 reports every test; the others report failures. The flag
+  // must be set before InitGoogleTest, which picks the printer.
+  if (dufu::detect_launch_environment().rank != 0) GTEST_FLAG_SET(brief, true);
+  ::testing::InitGoogleTest(&argc, argv);
+  std::unique_ptr<dufu::Communicator> world;
+  try {
+    world = dufu::make_communicator();
+  } catch (const dufu::Error& error) {
+    std::fprintf(stderr, "error: %s\n", error.what());
+    return 1;
+  }
+  dufu::trainer::g_world = world.get();
+  const int local_failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  // Every rank exits with the same status, so mpirun reports any rank's failure.
+  const int failed = world->all_reduce_value(local_failed, dufu::ReduceOp::kMax);
+  dufu::trainer::g_world = nullptr;
+  return failed;
+}
