@@ -37,7 +37,7 @@ class DataParallelTest : public ::testing::Test {
   std::string config() {
     const std::string path = dir_.file("config.toml");
     write_all(path,
-              "[model]\nn_layer = 2\nn_head = 2\nd_model = 64\nvocab_size = 2000\nseq_length = 32\n"
+              "[model]\nn_layer = 4\nn_head = 2\nd_model = 64\nvocab_size = 2000\nseq_length = 32\n"
               "[data]\nblend = \"" + fortunes_shard() + "\"\ncache_dir = \"" + fortunes_shard_dir() + "/cache" +
                   "\"\nsplit = \"90,10,0\"\nworkers = 1\n"
                   "[train]\nmicro_batch = 2\nglobal_batch = 8\nsteps = 6\nthreads = 1\n"
@@ -92,25 +92,33 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
   ASSERT_EQ(expected_val.size(), 2u);
   const auto expected = dufu::trainer::safetensors::File::open(weights(single));
 
-  // Layouts (ranks, tensor-parallel size, ZeRO stage): data parallel with the
-  // replicated optimizer and with ZeRO-1's sharded one, tensor parallel, and both.
+  // Every layout (dp, tp, pp) of the issue, plus ZeRO-1 and dp 4 and a 1-3 split.
   struct Layout {
-    int ranks;
+    int dp;
     int tp;
+    int pp;
     int zero_stage;
+    const char* extra;
   };
-  for (const Layout& layout : {Layout{2, 1, 0}, Layout{4, 1, 0}, Layout{2, 1, 1}, Layout{4, 1, 1}, Layout{2, 2, 0},
-                               Layout{4, 2, 0}}) {
-    const auto [ranks, tp, zero_stage] = layout;
+  for (const Layout& layout :
+       {Layout{2, 1, 1, 0, ""}, Layout{1, 2, 1, 0, ""}, Layout{1, 1, 2, 0, ""}, Layout{1, 1, 4, 0, ""},
+        Layout{2, 2, 1, 0, ""}, Layout{2, 1, 2, 0, ""}, Layout{1, 2, 2, 0, ""}, Layout{2, 2, 2, 0, ""},
+        Layout{4, 1, 1, 0, ""}, Layout{2, 1, 1, 1, ""}, Layout{4, 1, 1, 1, ""},
+        Layout{1, 1, 2, 0, " dist.pipeline_num_layers=1,3"}}) {
+    const auto [dp, tp, pp, zero_stage, extra] = layout;
+    const int ranks = dp * tp * pp;
     const std::string name = "world " + std::to_string(ranks) + " = tp " + std::to_string(tp) + " x dp " +
-                             std::to_string(ranks / tp) + " x pp 1";
-    SCOPED_TRACE(name + ", ZeRO stage " + std::to_string(zero_stage));
+                             std::to_string(dp) + " x pp " + std::to_string(pp);
+    SCOPED_TRACE(name + ", ZeRO stage " + std::to_string(zero_stage) + extra);
     char run_name[64];
-    std::snprintf(run_name, sizeof(run_name), "w%d-tp%d-zero%d", ranks, tp, zero_stage);
+    std::snprintf(run_name, sizeof(run_name), "dp%d-tp%d-pp%d-zero%d%s", dp, tp, pp, zero_stage,
+                  extra[0] != '\0' ? "-split" : "");
     const std::string dir = dir_.file(run_name);
-    const CommandResult result = mpirun(ranks, config() + " run.dir=" + dir + " dist.zero_stage=" +
-                                                   std::to_string(zero_stage) + " dist.tensor_parallel_size=" +
-                                                   std::to_string(tp));
+    char layout_overrides[160];
+    std::snprintf(layout_overrides, sizeof(layout_overrides),
+                  " dist.zero_stage=%d dist.tensor_parallel_size=%d dist.pipeline_parallel_size=%d%s", zero_stage, tp,
+                  pp, extra);
+    const CommandResult result = mpirun(ranks, config() + " run.dir=" + dir + layout_overrides);
     ASSERT_EQ(result.exit_code, 0) << result.output;
     EXPECT_NE(result.output.find(name), std::string::npos) << result.output;
     // One rank speaks: one line per step.
@@ -129,17 +137,17 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
     // scatter and all-gather of the padded shards) plus the 8-byte loss sum (and
     // ZeRO-1's 8-byte sum of squares), at the volume ring algorithms move.
     dufu::trainer::GPTConfig model;
-    model.n_layer = 2;
+    model.n_layer = 4;
     model.n_head = 2;
     model.d_model = 64;
     model.vocab_size = 2000;
     model.seq_length = 32;
-    const double n = ranks;
+    const double n = dp;
     const double parameters = static_cast<double>(dufu::trainer::GPT(model).num_parameters());
     const double shard = std::ceil(parameters / n);
     const double expected_bytes = zero_stage == 0 ? 2 * (n - 1) / n * (4 * parameters + 8)
                                                   : 2 * (n - 1) * 4 * shard + 2 * (2 * (n - 1) / n * 8);
-    if (tp == 1) {
+    if (tp == 1 && pp == 1) {
       for (const double bytes : values(dir, "comm_bytes")) EXPECT_EQ(bytes, std::floor(expected_bytes));
     }
     const auto val = values(dir, "val_loss");
@@ -167,7 +175,8 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
 
 TEST_F(DataParallelTest, ResumeIsBitwiseForAFixedLayout) {
   std::string split;
-  const std::vector<std::string> layouts = {"dist.zero_stage=0", "dist.zero_stage=1", "dist.tensor_parallel_size=2"};
+  const std::vector<std::string> layouts = {"dist.zero_stage=0", "dist.zero_stage=1", "dist.tensor_parallel_size=2",
+                                            "dist.pipeline_parallel_size=2"};
   for (std::size_t i = 0; i < layouts.size(); ++i) {
     SCOPED_TRACE(layouts[i]);
     const std::string zero = " " + layouts[i];
@@ -185,11 +194,37 @@ TEST_F(DataParallelTest, ResumeIsBitwiseForAFixedLayout) {
     EXPECT_TRUE(read_all(weights(split)) == read_all(weights(whole)));
   }
 
-  // The same checkpoint under another data-parallel size is refused, not misread.
-  const CommandResult other_layout = mpirun(4, config() + " run.dir=" + split + " train.steps=9");
-  EXPECT_NE(other_layout.exit_code, 0);
-  EXPECT_NE(other_layout.output.find("different layout is not supported yet"), std::string::npos)
-      << other_layout.output;
+}
+
+// Checkpoints hold the merged, serial layout: a (dp 2, tp 2, pp 2) checkpoint equals
+// the single-process weights and continues under (1, 2, 1) and (2, 1, 2) with the
+// single-process losses.
+TEST_F(DataParallelTest, CheckpointsReshardOnLoad) {
+  const std::string single = dir_.file("single");
+  const CommandResult reference = run_command(shell_quote(train_tool()) + " " + config() + " run.dir=" + single);
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto expected = values(single, "loss");
+  struct Resumed {
+    const char* name;
+    int ranks;
+    const char* layout;
+  };
+  for (const Resumed& resumed : {Resumed{"as-1-2-1", 2, " dist.tensor_parallel_size=2"},
+                                 Resumed{"as-2-1-2", 4, " dist.pipeline_parallel_size=2"}}) {
+    SCOPED_TRACE(resumed.name);
+    const std::string dir = dir_.file(resumed.name);
+    const CommandResult first = mpirun(8, config() + " run.dir=" + dir +
+                                              " dist.tensor_parallel_size=2 dist.pipeline_parallel_size=2 "
+                                              "train.exit_at_step=3");
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    const CommandResult second = mpirun(resumed.ranks, config() + " run.dir=" + dir + resumed.layout);
+    ASSERT_EQ(second.exit_code, 0) << second.output;
+    const auto losses = values(dir, "loss");
+    ASSERT_EQ(losses.size(), expected.size());
+    for (std::size_t i = 0; i < losses.size(); ++i) {
+      EXPECT_NEAR(losses[i], expected[i], 1e-5 * expected[i]) << "step " << i + 1;
+    }
+  }
 }
 
 // Checkpoints hold the serial layout, so a tensor-parallel checkpoint resumes in one
@@ -229,9 +264,16 @@ TEST_F(DataParallelTest, InvalidLayoutsAndFailingRanksStopTheJob) {
                                       "data-parallel size (3)"),
             std::string::npos)
       << not_divisible.output;
-  const CommandResult pipeline = mpirun(2, config() + " run.dir=" + dir_.file("pp") + " dist.pipeline_parallel_size=2");
-  EXPECT_NE(pipeline.exit_code, 0);
-  EXPECT_NE(pipeline.output.find("pipeline parallelism is not implemented yet"), std::string::npos) << pipeline.output;
+  const CommandResult stages = mpirun(2, config() + " run.dir=" + dir_.file("pp") + " dist.pipeline_parallel_size=2 "
+                                                   "model.n_layer=1");
+  EXPECT_NE(stages.exit_code, 0);
+  EXPECT_NE(stages.output.find("pipeline_parallel_size 2 is more stages than the model's 1"), std::string::npos)
+      << stages.output;
+  const CommandResult split = mpirun(2, config() + " run.dir=" + dir_.file("split") + " dist.pipeline_parallel_size=2 "
+                                                  "dist.pipeline_num_layers=1,2");
+  EXPECT_NE(split.exit_code, 0);
+  EXPECT_NE(split.output.find("pipeline_num_layers sums to 3 layers, the model has n_layer 4"), std::string::npos)
+      << split.output;
   const CommandResult heads = mpirun(4, config() + " run.dir=" + dir_.file("heads") + " dist.tensor_parallel_size=4");
   EXPECT_NE(heads.exit_code, 0);
   EXPECT_NE(heads.output.find("n_head 2 is not divisible by the tensor parallel size 4"), std::string::npos)

@@ -25,10 +25,11 @@ AdamW make_optimizer(const GPT& model, AdamWOptions options, const Communicator&
 }  // namespace
 
 DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group,
-                                             bool shard_optimizer_state)
+                                             bool shard_optimizer_state, Communicator* pipeline_group)
     : model_(model),
       options_(options),
       group_(data_group),
+      pipeline_group_(pipeline_group != nullptr && pipeline_group->size() > 1 ? pipeline_group : nullptr),
       sharded_(shard_optimizer_state && data_group.size() > 1),
       optimizer_(make_optimizer(model, options, data_group, sharded_)) {
   if (sharded_) {
@@ -42,10 +43,15 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
 double DataParallelOptimizer::reduce_gradients_and_clip(double max_norm) {
   if (!sharded_) {
     if (group_.size() > 1) group_.all_reduce(model_.grads(), ReduceOp::kSum);
-    if (model_.tensor_parallel_size() == 1) return clip_gradient_norm(model_.grads(), max_norm);
-    // Under tensor parallelism each rank holds a piece of the gradient: the norm is
-    // the whole model's, replicated tensors counted once.
-    const double norm = std::sqrt(model_.full_sum_of_squares(model_.grads()));
+    if (model_.tensor_parallel_size() == 1 && pipeline_group_ == nullptr) {
+      return clip_gradient_norm(model_.grads(), max_norm);
+    }
+    // Under tensor or pipeline parallelism each rank holds a piece of the gradient:
+    // the norm is the whole model's, replicated tensors (and wte's copy on the last
+    // stage) counted once.
+    double sum_of_squares_total = model_.full_sum_of_squares(model_.grads());
+    if (pipeline_group_ != nullptr) sum_of_squares_total = pipeline_group_->all_reduce_value(sum_of_squares_total);
+    const double norm = std::sqrt(sum_of_squares_total);
     if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) {
       scale_in_place(model_.grads().data(), static_cast<float>(max_norm / (norm + 1e-6)), model_.grads().size());
     }

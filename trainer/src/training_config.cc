@@ -1,6 +1,8 @@
 #include "dufu/trainer/training_config.h"
 
+#include <cstdlib>
 #include <limits>
+#include <string_view>
 
 #include "dufu/common/error.h"
 #include "dufu/dataprep/blended_dataset.h"
@@ -46,7 +48,9 @@ ConfigSchema training_config_schema() {
   schema.add_int("checkpoint.interval", 100, "Save a checkpoint every this many steps (0 = only at the end)")
       .add_int("checkpoint.keep", 3, "Newest checkpoints kept");
   schema.add_int("dist.tensor_parallel_size", 1, "Tensor-parallel ranks (Megatron: heads and MLP split, vocab-parallel embedding and loss)")
-      .add_int("dist.pipeline_parallel_size", 1, "Pipeline stages (only 1 so far)")
+      .add_int("dist.pipeline_parallel_size", 1, "Pipeline stages (1F1B schedule over the micro-batches of a step)")
+      .add_string("dist.pipeline_num_layers", "",
+                  "Layers per pipeline stage, e.g. \"5,7\" (empty: an even split, earlier stages one more)")
       .add_int("dist.zero_stage", 0,
                "1: shard the AdamW moments over the data-parallel ranks (ZeRO-1: reduce-scatter, update, "
                "all-gather); 0: every rank keeps them all");
@@ -142,13 +146,22 @@ TrainingOptions training_options(const Config& config) {
   options.checkpoint_keep = static_cast<int>(int_in_range(config, "checkpoint.keep", 1));
   options.tensor_parallel_size = static_cast<int>(int_in_range(config, "dist.tensor_parallel_size", 1, 4096));
   options.pipeline_parallel_size = static_cast<int>(int_in_range(config, "dist.pipeline_parallel_size", 1, 4096));
-  if (options.pipeline_parallel_size > 1) {
-    DUFU_FAIL("dist.pipeline_parallel_size = ", options.pipeline_parallel_size,
-              ": pipeline parallelism is not implemented yet; tensor and data parallelism are");
+  for (std::string_view rest = config.get_string("dist.pipeline_num_layers"); !rest.empty();) {
+    const auto comma = rest.find(',');
+    const std::string item(rest.substr(0, comma));
+    char* end = nullptr;
+    const long layers = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0') {
+      DUFU_FAIL("dist.pipeline_num_layers: '", item, "' is not a number of layers (expected e.g. \"5,7\")");
+    }
+    options.pipeline_num_layers.push_back(static_cast<int>(layers));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
   }
+  // The split is checked here so a bad one fails before any rank starts.
+  (void)pipeline_layer_split(options.model.n_layer, options.pipeline_parallel_size, options.pipeline_num_layers);
   options.zero_stage = static_cast<int>(int_in_range(config, "dist.zero_stage", 0, 1));
-  if (options.zero_stage == 1 && options.tensor_parallel_size > 1) {
-    DUFU_FAIL("dist.zero_stage = 1 with dist.tensor_parallel_size > 1 is not implemented yet");
+  if (options.zero_stage == 1 && (options.tensor_parallel_size > 1 || options.pipeline_parallel_size > 1)) {
+    DUFU_FAIL("dist.zero_stage = 1 with tensor or pipeline parallelism is not implemented yet");
   }
   options.run_dir = config.get_string("run.dir");
   if (options.run_dir.empty()) DUFU_FAIL("run.dir must not be empty");

@@ -39,6 +39,7 @@
 #include "dufu/trainer/gpt.h"
 #include "dufu/trainer/lr_schedule.h"
 #include "dufu/trainer/optimizer.h"
+#include "dufu/trainer/pipeline_schedule.h"
 #include "dufu/trainer/training_config.h"
 
 namespace dufu::trainer {
@@ -161,10 +162,13 @@ std::unique_ptr<dataprep::InfiniteDataLoader> make_loader(const std::shared_ptr<
   return std::make_unique<dataprep::InfiniteDataLoader>(dataset, std::move(sampler), loader_options, start);
 }
 
+double pipeline_forward_loss(GPT& model, Communicator& pipeline_group, std::span<const std::int32_t> tokens,
+                             std::span<const std::int32_t> targets, int B, int T);
+
 // Mean loss of the model over the first eval_batches micro-batches of the validation
 // split: the same samples at every evaluation, so the curve compares like with like.
 // Every rank evaluates the same batches (the weights are the same on every rank).
-double evaluate(GPT& model, const std::shared_ptr<const dataprep::TokenDataset>& dataset,
+double evaluate(GPT& model, Communicator& pipeline_group, const std::shared_ptr<const dataprep::TokenDataset>& dataset,
                 const TrainingOptions& options) {
   const Topology single(1, 1, 1, 0);
   auto loader = make_loader(dataset, options, single, {});
@@ -173,7 +177,7 @@ double evaluate(GPT& model, const std::shared_ptr<const dataprep::TokenDataset>&
   double sum = 0.0;
   for (int i = 0; i < options.eval_batches; ++i) {
     split_batch(loader->next(), batch);
-    sum += model.forward(batch.inputs, batch.targets, options.micro_batch, T);
+    sum += pipeline_forward_loss(model, pipeline_group, batch.inputs, batch.targets, options.micro_batch, T);
   }
   return sum / options.eval_batches;
 }
@@ -184,34 +188,84 @@ std::string format_rate(double value) {
   return text;
 }
 
+// The groups a rank trains in (FORMATS.md section 7): the other tensor-parallel
+// shards of its stage, the other data-parallel replicas of its shard, the stages of
+// its pipeline, and the first and last stage of that pipeline (the tied embedding;
+// null on middle stages).
+struct RankGroups {
+  std::unique_ptr<Communicator> tensor;
+  std::unique_ptr<Communicator> data;
+  std::unique_ptr<Communicator> pipeline;
+  std::unique_ptr<Communicator> embedding;
+};
+
+RankGroups make_rank_groups(Communicator& world, const Topology& topology) {
+  const auto c = topology.coordinates();
+  const int tp = topology.tensor_parallel_size();
+  const int dp = topology.data_parallel_size();
+  const bool holds_embedding = c.pp_rank == 0 || c.pp_rank + 1 == topology.pipeline_parallel_size();
+  RankGroups groups;
+  groups.tensor = world.split(c.pp_rank * dp + c.dp_rank, c.tp_rank, "tensor");
+  groups.data = world.split(c.pp_rank * tp + c.tp_rank, c.dp_rank, "data");
+  groups.pipeline = world.split(c.dp_rank * tp + c.tp_rank, c.pp_rank, "pipeline");
+  groups.embedding = world.split(holds_embedding ? c.dp_rank * tp + c.tp_rank : -1, c.pp_rank, "embedding");
+  return groups;
+}
+
+std::size_t stage_size(const GPTConfig& config, const PipelineStage& stage) {
+  std::size_t total = 0;
+  for (const ParamTensor& tensor : gpt_stage_layout(config, gpt_parameter_layout(config), stage)) {
+    total += tensor.size();
+  }
+  return total;
+}
+
 // Checkpoints hold the whole model in the serial layout whatever the layout of the run
 // (the model is small enough to gather on one rank on the CPU), so they load into any
 // layout: merging shards is never needed and resharding is slicing. Collective over
-// the tensor and data groups; the main rank writes. Returns the path on the main rank.
+// every group; the main rank (first stage, tensor and data rank 0) writes. Returns the
+// path on the main rank.
 std::optional<std::string> save_full_checkpoint(const std::string& run_dir, const GPT& model,
                                                 DataParallelOptimizer& optimizer, const TrainingState& state,
-                                                int keep, bool is_main) {
+                                                int keep, bool is_main, Communicator& pipeline_group,
+                                                const std::vector<int>& layer_split, bool assembles) {
   const AdamW& local_state = optimizer.full_state();  // gathered over data-parallel ranks under ZeRO-1
-  if (model.tensor_parallel_size() == 1) {
+  if (model.tensor_parallel_size() == 1 && layer_split.size() == 1) {
     if (!is_main) return std::nullopt;
     return save_checkpoint(run_dir, model, local_state, state, keep);
   }
-  const std::vector<float> params = model.gather_full_parameters();
-  const std::vector<float> m = model.gather_full(local_state.m());
-  const std::vector<float> v = model.gather_full(local_state.v());
-  if (!is_main) return std::nullopt;
+  // This stage's part of the serial layout, tensor-parallel shards gathered.
+  std::vector<std::vector<float>> parts = {model.gather_full_parameters(), model.gather_full(local_state.m()),
+                                           model.gather_full(local_state.v())};
+  if (!assembles) return std::nullopt;  // another pipeline (tp or dp rank) assembles
+  const PipelineStage& stage = model.pipeline_stage();
+  constexpr int kCheckpointTag = 200;
+  if (!stage.is_first()) {
+    for (const auto& part : parts) pipeline_group.send(part, 0, kCheckpointTag);
+    return std::nullopt;
+  }
   GPT full_model(model.config());
-  std::copy(params.begin(), params.end(), full_model.params().begin());
   AdamW full_state(full_model, local_state.options());
-  std::copy(m.begin(), m.end(), full_state.m().begin());
-  std::copy(v.begin(), v.end(), full_state.v().begin());
+  const std::vector<std::span<float>> full = {full_model.params(), full_state.m(), full_state.v()};
+  for (int s = 0; s < static_cast<int>(layer_split.size()); ++s) {
+    const PipelineStage other = pipeline_stage(layer_split, s);
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      if (s > 0) {
+        parts[i].assign(stage_size(model.config(), other), 0.0f);
+        pipeline_group.recv(parts[i], s, kCheckpointTag);
+      }
+      unstage_gpt_buffer(model.config(), other, parts[i], full[i]);
+    }
+  }
   full_state.set_step_count(local_state.step_count());
+  if (!is_main) return std::nullopt;
   return save_checkpoint(run_dir, full_model, full_state, state, keep);
 }
 
-// Loads a (serial-layout) checkpoint into this rank's shards.
+// Loads a (serial-layout) checkpoint into this rank's stage and shards.
 void load_full_checkpoint(const std::string& checkpoint, GPT& model, DataParallelOptimizer& optimizer) {
-  if (model.tensor_parallel_size() == 1) {
+  const bool whole_model = model.pipeline_stage().num_stages == 1;
+  if (model.tensor_parallel_size() == 1 && whole_model) {
     AdamW loaded = optimizer.make_full_state();
     load_checkpoint(checkpoint, model, &loaded);
     optimizer.load_full_state(loaded);
@@ -220,12 +274,38 @@ void load_full_checkpoint(const std::string& checkpoint, GPT& model, DataParalle
   GPT full_model(model.config());
   AdamW full_state(full_model, optimizer.make_full_state().options());
   load_checkpoint(checkpoint, full_model, &full_state);
-  model.load_full_parameters(full_model.params());
+  const std::size_t staged = stage_size(model.config(), model.pipeline_stage());
+  std::vector<float> part(staged);
   AdamW local_state = optimizer.make_full_state();
-  model.shard_full(full_state.m(), local_state.m());
-  model.shard_full(full_state.v(), local_state.v());
+  stage_gpt_buffer(model.config(), model.pipeline_stage(), full_model.params(), part);
+  model.load_full_parameters(part);
+  stage_gpt_buffer(model.config(), model.pipeline_stage(), full_state.m(), part);
+  model.shard_full(part, local_state.m());
+  stage_gpt_buffer(model.config(), model.pipeline_stage(), full_state.v(), part);
+  model.shard_full(part, local_state.v());
   local_state.set_step_count(full_state.step_count());
   optimizer.load_full_state(local_state);
+}
+
+// The loss of one micro-batch without backward, through the pipeline's stages; the
+// last stage's loss on every rank of the pipeline group.
+double pipeline_forward_loss(GPT& model, Communicator& pipeline_group, std::span<const std::int32_t> tokens,
+                             std::span<const std::int32_t> targets, int B, int T) {
+  const PipelineStage& stage = model.pipeline_stage();
+  if (stage.num_stages == 1) return model.forward(tokens, targets, B, T);
+  constexpr int kEvalTag = 201;
+  std::vector<float> input;
+  if (!stage.is_first()) {
+    input.resize(static_cast<std::size_t>(B) * T * model.config().d_model);
+    pipeline_group.recv(input, stage.stage - 1, kEvalTag);
+  }
+  const float loss = model.forward_stage(0, stage.is_first() ? tokens : std::span<const std::int32_t>(), input,
+                                         stage.is_last() ? targets : std::span<const std::int32_t>(), B, T,
+                                         1.0f / static_cast<float>(B * T));
+  if (!stage.is_last()) pipeline_group.send(model.stage_output(0), stage.stage + 1, kEvalTag);
+  double result = stage.is_last() ? static_cast<double>(loss) : 0.0;
+  pipeline_group.broadcast(std::span<double>(&result, 1), stage.num_stages - 1);
+  return result;
 }
 
 }  // namespace
@@ -269,16 +349,17 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
   if (options.eval_interval > 0) valid_dataset = dataprep::build_blend(options.valid_data).dataset;
   if (is_main) DUFU_LOG_INFO("train", "training data: ", train_blend.dataset->describe());
 
-  // This rank's groups: the ranks holding the other shards of its tensors (same dp and
-  // pp coordinates), and the ranks holding the same shards (same tp and pp).
   const auto coordinates = topology.coordinates();
   const int tp = topology.tensor_parallel_size();
-  const std::unique_ptr<Communicator> tensor_group =
-      world->split(coordinates.pp_rank * dp + coordinates.dp_rank, coordinates.tp_rank, "tensor");
-  const std::unique_ptr<Communicator> data_group =
-      world->split(coordinates.pp_rank * tp + coordinates.tp_rank, coordinates.dp_rank, "data");
-  GPT model(options.model, tp > 1 ? tensor_group.get() : nullptr);
-  DataParallelOptimizer optimizer(model, options.adamw, *data_group, options.zero_stage == 1);
+  const int pp = topology.pipeline_parallel_size();
+  const RankGroups groups = make_rank_groups(*world, topology);
+  const std::unique_ptr<Communicator>& tensor_group = groups.tensor;
+  const std::unique_ptr<Communicator>& data_group = groups.data;
+  const std::vector<int> layer_split =
+      pipeline_layer_split(options.model.n_layer, pp, options.pipeline_num_layers);
+  GPT model(options.model, tp > 1 ? tensor_group.get() : nullptr,
+            pp > 1 ? pipeline_stage(layer_split, coordinates.pp_rank) : PipelineStage{});
+  DataParallelOptimizer optimizer(model, options.adamw, *data_group, options.zero_stage == 1, groups.pipeline.get());
   TrainingState state;
   state.init_seed = options.init_seed;
   state.data_seed = options.train_data.seed;
@@ -307,14 +388,27 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
     // The loader position counts this rank's samples: it carries over to a run with
     // the same number of data-parallel ranks only.
     const dataprep::LoaderState saved_loader = dataprep::parse_loader_state(saved.train_loader_state);
+    // The loader position counts this rank's samples. Megatron's global order does not
+    // depend on the data-parallel size, so within the first epoch the position under
+    // another size follows from the consumed samples; past it the epochs' dropped
+    // tails differ, and only the same size continues exactly.
     const std::uint64_t micro = static_cast<std::uint64_t>(options.micro_batch);
     const std::uint64_t rank_epoch = train_blend.dataset->size() / (micro * dp) * micro;
-    if (saved_loader.next.epoch * rank_epoch + saved_loader.next.position != saved.consumed_samples / dp) {
-      DUFU_FAIL(*checkpoint, ": its loader position does not match ", saved.consumed_samples,
-                " consumed samples over ", dp, " data-parallel ranks: it was trained with another layout or "
-                "data size, and resuming under a different layout is not supported yet");
+    const std::uint64_t per_rank = saved.consumed_samples / static_cast<std::uint64_t>(dp);
+    if (saved_loader.next.epoch * rank_epoch + saved_loader.next.position == per_rank) {
+      loader_start = saved_loader;
+    } else if (saved_loader.next.epoch == 0 && per_rank < rank_epoch) {
+      loader_start.next = {0, per_rank};
+      loader_start.batches_served = per_rank / micro;
+      if (is_main) {
+        DUFU_LOG_INFO("train", "the data-parallel size changed: continuing after ", saved.consumed_samples,
+                      " consumed samples (", per_rank, " per rank)");
+      }
+    } else {
+      DUFU_FAIL(*checkpoint, ": its loader is past the first epoch of a run with another data-parallel size or "
+                "data size, where the order cannot be carried over; resume with the data-parallel size it was "
+                "trained with");
     }
-    loader_start = saved_loader;
     if (is_main) DUFU_LOG_INFO("train", "resuming from ", *checkpoint, " at step ", state.step);
   } else {
     model.init_gpt2(options.init_seed);
@@ -356,12 +450,14 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
 
   StopSignals stop_signals;
   ModelBatch batch;
+  std::vector<ModelBatch> step_batches(pp > 1 ? static_cast<std::size_t>(accumulation) : 0);
   const float dloss_scale =
       1.0f / static_cast<float>(static_cast<double>(options.micro_batch) * T * accumulation * dp);
   auto save = [&]() {
     state.train_loader_state = loader->state().to_string();
     const std::optional<std::string> path =
-        save_full_checkpoint(options.run_dir, model, optimizer, state, options.checkpoint_keep, is_main);
+        save_full_checkpoint(options.run_dir, model, optimizer, state, options.checkpoint_keep, is_main,
+                             *groups.pipeline, layer_split, coordinates.tp_rank == 0 && coordinates.dp_rank == 0);
     if (path) {
       std::printf("checkpoint: %s\n", path->c_str());
       std::fflush(stdout);
@@ -370,15 +466,29 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
 
   while (state.step < options.steps) {
     const auto start = Clock::now();
-    world->reset_traffic();
-    data_group->reset_traffic();
-    tensor_group->reset_traffic();
+    for (Communicator* group : {world.get(), data_group.get(), tensor_group.get(), groups.pipeline.get(),
+                                groups.embedding.get()}) {
+      if (group != nullptr) group->reset_traffic();
+    }
     model.zero_grad();
     double loss_sum = 0.0;
-    for (int micro = 0; micro < accumulation; ++micro) {
-      split_batch(loader->next(), batch);
-      loss_sum += model.forward(batch.inputs, batch.targets, options.micro_batch, T, dloss_scale);
-      model.backward();
+    if (pp == 1) {
+      for (int micro = 0; micro < accumulation; ++micro) {
+        split_batch(loader->next(), batch);
+        loss_sum += model.forward(batch.inputs, batch.targets, options.micro_batch, T, dloss_scale);
+        model.backward();
+      }
+    } else {
+      // Every stage of a pipeline reads the same batches (same data-parallel rank);
+      // the first uses the tokens, the last the targets.
+      std::vector<PipelineMicroBatch> views;
+      for (int micro = 0; micro < accumulation; ++micro) {
+        split_batch(loader->next(), step_batches[static_cast<std::size_t>(micro)]);
+        views.push_back({step_batches[static_cast<std::size_t>(micro)].inputs,
+                         step_batches[static_cast<std::size_t>(micro)].targets});
+      }
+      loss_sum = pipeline_train_step(model, *groups.pipeline, groups.embedding.get(), views, options.micro_batch, T,
+                                     dloss_scale);
     }
     if (dp > 1) loss_sum = data_group->all_reduce_value(loss_sum, ReduceOp::kSum);
     const double loss = loss_sum / (accumulation * dp);
@@ -404,7 +514,9 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     std::uint64_t comm_bytes = 0;
     double comm_seconds = 0.0;
-    for (const Communicator* group : {world.get(), data_group.get(), tensor_group.get()}) {
+    for (const Communicator* group :
+         {world.get(), data_group.get(), tensor_group.get(), groups.pipeline.get(), groups.embedding.get()}) {
+      if (group == nullptr) continue;
       comm_bytes += group->traffic().total_bytes();
       comm_seconds += group->traffic().seconds;
     }
@@ -448,7 +560,7 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
     }
 
     if (valid_dataset && (state.step % options.eval_interval == 0 || state.step == options.steps)) {
-      const double val_loss = evaluate(model, valid_dataset, options);
+      const double val_loss = evaluate(model, *groups.pipeline, valid_dataset, options);
       if (is_main) {
         JsonWriter eval_record;
         eval_record.begin_object()

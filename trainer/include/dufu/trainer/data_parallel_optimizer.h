@@ -21,8 +21,11 @@ namespace dufu::trainer {
 
 class DataParallelOptimizer {
  public:
-  // `data_group` must outlive this object.
-  DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group, bool shard_optimizer_state);
+  // `data_group` (and `pipeline_group`, the model's pipeline stages, or nullptr for
+  // one stage) must outlive this object. The gradient norm is the whole model's:
+  // summed over tensor-parallel shards (GPT::full_sum_of_squares) and stages.
+  DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group, bool shard_optimizer_state,
+                        Communicator* pipeline_group = nullptr);
 
   // Sums model.grads() over the data-parallel ranks (under ZeRO-1 only this rank's
   // shard ends up summed), and clips the global gradient norm to max_norm (0 = no
@@ -46,6 +49,7 @@ class DataParallelOptimizer {
   GPT& model_;
   AdamWOptions options_;
   Communicator& group_;
+  Communicator* pipeline_group_;
   bool sharded_;
   std::size_t shard_size_ = 0;  // elements per rank, the parameters padded to a multiple of dp
   AdamW optimizer_;             // full, or this rank's shard

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dufu/common/config.h"
 #include "dufu/dataprep/blend_builder.h"
@@ -49,6 +50,7 @@ struct TrainingOptions {
   // The layout over the launcher's ranks: data parallel = world / (tp x pp).
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
+  std::vector<int> pipeline_num_layers;  // layers per stage; empty = an even split
   int zero_stage = 0;  // 1: AdamW moments sharded over the data-parallel ranks
 
   std::string run_dir;
