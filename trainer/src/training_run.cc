@@ -334,7 +334,6 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
     run_lock = FileLock::try_lock((fs::path(options.run_dir) / ".lock").string());
     if (!run_lock) DUFU_FAIL("run.dir ", options.run_dir, " is in use by another training process");
     std::printf("# effective configuration\n%s\n", config.to_toml().c_str());
-    std::printf("layout: %s\n", topology.describe().c_str());
     std::fflush(stdout);
     AtomicFile saved((fs::path(options.run_dir) / "config.toml").string());
     const std::string toml = config.to_toml();
@@ -357,6 +356,23 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
   const std::unique_ptr<Communicator>& data_group = groups.data;
   const std::vector<int> layer_split =
       pipeline_layer_split(options.model.n_layer, pp, options.pipeline_num_layers);
+  if (is_main) {
+    // Which rank holds which layers and shards, once, from rank 0 (it knows the whole
+    // layout, so no rank needs to report).
+    std::printf("layout: %s\n", topology.describe().c_str());
+    const int local_vocab = options.model.padded_vocab_size(tp) / tp;
+    for (int rank = 0; rank < topology.world_size(); ++rank) {
+      const auto c = topology.coordinates_of(rank);
+      const PipelineStage stage = pipeline_stage(layer_split, c.pp_rank);
+      const int last_layer = stage.first_layer + layer_split[static_cast<std::size_t>(c.pp_rank)] - 1;
+      std::printf("  rank %d: tp %d, dp %d, pp %d | layers %d-%d%s%s | heads %d-%d | vocab rows %d-%d\n", rank,
+                  c.tp_rank, c.dp_rank, c.pp_rank, stage.first_layer, last_layer,
+                  stage.is_first() ? " + embeddings" : "", stage.is_last() ? " + ln_f, head" : "",
+                  c.tp_rank * options.model.n_head / tp, (c.tp_rank + 1) * options.model.n_head / tp - 1,
+                  c.tp_rank * local_vocab, (c.tp_rank + 1) * local_vocab - 1);
+    }
+    std::fflush(stdout);
+  }
   GPT model(options.model, tp > 1 ? tensor_group.get() : nullptr,
             pp > 1 ? pipeline_stage(layer_split, coordinates.pp_rank) : PipelineStage{});
   DataParallelOptimizer optimizer(model, options.adamw, *data_group, options.zero_stage == 1, groups.pipeline.get());
@@ -438,7 +454,8 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
   const double tokens_per_step = static_cast<double>(options.global_batch) * T;
   if (is_main) {
     std::printf("model: %s parameters, %d layers, d_model %d, %d heads, vocab %d (padded %d), seq %d\n",
-                human_count(static_cast<double>(model.num_parameters())).c_str(), options.model.n_layer,
+                human_count(static_cast<double>(stage_size(options.model, PipelineStage{}))).c_str(),
+                options.model.n_layer,
                 options.model.d_model, options.model.n_head, options.model.vocab_size,
                 options.model.padded_vocab_size(), T);
     std::printf("batch: %d x %d x %d samples (micro-batch x accumulation x data-parallel) = %.0f tokens per step; "
