@@ -1,0 +1,198 @@
+// Training throughput of dufu's CPU trainer on one GPT shape: a real training step
+// (forward with targets, backward, gradient clipping at 1.0, AdamW, zero_grad) on a
+// random batch, warmup steps then timed steps, reported as tokens/s, ms/step and
+// model FLOP utilization (MFU) against OpenBLAS sgemm's rate measured in the same
+// process just before the timed steps. benchmarks/reference/torch_train_benchmark.py
+// runs the same step in PyTorch; benchmarks/train_benchmark.sh runs both and compares.
+//
+// The batch is the same every step (tokens [B, T+1] drawn once: inputs are the first
+// T, targets the last T), so the loss must fall: the program checks that the first
+// loss is close to ln(vocab) (what GPT-2's initialisation gives) and that the loss
+// after the last step is lower, i.e. the step really trains, before it reports.
+//
+// Threads: OpenMP's (OMP_NUM_THREADS). The last line is machine-readable:
+//   train_benchmark impl=dufu ... tokens_per_s=X ms_per_step=Y mfu=Z ...
+#include <omp.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "dufu/common/error.h"
+#include "dufu/trainer/flops.h"
+#include "dufu/trainer/gpt.h"
+#include "dufu/trainer/optimizer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using dufu::trainer::AdamW;
+using dufu::trainer::AdamWOptions;
+using dufu::trainer::GPT;
+using dufu::trainer::GPTConfig;
+
+struct Options {
+  GPTConfig config;
+  int seq = 256;
+  int micro_batch = 8;
+  int steps = 10;
+  int warmup = 2;
+  float lr = 1e-4f;
+  std::uint32_t seed = 1337;
+  double sgemm_seconds = 1.0;
+};
+
+// Seconds spent in each part of the step, summed over the timed steps.
+struct PhaseTimes {
+  double forward = 0, backward = 0, clip = 0, adamw = 0, zero_grad = 0;
+  double total() const { return forward + backward + clip + adamw + zero_grad; }
+};
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+int run(const Options& options) {
+  GPTConfig config = options.config;
+  config.seq_length = options.seq;
+  config.validate();
+  const int B = options.micro_batch;
+  const int T = options.seq;
+  const int threads = omp_get_max_threads();
+
+  GPT model(config);
+  model.init_gpt2(options.seed);
+  AdamW optimizer(model, AdamWOptions{});  // GPT-2's betas (0.9, 0.95), eps 1e-8, decay 0.1 on matrices
+
+  std::mt19937 rng(options.seed);
+  std::uniform_int_distribution<std::int32_t> token(0, config.vocab_size - 1);
+  std::vector<std::int32_t> tokens, targets;
+  for (int b = 0; b < B; ++b) {
+    std::int32_t current = token(rng);
+    for (int t = 0; t < T; ++t) {
+      const std::int32_t next = token(rng);
+      tokens.push_back(current);
+      targets.push_back(next);
+      current = next;
+    }
+  }
+
+  std::vector<float> losses;
+  PhaseTimes phases;
+  double grad_norm = 0;
+  auto step = [&](PhaseTimes* times) {
+    auto t0 = Clock::now();
+    const float loss = model.forward(tokens, targets, B, T);
+    auto t1 = Clock::now();
+    model.backward();
+    auto t2 = Clock::now();
+    grad_norm = dufu::trainer::clip_gradient_norm(model.grads(), 1.0);
+    auto t3 = Clock::now();
+    optimizer.step(model.params(), model.grads(), options.lr);
+    auto t4 = Clock::now();
+    model.zero_grad();
+    auto t5 = Clock::now();
+    losses.push_back(loss);
+    if (times != nullptr) {
+      using D = std::chrono::duration<double>;
+      times->forward += D(t1 - t0).count();
+      times->backward += D(t2 - t1).count();
+      times->clip += D(t3 - t2).count();
+      times->adamw += D(t4 - t3).count();
+      times->zero_grad += D(t5 - t4).count();
+    }
+  };
+
+  const auto warmup_start = Clock::now();
+  for (int i = 0; i < options.warmup; ++i) step(nullptr);
+  const double warmup_seconds = seconds_since(warmup_start);
+
+  // The peak right before the timed steps, so both see the same machine state.
+  const double peak = dufu::trainer::measure_sgemm_peak_flops(options.sgemm_seconds);
+
+  const auto start = Clock::now();
+  for (int i = 0; i < options.steps; ++i) step(&phases);
+  const double seconds = seconds_since(start);
+  // One more forward gives the loss after the last update.
+  const float final_loss = model.forward(tokens, targets, B, T);
+
+  // Correctness before the figures: the step must train.
+  const double expected_first = std::log(static_cast<double>(config.vocab_size));
+  if (!std::isfinite(losses.front()) || std::abs(losses.front() - expected_first) > 0.5) {
+    DUFU_FAIL("first loss ", losses.front(), " is not close to ln(vocab) = ", expected_first,
+              "; HINT: the model or its initialisation is broken (run the trainer tests)");
+  }
+  if (!std::isfinite(final_loss) || !(final_loss < losses.front())) {
+    DUFU_FAIL("loss did not fall on a repeated batch: ", losses.front(), " -> ", final_loss,
+              "; HINT: the backward or the optimizer is broken (run the trainer tests)");
+  }
+
+  const double tokens_per_step = static_cast<double>(B) * T;
+  const double tokens_per_s = tokens_per_step * options.steps / seconds;
+  const double ms_per_step = 1e3 * seconds / options.steps;
+  const double flops_per_token = dufu::trainer::gpt_training_flops_per_token(config, T);
+  const double mfu = flops_per_token * tokens_per_s / peak;
+
+  std::printf("dufu train step: n_layer %d, d_model %d, n_head %d, vocab %d (padded %d), %zu parameters\n",
+              config.n_layer, config.d_model, config.n_head, config.vocab_size, config.padded_vocab_size(),
+              model.num_parameters());
+  std::printf("  batch %d x %d = %.0f tokens/step, %d threads, %d warmup steps (%.2f s), %d timed steps (%.2f s)\n", B,
+              T, tokens_per_step, threads, options.warmup, warmup_seconds, options.steps, seconds);
+  std::printf("  loss %.4f (ln V = %.4f) -> %.4f after %zu steps; last gradient norm %.3f\n", losses.front(),
+              expected_first, final_loss, losses.size(), grad_norm);
+  const double n = options.steps;
+  std::printf("  ms/step: forward %.1f, backward %.1f, clip %.1f, adamw %.1f, zero_grad %.1f, total %.1f\n",
+              1e3 * phases.forward / n, 1e3 * phases.backward / n, 1e3 * phases.clip / n, 1e3 * phases.adamw / n,
+              1e3 * phases.zero_grad / n, 1e3 * phases.total() / n);
+  std::printf("  %.1f tokens/s; %.3f GFLOP/token -> %.2f GFLOP/s; sgemm peak %.2f GFLOP/s; MFU %.3f\n", tokens_per_s,
+              flops_per_token / 1e9, flops_per_token * tokens_per_s / 1e9, peak / 1e9, mfu);
+  std::printf(
+      "train_benchmark impl=dufu n_layer=%d d_model=%d n_head=%d vocab=%d seq=%d micro_batch=%d threads=%d "
+      "warmup=%d steps=%d seconds=%.3f tokens_per_s=%.2f ms_per_step=%.1f forward_ms=%.1f backward_ms=%.1f "
+      "clip_ms=%.1f adamw_ms=%.1f zero_grad_ms=%.1f flops_per_token=%.6g sgemm_gflops=%.2f mfu=%.4f "
+      "loss_first=%.4f loss_final=%.4f\n",
+      config.n_layer, config.d_model, config.n_head, config.vocab_size, T, B, threads, options.warmup, options.steps,
+      seconds, tokens_per_s, ms_per_step, 1e3 * phases.forward / n, 1e3 * phases.backward / n, 1e3 * phases.clip / n,
+      1e3 * phases.adamw / n, 1e3 * phases.zero_grad / n, flops_per_token, peak / 1e9, mfu, losses.front(),
+      final_loss);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"dufu training throughput (tokens/s, MFU) on one GPT shape"};
+  Options options;
+  app.add_option("--n-layer", options.config.n_layer, "Transformer blocks")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--d-model", options.config.d_model, "Channels")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--n-head", options.config.n_head, "Attention heads")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--vocab", options.config.vocab_size, "Vocabulary size (padded to a multiple of 128 inside)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--seq", options.seq, "Positions per sequence (T)")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--micro-batch", options.micro_batch, "Sequences per step (B)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--steps", options.steps, "Timed steps")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--warmup", options.warmup, "Untimed steps first")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--lr", options.lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--seed", options.seed, "Weights and tokens")->capture_default_str();
+  app.add_option("--sgemm-seconds", options.sgemm_seconds, "How long to measure the sgemm peak")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(options);
+  } catch (const dufu::Error& error) {
+    std::fprintf(stderr, "train_benchmark: %s\n", error.what());
+    return 1;
+  }
+}
