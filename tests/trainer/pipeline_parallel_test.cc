@@ -29,6 +29,7 @@
 #include "dufu/trainer/kernels.h"
 #include "dufu/trainer/optimizer.h"
 #include "dufu/trainer/pipeline_schedule.h"
+#include "support/float_compare.h"
 #include "support/expect_error.h"
 
 namespace dufu::trainer {
@@ -80,25 +81,9 @@ Batch make_batch(std::uint32_t seed) {
   return batch;
 }
 
-double relative_error(double got, double want) { return std::fabs(got - want) / std::max(std::fabs(want), 1e-30); }
-
-// max |got - want| / max |want|; infinity for a NaN or a size mismatch.
-double scaled_error(std::span<const float> got, std::span<const float> want) {
-  if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
-  double scale = 0.0;
-  double error = 0.0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
-    const double difference = std::fabs(static_cast<double>(got[i]) - static_cast<double>(want[i]));
-    if (std::isnan(difference)) return std::numeric_limits<double>::infinity();
-    error = std::max(error, difference);
-  }
-  return error / std::max(scale, 1e-30);
-}
-
-bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using dufu::testing::bitwise_equal;
+using dufu::testing::relative_error;
+using dufu::testing::scaled_error;
 
 template <typename... Args>
 void report(const char* format, Args... args) {
