@@ -92,7 +92,8 @@ run_one() {
   echo "$line others=$(others_cores "$b0" "$t0" "$(own_cpu "$out/time")")"
 }
 
-echo "== $(nproc) cores, OMP_NUM_THREADS=$threads, $rounds rounds per config; $(uptime | sed 's/.*\(load average\)/\1/')"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "== $(nproc) cores, OMP_NUM_THREADS=$threads, $rounds rounds per config; load average $load_before"
 rows=()
 for config in "${configs[@]}"; do
   read -r name n_layer d_model n_head vocab seq micro_batch warmup steps <<<"$config"
@@ -122,7 +123,7 @@ done
 # --- report ----------------------------------------------------------------------
 echo
 echo "training throughput: dufu vs torch $("$python" -c 'import torch; print(torch.__version__)'), fp32," \
-  "$threads threads, best of $rounds interleaved rounds; load after: $(uptime | sed 's/.*load average: //')"
+  "$threads threads, best of $rounds interleaved rounds; load average before the runs: $load_before"
 printf '%s\n' "${rows[@]}" | awk -v goal="$goal_ratio" '
   BEGIN {
     printf "%-10s %3s %4s %4s %3s %10s %11s %6s %8s %8s %6s %7s %6s  %s\n", "config", "L", "C", "T", "B",

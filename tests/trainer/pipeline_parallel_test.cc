@@ -29,8 +29,8 @@
 #include "dufu/trainer/kernels.h"
 #include "dufu/trainer/optimizer.h"
 #include "dufu/trainer/pipeline_schedule.h"
-#include "support/float_compare.h"
 #include "support/expect_error.h"
+#include "support/float_compare.h"
 
 namespace dufu::trainer {
 namespace {

@@ -28,8 +28,8 @@
 #include "dufu/trainer/gpt.h"
 #include "dufu/trainer/kernels.h"
 #include "dufu/trainer/optimizer.h"
-#include "support/float_compare.h"
 #include "support/expect_error.h"
+#include "support/float_compare.h"
 
 namespace dufu::trainer {
 namespace {
