@@ -51,32 +51,23 @@ model="model.n_layer=4 model.n_head=4 model.d_model=256 model.vocab_size=8000 mo
 common="$model data.blend=$work/fortunes data.cache_dir=$work/index-cache train.micro_batch=2 train.global_batch=8
   train.steps=6 train.threads=1 optim.warmup_steps=1 eval.interval=0 checkpoint.interval=0 run.log_interval=100"
 
-printf '\n%-34s %14s %14s %8s %10s\n' layout "bytes/step/rank" "analytic" ratio "comm time"
-for ranks in 2 4; do
-  for zero in 0 1; do
-    run=$work/run-dp$ranks-zero$zero
-    rm -rf "$run"
-    # shellcheck disable=SC2086
-    "${mpirun[@]}" -np "$ranks" "$train" $common dist.zero_stage=$zero run.dir="$run" >"$run.log" 2>&1 ||
-      { cat "$run.log"; fail "the dp=$ranks zero=$zero run failed"; }
-    "$python" - "$run/metrics.jsonl" "$ranks" "$zero" "$train" <<'EOF'
-import json, math, subprocess, sys
-metrics, ranks, zero = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-records = [json.loads(line) for line in open(metrics) if '"type":"train"' in line]
-steps = records[1:]  # the first step also warms caches and threads
-measured = sum(r["comm_bytes"] for r in steps) / len(steps)
-share = sum(r["comm_seconds"] / (r["ms_per_step"] / 1e3) for r in steps) / len(steps)
-# Parameters of the model: C=256, L=4, vocab 8000 padded to 8064, seq 128.
-C, L, V, T = 256, 4, 8064, 128
-n = V * C + T * C + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C) + 2 * C
-analytic = 2 * (ranks - 1) / ranks * 4 * n
-layout = f"dp {ranks}, {'ZeRO-1' if zero else 'replicated'} ({n/1e6:.2f}M params)"
-print(f"{layout:<34} {measured:>14,.0f} {analytic:>14,.0f} {measured/analytic:>8.4f} {100*share:>9.1f}%")
-EOF
-  done
+printf '\n%-30s %14s %14s %8s %10s\n' "layout (dp, tp, pp)" "bytes/step" "analytic" ratio "comm time"
+# dp tp pp zero
+for layout in "2 1 1 0" "4 1 1 0" "2 1 1 1" "4 1 1 1" "1 2 1 0" "1 1 2 0" "1 1 4 0" "2 2 1 0" "2 1 2 0" \
+              "1 2 2 0" "2 2 2 0"; do
+  read -r dp tp pp zero <<<"$layout"
+  ranks=$((dp * tp * pp))
+  run=$work/run-dp$dp-tp$tp-pp$pp-zero$zero
+  rm -rf "$run"
+  # shellcheck disable=SC2086
+  "${mpirun[@]}" -np "$ranks" "$train" $common dist.zero_stage=$zero dist.tensor_parallel_size=$tp \
+    dist.pipeline_parallel_size=$pp run.dir="$run" >"$run.log" 2>&1 ||
+    { cat "$run.log"; fail "the layout ($dp, $tp, $pp) zero=$zero run failed"; }
+  "$python" "$root/benchmarks/comm_volume_analytic.py" "$run/metrics.jsonl" "$dp" "$tp" "$pp" "$zero"
 done
 echo
-echo "bytes/step/rank: payload this rank sends per step, as dufu's communicator counts it (gradients or"
-echo "shards, plus the 8-byte loss sum, and ZeRO-1's 8-byte sum of squares and padding to a multiple of dp);"
-echo "analytic: 2(dp-1)/dp x 4 bytes x parameters. comm time: share of the step inside communication"
-echo "(waiting for slower ranks included; ranks beyond the cores are oversubscribed here)."
+echo "bytes/step: payload rank 0 (tp 0, dp 0, first stage) sends per step, as dufu's communicator counts"
+echo "it; analytic: Megatron's volume for the same rank (benchmarks/comm_volume_analytic.py). dufu's excess:"
+echo "the loss and norm scalars, the vocab-parallel cross-entropy's per-row max and sums (tp), ZeRO-1's"
+echo "padding, the loss broadcast (pp). comm time: share of the step inside communication (waiting for"
+echo "slower ranks included; ranks beyond the cores are oversubscribed here)."
