@@ -103,7 +103,8 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
   for (const Layout& layout :
        {Layout{2, 1, 1, 0, ""}, Layout{1, 2, 1, 0, ""}, Layout{1, 1, 2, 0, ""}, Layout{1, 1, 4, 0, ""},
         Layout{2, 2, 1, 0, ""}, Layout{2, 1, 2, 0, ""}, Layout{1, 2, 2, 0, ""}, Layout{2, 2, 2, 0, ""},
-        Layout{4, 1, 1, 0, ""}, Layout{2, 1, 1, 1, ""}, Layout{4, 1, 1, 1, ""},
+        Layout{4, 1, 1, 0, ""}, Layout{2, 1, 1, 1, ""}, Layout{4, 1, 1, 1, ""}, Layout{2, 2, 1, 1, ""},
+        Layout{2, 1, 2, 1, ""}, Layout{2, 2, 2, 1, ""},
         Layout{1, 1, 2, 0, " dist.pipeline_num_layers=1,3"}}) {
     const auto [dp, tp, pp, zero_stage, extra] = layout;
     const int ranks = dp * tp * pp;

@@ -25,11 +25,13 @@ AdamW make_optimizer(const GPT& model, AdamWOptions options, const Communicator&
 }  // namespace
 
 DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group,
-                                             bool shard_optimizer_state, Communicator* pipeline_group)
+                                             bool shard_optimizer_state, Communicator* pipeline_group,
+                                             Communicator* tensor_group)
     : model_(model),
       options_(options),
       group_(data_group),
       pipeline_group_(pipeline_group != nullptr && pipeline_group->size() > 1 ? pipeline_group : nullptr),
+      tensor_group_(tensor_group != nullptr && tensor_group->size() > 1 ? tensor_group : nullptr),
       sharded_(shard_optimizer_state && data_group.size() > 1),
       optimizer_(make_optimizer(model, options, data_group, sharded_)) {
   if (sharded_) {
@@ -60,12 +62,36 @@ double DataParallelOptimizer::reduce_gradients_and_clip(double max_norm) {
   const auto grads = model_.grads();
   std::copy(grads.begin(), grads.end(), padded_.begin());  // the tail past the parameters stays 0
   group_.reduce_scatter(padded_, grad_shard_);
-  // The norm from every rank's shard: partial sums of squares, summed in rank order.
-  const double norm = std::sqrt(group_.all_reduce_value(sum_of_squares(grad_shard_.data(), grad_shard_.size())));
+  const double norm = std::sqrt(sharded_sum_of_squares());
   if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) {
     scale_in_place(grad_shard_.data(), static_cast<float>(max_norm / (norm + 1e-6)), grad_shard_.size());
   }
   return norm;
+}
+
+double DataParallelOptimizer::sharded_sum_of_squares() {
+  // The norm from every data-parallel rank's shard: partial sums, summed in rank order.
+  if (tensor_group_ == nullptr && pipeline_group_ == nullptr) {
+    return group_.all_reduce_value(sum_of_squares(grad_shard_.data(), grad_shard_.size()));
+  }
+  // With tensor or pipeline parallelism the shard is of this rank's piece of the
+  // model: tensors replicated over the tensor group are counted on one rank's worth
+  // (every tensor rank holds the same), split ones summed over it, and the last
+  // stage's copy of wte left out (the first stage counts it), as GPT::full_sum_of_squares.
+  const std::size_t begin = optimizer_.shard_begin();
+  const std::size_t end = begin + optimizer_.num_parameters();
+  double sums[2] = {0.0, 0.0};  // replicated, split
+  for (const ParamTensor& tensor : model_.parameter_tensors()) {
+    if (model_.pipeline_stage().holds_wte_copy() && tensor.name == "wte.weight") continue;
+    const std::size_t low = std::max(tensor.offset, begin);
+    const std::size_t high = std::min(tensor.offset + tensor.size(), end);
+    if (low >= high) continue;
+    sums[tensor.split == TensorSplit::kReplicated ? 0 : 1] += sum_of_squares(grad_shard_.data() + (low - begin), high - low);
+  }
+  group_.all_reduce(std::span<double>(sums, 2));
+  double total = sums[0] + (tensor_group_ != nullptr ? tensor_group_->all_reduce_value(sums[1]) : sums[1]);
+  if (pipeline_group_ != nullptr) total = pipeline_group_->all_reduce_value(total);
+  return total;
 }
 
 void DataParallelOptimizer::step(float lr) {

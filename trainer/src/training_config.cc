@@ -160,9 +160,6 @@ TrainingOptions training_options(const Config& config) {
   // The split is checked here so a bad one fails before any rank starts.
   (void)pipeline_layer_split(options.model.n_layer, options.pipeline_parallel_size, options.pipeline_num_layers);
   options.zero_stage = static_cast<int>(int_in_range(config, "dist.zero_stage", 0, 1));
-  if (options.zero_stage == 1 && (options.tensor_parallel_size > 1 || options.pipeline_parallel_size > 1)) {
-    DUFU_FAIL("dist.zero_stage = 1 with tensor or pipeline parallelism is not implemented yet");
-  }
   options.run_dir = config.get_string("run.dir");
   if (options.run_dir.empty()) DUFU_FAIL("run.dir must not be empty");
   options.log_interval = int_in_range(config, "run.log_interval", 1, std::numeric_limits<std::int64_t>::max());

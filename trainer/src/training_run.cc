@@ -375,7 +375,8 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
   }
   GPT model(options.model, tp > 1 ? tensor_group.get() : nullptr,
             pp > 1 ? pipeline_stage(layer_split, coordinates.pp_rank) : PipelineStage{});
-  DataParallelOptimizer optimizer(model, options.adamw, *data_group, options.zero_stage == 1, groups.pipeline.get());
+  DataParallelOptimizer optimizer(model, options.adamw, *data_group, options.zero_stage == 1, groups.pipeline.get(),
+                                  tensor_group.get());
   TrainingState state;
   state.init_seed = options.init_seed;
   state.data_seed = options.train_data.seed;

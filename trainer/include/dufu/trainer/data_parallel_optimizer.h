@@ -21,11 +21,12 @@ namespace dufu::trainer {
 
 class DataParallelOptimizer {
  public:
-  // `data_group` (and `pipeline_group`, the model's pipeline stages, or nullptr for
-  // one stage) must outlive this object. The gradient norm is the whole model's:
+  // `data_group` (and `pipeline_group`, the model's pipeline stages, and
+  // `tensor_group`, its tensor-parallel ranks, or nullptr for one) must outlive this
+  // object. The gradient norm is the whole model's:
   // summed over tensor-parallel shards (GPT::full_sum_of_squares) and stages.
   DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group, bool shard_optimizer_state,
-                        Communicator* pipeline_group = nullptr);
+                        Communicator* pipeline_group = nullptr, Communicator* tensor_group = nullptr);
 
   // Sums model.grads() over the data-parallel ranks (under ZeRO-1 only this rank's
   // shard ends up summed), and clips the global gradient norm to max_norm (0 = no
@@ -46,10 +47,14 @@ class DataParallelOptimizer {
   bool sharded() const { return sharded_; }
 
  private:
+  // ZeRO-1: the squared norm of the whole model's gradient from the reduced shards.
+  double sharded_sum_of_squares();
+
   GPT& model_;
   AdamWOptions options_;
   Communicator& group_;
   Communicator* pipeline_group_;
+  Communicator* tensor_group_;
   bool sharded_;
   std::size_t shard_size_ = 0;  // elements per rank, the parameters padded to a multiple of dp
   AdamW optimizer_;             // full, or this rank's shard
