@@ -30,14 +30,14 @@
 #include "dufu/trainer/optimizer.h"
 #include "support/expect_error.h"
 #include "support/float_compare.h"
+#include "support/mpi_world.h"
 
 namespace dufu::trainer {
 namespace {
 
 using dufu::testing::expect_error;
 
-Communicator* g_world = nullptr;  // set by main
-Communicator& world() { return *g_world; }
+Communicator& world() { return dufu::testing::mpi_world(); }
 
 constexpr int kB = 2;
 constexpr int kT = 16;
@@ -491,22 +491,3 @@ TEST(TensorParallelGPTErrors, HeadsMustSplitEvenly) {
 }  // namespace
 }  // namespace dufu::trainer
 
-int main(int argc, char** argv) {
-  // Under mpirun only rank 0 reports every test; the others report failures. The flag
-  // must be set before InitGoogleTest, which picks the printer.
-  if (dufu::detect_launch_environment().rank != 0) GTEST_FLAG_SET(brief, true);
-  ::testing::InitGoogleTest(&argc, argv);
-  std::unique_ptr<dufu::Communicator> world;
-  try {
-    world = dufu::make_communicator();
-  } catch (const dufu::Error& error) {
-    std::fprintf(stderr, "error: %s\n", error.what());
-    return 1;
-  }
-  dufu::trainer::g_world = world.get();
-  const int local_failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  // Every rank exits with the same status, so mpirun reports any rank's failure.
-  const int failed = world->all_reduce_value(local_failed, dufu::ReduceOp::kMax);
-  dufu::trainer::g_world = nullptr;
-  return failed;
-}
