@@ -161,7 +161,7 @@ TEST_F(CheckpointTest, RoundTripIsBitwise) {
   EXPECT_EQ(list_dir(run_dir() + "/checkpoints"), (std::set<std::string>{"step_00000003"}));
   EXPECT_EQ(read_all(dir + "/config.toml"), state.config_toml);
   const std::string json = read_all(dir + "/state.json");
-  EXPECT_EQ(json.rfind("{\"format\":\"dufu-checkpoint\",\"version\":1,\"step\":3,", 0), 0u) << json;
+  EXPECT_EQ(json.rfind("{\"format\":\"dufu-checkpoint\",\"version\":2,\"step\":3,", 0), 0u) << json;
   EXPECT_EQ(std::count(json.begin(), json.end(), '\n'), 1) << "one line of compact JSON";
 
   EXPECT_TRUE(read_checkpoint_state(dir) == state);
@@ -415,12 +415,24 @@ TEST_F(CheckpointTest, MissingOrGarbledStateIsRefused) {
       {"\"model\":{", "\"model\":[1],\"x\":{", "field \"model\" is an array, expected an object"},
       {"\"train_loader_state\":\"", "\"train_loader_state\":null,\"x\":\"", "\"train_loader_state\" is null"},
       {"\"format\":\"dufu-checkpoint\"", "\"format\":\"other\"", "\"format\" is \"other\", not \"dufu-checkpoint\""},
-      {"\"version\":1,", "\"version\":2,", "checkpoint format version 2, this build reads version 1"},
+      {"\"version\":2,", "\"version\":3,", "checkpoint format version 3, this build reads versions 1 to 2"},
+      {"\"tensor_parallel_size\":1", "\"tensor_parallel_size\":3",
+       "\"layout\": tensor_parallel_size 3 does not divide n_head 4"},
+      {"\"pipeline_parallel_size\":1", "\"pipeline_parallel_size\":3",
+       "\"layout\": pipeline_parallel_size 3 is more stages than the model's 2 layers"},
+      {"\"optimizer_sharded\":false", "\"optimizer_sharded\":true",
+       "\"layout\": optimizer_sharded with data_parallel_size 1"},
+      {"\"optimizer_sharded\":false", "\"optimizer_sharded\":0", "\"layout.optimizer_sharded\" is "},
+      {"\"pipeline_layers\":[]", "\"pipeline_layers\":[\"2\"]", "\"layout.pipeline_layers\" holds \"2\""},
+      {"\"layout\":{", "\"layoutz\":{", "missing field \"layout\""},
+      {"\"files\":{", "\"files\":{\"model-tp01.safetensors\":{\"bytes\":1,\"sha256\":\"" + std::string(64, 'a') +
+                         "\"},",
+       "\"files\" lists \"model-tp01.safetensors\", which a checkpoint of this layout does not have"},
       {"\"step\":3,", "\"step\":4,", "step 4 does not match the directory name step_00000003"},
       {"\"sha256\":\"", "\"sha256\":\"xyz", "\"files.model.safetensors.sha256\" is \"xyz"},
       {"\"bytes\":", "\"bytez\":", "missing field \"files.model.safetensors.bytes\""},
       {"\"optimizer.safetensors\":", "\"optimiser.safetensors\":", "missing field \"files.optimizer.safetensors\""},
-      {original, "{\"format\":\"dufu-checkpoint\",\"version\":1,\"step\":", "state.json: not valid JSON"},
+      {original, "{\"format\":\"dufu-checkpoint\",\"version\":2,\"step\":", "state.json: not valid JSON"},
       {original, "[1, 2]", "state.json: the top level is an array, not an object"},
       {original, "", "state.json: not valid JSON"},
   };
@@ -435,6 +447,16 @@ TEST_F(CheckpointTest, MissingOrGarbledStateIsRefused) {
   }
   write_all(state_path, original);
   EXPECT_TRUE(read_checkpoint_state(dir) == make_state(3));
+
+  // Version 1 (before layouts) was always serial, and still reads.
+  std::string version1 = original;
+  version1.replace(version1.find("\"version\":2"), 11, "\"version\":1");
+  const auto layout_at = version1.find("\"layout\":{");
+  version1.erase(layout_at, version1.find('}', layout_at) + 2 - layout_at);
+  ASSERT_EQ(version1.find("layout"), std::string::npos) << version1;
+  write_all(state_path, version1);
+  EXPECT_TRUE(read_checkpoint_state(dir) == make_state(3));
+  write_all(state_path, original);
 
   fs::remove(state_path);
   expect_error([&] { read_checkpoint_state(dir); }, {state_path + ": missing"});
@@ -582,12 +604,111 @@ TEST(TrainingState, EqualityComparesEveryField) {
       [](TrainingState& s) { ++s.model.vocab_multiple; },
       [](TrainingState& s) { ++s.model.seq_length; },
       [](TrainingState& s) { s.config_toml.clear(); },
+      [](TrainingState& s) { ++s.layout.tensor_parallel_size; },
+      [](TrainingState& s) { ++s.layout.pipeline_parallel_size; },
+      [](TrainingState& s) { ++s.layout.data_parallel_size; },
+      [](TrainingState& s) { s.layout.optimizer_sharded = true; },
+      [](TrainingState& s) { s.layout.pipeline_layers = {1, 1}; },
   };
   for (std::size_t i = 0; i < changes.size(); ++i) {
     TrainingState changed = base;
     changes[i](changed);
     EXPECT_FALSE(changed == base) << "change " << i;
   }
+}
+
+TEST(CheckpointLayout, NamesOneModelFilePerPieceAndOptimizerFilesPerShard) {
+  CheckpointLayout serial;
+  serial.data_parallel_size = 4;  // replicated moments: one copy whatever the data-parallel size
+  EXPECT_EQ(checkpoint_file_names(serial), (std::vector<std::string>{"model.safetensors", "optimizer.safetensors"}));
+  CheckpointLayout zero = serial;
+  zero.data_parallel_size = 2;
+  zero.optimizer_sharded = true;
+  EXPECT_EQ(checkpoint_file_names(zero), (std::vector<std::string>{"model.safetensors", "optimizer-dp000.safetensors",
+                                                                   "optimizer-dp001.safetensors"}));
+  CheckpointLayout tensor;
+  tensor.tensor_parallel_size = 2;
+  EXPECT_EQ(checkpoint_file_names(tensor),
+            (std::vector<std::string>{"model-tp00.safetensors", "model-tp01.safetensors", "optimizer-tp00.safetensors",
+                                      "optimizer-tp01.safetensors"}));
+  CheckpointLayout pipeline;
+  pipeline.pipeline_parallel_size = 2;
+  pipeline.pipeline_layers = {1, 3};
+  EXPECT_EQ(checkpoint_file_names(pipeline),
+            (std::vector<std::string>{"model-pp000.safetensors", "model-pp001.safetensors",
+                                      "optimizer-pp000.safetensors", "optimizer-pp001.safetensors"}));
+  CheckpointLayout all = pipeline;
+  all.tensor_parallel_size = 2;
+  all.data_parallel_size = 2;
+  all.optimizer_sharded = true;
+  const std::vector<std::string> names = checkpoint_file_names(all);
+  ASSERT_EQ(names.size(), 4u + 8u);
+  EXPECT_EQ(names[1], "model-tp01-pp000.safetensors");
+  EXPECT_EQ(names[2], "model-tp00-pp001.safetensors");
+  EXPECT_EQ(names[5], "optimizer-tp00-pp000-dp001.safetensors");
+  EXPECT_EQ(names[11], "optimizer-tp01-pp001-dp001.safetensors");
+  EXPECT_EQ(model_file_name(all, 1, 1), "model-tp01-pp001.safetensors");
+  EXPECT_EQ(optimizer_file_name(all, 0, 1, 1), "optimizer-tp00-pp001-dp001.safetensors");
+}
+
+// The pieces of every (tensor rank, stage) of a layout tile the serial buffer, and
+// each piece is what the separate tensor-parallel and pipeline moves give.
+TEST(GptPieces, TileTheSerialLayoutLikeShardAndStage) {
+  GPTConfig config = small_config();
+  config.n_layer = 4;
+  const std::size_t full_size = GPT(config).num_parameters();
+  std::vector<float> full(full_size);
+  std::mt19937 engine(5);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (float& x : full) x = uniform(engine);
+  // wte's padding rows are not carried by the pieces: the serial buffer holds 0 there.
+  const ParamTensor wte = gpt_parameter_layout(config).front();
+  std::fill(full.begin() + static_cast<std::ptrdiff_t>(config.vocab_size * config.d_model),
+            full.begin() + static_cast<std::ptrdiff_t>(wte.size()), 0.0f);
+  for (const int tp : {1, 2, 4}) {
+    for (const std::vector<int>& split : {std::vector<int>{4}, std::vector<int>{1, 3}, std::vector<int>{2, 1, 1}}) {
+      SCOPED_TRACE(str_cat("tp ", tp, ", ", split.size(), " stages starting with ", split.front(), " layers"));
+      std::vector<float> assembled(full_size, 0.0f);
+      for (int stage_index = 0; stage_index < static_cast<int>(split.size()); ++stage_index) {
+        const PipelineStage stage = pipeline_stage(split, stage_index);
+        const std::vector<ParamTensor> stage_layout = gpt_stage_layout(config, gpt_parameter_layout(config), stage);
+        std::vector<float> staged(stage_layout.back().offset + stage_layout.back().size());
+        stage_gpt_buffer(config, stage, full, staged);
+        const std::vector<ParamTensor> piece_layout =
+            gpt_stage_layout(config, gpt_parameter_layout(config, tp), stage);
+        for (int rank = 0; rank < tp; ++rank) {
+          std::vector<float> piece(piece_layout.back().offset + piece_layout.back().size(), -7.0f);
+          shard_gpt_piece(config, tp, rank, stage, full, piece);
+          // The reference: stage first, then cut the stage's tensors as shard_gpt_buffer
+          // cuts the whole model's (tensor by tensor, by name).
+          std::vector<float> local(gpt_parameter_layout(config, tp).back().offset +
+                                   gpt_parameter_layout(config, tp).back().size());
+          shard_gpt_buffer(config, tp, rank, full, local);
+          const std::vector<ParamTensor> local_layout = gpt_parameter_layout(config, tp);
+          for (const ParamTensor& tensor : piece_layout) {
+            const auto match = std::find_if(local_layout.begin(), local_layout.end(),
+                                            [&](const ParamTensor& t) { return t.name == tensor.name; });
+            ASSERT_NE(match, local_layout.end());
+            ASSERT_EQ(match->size(), tensor.size());
+            EXPECT_TRUE(std::equal(piece.begin() + static_cast<std::ptrdiff_t>(tensor.offset),
+                                   piece.begin() + static_cast<std::ptrdiff_t>(tensor.offset + tensor.size()),
+                                   local.begin() + static_cast<std::ptrdiff_t>(match->offset)))
+                << tensor.name << " of rank " << rank;
+          }
+          if (tp == 1) {
+            EXPECT_EQ(piece, staged);
+          }
+          unshard_gpt_piece(config, tp, rank, stage, piece, assembled);
+        }
+      }
+      EXPECT_EQ(assembled, full);
+    }
+  }
+  std::vector<float> wrong(3);
+  expect_error([&] { shard_gpt_piece(config, 2, 0, PipelineStage{}, full, wrong); },
+               {"shard_gpt_piece", "floats"});
+  expect_error([&] { unshard_gpt_piece(config, 2, 2, PipelineStage{}, wrong, full); },
+               {"unshard_gpt_piece", "tensor rank 2 is not in [0, 2)"});
 }
 
 }  // namespace

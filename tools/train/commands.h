@@ -13,5 +13,7 @@ void add_training_command(CLI::App& app);
 void add_plot_command(CLI::App& app);
 // `train generate --checkpoint DIR --model M.model --prompt TEXT`: sampled text.
 void add_generate_command(CLI::App& app);
+// `train merge-checkpoint SOURCE DESTINATION`: a sharded checkpoint as a serial one.
+void add_merge_command(CLI::App& app);
 
 }  // namespace dufu::tools

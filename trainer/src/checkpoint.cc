@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <set>
 #include <span>
 #include <string_view>
@@ -25,6 +26,7 @@
 
 #include <simdjson.h>
 
+#include "checkpoint_files.h"
 #include "json_type_name.h"
 
 #include "dufu/common/atomic_file.h"
@@ -33,7 +35,7 @@
 #include "dufu/common/json_writer.h"
 #include "dufu/common/log.h"
 #include "dufu/common/mapped_file.h"
-#include "dufu/trainer/safetensors.h"
+#include "dufu/trainer/data_parallel_optimizer.h"
 
 namespace dufu::trainer {
 
@@ -42,7 +44,10 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::string_view kFormat = "dufu-checkpoint";
-constexpr std::uint64_t kVersion = 1;
+// Version 2 added the layout and a file list of any length; version 1 (serial
+// checkpoints) still reads.
+constexpr std::uint64_t kVersion = 2;
+constexpr std::uint64_t kOldestVersion = 1;
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "state.json";
@@ -54,8 +59,11 @@ constexpr std::string_view kStepPrefix = "step_";
 // being replaced by a new checkpoint of the same step.
 constexpr std::string_view kPartialInfix = ".partial-";
 constexpr std::string_view kReplacedInfix = ".replaced-";
-// AdamW's step count in optimizer.safetensors: an I64 scalar, as torch names it.
-constexpr const char* kStepTensor = "step";
+
+using checkpoint_files::describe_file;
+using checkpoint_files::FileRecord;
+using checkpoint_files::Piece;
+using checkpoint_files::piece_of;
 
 // The model shape, field by field: state.json, the metadata of model.safetensors,
 // equality and the messages naming the first field that differs all walk this table.
@@ -103,45 +111,6 @@ std::string base_name(const std::string& path) {
   return p.filename().string();
 }
 
-// HF's Conv1D layers keep their weights [in, out], dufu's matmul [out, in].
-bool is_conv1d_weight(std::string_view name) {
-  for (const std::string_view suffix :
-       {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
-    if (name.ends_with(suffix)) return true;
-  }
-  return false;
-}
-
-// A tensor's shape in model.safetensors (HF's GPT2Model layout).
-std::vector<std::uint64_t> hf_shape(const ParamTensor& tensor, const GPTConfig& config) {
-  if (tensor.name == "wte.weight") {
-    return {static_cast<std::uint64_t>(config.vocab_size), static_cast<std::uint64_t>(config.d_model)};
-  }
-  if (is_conv1d_weight(tensor.name)) return {tensor.shape[1], tensor.shape[0]};
-  return {tensor.shape.begin(), tensor.shape.end()};
-}
-
-std::vector<std::uint64_t> dufu_shape(const ParamTensor& tensor) { return {tensor.shape.begin(), tensor.shape.end()}; }
-
-std::string shape_text(std::span<const std::uint64_t> shape) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) out += str_cat(i > 0 ? ", " : "", shape[i]);
-  return out + "]";
-}
-
-// dst [cols, rows] = src [rows, cols] transposed, in tiles so both sides stay in cache.
-void transpose(const float* src, std::size_t rows, std::size_t cols, float* dst) {
-  constexpr std::size_t kTile = 32;
-  for (std::size_t r0 = 0; r0 < rows; r0 += kTile) {
-    for (std::size_t c0 = 0; c0 < cols; c0 += kTile) {
-      const std::size_t r1 = std::min(rows, r0 + kTile), c1 = std::min(cols, c0 + kTile);
-      for (std::size_t r = r0; r < r1; ++r) {
-        for (std::size_t c = c0; c < c1; ++c) dst[c * rows + r] = src[r * cols + c];
-      }
-    }
-  }
-}
-
 void sync_directory(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) DUFU_FAIL("cannot open directory '", dir, "' to sync it: ", errno_message(errno));
@@ -162,65 +131,9 @@ void write_text(const std::string& path, std::string_view text) {
   out.commit();
 }
 
-// What state.json records of each .safetensors file.
-struct FileRecord {
-  std::uint64_t bytes = 0;
-  std::string sha256;
-};
-
-FileRecord describe_file(const std::string& path) {
-  const MappedFile file = MappedFile::open(path);
-  return {file.size(), sha256_hex(std::string_view(reinterpret_cast<const char*>(file.data()), file.size()))};
-}
-
 // ---- writing ----
 
-void write_model(const std::string& path, const GPT& model) {
-  const GPTConfig& config = model.config();
-  const std::span<const float> params = model.params();
-  const ParamTensor& wte = model.tensor("wte.weight");
-  const std::size_t real = static_cast<std::size_t>(config.vocab_size) * static_cast<std::size_t>(config.d_model);
-  // Cutting wte to the real vocabulary loses nothing only while the padding rows are
-  // 0, which the model guarantees (no token selects them, their logits are 0).
-  const auto padding = params.subspan(wte.offset + real, wte.size() - real);
-  DUFU_CHECK(std::all_of(padding.begin(), padding.end(), [](float x) { return x == 0.0f; }),
-             "the padding rows of wte.weight are not 0; the checkpoint would drop them");
-
-  std::size_t transposed_size = 0;
-  for (const ParamTensor& tensor : model.parameter_tensors()) {
-    if (is_conv1d_weight(tensor.name)) transposed_size += tensor.size();
-  }
-  std::vector<float> transposed(transposed_size);
-  std::vector<safetensors::TensorRef> refs;
-  std::size_t used = 0;
-  for (const ParamTensor& tensor : model.parameter_tensors()) {
-    const float* data = params.data() + tensor.offset;
-    if (is_conv1d_weight(tensor.name)) {
-      transpose(data, tensor.shape[0], tensor.shape[1], transposed.data() + used);
-      data = transposed.data() + used;
-      used += tensor.size();
-    }
-    refs.push_back({tensor.name, safetensors::Dtype::kF32, hf_shape(tensor, config), data});
-  }
-  safetensors::Metadata metadata{{"format", "pt"}};
-  for (const ModelField& field : kModelFields) metadata[field.name] = std::to_string(config.*field.member);
-  safetensors::write(path, refs, metadata);
-}
-
-void write_optimizer(const std::string& path, const GPT& model, const AdamW& optimizer) {
-  std::vector<safetensors::TensorRef> refs;
-  for (const ParamTensor& tensor : model.parameter_tensors()) {
-    refs.push_back({"exp_avg." + tensor.name, safetensors::Dtype::kF32, dufu_shape(tensor),
-                    optimizer.m().data() + tensor.offset});
-    refs.push_back({"exp_avg_sq." + tensor.name, safetensors::Dtype::kF32, dufu_shape(tensor),
-                    optimizer.v().data() + tensor.offset});
-  }
-  const std::int64_t step_count = optimizer.step_count();
-  refs.push_back({kStepTensor, safetensors::Dtype::kI64, {}, &step_count});
-  safetensors::write(path, refs, {{"format", "dufu-adamw"}});
-}
-
-std::string state_json(const TrainingState& state, const FileRecord& model_file, const FileRecord& optimizer_file) {
+std::string state_json(const TrainingState& state, const std::map<std::string, FileRecord>& files) {
   JsonWriter json;
   json.begin_object();
   json.key("format").value(kFormat).key("version").value(kVersion);
@@ -234,9 +147,21 @@ std::string state_json(const TrainingState& state, const FileRecord& model_file,
   json.key("model").begin_object();
   for (const ModelField& field : kModelFields) json.key(field.name).value(state.model.*field.member);
   json.end_object();
+  const CheckpointLayout& layout = state.layout;
+  json.key("layout").begin_object();
+  json.key("tensor_parallel_size").value(layout.tensor_parallel_size);
+  json.key("pipeline_parallel_size").value(layout.pipeline_parallel_size);
+  json.key("data_parallel_size").value(layout.data_parallel_size);
+  json.key("optimizer_sharded").value(layout.optimizer_sharded);
+  json.key("pipeline_layers").begin_array();
+  for (const int layers : layout.pipeline_layers) json.value(layers);
+  json.end_array();
+  json.end_object();
+  // In the order of checkpoint_file_names, which a reader checks against.
   json.key("files").begin_object();
-  for (const auto& [name, record] : {std::pair{kModelFile, &model_file}, std::pair{kOptimizerFile, &optimizer_file}}) {
-    json.key(name).begin_object().key("bytes").value(record->bytes).key("sha256").value(record->sha256).end_object();
+  for (const std::string& name : checkpoint_file_names(layout)) {
+    const FileRecord& record = files.at(name);
+    json.key(name).begin_object().key("bytes").value(record.bytes).key("sha256").value(record.sha256).end_object();
   }
   json.end_object();
   json.key("config_toml").value(state.config_toml);
@@ -361,8 +286,7 @@ void remove_stale(const std::string& checkpoints, std::int64_t saved_step, int k
 
 struct ParsedState {
   TrainingState state;
-  FileRecord model_file;
-  FileRecord optimizer_file;
+  std::map<std::string, FileRecord> files;
 };
 
 // Reads one state.json; every failure names the file and the field.
@@ -388,8 +312,8 @@ class StateReader {
     const std::string format = string_field(object, "", "format");
     if (format != kFormat) fail("\"format\" is \"", format, "\", not \"", kFormat, "\": not a dufu checkpoint");
     const std::uint64_t version = integer_field(object, "", "version", std::numeric_limits<std::uint64_t>::max());
-    if (version != kVersion) {
-      fail("checkpoint format version ", version, ", this build reads version ", kVersion,
+    if (version < kOldestVersion || version > kVersion) {
+      fail("checkpoint format version ", version, ", this build reads versions ", kOldestVersion, " to ", kVersion,
            "; HINT: use the dufu version that wrote it");
     }
 
@@ -416,9 +340,21 @@ class StateReader {
       fail("\"model\": ", e.what());
     }
     state.config_toml = string_field(object, "", "config_toml");
+    if (version >= 2) {
+      state.layout = layout_field(object_field(object, "", "layout"));
+      try {
+        state.layout.validate(state.model);
+      } catch (const Error& e) {
+        fail("\"layout\": ", e.what());
+      }
+    }
     const simdjson::dom::object files = object_field(object, "", "files");
-    parsed.model_file = file_record(files, kModelFile);
-    parsed.optimizer_file = file_record(files, kOptimizerFile);
+    for (const std::string& name : checkpoint_file_names(state.layout)) parsed.files[name] = file_record(files, name);
+    for (const auto field : files) {
+      if (!parsed.files.contains(std::string(field.key))) {
+        fail("\"files\" lists \"", field.key, "\", which a checkpoint of this layout does not have");
+      }
+    }
     return parsed;
   }
 
@@ -475,6 +411,39 @@ class StateReader {
     return result;
   }
 
+  bool bool_field(simdjson::dom::object object, std::string_view where, std::string_view key) const {
+    const simdjson::dom::element value = member(object, where, key);
+    bool result = false;
+    if (value.get_bool().get(result)) {
+      fail("field \"", where, key, "\" is ", json_type_name(value.type()), ", expected true or false");
+    }
+    return result;
+  }
+
+  CheckpointLayout layout_field(simdjson::dom::object object) const {
+    constexpr std::uint64_t kIntMax = std::numeric_limits<int>::max();
+    CheckpointLayout layout;
+    layout.tensor_parallel_size = static_cast<int>(integer_field(object, "layout.", "tensor_parallel_size", kIntMax));
+    layout.pipeline_parallel_size =
+        static_cast<int>(integer_field(object, "layout.", "pipeline_parallel_size", kIntMax));
+    layout.data_parallel_size = static_cast<int>(integer_field(object, "layout.", "data_parallel_size", kIntMax));
+    layout.optimizer_sharded = bool_field(object, "layout.", "optimizer_sharded");
+    const simdjson::dom::element layers = member(object, "layout.", "pipeline_layers");
+    simdjson::dom::array array;
+    if (layers.get_array().get(array)) {
+      fail("field \"layout.pipeline_layers\" is ", json_type_name(layers.type()), ", expected an array");
+    }
+    for (const simdjson::dom::element entry : array) {
+      std::uint64_t count = 0;
+      if (entry.get_uint64().get(count) || count > kIntMax) {
+        fail("field \"layout.pipeline_layers\" holds ", simdjson::to_string(entry),
+             ", expected numbers of layers");
+      }
+      layout.pipeline_layers.push_back(static_cast<int>(count));
+    }
+    return layout;
+  }
+
   FileRecord file_record(simdjson::dom::object files, std::string_view name) const {
     const std::string where = str_cat("files.", name, ".");
     const simdjson::dom::object object = object_field(files, "files.", name);
@@ -505,7 +474,7 @@ ParsedState parse_state(const std::string& checkpoint_dir) {
   return parsed;
 }
 
-void verify_file(const std::string& checkpoint_dir, const char* name, const FileRecord& expected) {
+void verify_file(const std::string& checkpoint_dir, const std::string& name, const FileRecord& expected) {
   const std::string path = join(checkpoint_dir, name);
   std::error_code error;
   if (!fs::exists(path, error)) DUFU_FAIL(checkpoint_dir, ": ", name, " is missing (state.json lists it)");
@@ -520,26 +489,6 @@ void verify_file(const std::string& checkpoint_dir, const char* name, const File
   }
 }
 
-// ---- loading tensors ----
-
-// The named F32 tensor of `file` with exactly `shape`.
-std::span<const float> checked_view(const safetensors::File& file, const std::string& name,
-                                    const std::vector<std::uint64_t>& shape) {
-  const safetensors::TensorView* tensor = file.find(name);
-  if (tensor == nullptr) DUFU_FAIL(file.path(), ": missing tensor \"", name, "\"");
-  if (tensor->shape != shape) {
-    DUFU_FAIL(file.path(), ": tensor \"", name, "\" has shape ", shape_text(tensor->shape), ", expected ",
-              shape_text(shape));
-  }
-  return file.view<float>(name);
-}
-
-void check_no_other_tensors(const safetensors::File& file, const std::set<std::string>& expected) {
-  for (const safetensors::TensorView& tensor : file.tensors()) {
-    if (!expected.contains(tensor.name)) DUFU_FAIL(file.path(), ": unexpected tensor \"", tensor.name, "\"");
-  }
-}
-
 }  // namespace
 
 bool TrainingState::operator==(const TrainingState& other) const {
@@ -547,8 +496,111 @@ bool TrainingState::operator==(const TrainingState& other) const {
          consumed_tokens == other.consumed_tokens && skipped_steps == other.skipped_steps &&
          train_loader_state == other.train_loader_state && init_seed == other.init_seed &&
          data_seed == other.data_seed && first_difference(model, other.model) == nullptr &&
-         config_toml == other.config_toml;
+         config_toml == other.config_toml && layout == other.layout;
 }
+
+void CheckpointLayout::validate(const GPTConfig& model) const {
+  for (const auto& [name, value] : {std::pair{"tensor_parallel_size", tensor_parallel_size},
+                                    std::pair{"pipeline_parallel_size", pipeline_parallel_size},
+                                    std::pair{"data_parallel_size", data_parallel_size}}) {
+    if (value < 1) DUFU_FAIL(name, " is ", value, ", must be at least 1");
+  }
+  if (model.n_head % tensor_parallel_size != 0) {
+    DUFU_FAIL("tensor_parallel_size ", tensor_parallel_size, " does not divide n_head ", model.n_head);
+  }
+  if (optimizer_sharded && data_parallel_size == 1) {
+    DUFU_FAIL("optimizer_sharded with data_parallel_size 1: there is nothing to shard over");
+  }
+  if (pipeline_parallel_size > 1 || !pipeline_layers.empty()) {
+    (void)pipeline_layer_split(model.n_layer, pipeline_parallel_size, pipeline_layers);
+  }
+}
+
+namespace {
+std::string piece_suffix(const CheckpointLayout& layout, int tp_rank, int pp_rank) {
+  char text[32] = "";
+  if (layout.tensor_parallel_size > 1 && layout.pipeline_parallel_size > 1) {
+    std::snprintf(text, sizeof(text), "-tp%02d-pp%03d", tp_rank, pp_rank);
+  } else if (layout.tensor_parallel_size > 1) {
+    std::snprintf(text, sizeof(text), "-tp%02d", tp_rank);
+  } else if (layout.pipeline_parallel_size > 1) {
+    std::snprintf(text, sizeof(text), "-pp%03d", pp_rank);
+  }
+  return text;
+}
+}  // namespace
+
+std::string model_file_name(const CheckpointLayout& layout, int tp_rank, int pp_rank) {
+  return "model" + piece_suffix(layout, tp_rank, pp_rank) + ".safetensors";
+}
+
+std::string optimizer_file_name(const CheckpointLayout& layout, int tp_rank, int pp_rank, int dp_rank) {
+  char data_rank[16] = "";
+  if (layout.optimizer_sharded) std::snprintf(data_rank, sizeof(data_rank), "-dp%03d", dp_rank);
+  return "optimizer" + piece_suffix(layout, tp_rank, pp_rank) + data_rank + ".safetensors";
+}
+
+std::vector<std::string> checkpoint_file_names(const CheckpointLayout& layout) {
+  std::vector<std::string> names;
+  for (int p = 0; p < layout.pipeline_parallel_size; ++p) {
+    for (int t = 0; t < layout.tensor_parallel_size; ++t) names.push_back(model_file_name(layout, t, p));
+  }
+  for (int p = 0; p < layout.pipeline_parallel_size; ++p) {
+    for (int t = 0; t < layout.tensor_parallel_size; ++t) {
+      for (int d = 0; d < (layout.optimizer_sharded ? layout.data_parallel_size : 1); ++d) {
+        names.push_back(optimizer_file_name(layout, t, p, d));
+      }
+    }
+  }
+  return names;
+}
+
+namespace checkpoint_files {
+
+std::string partial_path(const std::string& run_dir, std::int64_t step, std::int64_t pid) {
+  return join(join(run_dir, kCheckpointsDir), str_cat(step_dir_name(step), kPartialInfix, pid));
+}
+
+std::string final_path(const std::string& run_dir, std::int64_t step) {
+  return join(join(run_dir, kCheckpointsDir), step_dir_name(step));
+}
+
+std::string create_partial(const std::string& run_dir, std::int64_t step, std::int64_t pid) {
+  const std::string checkpoints = join(run_dir, kCheckpointsDir);
+  std::error_code error;
+  fs::create_directories(checkpoints, error);
+  if (error) DUFU_FAIL("cannot create checkpoint directory '", checkpoints, "': ", error.message());
+  const std::string partial = partial_path(run_dir, step, pid);
+  fs::remove_all(partial, error);  // left by an earlier process with this pid
+  if (!fs::create_directory(partial, error) || error) {
+    DUFU_FAIL("cannot create directory '", partial, "': ", error ? error.message() : "it already exists");
+  }
+  return partial;
+}
+
+std::string finish(const std::string& run_dir, const std::string& partial, const TrainingState& state,
+                   const std::map<std::string, FileRecord>& files, int keep_last) {
+  const std::string checkpoints = join(run_dir, kCheckpointsDir);
+  const std::string final_dir = final_path(run_dir, state.step);
+  try {
+    write_text(join(partial, kConfigFile), state.config_toml);
+    write_text(join(partial, kStateFile), state_json(state, files));
+    publish(partial, final_dir, checkpoints);
+  } catch (...) {
+    abandon(partial);
+    throw;
+  }
+  DUFU_LOG_INFO(kLog, "saved checkpoint '", final_dir, "'");
+  remove_stale(checkpoints, state.step, keep_last);
+  return final_dir;
+}
+
+void abandon(const std::string& partial) {
+  std::error_code ignored;
+  fs::remove_all(partial, ignored);
+}
+
+}  // namespace checkpoint_files
 
 std::string save_checkpoint(const std::string& run_dir, const GPT& model, const AdamW& optimizer,
                             const TrainingState& state, int keep_last) {
@@ -562,34 +614,26 @@ std::string save_checkpoint(const std::string& run_dir, const GPT& model, const 
     DUFU_FAIL("save_checkpoint: the optimizer has ", optimizer.num_parameters(), " parameters, the model ",
               model.num_parameters());
   }
-
-  const std::string checkpoints = join(run_dir, kCheckpointsDir);
-  std::error_code error;
-  fs::create_directories(checkpoints, error);
-  if (error) DUFU_FAIL("cannot create checkpoint directory '", checkpoints, "': ", error.message());
-  const std::string name = step_dir_name(state.step);
-  const std::string final_dir = join(checkpoints, name);
-  const std::string partial = join(checkpoints, str_cat(name, kPartialInfix, ::getpid()));
-  fs::remove_all(partial, error);  // left by an earlier process with our pid
-  if (!fs::create_directory(partial, error) || error) {
-    DUFU_FAIL("cannot create directory '", partial, "': ", error ? error.message() : "it already exists");
+  if (!state.layout.is_serial()) {
+    DUFU_FAIL("save_checkpoint: the state's layout is not serial; parallel runs save with save_parallel_checkpoint");
   }
+  if (model.tensor_parallel_size() != 1 || model.pipeline_stage().num_stages != 1) {
+    DUFU_FAIL("save_checkpoint: the model is a tensor-parallel or pipeline piece, not the whole model");
+  }
+  if (optimizer.shard_begin() != 0) DUFU_FAIL("save_checkpoint: the optimizer holds a ZeRO shard, not every moment");
+  const Piece whole = piece_of(model.config(), state.layout, 0, 0);
+  const std::string partial = checkpoint_files::create_partial(run_dir, state.step, ::getpid());
+  std::map<std::string, FileRecord> files;
   try {
-    write_model(join(partial, kModelFile), model);
-    write_optimizer(join(partial, kOptimizerFile), model, optimizer);
-    write_text(join(partial, kConfigFile), state.config_toml);
-    const FileRecord model_file = describe_file(join(partial, kModelFile));
-    const FileRecord optimizer_file = describe_file(join(partial, kOptimizerFile));
-    write_text(join(partial, kStateFile), state_json(state, model_file, optimizer_file));
-    publish(partial, final_dir, checkpoints);
+    checkpoint_files::write_model(join(partial, kModelFile), whole, model.params());
+    checkpoint_files::write_optimizer(join(partial, kOptimizerFile), whole, optimizer.m(), optimizer.v(),
+                                      optimizer.step_count());
+    for (const char* name : {kModelFile, kOptimizerFile}) files[name] = describe_file(join(partial, name));
   } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(partial, ignored);
+    checkpoint_files::abandon(partial);
     throw;
   }
-  DUFU_LOG_INFO(kLog, "saved checkpoint '", final_dir, "'");
-  remove_stale(checkpoints, state.step, keep_last);
-  return final_dir;
+  return checkpoint_files::finish(run_dir, partial, state, files, keep_last);
 }
 
 std::vector<std::string> list_checkpoints(const std::string& run_dir) {
@@ -601,10 +645,11 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   return paths;
 }
 
-TrainingState read_checkpoint_state(const std::string& checkpoint_dir) {
+TrainingState read_checkpoint_state(const std::string& checkpoint_dir, FileCheck files) {
   ParsedState parsed = parse_state(checkpoint_dir);
-  verify_file(checkpoint_dir, kModelFile, parsed.model_file);
-  verify_file(checkpoint_dir, kOptimizerFile, parsed.optimizer_file);
+  if (files == FileCheck::kVerify) {
+    for (const auto& [name, record] : parsed.files) verify_file(checkpoint_dir, name, record);
+  }
   return std::move(parsed.state);
 }
 
@@ -616,63 +661,68 @@ void load_checkpoint(const std::string& checkpoint_dir, GPT& model, AdamW* optim
               ", the model to load it into has ", field->name, " ", config.*field->member,
               "; HINT: the model shape must be the checkpoint's");
   }
-  if (optimizer != nullptr && optimizer->num_parameters() != model.num_parameters()) {
-    DUFU_FAIL("load_checkpoint: the optimizer has ", optimizer->num_parameters(), " parameters, the model ",
-              model.num_parameters());
+  if (model.tensor_parallel_size() != 1 || model.pipeline_stage().num_stages != 1) {
+    DUFU_FAIL("load_checkpoint: the model is a tensor-parallel or pipeline piece; load_parallel_checkpoint loads "
+              "those");
   }
-  const std::vector<ParamTensor>& layout = model.parameter_tensors();
-
-  // Every tensor is checked before anything is copied, so a bad checkpoint leaves the
-  // model and the optimizer as they were.
-  const safetensors::File weights = safetensors::File::open(join(checkpoint_dir, kModelFile));
-  std::vector<std::span<const float>> weight_views;
-  std::set<std::string> expected;
-  for (const ParamTensor& tensor : layout) {
-    weight_views.push_back(checked_view(weights, tensor.name, hf_shape(tensor, config)));
-    expected.insert(tensor.name);
+  if (optimizer != nullptr && (optimizer->num_parameters() != model.num_parameters() || optimizer->shard_begin() != 0)) {
+    DUFU_FAIL("load_checkpoint: the optimizer has ", optimizer->num_parameters(), " parameters from ",
+              optimizer->shard_begin(), ", the model ", model.num_parameters());
   }
-  check_no_other_tensors(weights, expected);
-
-  std::optional<safetensors::File> moments;
-  std::vector<std::span<const float>> m_views, v_views;
-  std::int64_t step_count = 0;
+  const CheckpointLayout& layout = parsed.state.layout;
+  // Each piece is read whole into a scratch buffer and placed into the full ones, so
+  // a bad piece leaves `model` and `optimizer` as they were.
+  std::vector<float> params(model.num_parameters(), 0.0f);
+  std::vector<float> m, v;
   if (optimizer != nullptr) {
-    moments.emplace(safetensors::File::open(join(checkpoint_dir, kOptimizerFile)));
-    expected = {kStepTensor};
-    for (const ParamTensor& tensor : layout) {
-      m_views.push_back(checked_view(*moments, "exp_avg." + tensor.name, dufu_shape(tensor)));
-      v_views.push_back(checked_view(*moments, "exp_avg_sq." + tensor.name, dufu_shape(tensor)));
-      expected.insert("exp_avg." + tensor.name);
-      expected.insert("exp_avg_sq." + tensor.name);
-    }
-    check_no_other_tensors(*moments, expected);
-    const safetensors::TensorView* step = moments->find(kStepTensor);
-    if (step == nullptr) DUFU_FAIL(moments->path(), ": missing tensor \"", kStepTensor, "\"");
-    if (!step->shape.empty()) {
-      DUFU_FAIL(moments->path(), ": tensor \"", kStepTensor, "\" has shape ", shape_text(step->shape),
-                ", expected a scalar []");
-    }
-    step_count = moments->view<std::int64_t>(kStepTensor)[0];
-    if (step_count < 0) DUFU_FAIL(moments->path(), ": the step count ", step_count, " is negative");
+    m.assign(params.size(), 0.0f);
+    v.assign(params.size(), 0.0f);
   }
-
-  const std::span<float> params = model.params();
-  for (std::size_t i = 0; i < layout.size(); ++i) {
-    const ParamTensor& tensor = layout[i];
-    float* dst = params.data() + tensor.offset;
-    const std::span<const float> src = weight_views[i];
-    if (is_conv1d_weight(tensor.name)) {
-      transpose(src.data(), tensor.shape[1], tensor.shape[0], dst);
-    } else {
-      std::copy(src.begin(), src.end(), dst);
-      std::fill(dst + src.size(), dst + tensor.size(), 0.0f);  // wte's padding rows
+  std::int64_t step_count = -1;
+  std::string step_count_file;
+  const auto check_step_count = [&](std::int64_t count, const std::string& name) {
+    if (step_count >= 0 && count != step_count) {
+      DUFU_FAIL(checkpoint_dir, ": ", name, " has step count ", count, ", ", step_count_file, " ", step_count,
+                " (files of different steps?)");
+    }
+    step_count = count;
+    step_count_file = name;
+  };
+  std::vector<float> piece_params, piece_m, piece_v;
+  for (int p = 0; p < layout.pipeline_parallel_size; ++p) {
+    for (int t = 0; t < layout.tensor_parallel_size; ++t) {
+      const Piece piece = piece_of(config, layout, t, p);
+      std::size_t size = 0;
+      for (const ParamTensor& tensor : piece.layout()) size += tensor.size();
+      piece_params.assign(size, 0.0f);
+      checkpoint_files::read_model(join(checkpoint_dir, model_file_name(layout, t, p)), piece, piece_params);
+      unshard_gpt_piece(config, piece.tp, t, piece.stage, piece_params, params);
+      if (optimizer == nullptr) continue;
+      piece_m.assign(size, 0.0f);
+      piece_v.assign(size, 0.0f);
+      if (!layout.optimizer_sharded) {
+        const std::string name = optimizer_file_name(layout, t, p, 0);
+        check_step_count(checkpoint_files::read_optimizer(join(checkpoint_dir, name), piece, piece_m, piece_v), name);
+      } else {
+        for (int d = 0; d < layout.data_parallel_size; ++d) {
+          const auto [begin, end] = zero_shard_range(size, layout.data_parallel_size, d);
+          const std::string name = optimizer_file_name(layout, t, p, d);
+          const auto range = [&, begin = begin, end = end](std::vector<float>& buffer) {
+            return std::span<float>(buffer).subspan(begin, end - begin);
+          };
+          check_step_count(checkpoint_files::read_optimizer_shard(join(checkpoint_dir, name), piece, begin,
+                                                                  range(piece_m), range(piece_v)),
+                           name);
+        }
+      }
+      unshard_gpt_piece(config, piece.tp, t, piece.stage, piece_m, m);
+      unshard_gpt_piece(config, piece.tp, t, piece.stage, piece_v, v);
     }
   }
+  std::copy(params.begin(), params.end(), model.params().begin());
   if (optimizer != nullptr) {
-    for (std::size_t i = 0; i < layout.size(); ++i) {
-      std::copy(m_views[i].begin(), m_views[i].end(), optimizer->m().data() + layout[i].offset);
-      std::copy(v_views[i].begin(), v_views[i].end(), optimizer->v().data() + layout[i].offset);
-    }
+    std::copy(m.begin(), m.end(), optimizer->m().begin());
+    std::copy(v.begin(), v.end(), optimizer->v().begin());
     optimizer->set_step_count(step_count);
   }
 }
@@ -690,8 +740,9 @@ std::optional<std::string> find_usable_checkpoint(const std::string& path) {
     read_checkpoint_state(path);
     return path;
   }
-  for (const char* name : {kModelFile, kOptimizerFile}) {
-    if (fs::exists(join(path, name), error)) {
+  for (const DirEntry& entry : list_directory(path)) {
+    const std::string& name = entry.name;
+    if (name.ends_with(".safetensors") && (name.starts_with("model") || name.starts_with("optimizer"))) {
       DUFU_FAIL(path, ": an incomplete checkpoint: it has ", name, " but no ", kStateFile,
                 "; HINT: name a complete checkpoint or the run directory");
     }
@@ -718,6 +769,44 @@ std::optional<std::string> find_usable_checkpoint(const std::string& path) {
   }
   DUFU_FAIL(path, ": none of its ", checkpoints.size(), " checkpoints verifies; the newest fails with: ",
             newest_error);
+}
+
+void merge_checkpoint(const std::string& source, const std::string& destination) {
+  TrainingState state = read_checkpoint_state(source);
+  std::error_code error;
+  if (fs::exists(fs::symlink_status(destination, error))) {
+    DUFU_FAIL(destination, ": already exists; HINT: name a new directory for the merged checkpoint");
+  }
+  GPT model(state.model);
+  AdamW optimizer(model, AdamWOptions{});
+  load_checkpoint(source, model, &optimizer);
+  const int data_parallel_size = state.layout.data_parallel_size;
+  state.layout = CheckpointLayout{};
+  state.layout.data_parallel_size = data_parallel_size;
+  // Written next to the destination and renamed, so a failure leaves no half-merged
+  // directory under the name.
+  const fs::path target = fs::absolute(destination);
+  const std::string partial = str_cat(target.string(), kPartialInfix, ::getpid());
+  fs::remove_all(partial, error);
+  if (!fs::create_directory(partial, error) || error) {
+    DUFU_FAIL("cannot create directory '", partial, "': ", error ? error.message() : "it already exists");
+  }
+  try {
+    const Piece whole = piece_of(state.model, state.layout, 0, 0);
+    checkpoint_files::write_model(join(partial, kModelFile), whole, model.params());
+    checkpoint_files::write_optimizer(join(partial, kOptimizerFile), whole, optimizer.m(), optimizer.v(),
+                                      optimizer.step_count());
+    std::map<std::string, FileRecord> files;
+    for (const char* name : {kModelFile, kOptimizerFile}) files[name] = describe_file(join(partial, name));
+    write_text(join(partial, kConfigFile), state.config_toml);
+    write_text(join(partial, kStateFile), state_json(state, files));
+    fs::rename(partial, target, error);
+    if (error) DUFU_FAIL("cannot rename '", partial, "' to '", target.string(), "': ", error.message());
+    sync_directory(target.parent_path().string());
+  } catch (...) {
+    checkpoint_files::abandon(partial);
+    throw;
+  }
 }
 
 }  // namespace dufu::trainer

@@ -16,13 +16,18 @@ std::size_t shard_size_for(std::size_t n, int ranks) {
 
 AdamW make_optimizer(const GPT& model, AdamWOptions options, const Communicator& group, bool sharded) {
   if (!sharded) return AdamW(model, options);
-  const std::size_t n = model.num_parameters();
-  const std::size_t shard = shard_size_for(n, group.size());
-  const std::size_t begin = std::min(n, shard * static_cast<std::size_t>(group.rank()));
-  return AdamW(model.parameter_tensors(), n, options, begin, std::min(n, begin + shard));
+  const auto [begin, end] = zero_shard_range(model.num_parameters(), group.size(), group.rank());
+  return AdamW(model.parameter_tensors(), model.num_parameters(), options, begin, end);
 }
 
 }  // namespace
+
+std::pair<std::size_t, std::size_t> zero_shard_range(std::size_t n, int ranks, int rank) {
+  DUFU_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "zero_shard_range: rank ", rank, " of ", ranks);
+  const std::size_t shard = shard_size_for(n, ranks);
+  const std::size_t begin = std::min(n, shard * static_cast<std::size_t>(rank));
+  return {begin, std::min(n, begin + shard)};
+}
 
 DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group,
                                              bool shard_optimizer_state, Communicator* pipeline_group,

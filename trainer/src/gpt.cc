@@ -436,6 +436,46 @@ void unstage_gpt_buffer(const GPTConfig& config, const PipelineStage& stage, std
                   });
 }
 
+namespace {
+// Calls copy(piece offset, full offset, count) for every run of consecutive floats the
+// piece of (tp_rank, stage) shares with the full serial layout, after checking both
+// buffers' sizes.
+template <typename Copy>
+void for_each_piece_run(const GPTConfig& config, int tp, int tp_rank, const PipelineStage& stage,
+                        std::size_t full_size, std::size_t piece_size, const char* operation, Copy&& copy) {
+  if (tp_rank < 0 || tp_rank >= tp) DUFU_FAIL(operation, ": tensor rank ", tp_rank, " is not in [0, ", tp, ")");
+  const std::vector<ParamTensor> full_layout = gpt_parameter_layout(config);
+  const std::vector<ParamTensor> piece_layout = gpt_stage_layout(config, gpt_parameter_layout(config, tp), stage);
+  check_buffer_sizes(operation, full_size, layout_size(full_layout), piece_size, layout_size(piece_layout));
+  std::size_t j = 0;
+  for (const ParamTensor& piece : piece_layout) {
+    while (full_layout[j].name != piece.name) ++j;
+    const ParamTensor& whole = full_layout[j];
+    for_each_run(piece, whole, tp, tp_rank, real_rows(whole, config),
+                 [&](std::size_t piece_offset, std::size_t full_offset, std::size_t count) {
+                   copy(piece.offset + piece_offset, whole.offset + full_offset, count);
+                 });
+  }
+}
+}  // namespace
+
+void shard_gpt_piece(const GPTConfig& config, int tp, int tp_rank, const PipelineStage& stage,
+                     std::span<const float> full, std::span<float> piece) {
+  std::fill(piece.begin(), piece.end(), 0.0f);  // wte's padding rows
+  for_each_piece_run(config, tp, tp_rank, stage, full.size(), piece.size(), "shard_gpt_piece",
+                     [&](std::size_t piece_offset, std::size_t full_offset, std::size_t count) {
+                       std::copy_n(full.data() + full_offset, count, piece.data() + piece_offset);
+                     });
+}
+
+void unshard_gpt_piece(const GPTConfig& config, int tp, int tp_rank, const PipelineStage& stage,
+                       std::span<const float> piece, std::span<float> full) {
+  for_each_piece_run(config, tp, tp_rank, stage, full.size(), piece.size(), "unshard_gpt_piece",
+                     [&](std::size_t piece_offset, std::size_t full_offset, std::size_t count) {
+                       std::copy_n(piece.data() + piece_offset, count, full.data() + full_offset);
+                     });
+}
+
 GPT::GPT(const GPTConfig& config, Communicator* tensor_group, const PipelineStage& stage)
     : config_(config),
       stage_(resolve_stage(config, stage)),

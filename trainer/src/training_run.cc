@@ -39,6 +39,7 @@
 #include "dufu/trainer/gpt.h"
 #include "dufu/trainer/lr_schedule.h"
 #include "dufu/trainer/optimizer.h"
+#include "dufu/trainer/parallel_checkpoint.h"
 #include "dufu/trainer/pipeline_schedule.h"
 #include "dufu/trainer/training_config.h"
 
@@ -220,71 +221,26 @@ std::size_t stage_size(const GPTConfig& config, const PipelineStage& stage) {
   return total;
 }
 
-// Checkpoints hold the whole model in the serial layout whatever the layout of the run
-// (the model is small enough to gather on one rank on the CPU), so they load into any
-// layout: merging shards is never needed and resharding is slicing. Collective over
-// every group; the main rank (first stage, tensor and data rank 0) writes. Returns the
-// path on the main rank.
-std::optional<std::string> save_full_checkpoint(const std::string& run_dir, const GPT& model,
-                                                DataParallelOptimizer& optimizer, const TrainingState& state,
-                                                int keep, bool is_main, Communicator& pipeline_group,
-                                                const std::vector<int>& layer_split, bool assembles) {
-  const AdamW& local_state = optimizer.full_state();  // gathered over data-parallel ranks under ZeRO-1
-  if (model.tensor_parallel_size() == 1 && layer_split.size() == 1) {
-    if (!is_main) return std::nullopt;
-    return save_checkpoint(run_dir, model, local_state, state, keep);
-  }
-  // This stage's part of the serial layout, tensor-parallel shards gathered.
-  std::vector<std::vector<float>> parts = {model.gather_full_parameters(), model.gather_full(local_state.m()),
-                                           model.gather_full(local_state.v())};
-  if (!assembles) return std::nullopt;  // another pipeline (tp or dp rank) assembles
-  const PipelineStage& stage = model.pipeline_stage();
-  constexpr int kCheckpointTag = 200;
-  if (!stage.is_first()) {
-    for (const auto& part : parts) pipeline_group.send(part, 0, kCheckpointTag);
-    return std::nullopt;
-  }
-  GPT full_model(model.config());
-  AdamW full_state(full_model, local_state.options());
-  const std::vector<std::span<float>> full = {full_model.params(), full_state.m(), full_state.v()};
-  for (int s = 0; s < static_cast<int>(layer_split.size()); ++s) {
-    const PipelineStage other = pipeline_stage(layer_split, s);
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-      if (s > 0) {
-        parts[i].assign(stage_size(model.config(), other), 0.0f);
-        pipeline_group.recv(parts[i], s, kCheckpointTag);
-      }
-      unstage_gpt_buffer(model.config(), other, parts[i], full[i]);
+// The checkpoint to resume from, found and verified by world rank 0 alone (reading
+// every file once, not once per rank) and passed to the others; empty for none.
+std::string agree_on_checkpoint(Communicator& world, const std::string& resume_from, const std::string& run_dir) {
+  std::string found;
+  if (world.rank() == 0) {
+    if (!resume_from.empty()) {
+      const std::optional<std::string> checkpoint = find_usable_checkpoint(resume_from);
+      if (!checkpoint) DUFU_FAIL("--resume ", resume_from, ": no checkpoint there");
+      found = *checkpoint;
+    } else if (fs::exists(run_dir)) {
+      found = find_usable_checkpoint(run_dir).value_or("");
     }
   }
-  full_state.set_step_count(local_state.step_count());
-  if (!is_main) return std::nullopt;
-  return save_checkpoint(run_dir, full_model, full_state, state, keep);
-}
-
-// Loads a (serial-layout) checkpoint into this rank's stage and shards.
-void load_full_checkpoint(const std::string& checkpoint, GPT& model, DataParallelOptimizer& optimizer) {
-  const bool whole_model = model.pipeline_stage().num_stages == 1;
-  if (model.tensor_parallel_size() == 1 && whole_model) {
-    AdamW loaded = optimizer.make_full_state();
-    load_checkpoint(checkpoint, model, &loaded);
-    optimizer.load_full_state(loaded);
-    return;
-  }
-  GPT full_model(model.config());
-  AdamW full_state(full_model, optimizer.make_full_state().options());
-  load_checkpoint(checkpoint, full_model, &full_state);
-  const std::size_t staged = stage_size(model.config(), model.pipeline_stage());
-  std::vector<float> part(staged);
-  AdamW local_state = optimizer.make_full_state();
-  stage_gpt_buffer(model.config(), model.pipeline_stage(), full_model.params(), part);
-  model.load_full_parameters(part);
-  stage_gpt_buffer(model.config(), model.pipeline_stage(), full_state.m(), part);
-  model.shard_full(part, local_state.m());
-  stage_gpt_buffer(model.config(), model.pipeline_stage(), full_state.v(), part);
-  model.shard_full(part, local_state.v());
-  local_state.set_step_count(full_state.step_count());
-  optimizer.load_full_state(local_state);
+  if (world.size() == 1) return found;
+  std::int64_t length = static_cast<std::int64_t>(found.size());
+  world.broadcast(std::span<std::int64_t>(&length, 1), 0);
+  std::vector<std::uint8_t> bytes(found.begin(), found.end());
+  bytes.resize(static_cast<std::size_t>(length));
+  world.broadcast(bytes, 0);
+  return std::string(bytes.begin(), bytes.end());
 }
 
 // The loss of one micro-batch without backward, through the pipeline's stages; the
@@ -381,18 +337,20 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
   state.init_seed = options.init_seed;
   state.data_seed = options.train_data.seed;
   state.model = options.model;
+  state.layout.tensor_parallel_size = tp;
+  state.layout.pipeline_parallel_size = pp;
+  state.layout.data_parallel_size = dp;
+  state.layout.optimizer_sharded = optimizer.sharded();
+  if (pp > 1) state.layout.pipeline_layers = layer_split;
+  const RankPlace place{coordinates.tp_rank, coordinates.pp_rank, coordinates.dp_rank};
 
-  std::optional<std::string> checkpoint;
-  if (!resume_from.empty()) {
-    checkpoint = find_usable_checkpoint(resume_from);
-    if (!checkpoint) DUFU_FAIL("--resume ", resume_from, ": no checkpoint there");
-  } else if (fs::exists(options.run_dir)) {
-    checkpoint = find_usable_checkpoint(options.run_dir);
-  }
+  const std::string found = agree_on_checkpoint(*world, resume_from, options.run_dir);
+  const std::optional<std::string> checkpoint =
+      found.empty() ? std::nullopt : std::optional<std::string>(found);
   dataprep::LoaderState loader_start;
   if (checkpoint) {
-    const TrainingState saved = read_checkpoint_state(*checkpoint);
-    load_full_checkpoint(*checkpoint, model, optimizer);
+    const TrainingState saved = read_checkpoint_state(*checkpoint, FileCheck::kTrust);
+    load_parallel_checkpoint(*checkpoint, saved, place, dp, model, optimizer);
     if (saved.data_seed != state.data_seed) {
       DUFU_LOG_WARN("train", "data.seed is ", state.data_seed, " but the checkpoint was trained with ", saved.data_seed,
                     ": the data order changes from here on");
@@ -473,11 +431,10 @@ RunOutcome run_training(const Config& config, const std::string& resume_from) {
       1.0f / static_cast<float>(static_cast<double>(options.micro_batch) * T * accumulation * dp);
   auto save = [&]() {
     state.train_loader_state = loader->state().to_string();
-    const std::optional<std::string> path =
-        save_full_checkpoint(options.run_dir, model, optimizer, state, options.checkpoint_keep, is_main,
-                             *groups.pipeline, layer_split, coordinates.tp_rank == 0 && coordinates.dp_rank == 0);
-    if (path) {
-      std::printf("checkpoint: %s\n", path->c_str());
+    const std::string path =
+        save_parallel_checkpoint(options.run_dir, *world, place, model, optimizer, state, options.checkpoint_keep);
+    if (is_main) {
+      std::printf("checkpoint: %s\n", path.c_str());
       std::fflush(stdout);
     }
   };

@@ -1,4 +1,7 @@
-// Checkpoints of a training run, under <run_dir>/checkpoints/step_<8-digit step>/:
+// Checkpoints of a training run, under <run_dir>/checkpoints/step_<8-digit step>/.
+//
+// A single-process run (and a data-parallel one without ZeRO, whose ranks hold the
+// same weights and moments) writes the serial layout:
 //
 //   model.safetensors      the weights under HuggingFace GPT-2 names ("wte.weight",
 //                          "h.0.attn.c_attn.weight", ...), loadable by transformers'
@@ -12,17 +15,46 @@
 //                          "exp_avg.<name>" and "exp_avg_sq.<name>" (padded, untransposed,
 //                          so loading them back is a copy), and the step count as the
 //                          I64 scalar "step"; metadata "format": "dufu-adamw".
+//
+// A tensor- or pipeline-parallel run writes one file per model piece instead (as
+// Megatron-LM does), each written by the rank that holds it, so no rank ever holds
+// more than its own piece:
+//
+//   model[-tp<TT>][-pp<PPP>].safetensors      the piece of tensor rank TT on stage PPP
+//                          (the parts whose size is 1 left out), dufu's layout: the
+//                          serial names, each tensor's piece in the piece's shape
+//                          (gpt_stage_layout of gpt_parameter_layout(config, tp));
+//                          metadata "format": "dufu-piece", the model shape and the
+//                          piece ("tensor_parallel_rank", "tensor_parallel_size",
+//                          "pipeline_stage", "pipeline_parallel_size", "first_layer",
+//                          "num_layers").
+//   optimizer[-tp<TT>][-pp<PPP>].safetensors  the piece's moments as above, or, under
+//                          ZeRO-1, optimizer[-tp<TT>][-pp<PPP>]-dp<DDD>.safetensors per
+//                          data-parallel rank: its shard of the piece's flattened moments
+//                          as 1-D "exp_avg" and "exp_avg_sq" plus "step"; metadata
+//                          "format": "dufu-adamw-shard", "shard_begin",
+//                          "piece_parameters".
+//
+// And in every checkpoint:
+//
 //   state.json             written last: format name and version, step, consumed
 //                          samples and tokens, skipped steps, the train loader's state,
-//                          the seeds, the model shape, the effective configuration
-//                          (TOML text), and the byte size and SHA-256 of the two
-//                          .safetensors files, so truncation or corruption is caught.
+//                          the seeds, the model shape, the layout that wrote it (tensor,
+//                          pipeline and data-parallel sizes, layers per stage, whether
+//                          the optimizer state is sharded), the effective configuration
+//                          (TOML text), and the byte size and SHA-256 of every
+//                          .safetensors file, so truncation or corruption is caught.
 //   config.toml            the same effective configuration, for people.
+//
+// Any checkpoint loads into any layout (load_checkpoint assembles the serial model
+// from the pieces; parallel_checkpoint.h reads a rank's own files when the layout is
+// the same), and merge_checkpoint writes the serial layout of a sharded one.
 //
 // A checkpoint is written into step_<N>.partial-<pid>/ and renamed into place once
 // every file is synced, so a kill at any moment leaves either the complete checkpoint
 // or none (plus a partial directory that the next save removes). One process saves
-// into a run directory at a time.
+// into a run directory at a time (under MPI, the ranks of one job: all on a file
+// system they share).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +66,28 @@
 #include "dufu/trainer/optimizer.h"
 
 namespace dufu::trainer {
+
+// The layout of the run that wrote a checkpoint, which says what its files hold.
+struct CheckpointLayout {
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  int data_parallel_size = 1;
+  bool optimizer_sharded = false;    // ZeRO-1: moments split over the data-parallel ranks
+  std::vector<int> pipeline_layers;  // layers per stage; empty means one stage
+  bool operator==(const CheckpointLayout&) const = default;
+  // model.safetensors and optimizer.safetensors (one piece, moments not sharded).
+  bool is_serial() const { return tensor_parallel_size == 1 && pipeline_parallel_size == 1 && !optimizer_sharded; }
+  // Throws dufu::Error naming the field when the layout does not fit `model`: sizes
+  // below 1, n_head not divisible by tp, pipeline_layers not a split of n_layer into
+  // pipeline_parallel_size stages, sharding with one data-parallel rank.
+  void validate(const GPTConfig& model) const;
+};
+
+// The files of a checkpoint of `layout` (see above): model pieces for every tensor
+// rank and stage, then the optimizer files, then nothing else.
+std::string model_file_name(const CheckpointLayout& layout, int tp_rank, int pp_rank);
+std::string optimizer_file_name(const CheckpointLayout& layout, int tp_rank, int pp_rank, int dp_rank);
+std::vector<std::string> checkpoint_file_names(const CheckpointLayout& layout);
 
 struct TrainingState {
   std::int64_t step = 0;  // optimizer updates done; the next one is number `step`
@@ -48,6 +102,7 @@ struct TrainingState {
   std::uint32_t data_seed = 0;
   GPTConfig model;
   std::string config_toml;  // the effective configuration
+  CheckpointLayout layout;  // of the run that wrote the checkpoint
   bool operator==(const TrainingState&) const;
 };
 
@@ -58,7 +113,9 @@ struct TrainingState {
 // one resumed from an earlier point, and a later resume must not pick them up. Throws
 // dufu::Error naming the path on an IO failure (nothing is left under the final
 // name then); failing to remove an old directory is only logged as a warning, since
-// the new checkpoint is in place by then. state.model must equal model.config().
+// the new checkpoint is in place by then. state.model must equal model.config(), and
+// state.layout be serial (its data_parallel_size is recorded only): model and
+// optimizer are whole. parallel_checkpoint.h saves from several ranks.
 std::string save_checkpoint(const std::string& run_dir, const GPT& model, const AdamW& optimizer,
                             const TrainingState& state, int keep_last);
 
@@ -68,13 +125,18 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir);
 
 // Reads state.json of a checkpoint directory and verifies the checkpoint: format and
 // version, every field present with the right type, a valid model shape, the step
-// matching a step_<N> directory name, the two .safetensors files' sizes and SHA-256
-// (which reads both files whole). Throws dufu::Error naming the file and what is
+// matching a step_<N> directory name, a valid layout whose files are exactly those
+// listed, and every .safetensors file's size and SHA-256 (which reads them whole). Throws dufu::Error naming the file and what is
 // wrong ("<dir>: model.safetensors is 1234 bytes, state.json says 5678 (truncated?)").
-TrainingState read_checkpoint_state(const std::string& checkpoint_dir);
+// With FileCheck::kTrust only state.json is read and checked: for processes that load
+// a checkpoint another process of the same job just verified.
+enum class FileCheck { kVerify, kTrust };
+TrainingState read_checkpoint_state(const std::string& checkpoint_dir, FileCheck files = FileCheck::kVerify);
 
-// Loads the weights into `model`, and the moments and step count into `optimizer`
-// unless it is null. The model's config must equal the checkpoint's (else a
+// Loads the weights into `model`, a whole serial one, and the moments and step count
+// into `optimizer` (for the whole model) unless it is null; from a checkpoint of any
+// layout, whose pieces are assembled (so this process holds the whole model and
+// moments). The model's config must equal the checkpoint's (else a
 // dufu::Error names the first field that differs); every tensor is checked for name,
 // dtype and shape, and a tensor the model does not have is an error too. Everything is
 // checked before anything is copied, so on an error `model` and `optimizer` are
@@ -91,5 +153,14 @@ void load_checkpoint(const std::string& checkpoint_dir, GPT& model, AdamW* optim
 // file without state.json) or a checkpoints/ directory: taking those for a run
 // without checkpoints would start training from scratch.
 std::optional<std::string> find_usable_checkpoint(const std::string& path);
+
+// Writes the serial-layout checkpoint (model.safetensors, optimizer.safetensors) of
+// the checkpoint `source` (any layout; verified first) into the new directory
+// `destination`, with the same state except the layout, which becomes serial with
+// the source's data-parallel size. What `train merge-checkpoint` does: the result
+// loads into transformers and `train generate`, and resumes like the source. Throws
+// dufu::Error when the source does not verify or the destination exists; a failure
+// leaves no destination behind.
+void merge_checkpoint(const std::string& source, const std::string& destination);
 
 }  // namespace dufu::trainer

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "dufu/common/communicator.h"
@@ -18,6 +19,10 @@
 #include "dufu/trainer/optimizer.h"
 
 namespace dufu::trainer {
+
+// ZeRO-1's shard of data-parallel rank `rank` of `ranks` in a buffer of n floats:
+// [begin, end), ceil(n / ranks) floats each, the last shards shorter or empty.
+std::pair<std::size_t, std::size_t> zero_shard_range(std::size_t n, int ranks, int rank);
 
 class DataParallelOptimizer {
  public:
@@ -45,6 +50,10 @@ class DataParallelOptimizer {
   AdamW make_full_state() const;
 
   bool sharded() const { return sharded_; }
+  // This rank's optimizer: the whole piece's moments, or under ZeRO-1 its shard's
+  // (AdamW::shard_begin()), for checkpoints that keep each rank's state as it is.
+  const AdamW& local_state() const { return optimizer_; }
+  AdamW& local_state() { return optimizer_; }
 
  private:
   // ZeRO-1: the squared norm of the whole model's gradient from the reduced shards.

@@ -159,6 +159,19 @@ void stage_gpt_buffer(const GPTConfig& config, const PipelineStage& stage, std::
 void unstage_gpt_buffer(const GPTConfig& config, const PipelineStage& stage, std::span<const float> staged,
                         std::span<float> full);
 
+// Both moves at once, between the full serial layout and the piece that tensor-
+// parallel rank `tp_rank` of `tp` holds on pipeline stage `stage`: the layout of
+// GPT(config, <group of tp>, stage).parameter_tensors(), i.e. gpt_stage_layout(config,
+// gpt_parameter_layout(config, tp), stage). No communication, so sharded checkpoints
+// merge and reshard offline. shard_gpt_piece writes all of `piece` (wte's padding
+// rows 0); unshard_gpt_piece writes the entries of `full` the piece holds, so calling
+// it for every (tp rank, stage) assembles the full buffer. Throw dufu::Error for
+// buffers of the wrong size.
+void shard_gpt_piece(const GPTConfig& config, int tp, int tp_rank, const PipelineStage& stage,
+                     std::span<const float> full, std::span<float> piece);
+void unshard_gpt_piece(const GPTConfig& config, int tp, int tp_rank, const PipelineStage& stage,
+                       std::span<const float> piece, std::span<float> full);
+
 // Pointers to the tensors of one buffer laid out as gpt_parameter_layout says: the
 // same struct serves the parameters, their gradients and optimizer moments. On a
 // pipeline stage, h holds the stage's layers (h[0] is layer first_layer) and the

@@ -1,0 +1,71 @@
+// The tensor files of a checkpoint (their formats are in checkpoint.h), between a
+// model piece's buffers and safetensors files, and the steps of writing a checkpoint
+// directory that a parallel save shares with the serial one. Internal to the trainer
+// library.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dufu/trainer/checkpoint.h"
+#include "dufu/trainer/gpt.h"
+
+namespace dufu::trainer::checkpoint_files {
+
+// A piece of the model: tensor rank `tp_rank` of `tp` on `stage`, laid out as
+// gpt_stage_layout(config, gpt_parameter_layout(config, tp), stage). The serial
+// model is the piece (tp 1, whole-model stage).
+struct Piece {
+  GPTConfig config;
+  int tp = 1;
+  int tp_rank = 0;
+  PipelineStage stage;
+  bool is_serial() const { return tp == 1 && stage.num_stages == 1; }
+  std::vector<ParamTensor> layout() const;
+};
+
+// The piece of (tp_rank, pp_rank) in a checkpoint of `layout`.
+Piece piece_of(const GPTConfig& config, const CheckpointLayout& layout, int tp_rank, int pp_rank);
+
+// The weights: HF's layout for the serial piece (model.safetensors), dufu's for the
+// others. read_model checks every tensor's name, dtype and shape (and that there are
+// no others) before it writes `params`, so on an error `params` is unchanged.
+void write_model(const std::string& path, const Piece& piece, std::span<const float> params);
+void read_model(const std::string& path, const Piece& piece, std::span<float> params);
+
+// A piece's AdamW moments named per tensor (optimizer.safetensors); read_optimizer
+// returns the step count and writes m and v only once everything checked out.
+void write_optimizer(const std::string& path, const Piece& piece, std::span<const float> m,
+                     std::span<const float> v, std::int64_t step_count);
+std::int64_t read_optimizer(const std::string& path, const Piece& piece, std::span<float> m, std::span<float> v);
+
+// A ZeRO-1 shard: the moments of [begin, begin + m.size()) of the piece's flattened
+// buffer. read_optimizer_shard checks the file holds exactly that range.
+void write_optimizer_shard(const std::string& path, const Piece& piece, std::size_t begin,
+                           std::span<const float> m, std::span<const float> v, std::int64_t step_count);
+std::int64_t read_optimizer_shard(const std::string& path, const Piece& piece, std::size_t begin, std::span<float> m,
+                                  std::span<float> v);
+
+// What state.json records of each .safetensors file.
+struct FileRecord {
+  std::uint64_t bytes = 0;
+  std::string sha256;
+};
+FileRecord describe_file(const std::string& path);
+
+// Writing a checkpoint directory: create the partial directory (named after `pid`,
+// the writing job's first process, replacing one left by an earlier process of that
+// pid), put the tensor files in it, then finish: config.toml, state.json listing
+// `files`, the rename into place and the clean-up of old checkpoints; or abandon it.
+std::string partial_path(const std::string& run_dir, std::int64_t step, std::int64_t pid);
+std::string final_path(const std::string& run_dir, std::int64_t step);
+std::string create_partial(const std::string& run_dir, std::int64_t step, std::int64_t pid);
+std::string finish(const std::string& run_dir, const std::string& partial, const TrainingState& state,
+                   const std::map<std::string, FileRecord>& files, int keep_last);
+void abandon(const std::string& partial);
+
+}  // namespace dufu::trainer::checkpoint_files
