@@ -1,12 +1,19 @@
-// Data- and tensor-parallel training under mpirun against the single-process run: the same
-// config, seed and data give the same per-step losses (within 1e-5 relative: the
-// gradients are summed in another order) and final weights; a data-parallel run that
-// stops and resumes continues bitwise; a rank that dies takes the job down with it
-// instead of leaving the others waiting.
+// Data-, tensor- and pipeline-parallel training under mpirun against the single-process
+// run: the same config, seed and data give the same per-step losses (within 1e-5
+// relative: the gradients are summed in another order) and, merged with `train
+// merge-checkpoint`, the same final weights; checkpoints hold one model file per
+// (tp, pp) piece and optimizer files per ZeRO shard; a run that stops and resumes in
+// the same layout continues bitwise, and in another layout with the same losses; a
+// rank that raises or is killed takes the job down with it instead of leaving the
+// others waiting.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <utility>
@@ -75,8 +82,51 @@ class DataParallelTest : public ::testing::Test {
     return out;
   }
 
-  static std::string weights(const std::string& run_dir) {
-    return run_dir + "/checkpoints/step_00000006/model.safetensors";
+  static std::string checkpoint(const std::string& run_dir, int step) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "/checkpoints/step_%08d", step);
+    return run_dir + name;
+  }
+
+  // model.safetensors of the run's checkpoint of `step`, merged by `train
+  // merge-checkpoint` from the pieces when the checkpoint is sharded.
+  static std::string weights(const std::string& run_dir, int step = 6) {
+    const std::string source = checkpoint(run_dir, step);
+    if (std::filesystem::exists(source + "/model.safetensors")) return source + "/model.safetensors";
+    const std::string merged = run_dir + "/merged-" + std::to_string(step);
+    const CommandResult merge =
+        run_command(shell_quote(train_tool()) + " merge-checkpoint " + shell_quote(source) + " " + shell_quote(merged));
+    EXPECT_EQ(merge.exit_code, 0) << merge.output;
+    EXPECT_NE(merge.output.find("merged into " + merged), std::string::npos) << merge.output;
+    return merged + "/model.safetensors";
+  }
+
+  // The .safetensors files of a checkpoint, by kind: "model" or "optimizer".
+  static std::vector<std::string> files(const std::string& checkpoint_dir, const std::string& kind) {
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(checkpoint_dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with(kind) && name.ends_with(".safetensors")) names.push_back(name);
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  // Largest absolute difference between two model.safetensors files' weights.
+  static double largest_difference(const std::string& actual_path, const std::string& expected_path) {
+    const auto expected = dufu::trainer::safetensors::File::open(expected_path);
+    const auto actual = dufu::trainer::safetensors::File::open(actual_path);
+    EXPECT_EQ(actual.tensors().size(), expected.tensors().size());
+    double worst = 0.0;
+    for (const auto& tensor : expected.tensors()) {
+      const auto a = actual.view<float>(tensor.name);
+      const auto e = expected.view<float>(tensor.name);
+      EXPECT_EQ(a.size(), e.size()) << tensor.name;
+      for (std::size_t i = 0; i < std::min(a.size(), e.size()); ++i) {
+        worst = std::max(worst, std::abs(static_cast<double>(a[i]) - e[i]));
+      }
+    }
+    return worst;
   }
 
   TempDir dir_;
@@ -90,7 +140,7 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
   const auto expected_val = values(single, "val_loss");
   ASSERT_EQ(expected_losses.size(), 6u);
   ASSERT_EQ(expected_val.size(), 2u);
-  const auto expected = dufu::trainer::safetensors::File::open(weights(single));
+  const std::string expected = weights(single);
 
   // Every layout (dp, tp, pp) of the issue, plus ZeRO-1 and dp 4 and a 1-3 split.
   struct Layout {
@@ -105,15 +155,15 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
         Layout{2, 2, 1, 0, ""}, Layout{2, 1, 2, 0, ""}, Layout{1, 2, 2, 0, ""}, Layout{2, 2, 2, 0, ""},
         Layout{4, 1, 1, 0, ""}, Layout{2, 1, 1, 1, ""}, Layout{4, 1, 1, 1, ""}, Layout{2, 2, 1, 1, ""},
         Layout{2, 1, 2, 1, ""}, Layout{2, 2, 2, 1, ""},
-        Layout{1, 1, 2, 0, " dist.pipeline_num_layers=1,3"}}) {
+        Layout{1, 1, 2, 0, " dist.pipeline_num_layers=1,3"}, Layout{1, 1, 2, 0, " dist.pipeline_stage_ids=0,0,0,1"}}) {
     const auto [dp, tp, pp, zero_stage, extra] = layout;
     const int ranks = dp * tp * pp;
     const std::string name = "world " + std::to_string(ranks) + " = tp " + std::to_string(tp) + " x dp " +
                              std::to_string(dp) + " x pp " + std::to_string(pp);
     SCOPED_TRACE(name + ", ZeRO stage " + std::to_string(zero_stage) + extra);
     char run_name[64];
-    std::snprintf(run_name, sizeof(run_name), "dp%d-tp%d-pp%d-zero%d%s", dp, tp, pp, zero_stage,
-                  extra[0] != '\0' ? "-split" : "");
+    std::snprintf(run_name, sizeof(run_name), "dp%d-tp%d-pp%d-zero%d-%zu", dp, tp, pp, zero_stage,
+                  std::strlen(extra));
     const std::string dir = dir_.file(run_name);
     char layout_overrides[160];
     std::snprintf(layout_overrides, sizeof(layout_overrides),
@@ -155,17 +205,11 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
     ASSERT_EQ(val.size(), expected_val.size());
     for (std::size_t i = 0; i < val.size(); ++i) EXPECT_NEAR(val[i], expected_val[i], 1e-5 * expected_val[i]);
 
-    const auto actual = dufu::trainer::safetensors::File::open(weights(dir));
-    ASSERT_EQ(actual.tensors().size(), expected.tensors().size());
-    double worst = 0.0;
-    for (const auto& tensor : expected.tensors()) {
-      const auto a = actual.view<float>(tensor.name);
-      const auto e = expected.view<float>(tensor.name);
-      ASSERT_EQ(a.size(), e.size()) << tensor.name;
-      for (std::size_t i = 0; i < a.size(); ++i) {
-        worst = std::max(worst, std::abs(static_cast<double>(a[i]) - e[i]));
-      }
-    }
+    // One weights file per (tp, pp) piece, the moments once per piece or per ZeRO shard.
+    const std::string last = checkpoint(dir, 6);
+    EXPECT_EQ(files(last, "model").size(), static_cast<std::size_t>(tp * pp));
+    EXPECT_EQ(files(last, "optimizer").size(), static_cast<std::size_t>(tp * pp * (zero_stage == 1 ? dp : 1)));
+    const double worst = largest_difference(weights(dir), expected);
     // AdamW moves every weight by up to lr per step whatever the gradient's size, so
     // summation-order noise in a near-zero gradient can change a weight by a fraction
     // of lr (3e-3 here): the bound is absolute, a few percent of one step.
@@ -192,32 +236,47 @@ TEST_F(DataParallelTest, ResumeIsBitwiseForAFixedLayout) {
     ASSERT_EQ(second.exit_code, 0) << second.output;
     EXPECT_NE(second.output.find("resuming from"), std::string::npos) << second.output;
     EXPECT_EQ(exact_losses(split), exact_losses(whole));
-    EXPECT_TRUE(read_all(weights(split)) == read_all(weights(whole)));
+    // Every file of the last checkpoint byte for byte: weights and moments of every
+    // piece and shard.
+    const std::vector<std::string> names = files(checkpoint(whole, 6), "");
+    EXPECT_EQ(files(checkpoint(split, 6), ""), names);
+    for (const std::string& name : names) {
+      EXPECT_TRUE(read_all(checkpoint(split, 6) + "/" + name) == read_all(checkpoint(whole, 6) + "/" + name))
+          << name;
+    }
   }
 
 }
 
-// Checkpoints hold the merged, serial layout: a (dp 2, tp 2, pp 2) checkpoint equals
-// the single-process weights and continues under (1, 2, 1) and (2, 1, 2) with the
-// single-process losses.
+// A (dp 2, tp 2, pp 2) checkpoint, merged, equals the single-process weights, and
+// continues under (1, 2, 1) and (2, 1, 2) with the single-process losses; a ZeRO-1
+// checkpoint of 2 shards continues with 4 shards, and in one process.
 TEST_F(DataParallelTest, CheckpointsReshardOnLoad) {
   const std::string single = dir_.file("single");
   const CommandResult reference = run_command(shell_quote(train_tool()) + " " + config() + " run.dir=" + single);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
   const auto expected = values(single, "loss");
+  const std::string three_d = " dist.tensor_parallel_size=2 dist.pipeline_parallel_size=2";
+  const std::string zero_2 = " dist.zero_stage=1";
   struct Resumed {
     const char* name;
+    int first_ranks;
+    std::string first_layout;
     int ranks;
-    const char* layout;
+    std::string layout;
   };
-  for (const Resumed& resumed : {Resumed{"as-1-2-1", 2, " dist.tensor_parallel_size=2"},
-                                 Resumed{"as-2-1-2", 4, " dist.pipeline_parallel_size=2"}}) {
+  for (const Resumed& resumed : {Resumed{"as-1-2-1", 8, three_d, 2, " dist.tensor_parallel_size=2"},
+                                 Resumed{"as-2-1-2", 8, three_d, 4, " dist.pipeline_parallel_size=2"},
+                                 Resumed{"zero-2-as-zero-4", 2, zero_2, 4, " dist.zero_stage=1"},
+                                 Resumed{"zero-2-as-single", 2, zero_2, 1, ""}}) {
     SCOPED_TRACE(resumed.name);
     const std::string dir = dir_.file(resumed.name);
-    const CommandResult first = mpirun(8, config() + " run.dir=" + dir +
-                                              " dist.tensor_parallel_size=2 dist.pipeline_parallel_size=2 "
-                                              "train.exit_at_step=3");
+    const CommandResult first =
+        mpirun(resumed.first_ranks, config() + " run.dir=" + dir + resumed.first_layout + " train.exit_at_step=3");
     ASSERT_EQ(first.exit_code, 0) << first.output;
+    const double merged_difference = largest_difference(weights(dir, 3), weights(single, 3));
+    // As for the final weights in MatchesTheSingleProcessRun: AdamW's steps of up to lr.
+    EXPECT_LT(merged_difference, 1e-4) << "the merged step-3 checkpoint against the single process's";
     const CommandResult second = mpirun(resumed.ranks, config() + " run.dir=" + dir + resumed.layout);
     ASSERT_EQ(second.exit_code, 0) << second.output;
     const auto losses = values(dir, "loss");
@@ -258,6 +317,29 @@ TEST_F(DataParallelTest, CheckpointsLoadIntoAnotherTensorParallelSize) {
   }
 }
 
+TEST_F(DataParallelTest, MergeCheckpointRefusesWhatItCannotMerge) {
+  const std::string dir = dir_.file("sharded");
+  ASSERT_EQ(mpirun(2, config() + " run.dir=" + dir + " dist.tensor_parallel_size=2 train.steps=3").exit_code, 0);
+  const std::string source = checkpoint(dir, 3);
+  const std::string merge = shell_quote(train_tool()) + " merge-checkpoint " + shell_quote(source) + " ";
+  const CommandResult exists = run_command(merge + shell_quote(dir));
+  EXPECT_NE(exists.exit_code, 0);
+  EXPECT_NE(exists.output.find(dir + ": already exists"), std::string::npos) << exists.output;
+  // A damaged piece is named; nothing is written.
+  const std::string piece = source + "/model-tp01.safetensors";
+  std::string bytes = read_all(piece);
+  bytes[bytes.size() - 5] ^= 0x40;
+  write_all(piece, bytes);
+  const CommandResult corrupt = run_command(merge + shell_quote(dir_.file("merged")));
+  EXPECT_NE(corrupt.exit_code, 0);
+  EXPECT_NE(corrupt.output.find("model-tp01.safetensors has SHA-256"), std::string::npos) << corrupt.output;
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("merged")));
+  const CommandResult missing = run_command(merge.substr(0, merge.find(shell_quote(source))) +
+                                            shell_quote(dir_.file("nothing")) + " " + shell_quote(dir_.file("m2")));
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("no such run or checkpoint directory"), std::string::npos) << missing.output;
+}
+
 TEST_F(DataParallelTest, InvalidLayoutsAndFailingRanksStopTheJob) {
   const CommandResult not_divisible = mpirun(3, config() + " run.dir=" + dir_.file("three"));
   EXPECT_NE(not_divisible.exit_code, 0);
@@ -296,6 +378,27 @@ TEST_F(DataParallelTest, InvalidLayoutsAndFailingRanksStopTheJob) {
   EXPECT_NE(failing.exit_code, 124) << "the job hung until timeout killed it";
   EXPECT_NE(failing.output.find("/nonexistent/shard"), std::string::npos) << failing.output;
   EXPECT_NE(failing.output.find("rank 1"), std::string::npos) << failing.output;
+
+  // Rank 1 of a tensor- and data-parallel job is killed (SIGKILL: no handler, no
+  // message of its own) once step 2 is logged; the job must end promptly, saying
+  // which rank died and how.
+  const std::string killed_dir = dir_.file("killed");
+  const std::string killer = dir_.file("kill_rank_1.sh");
+  write_all(killer, "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then\n"
+                    "  (while ! grep -q '\"step\":2,' " + shell_quote(killed_dir + "/metrics.jsonl") +
+                        " 2>/dev/null; do sleep 0.05; done; kill -9 $$) &\nfi\nexec \"$@\"\n");
+  const auto start = std::chrono::steady_clock::now();
+  const CommandResult killed =
+      run_command(std::string("timeout -k 5 120 ") + DUFU_MPIRUN + " -np 4 sh " + shell_quote(killer) + " " +
+                  shell_quote(train_tool()) + " " + config() + " run.dir=" + killed_dir +
+                  " dist.tensor_parallel_size=2 train.steps=100000 checkpoint.interval=0 eval.interval=0");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(killed.exit_code, 0);
+  EXPECT_NE(killed.exit_code, 124) << "the job hung until timeout killed it";
+  EXPECT_NE(killed.output.find("rank 1"), std::string::npos) << killed.output;
+  EXPECT_NE(killed.output.find("signal 9"), std::string::npos) << killed.output;
+  EXPECT_LT(seconds, 100.0);
+  std::printf("a killed rank ended the 4-rank job after %.1f s in all\n", seconds);
 }
 
 }  // namespace

@@ -171,6 +171,40 @@ TEST(TrainingOptions, DerivesBatchesDataAndSchedule) {
   EXPECT_EQ(training_options(config_with({"train.micro_batch=5"})).global_batch, 5);
 }
 
+// The split of the layers over pipeline stages, from layer counts or from LiBai-style
+// stage ids, with the default model's 4 layers.
+TEST(TrainingOptions, PipelineSplitFromLayerCountsOrStageIds) {
+  EXPECT_TRUE(training_options(config_with({})).pipeline_num_layers.empty());
+  EXPECT_EQ(training_options(config_with({"dist.pipeline_parallel_size=2", "dist.pipeline_num_layers=\"1,3\""}))
+                .pipeline_num_layers,
+            (std::vector<int>{1, 3}));
+  EXPECT_EQ(training_options(config_with({"dist.pipeline_parallel_size=3",
+                                          "dist.pipeline_stage_ids=\"0,1,1,2\""}))
+                .pipeline_num_layers,
+            (std::vector<int>{1, 2, 1}));
+  expect_error(
+      [] {
+        training_options(config_with({"dist.pipeline_parallel_size=2", "dist.pipeline_num_layers=\"2,2\"",
+                                      "dist.pipeline_stage_ids=\"0,0,1,1\""}));
+      },
+      {"dist.pipeline_num_layers and dist.pipeline_stage_ids", "give one"});
+  expect_error(
+      [] {
+        training_options(
+            config_with({"dist.pipeline_parallel_size=2", "dist.pipeline_stage_ids=\"0,1,0,1\""}));
+      },
+      {"dist.pipeline_stage_ids: pipeline stage ids: layer 2 has stage 0 after stage 1"});
+  expect_error(
+      [] { training_options(config_with({"dist.pipeline_parallel_size=2", "dist.pipeline_stage_ids=\"0,1\""})); },
+      {"dist.pipeline_stage_ids", "2 ids for n_layer 4 layers"});
+  expect_error(
+      [] { training_options(config_with({"dist.pipeline_parallel_size=2", "dist.pipeline_stage_ids=\"0,x\""})); },
+      {"dist.pipeline_stage_ids: 'x' is not a stage id"});
+  expect_error(
+      [] { training_options(config_with({"dist.pipeline_parallel_size=2", "dist.pipeline_num_layers=\"1,3a\""})); },
+      {"dist.pipeline_num_layers: '3a' is not a number of layers"});
+}
+
 TEST(TrainingOptions, ErrorsNameTheKnob) {
   expect_error([] { training_options(Config::load(training_config_schema(), "", {})); }, {"data.blend is not set"});
   expect_error([] { training_options(config_with({"train.micro_batch=4", "train.global_batch=10"})); },

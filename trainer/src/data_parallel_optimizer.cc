@@ -115,22 +115,6 @@ void DataParallelOptimizer::step(float lr) {
 
 AdamW DataParallelOptimizer::make_full_state() const { return AdamW(model_, options_); }
 
-const AdamW& DataParallelOptimizer::full_state() {
-  if (!sharded_) return optimizer_;
-  if (!gathered_) gathered_ = std::make_unique<AdamW>(model_, options_);
-  const std::size_t count = optimizer_.num_parameters();
-  for (const bool first : {true, false}) {
-    const auto shard = first ? optimizer_.m() : optimizer_.v();
-    std::fill(param_shard_.begin(), param_shard_.end(), 0.0f);
-    std::copy_n(shard.begin(), count, param_shard_.begin());
-    group_.all_gather(param_shard_, padded_);
-    const auto full = first ? gathered_->m() : gathered_->v();
-    std::copy_n(padded_.begin(), full.size(), full.begin());
-  }
-  gathered_->set_step_count(optimizer_.step_count());
-  return *gathered_;
-}
-
 void DataParallelOptimizer::load_full_state(const AdamW& full) {
   DUFU_CHECK(full.num_parameters() == model_.num_parameters(), "load_full_state: a state of ", full.num_parameters(),
              " parameters for a model of ", model_.num_parameters());

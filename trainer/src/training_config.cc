@@ -1,5 +1,6 @@
 #include "dufu/trainer/training_config.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <limits>
 #include <string_view>
@@ -51,6 +52,9 @@ ConfigSchema training_config_schema() {
       .add_int("dist.pipeline_parallel_size", 1, "Pipeline stages (1F1B schedule over the micro-batches of a step)")
       .add_string("dist.pipeline_num_layers", "",
                   "Layers per pipeline stage, e.g. \"5,7\" (empty: an even split, earlier stages one more)")
+      .add_string("dist.pipeline_stage_ids", "",
+                  "The stage of each layer, e.g. \"0,0,0,0,0,1,1,1,1,1,1,1\" (LiBai's explicit stage ids; "
+                  "instead of dist.pipeline_num_layers)")
       .add_int("dist.zero_stage", 0,
                "1: shard the AdamW moments over the data-parallel ranks (ZeRO-1: reduce-scatter, update, "
                "all-gather); 0: every rank keeps them all");
@@ -70,6 +74,26 @@ std::int64_t int_in_range(const Config& config, const char* name, std::int64_t m
     DUFU_FAIL(name, " must be in [", min, ", ", max, "], got ", value);
   }
   return value;
+}
+
+// A comma-separated list of integers ("5,7"); empty for an empty string. `what` and
+// `example` go into the message for an item that is not an integer.
+std::vector<int> int_list(const Config& config, const char* name, const char* what, const char* example) {
+  std::vector<int> values;
+  for (std::string_view rest = config.get_string(name); !rest.empty();) {
+    const auto comma = rest.find(',');
+    const std::string item(rest.substr(0, comma));
+    char* end = nullptr;
+    errno = 0;
+    const long value = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno != 0 || value < std::numeric_limits<int>::min() ||
+        value > std::numeric_limits<int>::max()) {
+      DUFU_FAIL(name, ": '", item, "' is not ", what, " (expected e.g. ", example, ")");
+    }
+    values.push_back(static_cast<int>(value));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  return values;
 }
 
 float nonnegative_float(const Config& config, const char* name) {
@@ -146,16 +170,18 @@ TrainingOptions training_options(const Config& config) {
   options.checkpoint_keep = static_cast<int>(int_in_range(config, "checkpoint.keep", 1));
   options.tensor_parallel_size = static_cast<int>(int_in_range(config, "dist.tensor_parallel_size", 1, 4096));
   options.pipeline_parallel_size = static_cast<int>(int_in_range(config, "dist.pipeline_parallel_size", 1, 4096));
-  for (std::string_view rest = config.get_string("dist.pipeline_num_layers"); !rest.empty();) {
-    const auto comma = rest.find(',');
-    const std::string item(rest.substr(0, comma));
-    char* end = nullptr;
-    const long layers = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0') {
-      DUFU_FAIL("dist.pipeline_num_layers: '", item, "' is not a number of layers (expected e.g. \"5,7\")");
+  options.pipeline_num_layers = int_list(config, "dist.pipeline_num_layers", "a number of layers", "\"5,7\"");
+  const std::vector<int> stage_ids = int_list(config, "dist.pipeline_stage_ids", "a stage id", "\"0,0,1,1\"");
+  if (!stage_ids.empty()) {
+    if (!options.pipeline_num_layers.empty()) {
+      DUFU_FAIL("dist.pipeline_num_layers and dist.pipeline_stage_ids both say how to split the layers; give one");
     }
-    options.pipeline_num_layers.push_back(static_cast<int>(layers));
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    try {
+      options.pipeline_num_layers =
+          pipeline_layer_split_from_stage_ids(options.model.n_layer, options.pipeline_parallel_size, stage_ids);
+    } catch (const Error& e) {
+      DUFU_FAIL("dist.pipeline_stage_ids: ", e.what());
+    }
   }
   // The split is checked here so a bad one fails before any rank starts.
   (void)pipeline_layer_split(options.model.n_layer, options.pipeline_parallel_size, options.pipeline_num_layers);

@@ -40,11 +40,8 @@ class DataParallelOptimizer {
   // One AdamW update at rate lr from the reduced gradients; collective under ZeRO-1.
   void step(float lr);
 
-  // The whole optimizer state for a checkpoint: under ZeRO-1 gathered from every
-  // rank's shard, so every rank must call it at the same point. The checkpoint format
-  // is the same either way, so a run can resume with or without sharding.
-  const AdamW& full_state();
-  // Takes the moments and step count of a full state (loaded from a checkpoint).
+  // Takes the moments and step count of a full state (loaded from a checkpoint, for
+  // this rank's piece of the model): all of them, or under ZeRO-1 this rank's shard.
   void load_full_state(const AdamW& full);
   // An empty full-sized optimizer to load a checkpoint into.
   AdamW make_full_state() const;
@@ -67,12 +64,11 @@ class DataParallelOptimizer {
   bool sharded_;
   std::size_t shard_size_ = 0;  // elements per rank, the parameters padded to a multiple of dp
   AdamW optimizer_;             // full, or this rank's shard
-  // ZeRO-1 buffers: the padded gradient, this rank's summed gradient shard, the
-  // padded parameters, and the gathered full state.
+  // ZeRO-1 buffers: the padded gradient, this rank's summed gradient shard and the
+  // padded parameters.
   std::vector<float> padded_;
   std::vector<float> grad_shard_;
   std::vector<float> param_shard_;
-  std::unique_ptr<AdamW> gathered_;
 };
 
 }  // namespace dufu::trainer
