@@ -322,6 +322,19 @@ TEST_F(DataParallelTest, MergeCheckpointRefusesWhatItCannotMerge) {
   ASSERT_EQ(mpirun(2, config() + " run.dir=" + dir + " dist.tensor_parallel_size=2 train.steps=3").exit_code, 0);
   const std::string source = checkpoint(dir, 3);
   const std::string merge = shell_quote(train_tool()) + " merge-checkpoint " + shell_quote(source) + " ";
+  // `train generate` reads the sharded checkpoint and the merged one alike.
+  weights(dir, 3);  // merges the checkpoint into dir/merged-3
+  const std::string generate = shell_quote(train_tool()) + " generate --model " +
+                               shell_quote(dufu::testing::fixture_path("fortunes.model")) +
+                               " --prompt 'The fortune' --temperature 0 --max-tokens 12 --checkpoint ";
+  const CommandResult from_pieces = run_command(generate + shell_quote(source));
+  const CommandResult from_merged = run_command(generate + shell_quote(dir + "/merged-3"));
+  ASSERT_EQ(from_pieces.exit_code, 0) << from_pieces.output;
+  ASSERT_EQ(from_merged.exit_code, 0) << from_merged.output;
+  // After the line naming the checkpoint, the same greedy text.
+  const auto text = [](const std::string& output) { return output.substr(output.find("\nThe fortune")); };
+  EXPECT_EQ(text(from_pieces.output), text(from_merged.output));
+  EXPECT_NE(from_pieces.output.find("step 3, 4 layers"), std::string::npos) << from_pieces.output;
   const CommandResult exists = run_command(merge + shell_quote(dir));
   EXPECT_NE(exists.exit_code, 0);
   EXPECT_NE(exists.output.find(dir + ": already exists"), std::string::npos) << exists.output;
