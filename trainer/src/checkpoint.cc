@@ -65,17 +65,8 @@ using checkpoint_files::FileRecord;
 using checkpoint_files::Piece;
 using checkpoint_files::piece_of;
 
-// The model shape, field by field: state.json, the metadata of model.safetensors,
-// equality and the messages naming the first field that differs all walk this table.
-struct ModelField {
-  const char* name;
-  int GPTConfig::*member;
-};
-constexpr ModelField kModelFields[] = {
-    {"n_layer", &GPTConfig::n_layer},       {"n_head", &GPTConfig::n_head},
-    {"d_model", &GPTConfig::d_model},       {"vocab_size", &GPTConfig::vocab_size},
-    {"vocab_multiple", &GPTConfig::vocab_multiple}, {"seq_length", &GPTConfig::seq_length},
-};
+using checkpoint_files::kModelFields;
+using checkpoint_files::ModelField;
 
 const ModelField* first_difference(const GPTConfig& a, const GPTConfig& b) {
   for (const ModelField& field : kModelFields) {

@@ -20,15 +20,6 @@ namespace {
 // AdamW's step count: an I64 scalar, as torch names it.
 constexpr const char* kStepTensor = "step";
 
-struct ModelField {
-  const char* name;
-  int GPTConfig::*member;
-};
-constexpr ModelField kModelFields[] = {
-    {"n_layer", &GPTConfig::n_layer},       {"n_head", &GPTConfig::n_head},
-    {"d_model", &GPTConfig::d_model},       {"vocab_size", &GPTConfig::vocab_size},
-    {"vocab_multiple", &GPTConfig::vocab_multiple}, {"seq_length", &GPTConfig::seq_length},
-};
 
 std::size_t layout_size(const std::vector<ParamTensor>& layout) {
   return layout.empty() ? 0 : layout.back().offset + layout.back().size();

@@ -16,6 +16,18 @@
 
 namespace dufu::trainer::checkpoint_files {
 
+// The model shape, field by field: state.json, the metadata of model.safetensors,
+// equality and the messages naming the first field that differs all walk this table.
+struct ModelField {
+  const char* name;
+  int GPTConfig::*member;
+};
+constexpr ModelField kModelFields[] = {
+    {"n_layer", &GPTConfig::n_layer},       {"n_head", &GPTConfig::n_head},
+    {"d_model", &GPTConfig::d_model},       {"vocab_size", &GPTConfig::vocab_size},
+    {"vocab_multiple", &GPTConfig::vocab_multiple}, {"seq_length", &GPTConfig::seq_length},
+};
+
 // A piece of the model: tensor rank `tp_rank` of `tp` on `stage`, laid out as
 // gpt_stage_layout(config, gpt_parameter_layout(config, tp), stage). The serial
 // model is the piece (tp 1, whole-model stage).
