@@ -574,6 +574,14 @@ std::string finish(const std::string& run_dir, const std::string& partial, const
   const std::string checkpoints = join(run_dir, kCheckpointsDir);
   const std::string final_dir = final_path(run_dir, state.step);
   try {
+    const std::vector<std::string> expected = checkpoint_file_names(state.layout);
+    for (const std::string& name : expected) {
+      if (!files.contains(name)) DUFU_FAIL("checkpoint of step ", state.step, ": no rank wrote ", name);
+    }
+    if (files.size() != expected.size()) {
+      DUFU_FAIL("checkpoint of step ", state.step, ": ", files.size(), " files written, the layout has ",
+                expected.size());
+    }
     write_text(join(partial, kConfigFile), state.config_toml);
     write_text(join(partial, kStateFile), state_json(state, files));
     publish(partial, final_dir, checkpoints);
