@@ -22,12 +22,14 @@
 #include "dufu/common/error.h"
 #include "dufu/common/npy.h"
 #include "dufu/trainer/gpt.h"
-#include "dufu/trainer/kernels.h"
+#include "dufu/trainer/optimizer.h"
 #include "support/temp_dir.h"
 #include "support/tool_runner.h"
 
 namespace {
 
+using dufu::trainer::AdamW;
+using dufu::trainer::AdamWOptions;
 using dufu::trainer::GPT;
 using dufu::trainer::GPTConfig;
 using dufu::trainer::ParamTensor;
@@ -250,21 +252,16 @@ TEST_F(GPTTorchTest, GradientAccumulationMatches) {
 TEST_F(GPTTorchTest, AdamWLossesMatch) {
   GPT& model = *model_;
   const AdamWSettings adamw;
-  std::vector<float> m(model.num_parameters(), 0.0f);
-  std::vector<float> v(model.num_parameters(), 0.0f);
+  // Weight decay on matrices only, as the reference's parameter groups.
+  AdamW optimizer(model, AdamWOptions{.beta1 = adamw.beta1, .beta2 = adamw.beta2, .eps = adamw.eps,
+                                      .weight_decay = adamw.weight_decay});
   const std::vector<float> want = read_floats(out("adamw_losses.npy"), static_cast<std::size_t>(adamw.steps));
   std::printf("%-6s %12s %12s %12s\n", "step", "dufu", "torch", "rel err");
   for (int step = 1; step <= adamw.steps; ++step) {
     model.zero_grad();
     const float loss = model.forward(batch_.tokens, batch_.targets, kB, kT);
     model.backward();
-    for (const ParamTensor& tensor : model.parameter_tensors()) {
-      // Weight decay on matrices only, as the reference's parameter groups.
-      dufu::trainer::adamw_update(model.params().data() + tensor.offset, model.grads().data() + tensor.offset,
-                                  m.data() + tensor.offset, v.data() + tensor.offset, tensor.size(), adamw.lr,
-                                  adamw.beta1, adamw.beta2, adamw.eps, tensor.is_matrix ? adamw.weight_decay : 0.0f,
-                                  step);
-    }
+    optimizer.step(model.params(), model.grads(), adamw.lr);
     const float expected = want[static_cast<std::size_t>(step - 1)];
     const double rel = std::fabs(static_cast<double>(loss) - expected) / expected;
     std::printf("%-6d %12.8f %12.8f %12.3e\n", step, loss, expected, rel);

@@ -241,18 +241,25 @@ inline void classifier_grad(Vec& dlogits, const Vec& logits, const std::vector<s
   }
 }
 
-// torch.optim.AdamW (1.13, single-tensor path), one step t >= 1, in double.
-inline void adamw_update(Vec& params, const Vec& grads, Vec& m, Vec& v, double lr, double beta1, double beta2,
-                         double eps, double weight_decay, int t) {
+// torch.optim.AdamW (1.13, single-tensor path), one step t >= 1 of the elements
+// [begin, end), in double.
+inline void adamw_update_range(Vec& params, const Vec& grads, Vec& m, Vec& v, std::size_t begin, std::size_t end,
+                               double lr, double beta1, double beta2, double eps, double weight_decay, int t) {
   const double bias_correction1 = 1.0 - std::pow(beta1, t);
   const double bias_correction2 = 1.0 - std::pow(beta2, t);
-  for (std::size_t i = 0; i < params.size(); ++i) {
+  for (std::size_t i = begin; i < end; ++i) {
     params[i] *= 1.0 - lr * weight_decay;
     m[i] = beta1 * m[i] + (1.0 - beta1) * grads[i];
     v[i] = beta2 * v[i] + (1.0 - beta2) * grads[i] * grads[i];
     const double denom = std::sqrt(v[i]) / std::sqrt(bias_correction2) + eps;
     params[i] -= lr / bias_correction1 * m[i] / denom;
   }
+}
+
+// The same over all the elements.
+inline void adamw_update(Vec& params, const Vec& grads, Vec& m, Vec& v, double lr, double beta1, double beta2,
+                         double eps, double weight_decay, int t) {
+  adamw_update_range(params, grads, m, v, 0, params.size(), lr, beta1, beta2, eps, weight_decay, t);
 }
 
 }  // namespace dufu::trainer::reference

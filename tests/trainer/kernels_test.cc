@@ -423,21 +423,29 @@ Outputs run_scale_in_place(const Shape& s, Impl impl, int) {
   return {{"values", scaled}};
 }
 
+// Segments of both decays, one of them empty, so that the threads' chunks cut through
+// segments and the decay changes inside a chunk.
 Outputs run_adamw(const Shape& s, Impl impl, int) {
   const std::size_t n = vector_size(s);
   const auto params = random_floats(n, 70);
   const auto grads = random_floats(n, 71, -0.1f, 0.1f);
   const auto m = random_floats(n, 72, -0.01f, 0.01f);
   const auto v = random_floats(n, 73, 0.0f, 1e-4f);
-  const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+  const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  const AdamWSegment segments[] = {{n / 3, 0.1f}, {n / 3, 0.0f}, {n / 2 + 1, 0.0f}, {n, 0.1f}};
   const int t = 7;
   if (impl == Impl::kFast) {
     auto p = params, mm = m, vv = v;
-    adamw_update(p.data(), grads.data(), mm.data(), vv.data(), n, lr, beta1, beta2, eps, weight_decay, t);
+    adamw_update(p.data(), grads.data(), mm.data(), vv.data(), segments, lr, beta1, beta2, eps, t);
     return {{"params", widen(p)}, {"m", widen(mm)}, {"v", widen(vv)}};
   }
   Vec p = widen(params), mm = widen(m), vv = widen(v);
-  ref::adamw_update(p, widen(grads), mm, vv, lr, beta1, beta2, eps, weight_decay, t);
+  std::size_t begin = 0;
+  for (const AdamWSegment& segment : segments) {
+    ref::adamw_update_range(p, widen(grads), mm, vv, begin, segment.end, lr, beta1, beta2, eps, segment.weight_decay,
+                            t);
+    begin = segment.end;
+  }
   return {{"params", p}, {"m", mm}, {"v", vv}};
 }
 
@@ -579,6 +587,17 @@ TEST(Classifier, RejectsTargetsOutsideTheVocabulary) {
                std::exception);
 }
 
+TEST(AdamW, RejectsStepZeroAndSegmentsThatGoBackwards) {
+  std::vector<float> params(8, 1.0f), grads(8, 0.5f), m(8, 0.0f), v(8, 0.0f);
+  const AdamWSegment forwards[] = {{3, 0.1f}, {8, 0.0f}};
+  const AdamWSegment backwards[] = {{5, 0.1f}, {3, 0.0f}, {8, 0.1f}};
+  EXPECT_THROW(adamw_update(params.data(), grads.data(), m.data(), v.data(), forwards, 1e-3f, 0.9f, 0.95f, 1e-8f, 0),
+               std::exception);
+  EXPECT_THROW(adamw_update(params.data(), grads.data(), m.data(), v.data(), backwards, 1e-3f, 0.9f, 0.95f, 1e-8f, 1),
+               std::exception);
+  EXPECT_EQ(params, std::vector<float>(8, 1.0f)) << "nothing is written before the checks";
+}
+
 TEST(KernelMath, ExpApproxIsWithinTwoUlpOfExp) {
   double max_rel = 0.0;
   for (float x = -87.0f; x <= 88.0f; x += 0.001f) {
@@ -626,7 +645,8 @@ TEST_P(AdamWSteps, FollowTorchFormulaForThreeSteps) {
   for (int t = 1; t <= 3; ++t) {
     auto grads = random_floats(n, 80 + t, -0.5f, 0.5f);
     grads[t] = 0.0f;  // a zero gradient still decays and moves by momentum
-    adamw_update(params.data(), grads.data(), m.data(), v.data(), n, lr, beta1, beta2, eps, weight_decay, t);
+    const AdamWSegment all[] = {{n, weight_decay}};
+    adamw_update(params.data(), grads.data(), m.data(), v.data(), all, lr, beta1, beta2, eps, t);
     ref::adamw_update(ref_params, widen(grads), ref_m, ref_v, lr, beta1, beta2, eps, weight_decay, t);
     const std::string step = "adamw wd=" + std::to_string(weight_decay) + " t=" + std::to_string(t);
     testing::report_close(step + " params", widen(params), ref_params, {1e-7, 1e-6});
@@ -649,8 +669,9 @@ TEST(AdamW, MatchesNumbersFromTorch) {
   const std::vector<std::vector<float>> torch_params{{0.489500016f, -1.23874998f, 1.99800003f, -0.00999999978f},
                                                      {0.493903458f, -1.23482764f, 1.98865247f, -0.0187896173f},
                                                      {0.493222654f, -1.23631942f, 1.9822793f, -0.0210633632f}};
+  const AdamWSegment all[] = {{4, 0.1f}};
   for (int t = 1; t <= 3; ++t) {
-    adamw_update(params.data(), grads[t - 1].data(), m.data(), v.data(), 4, 0.01f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    adamw_update(params.data(), grads[t - 1].data(), m.data(), v.data(), all, 0.01f, 0.9f, 0.95f, 1e-8f, t);
     testing::report_close("adamw vs torch t=" + std::to_string(t), widen(params), widen(torch_params[t - 1]),
                           {1e-7, 1e-6});
   }

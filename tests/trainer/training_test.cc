@@ -2,11 +2,14 @@
 // schedule, AdamW's weight-decay groups, gradient clipping, the FLOP count, and the
 // configuration's validation messages.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <span>
+#include <cstddef>
+#include <cstring>
 #include <numbers>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,15 +17,18 @@
 #include "dufu/common/error.h"
 #include "dufu/trainer/flops.h"
 #include "dufu/trainer/gpt.h"
+#include "dufu/trainer/kernels.h"
 #include "dufu/trainer/lr_schedule.h"
 #include "dufu/trainer/optimizer.h"
 #include "dufu/trainer/training_config.h"
+#include "kernel_test_support.h"
 #include "support/expect_error.h"
 
 namespace {
 
 using dufu::Config;
 using dufu::testing::expect_error;
+namespace support = dufu::trainer::testing;  // kernel_test_support.h
 using namespace dufu::trainer;
 
 TEST(LearningRate, WarmupThenCosineThenFloor) {
@@ -115,6 +121,112 @@ TEST(AdamWGroups, ShardsTogetherEqualTheWhole) {
   EXPECT_EQ(whole, sharded);
   EXPECT_TRUE(std::equal(first.m().begin(), first.m().end(), full.m().begin()));
   EXPECT_TRUE(std::equal(second.v().begin(), second.v().end(), full.v().begin() + static_cast<std::ptrdiff_t>(cut)));
+}
+
+// AdamW::step updates its whole buffer in one kernel pass whose thread chunks cut
+// through tensors; per element it must still be torch.optim.AdamW with the decay of
+// the element's own tensor. The oracle is a plain loop in double over each tensor,
+// decaying matrices only. The step must also give exactly the bits of the per-tensor
+// kernel calls it replaced, for any thread count, and a ZeRO shard that starts inside
+// a matrix and ends inside a bias must give the bits of the whole optimizer's slice.
+TEST(AdamWGroups, OnePassMatchesPlainLoopAndPerTensorUpdates) {
+  GPTConfig config = tiny_model();
+  config.n_layer = 2;
+  config.d_model = 16;
+  const std::vector<ParamTensor> layout = gpt_parameter_layout(config);
+  const std::size_t n = layout.back().offset + layout.back().size();
+  const AdamWOptions options{.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.5f};
+  const float lr = 1e-2f;  // lr * decay 5e-3: a bias decayed by mistake is far off
+  constexpr int kSteps = 3;
+  const std::vector<float> initial = support::random_floats(n, 90);
+  std::vector<std::vector<float>> grads;
+  for (int t = 1; t <= kSteps; ++t) grads.push_back(support::random_floats(n, 90 + t, -0.5f, 0.5f));
+  grads[1][5] = 0.0f;  // a zero gradient still decays and moves by momentum
+
+  support::Vec want = support::widen(initial), want_m(n, 0.0), want_v(n, 0.0);
+  for (int t = 1; t <= kSteps; ++t) {
+    const double beta1 = options.beta1, beta2 = options.beta2;
+    const double bias_correction1 = 1.0 - std::pow(beta1, t);
+    const double bias_correction2 = 1.0 - std::pow(beta2, t);
+    for (const ParamTensor& tensor : layout) {
+      const double decay = tensor.is_matrix ? options.weight_decay : 0.0;
+      for (std::size_t i = tensor.offset; i < tensor.offset + tensor.size(); ++i) {
+        const double g = grads[t - 1][i];
+        want[i] *= 1.0 - lr * decay;
+        want_m[i] = beta1 * want_m[i] + (1.0 - beta1) * g;
+        want_v[i] = beta2 * want_v[i] + (1.0 - beta2) * g * g;
+        const double denom = std::sqrt(want_v[i]) / std::sqrt(bias_correction2) + options.eps;
+        want[i] -= lr / bias_correction1 * want_m[i] / denom;
+      }
+    }
+  }
+
+  struct State {
+    std::vector<float> params, m, v;
+  };
+  const auto with_threads = [](int threads, auto fn) {
+    const int previous = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    fn();
+    omp_set_num_threads(previous);
+  };
+  // AdamW over [begin, end) of the buffer, on `threads` OpenMP threads.
+  const auto one_pass = [&](std::size_t begin, std::size_t end, int threads) {
+    AdamW optimizer(layout, n, options, begin, end);
+    const auto start = std::span<const float>(initial).subspan(begin, end - begin);
+    State state{{start.begin(), start.end()}, {}, {}};
+    with_threads(threads, [&] {
+      for (int t = 0; t < kSteps; ++t) {
+        optimizer.step(state.params, std::span<const float>(grads[t]).subspan(begin, end - begin), lr);
+      }
+    });
+    state.m.assign(optimizer.m().begin(), optimizer.m().end());
+    state.v.assign(optimizer.v().begin(), optimizer.v().end());
+    return state;
+  };
+  const auto same_bits = [](std::span<const float> a, std::span<const float> b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+
+  const State whole = one_pass(0, n, 2);
+  support::report_close("one pass params", support::widen(whole.params), want, {1e-7, 1e-6});
+  support::report_close("one pass m", support::widen(whole.m), want_m, {3e-8, 1e-6});
+  support::report_close("one pass v", support::widen(whole.v), want_v, {1e-10, 1e-6});
+
+  State per_tensor{initial, std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
+  with_threads(2, [&] {
+    for (int t = 1; t <= kSteps; ++t) {
+      for (const ParamTensor& tensor : layout) {
+        const AdamWSegment one[] = {{tensor.size(), tensor.is_matrix ? options.weight_decay : 0.0f}};
+        const std::size_t at = tensor.offset;
+        adamw_update(per_tensor.params.data() + at, grads[t - 1].data() + at, per_tensor.m.data() + at,
+                     per_tensor.v.data() + at, one, lr, options.beta1, options.beta2, options.eps, t);
+      }
+    }
+  });
+  EXPECT_TRUE(same_bits(whole.params, per_tensor.params));
+  EXPECT_TRUE(same_bits(whole.m, per_tensor.m));
+  EXPECT_TRUE(same_bits(whole.v, per_tensor.v));
+
+  for (const int threads : {1, 3}) {
+    const State other = one_pass(0, n, threads);
+    EXPECT_TRUE(same_bits(other.params, whole.params) && same_bits(other.m, whole.m) && same_bits(other.v, whole.v))
+        << threads << " threads";
+  }
+
+  const auto named = [&](const std::string& name) {
+    return *std::find_if(layout.begin(), layout.end(), [&](const ParamTensor& tensor) { return tensor.name == name; });
+  };
+  const ParamTensor first = named("h.0.attn.c_attn.weight"), last = named("h.1.ln_1.bias");
+  ASSERT_TRUE(first.is_matrix && !last.is_matrix);
+  const std::size_t begin = first.offset + 7, end = last.offset + 3;
+  const State shard = one_pass(begin, end, 2);
+  const auto slice = [&](const std::vector<float>& values) {
+    return std::span<const float>(values).subspan(begin, end - begin);
+  };
+  EXPECT_TRUE(same_bits(shard.params, slice(whole.params)));
+  EXPECT_TRUE(same_bits(shard.m, slice(whole.m)));
+  EXPECT_TRUE(same_bits(shard.v, slice(whole.v)));
 }
 
 TEST(AdamWGroups, RejectsBadOptions) {

@@ -1,5 +1,5 @@
-// AdamW: one fused kernel pass per parameter tensor, so each tensor gets its own
-// weight decay (matrices decayed, biases and LayerNorm parameters not).
+// AdamW: one fused kernel pass over the whole buffer (or shard), the weight decay
+// switching at tensor boundaries (matrices decayed, biases and LayerNorm parameters not).
 #include "dufu/trainer/optimizer.h"
 
 #include <algorithm>
@@ -33,24 +33,23 @@ AdamW::AdamW(std::vector<ParamTensor> layout, std::size_t num_parameters, AdamWO
     next += tensor.size();
   }
   DUFU_CHECK(next == num_parameters, "AdamW: the layout covers ", next, " of ", num_parameters, " parameters");
+  // The parts of the tensors inside the shard, in the shard's own offsets; neighbours
+  // with the same decay (wte and wpe, or every tensor when nothing decays) merge.
+  for (const ParamTensor& tensor : layout_) {
+    const std::size_t end = std::min(tensor.offset + tensor.size(), shard_end);
+    if (end <= std::max(tensor.offset, shard_begin)) continue;
+    const float decay = tensor.is_matrix ? options_.weight_decay : 0.0f;
+    if (segments_.empty() || segments_.back().weight_decay != decay) segments_.push_back({0, decay});
+    segments_.back().end = end - shard_begin;
+  }
 }
 
 void AdamW::step(std::span<float> params, std::span<const float> grads, float lr) {
   DUFU_CHECK(params.size() == m_.size() && grads.size() == m_.size(), "AdamW::step: ", params.size(), " parameters and ",
              grads.size(), " gradients for an optimizer of ", m_.size());
   ++step_count_;
-  const int t = static_cast<int>(step_count_);
-  const std::size_t shard_end = shard_begin_ + m_.size();
-  for (const ParamTensor& tensor : layout_) {
-    // The part of the tensor inside the shard, in the shard's own offsets.
-    const std::size_t begin = std::max(tensor.offset, shard_begin_);
-    const std::size_t end = std::min(tensor.offset + tensor.size(), shard_end);
-    if (begin >= end) continue;
-    const std::size_t local = begin - shard_begin_;
-    const float decay = tensor.is_matrix ? options_.weight_decay : 0.0f;
-    adamw_update(params.data() + local, grads.data() + local, m_.data() + local, v_.data() + local, end - begin, lr,
-                 options_.beta1, options_.beta2, options_.eps, decay, t);
-  }
+  adamw_update(params.data(), grads.data(), m_.data(), v_.data(), segments_, lr, options_.beta1, options_.beta2,
+               options_.eps, static_cast<int>(step_count_));
 }
 
 void AdamW::set_step_count(std::int64_t steps) {

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 namespace dufu::trainer {
 
@@ -113,10 +114,22 @@ double sum_of_squares(const float* values, std::size_t n);
 // values *= scale
 void scale_in_place(float* values, float scale, std::size_t n);
 
-// One fused AdamW pass (decoupled weight decay, bias-corrected moments) over n
-// parameters: step t starts at 1 (t < 1 throws dufu::Error). Same formula and order of
-// operations as torch.optim.AdamW; use weight_decay = 0 for parameters not decayed.
-void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int t);
+// A run of consecutive parameters that share one weight decay (AdamW decays only the
+// matrices, so a model's buffer alternates between decayed and undecayed runs). Each
+// run starts where the previous one ends, the first at 0.
+struct AdamWSegment {
+  std::size_t end;  // one past the run's last parameter
+  float weight_decay;
+};
+
+// One fused AdamW pass (decoupled weight decay, bias-corrected moments) over the
+// parameters [0, segments.back().end), each decayed by its segment's weight_decay (0
+// for parameters not decayed): step t starts at 1. Same formula and order of
+// operations as torch.optim.AdamW. The whole pass is one OpenMP parallel region with
+// the elements split evenly over the threads, whatever the segments: a fork/join per
+// tensor costs more than the update of a small tensor, and far more when another
+// process holds a core. Throws dufu::Error for t < 1 or segment ends that decrease.
+void adamw_update(float* params, const float* grads, float* m, float* v, std::span<const AdamWSegment> segments,
+                  float lr, float beta1, float beta2, float eps, int t);
 
 }  // namespace dufu::trainer

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dufu/trainer/gpt.h"
+#include "dufu/trainer/kernels.h"
 
 namespace dufu::trainer {
 
@@ -58,6 +59,8 @@ class AdamW {
   std::vector<ParamTensor> layout_;
   AdamWOptions options_;
   std::size_t shard_begin_ = 0;
+  // The shard's runs of equal weight decay, for the kernel's single pass.
+  std::vector<AdamWSegment> segments_;
   std::vector<float> m_;
   std::vector<float> v_;
   std::int64_t step_count_ = 0;
