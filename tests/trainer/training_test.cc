@@ -252,6 +252,42 @@ TEST(GradientClipping, ScalesToTheLimitAndReportsTheNormBefore) {
   EXPECT_TRUE(std::isnan(clip_gradient_norm(broken, 1.0)));
 }
 
+// The trainer folds clipping into AdamW's pass (gradient_clip_scale, then step with
+// that factor); it must give the bits of scaling the gradients first.
+TEST(GradientClipping, FoldedIntoAdamWGivesTheBitsOfClippingFirst) {
+  EXPECT_EQ(gradient_clip_scale(0.5, 1.0), 1.0f);
+  EXPECT_EQ(gradient_clip_scale(50.0, 0.0), 1.0f);
+  EXPECT_EQ(gradient_clip_scale(NAN, 1.0), 1.0f);
+  EXPECT_EQ(gradient_clip_scale(5.0, 1.0), static_cast<float>(1.0 / (5.0 + 1e-6)));
+
+  GPTConfig config = tiny_model();
+  config.n_layer = 2;
+  config.d_model = 16;
+  const std::vector<ParamTensor> layout = gpt_parameter_layout(config);
+  const std::size_t n = layout.back().offset + layout.back().size();
+  const AdamWOptions options{.weight_decay = 0.1f};
+  std::vector<float> folded_params = support::random_floats(n, 100), clipped_params = folded_params;
+  AdamW folded(layout, n, options), clipped(layout, n, options);
+  const int previous_threads = omp_get_max_threads();
+  omp_set_num_threads(2);
+  for (int t = 1; t <= 3; ++t) {
+    std::vector<float> grads = support::random_floats(n, 100 + t, -0.5f, 0.5f);  // norm ~24: clipped to 1
+    const double norm = gradient_norm(grads);
+    const float scale = gradient_clip_scale(norm, 1.0);
+    ASSERT_LT(scale, 0.1f);
+    folded.step(folded_params, grads, 1e-2f, scale);
+    EXPECT_EQ(clip_gradient_norm(grads, 1.0), norm);
+    clipped.step(clipped_params, grads, 1e-2f);
+  }
+  omp_set_num_threads(previous_threads);
+  const auto same_bits = [](std::span<const float> a, std::span<const float> b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  EXPECT_TRUE(same_bits(folded_params, clipped_params));
+  EXPECT_TRUE(same_bits(folded.m(), clipped.m()));
+  EXPECT_TRUE(same_bits(folded.v(), clipped.v()));
+}
+
 TEST(Flops, GPT2SmallIsAbout0Point74GigaflopPerToken) {
   GPTConfig gpt2;  // the defaults are GPT-2 small: 12 layers, 768, vocab 50257 (50304 padded)
   const double per_token = gpt_training_flops_per_token(gpt2, 64);

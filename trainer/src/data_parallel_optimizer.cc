@@ -50,27 +50,25 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
 double DataParallelOptimizer::reduce_gradients_and_clip(double max_norm) {
   if (!sharded_) {
     if (group_.size() > 1) group_.all_reduce(model_.grads(), ReduceOp::kSum);
+    double norm = 0.0;
     if (model_.tensor_parallel_size() == 1 && pipeline_group_ == nullptr) {
-      return clip_gradient_norm(model_.grads(), max_norm);
+      norm = gradient_norm(model_.grads());
+    } else {
+      // Under tensor or pipeline parallelism each rank holds a piece of the gradient:
+      // the norm is the whole model's, replicated tensors (and wte's copy on the last
+      // stage) counted once.
+      double sum_of_squares_total = model_.full_sum_of_squares(model_.grads());
+      if (pipeline_group_ != nullptr) sum_of_squares_total = pipeline_group_->all_reduce_value(sum_of_squares_total);
+      norm = std::sqrt(sum_of_squares_total);
     }
-    // Under tensor or pipeline parallelism each rank holds a piece of the gradient:
-    // the norm is the whole model's, replicated tensors (and wte's copy on the last
-    // stage) counted once.
-    double sum_of_squares_total = model_.full_sum_of_squares(model_.grads());
-    if (pipeline_group_ != nullptr) sum_of_squares_total = pipeline_group_->all_reduce_value(sum_of_squares_total);
-    const double norm = std::sqrt(sum_of_squares_total);
-    if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) {
-      scale_in_place(model_.grads().data(), static_cast<float>(max_norm / (norm + 1e-6)), model_.grads().size());
-    }
+    grad_scale_ = gradient_clip_scale(norm, max_norm);
     return norm;
   }
   const auto grads = model_.grads();
   std::copy(grads.begin(), grads.end(), padded_.begin());  // the tail past the parameters stays 0
   group_.reduce_scatter(padded_, grad_shard_);
   const double norm = std::sqrt(sharded_sum_of_squares());
-  if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) {
-    scale_in_place(grad_shard_.data(), static_cast<float>(max_norm / (norm + 1e-6)), grad_shard_.size());
-  }
+  grad_scale_ = gradient_clip_scale(norm, max_norm);
   return norm;
 }
 
@@ -101,14 +99,15 @@ double DataParallelOptimizer::sharded_sum_of_squares() {
 
 void DataParallelOptimizer::step(float lr) {
   if (!sharded_) {
-    optimizer_.step(model_.params(), model_.grads(), lr);
+    optimizer_.step(model_.params(), model_.grads(), lr, grad_scale_);
     return;
   }
   const auto params = model_.params();
   const std::size_t begin = optimizer_.shard_begin();
   const std::size_t count = optimizer_.num_parameters();
   std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(begin), count, param_shard_.begin());
-  optimizer_.step(std::span<float>(param_shard_.data(), count), std::span<const float>(grad_shard_.data(), count), lr);
+  optimizer_.step(std::span<float>(param_shard_.data(), count), std::span<const float>(grad_shard_.data(), count), lr,
+                  grad_scale_);
   group_.all_gather(param_shard_, padded_);
   std::copy_n(padded_.begin(), params.size(), params.begin());
 }

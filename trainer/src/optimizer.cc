@@ -44,12 +44,12 @@ AdamW::AdamW(std::vector<ParamTensor> layout, std::size_t num_parameters, AdamWO
   }
 }
 
-void AdamW::step(std::span<float> params, std::span<const float> grads, float lr) {
+void AdamW::step(std::span<float> params, std::span<const float> grads, float lr, float grad_scale) {
   DUFU_CHECK(params.size() == m_.size() && grads.size() == m_.size(), "AdamW::step: ", params.size(), " parameters and ",
              grads.size(), " gradients for an optimizer of ", m_.size());
   ++step_count_;
   adamw_update(params.data(), grads.data(), m_.data(), v_.data(), segments_, lr, options_.beta1, options_.beta2,
-               options_.eps, static_cast<int>(step_count_));
+               options_.eps, static_cast<int>(step_count_), grad_scale);
 }
 
 void AdamW::set_step_count(std::int64_t steps) {
@@ -59,12 +59,17 @@ void AdamW::set_step_count(std::int64_t steps) {
 
 double gradient_norm(std::span<const float> grads) { return std::sqrt(sum_of_squares(grads.data(), grads.size())); }
 
+float gradient_clip_scale(double norm, double max_norm) {
+  if (!(max_norm > 0.0 && std::isfinite(norm) && norm > max_norm)) return 1.0f;
+  // torch.nn.utils.clip_grad_norm_'s factor, eps included.
+  return static_cast<float>(max_norm / (norm + 1e-6));
+}
+
 double clip_gradient_norm(std::span<float> grads, double max_norm) {
   const double norm = gradient_norm(grads);
-  if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm) {
-    // torch.nn.utils.clip_grad_norm_'s factor, eps included.
-    scale_in_place(grads.data(), static_cast<float>(max_norm / (norm + 1e-6)), grads.size());
-  }
+  const float scale = gradient_clip_scale(norm, max_norm);
+  // A factor that rounded to 1 would change nothing.
+  if (scale != 1.0f) scale_in_place(grads.data(), scale, grads.size());
   return norm;
 }
 

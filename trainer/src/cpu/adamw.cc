@@ -17,7 +17,7 @@ namespace dufu::trainer {
 
 DUFU_CPU_CLONES void adamw_update(float* params, const float* grads, float* m, float* v,
                                   std::span<const AdamWSegment> segments, float lr, float beta1, float beta2, float eps,
-                                  int t) {
+                                  int t, float grad_scale) {
   DUFU_CHECK(t >= 1, "AdamW steps count from 1, got ", t);
   for (std::size_t s = 1; s < segments.size(); ++s) {
     DUFU_CHECK(segments[s - 1].end <= segments[s].end, "adamw_update: segment ", s, " ends at ", segments[s].end,
@@ -39,7 +39,7 @@ DUFU_CPU_CLONES void adamw_update(float* params, const float* grads, float* m, f
     for (std::size_t i = begin; i < end; ++segment) {
       const std::size_t stop = std::min(end, segment->end);
       const AdamWStep step = make_adamw_step(lr, beta1, beta2, eps, segment->weight_decay, t);
-      for (std::size_t j = i; j < stop; ++j) adamw_element(params[j], grads[j], m[j], v[j], step);
+      for (std::size_t j = i; j < stop; ++j) adamw_element(params[j], grads[j] * grad_scale, m[j], v[j], step);
       i = stop;
     }
   }

@@ -36,8 +36,11 @@ class DataParallelOptimizer {
   // Sums model.grads() over the data-parallel ranks (under ZeRO-1 only this rank's
   // shard ends up summed), and clips the global gradient norm to max_norm (0 = no
   // clipping). Returns the norm before clipping; the same value on every rank.
+  // The clipping factor is applied by step(), inside AdamW's pass, so the summed
+  // gradients are left unscaled.
   double reduce_gradients_and_clip(double max_norm);
-  // One AdamW update at rate lr from the reduced gradients; collective under ZeRO-1.
+  // One AdamW update at rate lr from the reduced, clipped gradients; collective under
+  // ZeRO-1.
   void step(float lr);
 
   // Takes the moments and step count of a full state (loaded from a checkpoint, for
@@ -63,6 +66,9 @@ class DataParallelOptimizer {
   Communicator* tensor_group_;
   bool sharded_;
   std::size_t shard_size_ = 0;  // elements per rank, the parameters padded to a multiple of dp
+  // reduce_gradients_and_clip's factor for step(): one pass over the gradients fewer
+  // than scaling them in place, and the same bits.
+  float grad_scale_ = 1.0f;
   AdamW optimizer_;             // full, or this rank's shard
   // ZeRO-1 buffers: the padded gradient, this rank's summed gradient shard and the
   // padded parameters.

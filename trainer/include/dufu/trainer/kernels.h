@@ -128,8 +128,11 @@ struct AdamWSegment {
 // operations as torch.optim.AdamW. The whole pass is one OpenMP parallel region with
 // the elements split evenly over the threads, whatever the segments: a fork/join per
 // tensor costs more than the update of a small tensor, and far more when another
-// process holds a core. Throws dufu::Error for t < 1 or segment ends that decrease.
+// process holds a core. Each gradient is used as the float grads[i] * grad_scale, the
+// value scale_in_place(grads, grad_scale) would have stored, so gradient clipping
+// folds into this pass without changing a bit (and saves its own pass over the
+// gradients). Throws dufu::Error for t < 1 or segment ends that decrease.
 void adamw_update(float* params, const float* grads, float* m, float* v, std::span<const AdamWSegment> segments,
-                  float lr, float beta1, float beta2, float eps, int t);
+                  float lr, float beta1, float beta2, float eps, int t, float grad_scale = 1.0f);
 
 }  // namespace dufu::trainer

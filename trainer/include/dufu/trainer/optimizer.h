@@ -37,9 +37,11 @@ class AdamW {
 
   // One update of `params` from `grads` (each num_parameters() long: the shard's
   // elements for a shard optimizer) at learning rate `lr`; step_count() goes up by
-  // one first, and bias correction uses it.
+  // one first, and bias correction uses it. The gradients are used multiplied by
+  // grad_scale (gradient_clip_scale's factor, to clip in the same pass): the same bits
+  // as clip_gradient_norm first.
   // Deterministic, same formula as torch.optim.AdamW.
-  void step(std::span<float> params, std::span<const float> grads, float lr);
+  void step(std::span<float> params, std::span<const float> grads, float lr, float grad_scale = 1.0f);
 
   std::int64_t step_count() const { return step_count_; }
   // For loading a checkpoint: the count of steps the loaded moments have seen.
@@ -68,8 +70,12 @@ class AdamW {
 
 // Global L2 norm of the gradients, accumulated in double in a fixed order.
 double gradient_norm(std::span<const float> grads);
-// Scales the gradients so their norm is at most max_norm (no-op when max_norm <= 0
-// or the norm is already within it, or not finite); returns the norm before.
+// The factor that brings gradients of norm `norm` down to max_norm, as
+// torch.nn.utils.clip_grad_norm_ computes it (max_norm / (norm + 1e-6), as a float);
+// 1 when max_norm <= 0 or the norm is already within it, or not finite.
+float gradient_clip_scale(double norm, double max_norm);
+// Scales the gradients by gradient_clip_scale (their norm is then at most max_norm);
+// returns the norm before.
 double clip_gradient_norm(std::span<float> grads, double max_norm);
 
 }  // namespace dufu::trainer
