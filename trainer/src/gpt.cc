@@ -164,23 +164,6 @@ void check_buffer_sizes(const char* operation, std::size_t full_got, std::size_t
   }
 }
 
-// shard_gpt_buffer and unshard_gpt_buffer for any pair of layouts whose tensors
-// correspond index by index (the whole model's, or one pipeline stage's).
-void shard_buffer(const GPTConfig& config, const std::vector<ParamTensor>& full_layout,
-                  const std::vector<ParamTensor>& local_layout, int tp, int rank, std::span<const float> full,
-                  std::span<float> local) {
-  std::fill(local.begin(), local.end(), 0.0f);  // wte's padding rows
-  for (std::size_t i = 0; i < local_layout.size(); ++i) {
-    const ParamTensor& piece = local_layout[i];
-    const ParamTensor& whole = full_layout[i];
-    for_each_run(piece, whole, tp, rank, real_rows(whole, config),
-                 [&](std::size_t local_offset, std::size_t full_offset, std::size_t count) {
-                   std::copy_n(full.data() + whole.offset + full_offset, count,
-                               local.data() + piece.offset + local_offset);
-                 });
-  }
-}
-
 // The layer a tensor name belongs to ("h.3.ln_1.weight" -> 3), or -1.
 int layer_of(const std::string& name) {
   if (!name.starts_with("h.")) return -1;
@@ -294,34 +277,6 @@ std::vector<ParamTensor> gpt_parameter_layout(const GPTConfig& config, int tenso
   add("ln_f.weight", {C});
   add("ln_f.bias", {C});
   return layout;
-}
-
-void shard_gpt_buffer(const GPTConfig& config, int tp, int rank, std::span<const float> full,
-                      std::span<float> local) {
-  const std::vector<ParamTensor> full_layout = gpt_parameter_layout(config);
-  const std::vector<ParamTensor> local_layout = gpt_parameter_layout(config, tp);
-  if (rank < 0 || rank >= tp) DUFU_FAIL("shard_gpt_buffer: rank ", rank, " is not in [0, ", tp, ")");
-  check_buffer_sizes("shard_gpt_buffer", full.size(), layout_size(full_layout), local.size(),
-                     layout_size(local_layout));
-  shard_buffer(config, full_layout, local_layout, tp, rank, full, local);
-}
-
-void unshard_gpt_buffer(const GPTConfig& config, int tp, int rank, std::span<const float> local,
-                        std::span<float> full) {
-  const std::vector<ParamTensor> full_layout = gpt_parameter_layout(config);
-  const std::vector<ParamTensor> local_layout = gpt_parameter_layout(config, tp);
-  if (rank < 0 || rank >= tp) DUFU_FAIL("unshard_gpt_buffer: rank ", rank, " is not in [0, ", tp, ")");
-  check_buffer_sizes("unshard_gpt_buffer", full.size(), layout_size(full_layout), local.size(),
-                     layout_size(local_layout));
-  for (std::size_t i = 0; i < local_layout.size(); ++i) {
-    const ParamTensor& piece = local_layout[i];
-    const ParamTensor& whole = full_layout[i];
-    for_each_run(piece, whole, tp, rank, real_rows(whole, config),
-                 [&](std::size_t local_offset, std::size_t full_offset, std::size_t count) {
-                   std::copy_n(local.data() + piece.offset + local_offset, count,
-                               full.data() + whole.offset + full_offset);
-                 });
-  }
 }
 
 std::vector<int> pipeline_layer_split(int n_layer, int stages, std::span<const int> pipeline_num_layers) {
@@ -457,23 +412,45 @@ void for_each_piece_run(const GPTConfig& config, int tp, int tp_rank, const Pipe
                  });
   }
 }
-}  // namespace
 
-void shard_gpt_piece(const GPTConfig& config, int tp, int tp_rank, const PipelineStage& stage,
-                     std::span<const float> full, std::span<float> piece) {
+// The moves between the serial layout and a piece, with `operation` naming the
+// public function in messages.
+void shard_piece(const char* operation, const GPTConfig& config, int tp, int tp_rank, const PipelineStage& stage,
+                 std::span<const float> full, std::span<float> piece) {
   std::fill(piece.begin(), piece.end(), 0.0f);  // wte's padding rows
-  for_each_piece_run(config, tp, tp_rank, stage, full.size(), piece.size(), "shard_gpt_piece",
+  for_each_piece_run(config, tp, tp_rank, stage, full.size(), piece.size(), operation,
                      [&](std::size_t piece_offset, std::size_t full_offset, std::size_t count) {
                        std::copy_n(full.data() + full_offset, count, piece.data() + piece_offset);
                      });
 }
 
-void unshard_gpt_piece(const GPTConfig& config, int tp, int tp_rank, const PipelineStage& stage,
-                       std::span<const float> piece, std::span<float> full) {
-  for_each_piece_run(config, tp, tp_rank, stage, full.size(), piece.size(), "unshard_gpt_piece",
+void unshard_piece(const char* operation, const GPTConfig& config, int tp, int tp_rank, const PipelineStage& stage,
+                   std::span<const float> piece, std::span<float> full) {
+  for_each_piece_run(config, tp, tp_rank, stage, full.size(), piece.size(), operation,
                      [&](std::size_t piece_offset, std::size_t full_offset, std::size_t count) {
                        std::copy_n(piece.data() + piece_offset, count, full.data() + full_offset);
                      });
+}
+}  // namespace
+
+void shard_gpt_buffer(const GPTConfig& config, int tp, int rank, std::span<const float> full,
+                      std::span<float> local) {
+  shard_piece("shard_gpt_buffer", config, tp, rank, PipelineStage{}, full, local);
+}
+
+void unshard_gpt_buffer(const GPTConfig& config, int tp, int rank, std::span<const float> local,
+                        std::span<float> full) {
+  unshard_piece("unshard_gpt_buffer", config, tp, rank, PipelineStage{}, local, full);
+}
+
+void shard_gpt_piece(const GPTConfig& config, int tp, int tp_rank, const PipelineStage& stage,
+                     std::span<const float> full, std::span<float> piece) {
+  shard_piece("shard_gpt_piece", config, tp, tp_rank, stage, full, piece);
+}
+
+void unshard_gpt_piece(const GPTConfig& config, int tp, int tp_rank, const PipelineStage& stage,
+                       std::span<const float> piece, std::span<float> full) {
+  unshard_piece("unshard_gpt_piece", config, tp, tp_rank, stage, piece, full);
 }
 
 GPT::GPT(const GPTConfig& config, Communicator* tensor_group, const PipelineStage& stage)
@@ -522,8 +499,19 @@ void GPT::shard_full(std::span<const float> full, std::span<float> local) const 
     std::copy(full.begin(), full.end(), local.begin());
     return;
   }
+  // full_layout_ is the stage's part of the serial layout, tensor for tensor with
+  // layout_.
   check_buffer_sizes("GPT::shard_full", full.size(), num_full_parameters(), local.size(), params_.size());
-  shard_buffer(config_, full_layout_, layout_, tp_, tp_rank_, full, local);
+  std::fill(local.begin(), local.end(), 0.0f);  // wte's padding rows
+  for (std::size_t i = 0; i < layout_.size(); ++i) {
+    const ParamTensor& piece = layout_[i];
+    const ParamTensor& whole = full_layout_[i];
+    for_each_run(piece, whole, tp_, tp_rank_, real_rows(whole, config_),
+                 [&](std::size_t local_offset, std::size_t full_offset, std::size_t count) {
+                   std::copy_n(full.data() + whole.offset + full_offset, count,
+                               local.data() + piece.offset + local_offset);
+                 });
+  }
 }
 
 double GPT::full_sum_of_squares(std::span<const float> local) const {
