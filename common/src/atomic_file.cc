@@ -68,6 +68,15 @@ int fsync_retrying(int fd) {
 
 }  // namespace
 
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) DUFU_FAIL("cannot open directory '", dir, "' to sync it: ", errno_message(errno));
+  const int rc = fsync_retrying(fd);
+  const int error = errno;
+  ::close(fd);
+  if (rc != 0 && error != EINVAL) DUFU_FAIL("cannot sync directory '", dir, "': ", errno_message(error));
+}
+
 AtomicFile::AtomicFile(std::string final_path) : final_path_(std::move(final_path)) {
   const SplitPath parts = split_path(final_path_);
   if (parts.basename.empty() || parts.basename == "." || parts.basename == "..") {
@@ -153,20 +162,10 @@ void AtomicFile::commit() {
   buffer_ = std::vector<char>();
 
   // The rename itself lives in the directory; without this a crash can forget it.
-  const std::string dir = split_path(final_path_).dir;
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) {
-    DUFU_FAIL("cannot write '", final_path_, "': cannot open directory '", dir,
-              "' to sync it: ", errno_message(errno));
-  }
-  const int rc = fsync_retrying(dir_fd);
-  const int error = errno;
-  ::close(dir_fd);
-  // Some file systems cannot sync directories (EINVAL); the rename is then as
-  // durable as they allow.
-  if (rc != 0 && error != EINVAL) {
-    DUFU_FAIL("cannot write '", final_path_, "': cannot sync directory '", dir,
-              "': ", errno_message(error));
+  try {
+    sync_directory(split_path(final_path_).dir);
+  } catch (const Error& error) {
+    DUFU_FAIL("cannot write '", final_path_, "': ", error.what());
   }
 }
 

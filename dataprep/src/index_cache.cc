@@ -61,13 +61,6 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-void fsync_directory(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;  // durability only; the rename itself already succeeded
-  ::fsync(fd);
-  ::close(fd);
-}
-
 // fcntl locks belong to the process, so threads of one process building the same key
 // are kept apart here. Entries are never erased: one mutex per key ever built.
 std::mutex& key_mutex(const std::string& lock_path) {
@@ -210,7 +203,7 @@ std::string IndexCache::get_or_build(const std::string& description,
     fs::remove_all(temp, ignored);
     throw;
   }
-  fsync_directory(directory_);
+  sync_directory(directory_);
   return paths.dir;
 }
 

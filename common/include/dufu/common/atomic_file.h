@@ -11,6 +11,12 @@
 
 namespace dufu {
 
+// fsyncs a directory so that renames and creations inside it survive a crash. File
+// systems that cannot sync directories (EINVAL) are accepted: the entries are then as
+// durable as they allow. Throws dufu::Error naming the directory when it cannot be
+// opened or synced.
+void sync_directory(const std::string& dir);
+
 class AtomicFile {
  public:
   // Creates "<dir>/.<name>.tmp.<pid>.<n>" next to final_path. Throws dufu::Error.
