@@ -15,22 +15,16 @@
 # build-bench-work), DUFU_BENCH_NO_BUILD=1 (use BUILD_DIR as it is).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+bench_name=comm_volume_benchmark
+source "$root/benchmarks/bench_lib.sh"
 build=${1:-$root/build-bench}
 work=${DUFU_BENCH_WORK:-$root/build-bench-work}/comm
 python=/usr/bin/python3
 mpirun=(mpirun --allow-run-as-root --oversubscribe)
 
-fail() { echo "comm_volume_benchmark: $*" >&2; exit 1; }
 command -v mpirun >/dev/null || fail "mpirun not found. HINT: run scripts/setup.sh (openmpi-bin)"
 
-if [[ ${DUFU_BENCH_NO_BUILD:-0} != 1 ]]; then
-  echo "== build ($build)"
-  if [[ ! -f $build/CMakeCache.txt ]]; then
-    cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DDUFU_BUILD_TESTS=OFF -DDUFU_BUILD_BENCHMARKS=ON >/dev/null
-  fi
-  cmake --build "$build" --parallel "$(nproc)" --target dataprep train
-fi
+bench_build "$root" "$build" dataprep train
 dataprep=$build/tools/dataprep/dataprep
 train=$build/tools/train/train
 [[ -x $dataprep && -x $train ]] || fail "$dataprep or $train missing"

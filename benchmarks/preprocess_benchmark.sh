@@ -15,6 +15,8 @@
 # Run it on an idle machine: the table shows how many cores other processes used.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+bench_name=preprocess_benchmark
+source "$root/benchmarks/bench_lib.sh"
 build=${1:-$root/build-bench}
 work=${DUFU_BENCH_WORK:-$root/build-bench-work}
 max_bytes=${DUFU_BENCH_MAX_BYTES:-150000000}
@@ -24,8 +26,6 @@ goal_rss_mb=500
 python=/usr/bin/python3
 tarball=/usr/src/linux-source-6.1.tar.xz
 
-fail() { echo "preprocess_benchmark: $*" >&2; exit 1; }
-
 # --- prerequisites -------------------------------------------------------------
 [[ -x /usr/bin/time ]] || fail "/usr/bin/time not found (it measures peak RSS). HINT: run scripts/setup.sh (Debian package time)"
 command -v zstd >/dev/null || fail "zstd not found. HINT: run scripts/setup.sh"
@@ -34,14 +34,7 @@ command -v zstd >/dev/null || fail "zstd not found. HINT: run scripts/setup.sh"
   fail "$python cannot import sentencepiece. HINT: run scripts/setup.sh (python3-sentencepiece)"
 
 # --- build ---------------------------------------------------------------------
-if [[ ${DUFU_BENCH_NO_BUILD:-0} != 1 ]]; then
-  echo "== build ($build)"
-  if [[ ! -f $build/CMakeCache.txt ]]; then
-    cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DDUFU_BUILD_TESTS=OFF -DDUFU_BUILD_BENCHMARKS=ON >/dev/null
-  fi
-  cmake --build "$build" --parallel "$(nproc)" --target dataprep spm_encode_rate
-fi
+bench_build "$root" "$build" dataprep spm_encode_rate
 dataprep=$build/tools/dataprep/dataprep
 spm_encode_rate=$build/benchmarks/spm_encode_rate
 [[ -x $dataprep && -x $spm_encode_rate ]] ||
@@ -107,18 +100,7 @@ EOF
 # of a core drifts by 10% or more within minutes. Every timed command also reports
 # how many cores OTHER processes kept busy meanwhile (busy CPU time from /proc/stat,
 # steal included, minus the command's own): on a shared machine that, not dufu, is
-# the usual reason for a low ratio.
-ticks_per_second=$(getconf CLK_TCK)
-busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
-now() { date +%s.%N; }
-# others_cores BUSY_TICKS_BEFORE START_TIME OWN_CPU_SECONDS
-others_cores() {
-  awk -v b0="$1" -v b1="$(busy_ticks)" -v t0="$2" -v t1="$(now)" -v own="$3" -v hz="$ticks_per_second" \
-    'BEGIN { o = ((b1 - b0) / hz - own) / (t1 - t0); printf "%.2f", o < 0 ? 0 : o }'
-}
-# /usr/bin/time -v report -> user + system seconds
-own_cpu() { awk -F': ' '/User time|System time/ { s += $2 } END { print s }' "$1"; }
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+# the usual reason for a low ratio (others_cores, in bench_lib.sh).
 
 # Appends "spm_encode_rate ... others=CORES" to baselines.
 declare -a baselines=()

@@ -23,6 +23,8 @@
 # Run it on an idle machine: the table shows how many cores other processes used.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+bench_name=train_benchmark
+source "$root/benchmarks/bench_lib.sh"
 build=${1:-$root/build-bench}
 threads=${DUFU_BENCH_THREADS:-$(nproc)}
 rounds=${DUFU_BENCH_ROUNDS:-2}
@@ -37,22 +39,13 @@ configs=(
   "124M-T256 12 768 12 50257 256 4  1 3"
 )
 
-fail() { echo "train_benchmark: $*" >&2; exit 1; }
-
 # --- prerequisites -------------------------------------------------------------
 [[ -x /usr/bin/time ]] || fail "/usr/bin/time not found (it measures each run's CPU time). HINT: run scripts/setup.sh (Debian package time)"
 "$python" -c "import torch" 2>/dev/null ||
   fail "$python cannot import torch. HINT: run scripts/setup.sh (Debian package python3-torch); the python3 first on PATH may not see Debian's packages"
 
 # --- build ---------------------------------------------------------------------
-if [[ ${DUFU_BENCH_NO_BUILD:-0} != 1 ]]; then
-  echo "== build ($build)"
-  if [[ ! -f $build/CMakeCache.txt ]]; then
-    cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DDUFU_BUILD_TESTS=OFF -DDUFU_BUILD_BENCHMARKS=ON >/dev/null
-  fi
-  cmake --build "$build" --parallel "$(nproc)" --target train_benchmark
-fi
+bench_build "$root" "$build" train_benchmark
 train_benchmark=$build/benchmarks/train_benchmark
 [[ -x $train_benchmark ]] || fail "$train_benchmark missing. HINT: build with -DDUFU_BUILD_BENCHMARKS=ON"
 out=$(mktemp -d)
@@ -61,18 +54,8 @@ trap 'rm -rf "$out"' EXIT
 # --- timing ----------------------------------------------------------------------
 # Every run also reports how many cores OTHER processes kept busy meanwhile (busy CPU
 # time from /proc/stat, steal included, minus the run's own): on a shared machine
-# that, not dufu or torch, is the usual reason for a surprising ratio.
-ticks_per_second=$(getconf CLK_TCK)
-busy_ticks() { awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
-now() { date +%s.%N; }
-# others_cores BUSY_TICKS_BEFORE START_TIME OWN_CPU_SECONDS
-others_cores() {
-  awk -v b0="$1" -v b1="$(busy_ticks)" -v t0="$2" -v t1="$(now)" -v own="$3" -v hz="$ticks_per_second" \
-    'BEGIN { o = ((b1 - b0) / hz - own) / (t1 - t0); printf "%.2f", o < 0 ? 0 : o }'
-}
-# /usr/bin/time -v report -> user + system seconds
-own_cpu() { awk -F': ' '/User time|System time/ { s += $2 } END { print s }' "$1"; }
-field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+# that, not dufu or torch, is the usual reason for a surprising ratio (others_cores,
+# in bench_lib.sh).
 
 # run_one IMPL ARGS... -> prints the run's last line plus " others=CORES"
 run_one() {
