@@ -1,4 +1,4 @@
-// Rank arithmetic of the 3D-parallel layout; see topology.h and FORMATS.md section 7.
+// Rank arithmetic of the 3D-parallel layout; see topology.h and docs/rank-layout.md.
 // Every number here is checked against a plain nested loop in topology_test.cc.
 #include "dufu/common/topology.h"
 

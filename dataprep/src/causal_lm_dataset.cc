@@ -1,5 +1,5 @@
 // CausalLMDataset: Megatron-core GPTDataset's split, epochs, document/sample/shuffle
-// indices (FORMATS.md section 4) rebuilt bit for bit, so a run can switch between
+// indices (docs/index-algorithms.md) rebuilt bit for bit, so a run can switch between
 // dufu and Megatron on the same shard and see the same samples in the same order.
 // The indices are cached as .npy files Megatron's numpy could load, keyed on every
 // input that changes them (OSLO's key forgot the split).

@@ -1,6 +1,6 @@
 // Writes indexed token shards: tokens stream into the .bin as they arrive, the small
 // per-sequence index stays in memory until commit() writes the .idx (MMIDIDX or
-// Megatron-legacy TNTIDX, shared/FORMATS.md sections 2-3) and renames both into place.
+// Megatron-legacy TNTIDX, docs/formats.md sections 3-4) and renames both into place.
 #include <unistd.h>
 
 #include <algorithm>

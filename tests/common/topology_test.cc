@@ -1,7 +1,7 @@
 // Tests for Topology: every world size 1..64 and every (tp, pp) whose product divides
 // it, against groups built the way Megatron's initialize_model_parallel builds them
-// (plain loops over rank ranges, no coordinates), plus the FORMATS.md section 7
-// example and the validation messages.
+// (plain loops over rank ranges, no coordinates), plus the 16-rank example of
+// docs/rank-layout.md and the validation messages.
 #include "dufu/common/topology.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Tests of blending: FORMATS.md's worked examples, an independent numpy reference
+// Tests of blending: docs/index-algorithms.md's worked examples, an independent numpy reference
 // (tests/reference/blend_reference.py), a plain scan as the oracle for the fast
 // many-dataset path, the proportion guarantee, and BlendedDataset over synthetic
 // datasets whose tokens say which dataset and sample they came from.
@@ -74,7 +74,7 @@ BlendOptions in_memory(std::optional<std::uint64_t> size) {
   return options;
 }
 
-// The oracle: FORMATS.md section 5 as a plain loop, restricted to datasets not used up.
+// The oracle: docs/index-algorithms.md, section 6, as a plain loop, restricted to datasets not used up.
 BlendIndices naive_blend(const std::vector<double>& weights, std::uint64_t size,
                          const std::vector<std::uint64_t>* limits = nullptr) {
   BlendIndices out;
@@ -174,7 +174,7 @@ std::vector<double> random_weights(std::mt19937_64& rng, std::size_t n, double s
 }
 
 // ---------------------------------------------------------------------------------
-// FORMATS.md section 5, worked examples.
+// docs/index-algorithms.md, section 6 (Blending), worked examples.
 
 TEST(BlendIndices, FormatsExamples) {
   const BlendIndices a = build_blend_indices({0.5, 0.25, 0.25}, 8);

@@ -200,7 +200,7 @@ std::vector<ReferenceCase> reference_cases() {
   const SplitSpec all = oslo(0.0, 1.0);
   const std::string all_args = "--begin 0 --end 60";
   return {
-      // The worked example of FORMATS.md section 4: seed 5 leaves [0,1,2] in place.
+      // The worked example of docs/index-algorithms.md, section 5: seed 5 leaves [0,1,2] in place.
       {"formats_example", {5, 3, 7}, 4, std::nullopt, 5, all, "--begin 0 --end 3", 1, false},
       {"one_epoch_seed0_s64", sixty, 64, std::nullopt, 0, all, all_args, 1, false},
       {"few_samples_s7_train", sixty, 7, 10, 1234, megatron("8,1,1", 0), "--split 8,1,1 --part 0", 1, false},

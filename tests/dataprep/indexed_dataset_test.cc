@@ -1,5 +1,5 @@
 // Tests of the indexed-dataset readers and writer: byte-exact golden files for both
-// layouts (written by hand from shared/FORMATS.md, not by dufu), fairseq's variant,
+// layouts (written by hand from docs/formats.md, not by dufu), fairseq's variant,
 // round trips through every impl, and one test per kind of corrupt input.
 #include "dufu/dataprep/indexed_dataset.h"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent reference for blending (shared/FORMATS.md section 5, Megatron's
+"""Independent reference for blending (docs/index-algorithms.md, section 6; Megatron's
 BlendedDataset): the C++ blend must reproduce these arrays exactly.
 
 Reads one case from stdin and writes the results to stdout, one array per line as

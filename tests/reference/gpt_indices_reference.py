@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent reference for dufu's causal-LM indices (shared/FORMATS.md section 4).
+"""Independent reference for dufu's causal-LM indices (docs/index-algorithms.md, sections 2-4).
 
 Megatron-core GPTDataset's document, sample and shuffle indices, written plainly with
 numpy only (numpy.random.RandomState does the shuffles), so the C++ test can require

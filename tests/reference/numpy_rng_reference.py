@@ -61,7 +61,7 @@ def self_check():
         expected = [random_interval_from_raw(raw, max_value) for _ in range(DRAWS)]
         got = [int(v) for v in intervals(np.random.RandomState(42), max_value, DRAWS)]
         assert got == expected, f"randint is not random_interval for max={max_value}"
-    # The worked example of FORMATS.md section 4.
+    # The worked example of docs/index-algorithms.md, section 1.
     rs = np.random.RandomState(1234)
     first, second = np.arange(20), np.arange(10)
     rs.shuffle(first)

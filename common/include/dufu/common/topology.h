@@ -1,4 +1,4 @@
-// The 3D-parallel rank layout (FORMATS.md section 7, as Megatron, OSLO and LiBai):
+// The 3D-parallel rank layout (docs/rank-layout.md; as Megatron, OSLO and LiBai):
 // world W = tp x dp x pp and rank = pp_rank*(tp*dp) + dp_rank*tp + tp_rank, tensor
 // parallel innermost, pipeline outermost. A Topology is a pure value: it turns
 // (world, tp, pp, rank) into this rank's coordinates and the member ranks of its

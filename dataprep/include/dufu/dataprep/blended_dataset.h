@@ -2,7 +2,7 @@
 // sample s comes from the dataset whose share is furthest behind its weight, so in
 // every prefix of the blend no dataset is a whole sample ahead of its weight (with
 // three or more datasets one can lag by somewhat more than a sample). Algorithm:
-// shared/FORMATS.md section 5. The two index arrays are cached like the causal-LM
+// docs/index-algorithms.md, Blending. The two index arrays are cached like the causal-LM
 // indices.
 #pragma once
 

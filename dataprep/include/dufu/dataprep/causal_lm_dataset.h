@@ -2,7 +2,7 @@
 // DatasetForCausalLM): a split of the shard's documents, repeated for as many epochs
 // as the requested samples need, shuffled with numpy's RandomState exactly as
 // Megatron does, and cut into seq_length + 1 token windows that overlap by one token.
-// Algorithms: shared/FORMATS.md section 4. Works on every impl (mmap, lazy, cached).
+// Algorithms: docs/index-algorithms.md. Works on every impl (mmap, lazy, cached).
 #pragma once
 
 #include <cstdint>
@@ -49,7 +49,7 @@ struct CausalLMOptions {
   bool use_cache = true;                     // false = build in memory, never touch disk
 };
 
-// The three index arrays (FORMATS.md section 4); sample and shuffle are held as int64
+// The three index arrays (docs/index-algorithms.md, section 4); sample and shuffle are held as int64
 // in memory. The cache writes Megatron's dtypes: document <i4; sample <i4 unless
 // max(len(document_index), longest sequence of the split) > INT32_MAX, then <i8
 // (Megatron's helpers.build_sample_idx rule); shuffle <u4 unless n >= 2^32 - 2, then <i8.

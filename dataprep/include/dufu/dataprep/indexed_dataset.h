@@ -1,7 +1,7 @@
 // Readers and writer for indexed token shards: `.bin` (raw tokens) plus `.idx`, in the
 // MMIDIDX layout (Megatron-core, impl "mmap") or the TNTIDX layout (Megatron-legacy /
 // OSLO, impls "lazy" and "cached"; fairseq's variant without doc_idx is read too).
-// Byte layouts: shared/FORMATS.md sections 1-3. All counts and offsets are 64-bit.
+// Byte layouts: docs/formats.md sections 1-6. All counts and offsets are 64-bit.
 #pragma once
 
 #include <cstddef>
