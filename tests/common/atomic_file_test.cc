@@ -4,7 +4,6 @@
 
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -18,14 +17,15 @@
 #include <gtest/gtest.h>
 
 #include "dufu/common/error.h"
+#include "support/fork_child.h"
 #include "support/temp_dir.h"
 
 namespace dufu {
 namespace {
 
-using dufu::testing::TempDir;
-
 using dufu::testing::file_exists;
+using dufu::testing::run_in_child;
+using dufu::testing::TempDir;
 
 // Bytes whose values depend on their position, so a dropped or repeated chunk shows.
 std::string pattern(std::size_t size, std::uint32_t seed) {
@@ -252,13 +252,11 @@ TEST(AtomicFile, ReadOnlyDirectoryErrorNamesPath) {
 TEST(AtomicFile, FailedWriteThrowsAndLeavesNothing) {
   TempDir dir;
   const std::string path = dir.file("out.bin");
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  const int exit_code = run_in_child([&] {
     int code = 0;
     ::signal(SIGXFSZ, SIG_IGN);  // get EFBIG instead of being killed
     const rlimit limit{1 << 20, 1 << 20};
-    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(10);
+    if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) return 10;
     try {
       AtomicFile file(path);
       const std::string big = pattern(3 << 20, 9);
@@ -270,12 +268,10 @@ TEST(AtomicFile, FailedWriteThrowsAndLeavesNothing) {
       if (what.find("'" + path + "'") == std::string::npos) code = 12;
       else if (what.find("File too large") == std::string::npos) code = 13;
     }
-    ::_exit(code);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: setrlimit, 11: no error, 12: no path, 13: no reason";
+    return code;
+  });
+  ASSERT_TRUE(exit_code >= 0 && exit_code < 128) << "the child did not exit: " << exit_code;
+  EXPECT_EQ(exit_code, 0) << "10: setrlimit, 11: no error, 12: no path, 13: no reason";
   EXPECT_TRUE(dir.list().empty());
 }
 

@@ -2,47 +2,30 @@
 // from another process: each test forks a child that reports through its exit code.
 #include "dufu/common/file_lock.h"
 
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
-#include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
 
 #include "dufu/common/error.h"
+#include "support/fork_child.h"
 #include "support/temp_dir.h"
 
 namespace dufu {
 namespace {
 
-using dufu::testing::TempDir;
-
 using dufu::testing::file_exists;
-
-// Runs body in a child process and returns its exit code (or -1 if it crashed).
-int in_child(const std::function<int()>& body) {
-  const pid_t child = ::fork();
-  if (child == 0) {
-    int code = 99;
-    try {
-      code = body();
-    } catch (...) {
-      code = 98;
-    }
-    ::_exit(code);
-  }
-  int status = 0;
-  if (child < 0 || ::waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
-}
+using dufu::testing::run_in_child;
+using dufu::testing::SignalPipe;
+using dufu::testing::start_child;
+using dufu::testing::TempDir;
+using dufu::testing::wait_child;
 
 // 0 = lock was busy, 1 = lock acquired.
 int child_try_lock(const std::string& path) {
-  return in_child([&] { return FileLock::try_lock(path) == nullptr ? 0 : 1; });
+  return run_in_child([&] { return FileLock::try_lock(path) == nullptr ? 0 : 1; });
 }
 
 TEST(FileLock, CreatesMissingLockFile) {
@@ -84,29 +67,21 @@ TEST(FileLock, TryLockHolderAlsoExcludesOthers) {
 TEST(FileLock, ChildHoldingLockExcludesParent) {
   TempDir dir;
   const std::string path = dir.file("cache.lock");
-  int ready[2];
-  int done[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  ASSERT_EQ(::pipe(done), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  SignalPipe ready;
+  SignalPipe done;
+  const pid_t child = start_child([&] {
     FileLock lock(path);
-    char c = 'r';
-    if (::write(ready[1], &c, 1) != 1) ::_exit(2);
-    if (::read(done[0], &c, 1) != 1) ::_exit(3);
-    ::_exit(0);
-  }
-  char c = 0;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+    if (!ready.send()) return 2;
+    if (!done.receive()) return 3;
+    return 0;
+  });
+  ASSERT_GE(child, 0);
+  ASSERT_TRUE(ready.receive());
   EXPECT_EQ(FileLock::try_lock(path), nullptr);
-  ASSERT_EQ(::write(done[1], &c, 1), 1);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ASSERT_TRUE(done.send());
+  EXPECT_EQ(wait_child(child), 0);
   // The child's exit released it.
   EXPECT_NE(FileLock::try_lock(path), nullptr);
-  for (int fd : {ready[0], ready[1], done[0], done[1]}) ::close(fd);
 }
 
 TEST(FileLock, BlockingLockWaitsForRelease) {
@@ -114,21 +89,17 @@ TEST(FileLock, BlockingLockWaitsForRelease) {
   const std::string path = dir.file("cache.lock");
   const std::string marker = dir.file("released");
   auto lock = std::make_unique<FileLock>(path);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  const pid_t child = start_child([&] {
     FileLock waiting(path);
     // The parent creates the marker before it releases, so it must exist by now.
-    ::_exit(file_exists(marker) ? 0 : 1);
-  }
+    return file_exists(marker) ? 0 : 1;
+  });
+  ASSERT_GE(child, 0);
   // Give the child time to reach the blocking lock call.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   testing::write_all(marker, "");
   lock.reset();
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "child got the lock before the parent released it";
+  EXPECT_EQ(wait_child(child), 0) << "child got the lock before the parent released it";
 }
 
 TEST(FileLock, MissingDirectoryThrowsWithPath) {

@@ -3,7 +3,6 @@
 #include "dufu/common/log.h"
 
 #include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -13,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/fork_child.h"
 #include "support/temp_dir.h"
 
 namespace dufu {
@@ -147,24 +147,19 @@ struct ChildResult {
 ChildResult run_child(const char* level_value, const char* expected) {
   dufu::testing::TempDir dir;
   const std::string err_path = dir.file("stderr.txt");
-  const pid_t child = ::fork();
-  if (child == 0) {
+  ChildResult result;
+  result.exit_code = dufu::testing::run_in_child([&] {
     const int err = ::open(err_path.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
     const int null = ::open("/dev/null", O_WRONLY);
-    if (err < 0 || null < 0) ::_exit(120);
+    if (err < 0 || null < 0) return 120;
     ::dup2(err, STDERR_FILENO);
     ::dup2(null, STDOUT_FILENO);
     ::setenv("DUFU_LOG_LEVEL", level_value, 1);
     ::setenv("DUFU_LOG_TEST_EXPECT", expected, 1);
     const char* argv[] = {"common_test", "--gtest_filter=LogEnvChild.*", nullptr};
     ::execv("/proc/self/exe", const_cast<char* const*>(argv));
-    ::_exit(121);
-  }
-  ChildResult result;
-  int status = 0;
-  if (child > 0 && ::waitpid(child, &status, 0) == child && WIFEXITED(status)) {
-    result.exit_code = WEXITSTATUS(status);
-  }
+    return 121;
+  });
   result.stderr_text = dufu::testing::read_all(err_path);
   return result;
 }

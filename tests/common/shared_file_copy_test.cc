@@ -3,19 +3,21 @@
 #include "dufu/common/shared_file_copy.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <optional>
 
 #include "dufu/common/error.h"
+#include "support/fork_child.h"
 #include "support/temp_dir.h"
 
 namespace dufu {
 namespace {
 
+using testing::SignalPipe;
+using testing::start_child;
 using testing::TempDir;
+using testing::wait_child;
 
 bool segment_exists(const std::string& name) { return std::filesystem::exists("/dev/shm/" + name); }
 
@@ -49,38 +51,32 @@ TEST(SharedFileCopy, OtherProcessesShareItAndCrashedUsersStopCounting) {
   TempDir dir;
   testing::write_all(dir.file("shard.bin"), std::string(100000, 'x') + "end");
   auto copy = SharedFileCopy::open(dir.file("shard.bin"));
-  int ready[2];
-  int release[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  ASSERT_EQ(::pipe(release), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    int status = 1;
+  SignalPipe ready;
+  SignalPipe release;
+  const pid_t child = start_child([&] {
+    int status = 3;
     try {
       // Deliberately never destroyed: the child "crashes" while attached.
       auto* leaked = new SharedFileCopy(SharedFileCopy::open(dir.file("shard.bin")));
       status = (leaked->segment_name() == copy.segment_name() && contents(*leaked) == contents(copy)) ? 0 : 2;
     } catch (...) {
-      status = 3;
     }
-    char byte = static_cast<char>(status);
-    (void)!::write(ready[1], &byte, 1);
-    (void)!::read(release[0], &byte, 1);
-    ::_exit(status);
-  }
+    ready.send(static_cast<char>(status));
+    release.receive();
+    return status;
+  });
+  ASSERT_GE(child, 0);
+  ready.close_write();  // a child that dies early then reads as end of file
   char byte = 0;
-  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ASSERT_TRUE(ready.receive(byte));
   EXPECT_EQ(byte, 0) << "the child did not see the same copy";
   EXPECT_EQ(copy.users(), 2U);
-  ASSERT_EQ(::write(release[1], &byte, 1), 1);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(release.send());
+  ASSERT_GE(wait_child(child), 0);
   EXPECT_EQ(copy.users(), 1U);
   const std::string name = copy.segment_name();
   copy = SharedFileCopy::open(dir.file("shard.bin"));  // re-attach, then the old one detaches
   EXPECT_EQ(copy.users(), 1U);
-  for (int fd : {ready[0], ready[1], release[0], release[1]}) ::close(fd);
   { SharedFileCopy gone = std::move(copy); }
   EXPECT_FALSE(segment_exists(name));
 }

@@ -3,23 +3,21 @@
 // streams must fail naming the file, and line splitting must match a naive split
 // however the source chops its reads.
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "dufu/common/error.h"
 #include "support/expect_error.h"
 #include "support/compression.h"
+#include "support/stdin_pipe.h"
 #include "support/temp_dir_test.h"
 #include "dufu/dataprep/byte_source.h"
 
@@ -30,6 +28,7 @@ using dufu::testing::error_of;
 
 namespace fs = std::filesystem;
 using dufu::testing::gzip_bytes;
+using dufu::testing::StdinFromPipe;
 using dufu::testing::zstd_bytes;
 
 class ByteSourceTest : public dufu::testing::TempDirTest {};
@@ -182,44 +181,12 @@ TEST_F(ByteSourceTest, UnopenableInputs) {
             "cannot open '" + dir_.path() + "': Is a directory");
 }
 
-// Points fd 0 at a pipe fed by a thread for the lifetime of the object, so "-" can be
-// tested in-process without depending on how the test runner set up stdin.
-class StdinFromPipe {
- public:
-  explicit StdinFromPipe(std::string bytes) {
-    saved_ = ::dup(STDIN_FILENO);
-    int fds[2];
-    EXPECT_EQ(::pipe(fds), 0);
-    EXPECT_EQ(::dup2(fds[0], STDIN_FILENO), STDIN_FILENO);
-    ::close(fds[0]);
-    writer_ = std::thread([fd = fds[1], bytes = std::move(bytes)] {
-      // The magic arrives a byte at a time, with pauses so that the reader's first
-      // reads most likely see a single byte: sniffing must wait for all four.
-      for (std::size_t at = 0; at < bytes.size();) {
-        const std::size_t piece = at < 4 ? 1 : 65536;
-        const ssize_t n = ::write(fd, bytes.data() + at, std::min(piece, bytes.size() - at));
-        if (n <= 0) break;
-        at += static_cast<std::size_t>(n);
-        if (at < 4) std::this_thread::sleep_for(std::chrono::milliseconds(30));
-      }
-      ::close(fd);
-    });
-  }
-  ~StdinFromPipe() {
-    writer_.join();
-    ::dup2(saved_, STDIN_FILENO);
-    ::close(saved_);
-  }
-
- private:
-  int saved_;
-  std::thread writer_;
-};
-
+// The first 4 bytes (a compression magic) reach stdin one at a time: sniffing must
+// wait for all four.
 TEST_F(ByteSourceTest, StdinPlainAndCompressed) {
   const std::string text = make_text(400'000);
   {
-    StdinFromPipe stdin_pipe(text);
+    StdinFromPipe stdin_pipe(text, 4);
     auto source = open_byte_source("-");
     EXPECT_EQ(source->name(), "<stdin>");
     EXPECT_EQ(source->compression(), Compression::kNone);
@@ -227,14 +194,14 @@ TEST_F(ByteSourceTest, StdinPlainAndCompressed) {
   }
   {
     const std::string compressed = gzip_bytes(text);
-    StdinFromPipe stdin_pipe(compressed);
+    StdinFromPipe stdin_pipe(compressed, 4);
     auto source = open_byte_source("-");
     EXPECT_EQ(source->compression(), Compression::kGzip);
     EXPECT_EQ(read_everything(*source), text);
     EXPECT_EQ(source->raw_bytes_read(), compressed.size());
   }
   {
-    StdinFromPipe stdin_pipe(zstd_bytes(text));
+    StdinFromPipe stdin_pipe(zstd_bytes(text), 4);
     EXPECT_EQ(read_everything(*open_byte_source("-")), text);
   }
 }

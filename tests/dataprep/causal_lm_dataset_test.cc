@@ -5,7 +5,6 @@
 #include "dufu/dataprep/causal_lm_dataset.h"
 
 #include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -18,7 +17,6 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <iostream>
 #include <map>
 #include <numeric>
 #include <set>
@@ -27,6 +25,7 @@
 #include <vector>
 
 #include "support/expect_error.h"
+#include "support/fork_child.h"
 #include "support/synthetic_shard.h"
 #include "support/temp_dir.h"
 #include "dufu/common/error.h"
@@ -556,37 +555,14 @@ TEST(CausalLMCacheTest, ConcurrentProcessesBuildOneCacheAndReadEqualSamples) {
   dufu::testing::write_synthetic_shard(prefix, lengths);
   const std::uint64_t expected = samples_digest(CausalLMDataset(open_shard(prefix), in_memory(8, 20000, 11)));
 
-  int gate[2];
-  ASSERT_EQ(::pipe(gate), 0);
-  std::vector<pid_t> children;
-  for (int k = 0; k < 2; ++k) {
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::close(gate[1]);
-      char go = 0;
-      if (::read(gate[0], &go, 1) != 1) ::_exit(3);
-      try {
-        const CausalLMDataset dataset(open_shard(prefix), cached(dir, 8, 20000, 11));
-        dufu::testing::write_all(dir.file("digest" + std::to_string(k)),
-                                 std::to_string(samples_digest(dataset)) + " " + dataset.cache_path());
-      } catch (const std::exception& e) {
-        std::cerr << "child " << k << ": " << e.what() << "\n";
-        ::_exit(2);
-      }
-      ::_exit(0);
-    }
-    children.push_back(pid);
-  }
-  ::close(gate[0]);
-  // Release both children at once so their builds race.
-  ASSERT_EQ(::write(gate[1], "gg", 2), 2);
-  ::close(gate[1]);
-  for (const pid_t pid : children) {
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
-  }
+  // Both children are released at once so their builds race.
+  const std::vector<int> exit_codes = dufu::testing::race_children(2, [&](int k) {
+    const CausalLMDataset dataset(open_shard(prefix), cached(dir, 8, 20000, 11));
+    dufu::testing::write_all(dir.file("digest" + std::to_string(k)),
+                             std::to_string(samples_digest(dataset)) + " " + dataset.cache_path());
+    return 0;
+  });
+  for (const int code : exit_codes) EXPECT_EQ(code, 0) << "child exit code";
   const std::string a = dufu::testing::read_all(dir.file("digest0"));
   const std::string b = dufu::testing::read_all(dir.file("digest1"));
   EXPECT_EQ(a, b);

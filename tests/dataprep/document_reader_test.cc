@@ -2,7 +2,6 @@
 // from txt and jsonl (plain, .zst, .gz, stdin), every bad-record message with and
 // without skipping, and the byte counters used for progress.
 #include <gtest/gtest.h>
-#include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
 
@@ -10,12 +9,12 @@
 #include <fstream>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "dufu/common/error.h"
 #include "support/expect_error.h"
 #include "support/compression.h"
+#include "support/stdin_pipe.h"
 #include "support/temp_dir_test.h"
 #include "dufu/dataprep/document_reader.h"
 
@@ -26,6 +25,7 @@ using dufu::testing::error_of;
 
 namespace fs = std::filesystem;
 using dufu::testing::gzip_bytes;
+using dufu::testing::StdinFromPipe;
 using dufu::testing::zstd_bytes;
 
 class DocumentReaderTest : public dufu::testing::TempDirTest {};
@@ -315,35 +315,6 @@ TEST_F(DocumentReaderTest, GlobsExpandSortedAndMustMatch) {
   EXPECT_EQ(error_of([&] { expand_inputs({d + "/*.parquet"}); }), "no input file matches '" + d + "/*.parquet'");
   EXPECT_EQ(expand_inputs({d + "/[ab].jsonl"}), (std::vector<std::string>{d + "/a.jsonl", d + "/b.jsonl"}));
 }
-
-// Points fd 0 at a pipe fed by a thread while alive, so "-" is tested in-process.
-class StdinFromPipe {
- public:
-  explicit StdinFromPipe(std::string bytes) {
-    saved_ = ::dup(STDIN_FILENO);
-    int fds[2];
-    EXPECT_EQ(::pipe(fds), 0);
-    EXPECT_EQ(::dup2(fds[0], STDIN_FILENO), STDIN_FILENO);
-    ::close(fds[0]);
-    writer_ = std::thread([fd = fds[1], bytes = std::move(bytes)] {
-      for (std::size_t at = 0; at < bytes.size();) {
-        const ssize_t n = ::write(fd, bytes.data() + at, bytes.size() - at);
-        if (n <= 0) break;
-        at += static_cast<std::size_t>(n);
-      }
-      ::close(fd);
-    });
-  }
-  ~StdinFromPipe() {
-    writer_.join();
-    ::dup2(saved_, STDIN_FILENO);
-    ::close(saved_);
-  }
-
- private:
-  int saved_;
-  std::thread writer_;
-};
 
 TEST_F(DocumentReaderTest, StdinUsesTheDefaultFormat) {
   const std::string jsonl = make_jsonl(5000);

@@ -4,7 +4,6 @@
 #include "dufu/dataprep/index_cache.h"
 
 #include <fcntl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "support/expect_error.h"
+#include "support/fork_child.h"
 #include "support/temp_dir.h"
 #include "dufu/common/error.h"
 
@@ -167,42 +167,19 @@ TEST(IndexCacheTest, ProcessesRacingOnOneKeyBuildOnce) {
   TempDir dir;
   const std::string cache_dir = dir.file("cache");
   const std::string log = dir.file("builds.log");
-  int gate[2];
-  ASSERT_EQ(::pipe(gate), 0);
-  std::vector<pid_t> children;
-  for (int k = 0; k < 3; ++k) {
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::close(gate[1]);
-      char go = 0;
-      if (::read(gate[0], &go, 1) != 1) ::_exit(3);
-      try {
-        const IndexCache cache(cache_dir);
-        const std::string path = cache.get_or_build("inputs A\n", [&](const std::string& temp_dir) {
-          // O_APPEND: each build adds one line however the processes interleave.
-          const int fd = ::open(log.c_str(), O_CREAT | O_WRONLY | O_APPEND, 0644);
-          if (fd < 0 || ::write(fd, "built\n", 6) != 6) throw std::runtime_error("log");
-          ::close(fd);
-          std::this_thread::sleep_for(std::chrono::milliseconds(200));
-          dufu::testing::write_all(temp_dir + "/data.bin", "x");
-        });
-        if (dufu::testing::read_all(path + "/data.bin") != "x") ::_exit(4);
-      } catch (const std::exception&) {
-        ::_exit(2);
-      }
-      ::_exit(0);
-    }
-    children.push_back(pid);
-  }
-  ::close(gate[0]);
-  ASSERT_EQ(::write(gate[1], "ggg", 3), 3);
-  ::close(gate[1]);
-  for (const pid_t pid : children) {
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
-  }
+  const std::vector<int> exit_codes = dufu::testing::race_children(3, [&](int) {
+    const IndexCache cache(cache_dir);
+    const std::string path = cache.get_or_build("inputs A\n", [&](const std::string& temp_dir) {
+      // O_APPEND: each build adds one line however the processes interleave.
+      const int fd = ::open(log.c_str(), O_CREAT | O_WRONLY | O_APPEND, 0644);
+      if (fd < 0 || ::write(fd, "built\n", 6) != 6) throw std::runtime_error("log");
+      ::close(fd);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      dufu::testing::write_all(temp_dir + "/data.bin", "x");
+    });
+    return dufu::testing::read_all(path + "/data.bin") == "x" ? 0 : 4;
+  });
+  for (const int code : exit_codes) EXPECT_EQ(code, 0) << "child exit code";
   EXPECT_EQ(dufu::testing::read_all(log), "built\n");
   int key_dirs = 0;
   for (const auto& name : entries(cache_dir)) {
