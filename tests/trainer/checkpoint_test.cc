@@ -27,6 +27,8 @@
 #include "dufu/trainer/optimizer.h"
 #include "dufu/trainer/safetensors.h"
 #include "support/expect_error.h"
+#include "support/float_compare.h"
+#include "support/gpt_fixture.h"
 #include "support/temp_dir_test.h"
 #include "support/tool_runner.h"
 
@@ -34,44 +36,26 @@ namespace dufu::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using dufu::testing::bitwise_equal;
 using dufu::testing::expect_error;
 using dufu::testing::read_all;
+using dufu::testing::relative_error;
 using dufu::testing::write_all;
 
 constexpr int kB = 2;
 constexpr int kT = 16;
 
 GPTConfig small_config() {
-  GPTConfig config;
-  config.n_layer = 2;
-  config.n_head = 4;
-  config.d_model = 32;
-  config.vocab_size = 100;  // padded to 128: 28 padding rows that the checkpoint cuts
-  config.vocab_multiple = 64;
-  config.seq_length = kT;
-  return config;
+  // vocab_size 100 is padded to 128: 28 padding rows that the checkpoint cuts.
+  return dufu::testing::small_gpt_config(
+      {.n_layer = 2, .n_head = 4, .d_model = 32, .vocab_size = 100, .vocab_multiple = 64, .seq_length = kT});
 }
 
-struct Batch {
-  std::vector<std::int32_t> tokens;
-  std::vector<std::int32_t> targets;
-};
+using Batch = dufu::testing::TokenBatch;
 
 // Next-token targets with a few positions ignored (-1).
 Batch make_batch(int vocab_size, std::uint32_t seed) {
-  std::mt19937 engine(seed);
-  std::vector<std::int32_t> stream(static_cast<std::size_t>(kB * (kT + 1)));
-  for (auto& token : stream) token = static_cast<std::int32_t>(engine() % static_cast<std::uint32_t>(vocab_size));
-  Batch batch;
-  for (int b = 0; b < kB; ++b) {
-    for (int t = 0; t < kT; ++t) {
-      batch.tokens.push_back(stream[static_cast<std::size_t>(b * (kT + 1) + t)]);
-      batch.targets.push_back(stream[static_cast<std::size_t>(b * (kT + 1) + t + 1)]);
-    }
-  }
-  batch.targets[3] = -1;
-  batch.targets[static_cast<std::size_t>(kT + 7)] = -1;
-  return batch;
+  return dufu::testing::next_token_batch(kB, kT, vocab_size, seed, {3, kT + 7});
 }
 
 // A model and its optimizer after `steps` AdamW updates from GPT-2's initialisation,
@@ -108,10 +92,6 @@ TrainingState make_state(std::int64_t step) {
   state.model = small_config();
   state.config_toml = "[model]\nn_layer = 2\nname = \"a \\\"b\\\"\"\n";
   return state;
-}
-
-bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 std::vector<std::string> names_of(const std::vector<std::string>& paths) {
@@ -255,9 +235,7 @@ TEST_F(CheckpointTest, PyTorchComputesTheSameLossFromModelFile) {
   Trained run(13, 3);
   // Weights well away from GPT-2's initialisation, so that every tensor, and a
   // wrongly transposed one, moves the loss clearly.
-  std::mt19937 engine(13);
-  std::uniform_real_distribution<float> uniform(-0.3f, 0.3f);
-  for (float& x : run.model.params()) x = uniform(engine);
+  dufu::testing::fill_uniform(run.model.params(), 13, -0.3f, 0.3f);
   const ParamTensor& wte = run.model.tensor("wte.weight");
   const std::size_t real = static_cast<std::size_t>(small_config().vocab_size * small_config().d_model);
   std::fill_n(run.model.params().begin() + static_cast<std::ptrdiff_t>(wte.offset + real), wte.size() - real, 0.0f);
@@ -279,8 +257,8 @@ TEST_F(CheckpointTest, PyTorchComputesTheSameLossFromModelFile) {
     return NpyArray::open(dir_.file("loss.npy")).view<float>()[0];
   };
   const float want = reference_loss(dir);
-  std::printf("loss: dufu %.8f torch %.8f rel err %.3e\n", loss, want, std::fabs(loss - want) / want);
-  EXPECT_NEAR(loss, want, kLossRelTolerance * want);
+  std::printf("loss: dufu %.8f torch %.8f rel err %.3e\n", loss, want, relative_error(loss, want));
+  EXPECT_RELATIVE_NEAR(loss, want, kLossRelTolerance);
 
   // The comparison sees a square Conv1D weight written untransposed (same shape).
   {
@@ -295,8 +273,8 @@ TEST_F(CheckpointTest, PyTorchComputesTheSameLossFromModelFile) {
   }
   const float wrong = reference_loss(dir_.file("untransposed"));
   std::printf("with h.1.attn.c_proj.weight untransposed: torch %.8f rel diff %.3e\n", wrong,
-              std::fabs(wrong - loss) / loss);
-  EXPECT_GT(std::fabs(wrong - loss), 10 * kLossRelTolerance * loss) << "the comparison is too coarse to see it";
+              relative_error(wrong, loss));
+  EXPECT_GT(relative_error(wrong, loss), 10 * kLossRelTolerance) << "the comparison is too coarse to see it";
 }
 
 TEST_F(CheckpointTest, KeepLastRemovesOlderAndUnfinishedDirectories) {
@@ -657,10 +635,7 @@ TEST(GptPieces, TileTheSerialLayoutLikeShardAndStage) {
   GPTConfig config = small_config();
   config.n_layer = 4;
   const std::size_t full_size = GPT(config).num_parameters();
-  std::vector<float> full(full_size);
-  std::mt19937 engine(5);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (float& x : full) x = uniform(engine);
+  std::vector<float> full = dufu::testing::random_floats(full_size, 5, -1.0f, 1.0f);
   // wte's padding rows are not carried by the pieces: the serial buffer holds 0 there.
   const ParamTensor wte = gpt_parameter_layout(config).front();
   std::fill(full.begin() + static_cast<std::ptrdiff_t>(config.vocab_size * config.d_model),

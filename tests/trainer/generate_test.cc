@@ -15,6 +15,7 @@
 
 #include "dufu/common/error.h"
 #include "support/expect_error.h"
+#include "support/gpt_fixture.h"
 
 namespace dufu::trainer {
 namespace {
@@ -114,10 +115,7 @@ TEST(SampleToken, TopKOneIsArgmaxAtAnyTemperature) {
 
 TEST(SampleToken, TopKNeverPicksOutsideTheKLargest) {
   // A high temperature flattens the distribution, so outsiders would show up at once.
-  std::mt19937 make(5);
-  std::uniform_real_distribution<float> uniform(-3.0f, 3.0f);
-  std::vector<float> logits(50);
-  for (auto& value : logits) value = uniform(make);
+  const std::vector<float> logits = dufu::testing::random_floats(50, 5, -3.0f, 3.0f);
   std::vector<int> order(50);
   for (int i = 0; i < 50; ++i) order[static_cast<std::size_t>(i)] = i;
   std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
@@ -191,14 +189,9 @@ TEST(SampleToken, RefusesBadArguments) {
 // A tiny GPT with random weights; larger than GPT-2's init so its logits are far from
 // uniform and greedy decoding does not just repeat the last token (the LM head is wte).
 GPTConfig tiny_config() {
-  GPTConfig config;
-  config.n_layer = 2;
-  config.n_head = 2;
-  config.d_model = 16;
-  config.vocab_size = 37;
-  config.vocab_multiple = 8;  // padded to 40
-  config.seq_length = 8;
-  return config;
+  // vocab_size 37 is padded to 40.
+  return dufu::testing::small_gpt_config(
+      {.n_layer = 2, .n_head = 2, .d_model = 16, .vocab_size = 37, .vocab_multiple = 8, .seq_length = 8});
 }
 
 void randomize(GPT& model, std::uint32_t seed) {

@@ -11,10 +11,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <limits>
 #include <map>
 #include <memory>
-#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,6 +21,8 @@
 #include "dufu/common/npy.h"
 #include "dufu/trainer/gpt.h"
 #include "dufu/trainer/optimizer.h"
+#include "support/float_compare.h"
+#include "support/gpt_fixture.h"
 #include "support/temp_dir.h"
 #include "support/tool_runner.h"
 
@@ -38,14 +38,9 @@ constexpr int kB = 4;
 constexpr int kT = 32;
 
 GPTConfig small_config() {
-  GPTConfig config;
-  config.n_layer = 2;
-  config.n_head = 4;
-  config.d_model = 64;
-  config.vocab_size = 500;  // padded to 512
-  config.vocab_multiple = 128;
-  config.seq_length = kT;
-  return config;
+  // vocab_size 500 is padded to 512.
+  return dufu::testing::small_gpt_config(
+      {.n_layer = 2, .n_head = 4, .d_model = 64, .vocab_size = 500, .vocab_multiple = 128, .seq_length = kT});
 }
 
 // AdamW settings shared with the reference through its command line.
@@ -58,27 +53,13 @@ struct AdamWSettings {
   float weight_decay = 0.1f;
 };
 
-struct Batch {
-  std::vector<std::int32_t> tokens;
-  std::vector<std::int32_t> targets;
-};
+using Batch = dufu::testing::TokenBatch;
 
 // Targets are the next token, as in language modelling, with some positions ignored
-// (-1) so the test covers the mean over non-ignored targets.
+// (-1) so the test covers the mean over non-ignored targets: the first five of row 1
+// and the last of row 3.
 Batch make_batch(int vocab_size) {
-  std::mt19937 engine(7);
-  Batch batch;
-  std::vector<std::int32_t> stream(static_cast<std::size_t>(kB * (kT + 1)));
-  for (auto& token : stream) token = static_cast<std::int32_t>(engine() % static_cast<std::uint32_t>(vocab_size));
-  for (int b = 0; b < kB; ++b) {
-    for (int t = 0; t < kT; ++t) {
-      batch.tokens.push_back(stream[static_cast<std::size_t>(b * (kT + 1) + t)]);
-      batch.targets.push_back(stream[static_cast<std::size_t>(b * (kT + 1) + t + 1)]);
-    }
-  }
-  for (int t = 0; t < 5; ++t) batch.targets[static_cast<std::size_t>(1 * kT + t)] = -1;
-  batch.targets[static_cast<std::size_t>(3 * kT + kT - 1)] = -1;
-  return batch;
+  return dufu::testing::next_token_batch(kB, kT, vocab_size, 7, {kT, kT + 1, kT + 2, kT + 3, kT + 4, 4 * kT - 1});
 }
 
 std::vector<float> read_floats(const std::string& path, std::size_t expected_size) {
@@ -94,33 +75,9 @@ void write_int32(const std::string& path, const std::vector<std::int32_t>& value
   dufu::write_npy(path, std::span<const std::int32_t>(values), {kB, kT});
 }
 
-// Differences of one tensor against its reference. The scale is the reference's
-// largest magnitude: gradients of different tensors differ by orders of magnitude,
-// and a tolerance relative to each tensor's own scale treats them alike.
-struct Difference {
-  double max_abs = 0;    // max |got - want|
-  double max_rel = 0;    // max |got - want| / |want| over entries above 1% of the scale
-  double scale = 0;      // max |want|
-  double scaled() const { return max_abs / std::max(scale, 1e-30); }
-};
-
-Difference compare(std::span<const float> got, std::span<const float> want) {
-  EXPECT_EQ(got.size(), want.size());
-  Difference diff;
-  const std::size_t n = std::min(got.size(), want.size());
-  for (std::size_t i = 0; i < n; ++i) diff.scale = std::max(diff.scale, std::fabs(static_cast<double>(want[i])));
-  for (std::size_t i = 0; i < n; ++i) {
-    const double error = std::fabs(static_cast<double>(got[i]) - static_cast<double>(want[i]));
-    // A NaN must fail the comparison, and max() would drop it.
-    if (std::isnan(error)) {
-      diff.max_abs = diff.max_rel = std::numeric_limits<double>::infinity();
-      return diff;
-    }
-    diff.max_abs = std::max(diff.max_abs, error);
-    if (std::fabs(want[i]) > 0.01 * diff.scale) diff.max_rel = std::max(diff.max_rel, error / std::fabs(want[i]));
-  }
-  return diff;
-}
+using dufu::testing::Difference;
+using dufu::testing::relative_error;
+using dufu::testing::tensor_difference;
 
 // fp32 tolerances. Both sides sum the same terms in different orders; on the
 // reference machine the errors were ~1e-7 (loss, logits, AdamW losses) and at most
@@ -181,7 +138,7 @@ class GPTTorchTest : public ::testing::Test {
                 "max rel err", label);
     for (const ParamTensor& tensor : model.parameter_tensors()) {
       const std::vector<float> want = read_floats(out("grads/" + tensor.name + ".npy"), tensor.size());
-      const Difference diff = compare(model.grads().subspan(tensor.offset, tensor.size()), want);
+      const Difference diff = tensor_difference(model.grads().subspan(tensor.offset, tensor.size()), want);
       std::printf("%-28s %12.3e %12.3e %12.3e %12.3e\n", tensor.name.c_str(), diff.scale, diff.max_abs,
                   diff.scaled(), diff.max_rel);
       EXPECT_LE(diff.scaled(), kGradScaledTolerance) << tensor.name << ": max abs error " << diff.max_abs
@@ -204,7 +161,7 @@ TEST_F(GPTTorchTest, LossAndLogitsMatch) {
   GPT& model = *model_;
   EXPECT_TRUE(std::isnan(model.forward(batch_.tokens, {}, kB, kT)));
   const std::size_t Vp = static_cast<std::size_t>(small_config().padded_vocab_size());
-  const Difference logits = compare(model.logits(), read_floats(out("logits.npy"), rows() * Vp));
+  const Difference logits = tensor_difference(model.logits(), read_floats(out("logits.npy"), rows() * Vp));
   std::printf("logits: max|ref| %.3e max abs err %.3e scaled %.3e max rel %.3e\n", logits.scale, logits.max_abs,
               logits.scaled(), logits.max_rel);
   EXPECT_LE(logits.scaled(), kLogitsScaledTolerance);
@@ -216,8 +173,8 @@ TEST_F(GPTTorchTest, LossAndLogitsMatch) {
 
   const float want = read_floats(out("loss.npy"), 1)[0];
   const float loss = model.forward(batch_.tokens, batch_.targets, kB, kT);
-  std::printf("loss: dufu %.8f torch %.8f rel err %.3e\n", loss, want, std::fabs(loss - want) / want);
-  EXPECT_NEAR(loss, want, kLossRelTolerance * want);
+  std::printf("loss: dufu %.8f torch %.8f rel err %.3e\n", loss, want, relative_error(loss, want));
+  EXPECT_RELATIVE_NEAR(loss, want, kLossRelTolerance);
   EXPECT_THROW(model.logits(), dufu::Error);  // they are gradients now
 }
 
@@ -245,7 +202,7 @@ TEST_F(GPTTorchTest, GradientAccumulationMatches) {
     model.backward();
   }
   const double want = read_floats(out("loss.npy"), 1)[0];
-  EXPECT_NEAR(loss_sum / static_cast<double>(valid), want, kLossRelTolerance * want);
+  EXPECT_RELATIVE_NEAR(loss_sum / static_cast<double>(valid), want, kLossRelTolerance);
   expect_gradients_match(model, "two accumulated micro-batches");
 }
 
@@ -263,7 +220,7 @@ TEST_F(GPTTorchTest, AdamWLossesMatch) {
     model.backward();
     optimizer.step(model.params(), model.grads(), adamw.lr);
     const float expected = want[static_cast<std::size_t>(step - 1)];
-    const double rel = std::fabs(static_cast<double>(loss) - expected) / expected;
+    const double rel = relative_error(loss, expected);
     std::printf("%-6d %12.8f %12.8f %12.3e\n", step, loss, expected, rel);
     EXPECT_LE(rel, kAdamWLossRelTolerance) << "step " << step;
   }
@@ -279,7 +236,7 @@ TEST_F(GPTTorchTest, ComparisonDetectsAPerturbedWeight) {
   model.forward(batch_.tokens, batch_.targets, kB, kT);
   model.backward();
   const std::vector<float> want = read_floats(out("grads/" + tensor.name + ".npy"), tensor.size());
-  const Difference diff = compare(model.grads().subspan(tensor.offset, tensor.size()), want);
+  const Difference diff = tensor_difference(model.grads().subspan(tensor.offset, tensor.size()), want);
   std::printf("%s after the nudge: scaled err %.3e (tolerance %.1e)\n", tensor.name.c_str(), diff.scaled(),
               kGradScaledTolerance);
   EXPECT_GT(diff.scaled(), kGradScaledTolerance);

@@ -16,7 +16,6 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,6 +30,7 @@
 #include "dufu/trainer/pipeline_schedule.h"
 #include "support/expect_error.h"
 #include "support/float_compare.h"
+#include "support/gpt_fixture.h"
 #include "support/mpi_world.h"
 
 namespace dufu::trainer {
@@ -51,34 +51,14 @@ constexpr int kLayers = 4;
 constexpr double kTolerance = 1e-5;
 
 GPTConfig small_config() {
-  GPTConfig config;
-  config.n_layer = kLayers;
-  config.n_head = 2;
-  config.d_model = 32;
-  config.vocab_size = kVocab;
-  config.vocab_multiple = 1;
-  config.seq_length = kT;
-  return config;
+  return dufu::testing::small_gpt_config(
+      {.n_layer = kLayers, .n_head = 2, .d_model = 32, .vocab_size = kVocab, .vocab_multiple = 1, .seq_length = kT});
 }
 
-struct Batch {
-  std::vector<std::int32_t> tokens;
-  std::vector<std::int32_t> targets;
-};
 // Next-token data with one ignored target; the same on every rank for a seed.
+using Batch = dufu::testing::TokenBatch;
 Batch make_batch(std::uint32_t seed) {
-  std::mt19937 engine(seed);
-  std::vector<std::int32_t> stream(static_cast<std::size_t>(kB * (kT + 1)));
-  for (auto& token : stream) token = static_cast<std::int32_t>(engine() % kVocab);
-  Batch batch;
-  for (int b = 0; b < kB; ++b) {
-    for (int t = 0; t < kT; ++t) {
-      batch.tokens.push_back(stream[static_cast<std::size_t>(b * (kT + 1) + t)]);
-      batch.targets.push_back(stream[static_cast<std::size_t>(b * (kT + 1) + t + 1)]);
-    }
-  }
-  batch.targets[static_cast<std::size_t>(seed % (kB * kT))] = -1;
-  return batch;
+  return dufu::testing::next_token_batch(kB, kT, kVocab, seed, {seed % (kB * kT)});
 }
 
 using dufu::testing::bitwise_equal;

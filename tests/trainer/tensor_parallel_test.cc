@@ -30,6 +30,7 @@
 #include "dufu/trainer/optimizer.h"
 #include "support/expect_error.h"
 #include "support/float_compare.h"
+#include "support/gpt_fixture.h"
 #include "support/mpi_world.h"
 
 namespace dufu::trainer {
@@ -49,45 +50,19 @@ constexpr int kVocab = 501;  // prime to 2 and 4: the last rank's slice ends in 
 constexpr double kTolerance = 1e-5;
 
 GPTConfig small_config(int vocab_multiple) {
-  GPTConfig config;
-  config.n_layer = 2;
-  config.n_head = 4;
-  config.d_model = 64;
-  config.vocab_size = kVocab;
-  config.vocab_multiple = vocab_multiple;
-  config.seq_length = kT;
-  return config;
+  return dufu::testing::small_gpt_config({.n_layer = 2,
+                                          .n_head = 4,
+                                          .d_model = 64,
+                                          .vocab_size = kVocab,
+                                          .vocab_multiple = vocab_multiple,
+                                          .seq_length = kT});
 }
 
 // Next-token data with a few ignored targets; the same on every rank for a seed.
-struct Batch {
-  std::vector<std::int32_t> tokens;
-  std::vector<std::int32_t> targets;
-};
-Batch make_batch(std::uint32_t seed) {
-  std::mt19937 engine(seed);
-  std::vector<std::int32_t> stream(static_cast<std::size_t>(kB * (kT + 1)));
-  for (auto& token : stream) token = static_cast<std::int32_t>(engine() % kVocab);
-  Batch batch;
-  for (int b = 0; b < kB; ++b) {
-    for (int t = 0; t < kT; ++t) {
-      batch.tokens.push_back(stream[static_cast<std::size_t>(b * (kT + 1) + t)]);
-      batch.targets.push_back(stream[static_cast<std::size_t>(b * (kT + 1) + t + 1)]);
-    }
-  }
-  batch.targets[3] = -1;
-  batch.targets[static_cast<std::size_t>(kT + 7)] = -1;
-  return batch;
-}
+using Batch = dufu::testing::TokenBatch;
+Batch make_batch(std::uint32_t seed) { return dufu::testing::next_token_batch(kB, kT, kVocab, seed, {3, kT + 7}); }
 
-std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float low, float high) {
-  std::mt19937 engine(seed);
-  std::uniform_real_distribution<float> uniform(low, high);
-  std::vector<float> values(n);
-  for (float& value : values) value = uniform(engine);
-  return values;
-}
-
+using dufu::testing::random_floats;
 using dufu::testing::bitwise_equal;
 using dufu::testing::relative_error;
 using dufu::testing::scaled_error;

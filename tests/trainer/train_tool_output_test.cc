@@ -18,6 +18,7 @@
 #include "dufu/trainer/generate.h"
 #include "dufu/trainer/gpt.h"
 #include "dufu/trainer/optimizer.h"
+#include "support/gpt_fixture.h"
 #include "support/temp_dir.h"
 #include "support/tool_runner.h"
 
@@ -229,14 +230,8 @@ TEST(TrainPlot, GnuplotFailingShowsItsMessages) {
 class TrainGenerate : public ::testing::Test {
  protected:
   static dufu::trainer::GPTConfig config(int vocab_size) {
-    dufu::trainer::GPTConfig config;
-    config.n_layer = 1;
-    config.n_head = 2;
-    config.d_model = 16;
-    config.vocab_size = vocab_size;
-    config.vocab_multiple = 64;
-    config.seq_length = 16;
-    return config;
+    return dufu::testing::small_gpt_config(
+        {.n_layer = 1, .n_head = 2, .d_model = 16, .vocab_size = vocab_size, .vocab_multiple = 64, .seq_length = 16});
   }
 
   static std::string write_checkpoint(const std::string& run_dir, int vocab_size) {

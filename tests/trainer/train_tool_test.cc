@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "dufu/common/file_lock.h"
+#include "support/float_compare.h"
 #include "support/fortunes_shard.h"
 #include "support/temp_dir.h"
 #include "support/tool_runner.h"
@@ -185,7 +186,7 @@ TEST_F(TrainToolTest, TrainsEvaluatesAndCheckpoints) {
   const auto eval_at = metrics.find("\"val_loss\":");
   const double val_loss = std::stod(metrics.substr(eval_at + 11));
   const double perplexity = std::stod(metrics.substr(metrics.find("\"val_perplexity\":", eval_at) + 17));
-  EXPECT_NEAR(perplexity, std::exp(val_loss), 1e-9 * perplexity);
+  EXPECT_RELATIVE_NEAR(std::exp(val_loss), perplexity, 1e-9);
 
   // Running it again finds the finished run and does nothing.
   const CommandResult again = train(shell_quote(write_config("run")) + " run.dir=" + shell_quote(dir) +

@@ -23,6 +23,7 @@
 #include "dufu/trainer/training_config.h"
 #include "kernel_test_support.h"
 #include "support/expect_error.h"
+#include "support/gpt_fixture.h"
 
 namespace {
 
@@ -64,14 +65,8 @@ TEST(LearningRate, ValidateNamesTheProblem) {
 }
 
 GPTConfig tiny_model() {
-  GPTConfig config;
-  config.n_layer = 1;
-  config.n_head = 2;
-  config.d_model = 8;
-  config.vocab_size = 10;
-  config.vocab_multiple = 16;
-  config.seq_length = 4;
-  return config;
+  return dufu::testing::small_gpt_config(
+      {.n_layer = 1, .n_head = 2, .d_model = 8, .vocab_size = 10, .vocab_multiple = 16, .seq_length = 4});
 }
 
 // With zero gradients AdamW's update is pure decay: matrices shrink by lr·wd, biases
