@@ -1,17 +1,14 @@
 // The tensor files of a checkpoint (their formats are in checkpoint.h), between a
-// model piece's buffers and safetensors files, and the steps of writing a checkpoint
-// directory that a parallel save shares with the serial one. Internal to the trainer
-// library.
+// model piece's buffers and safetensors files. Internal to the trainer library.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/checkpoint.h"
+#include "dufu/trainer/checkpoint_state.h"
 #include "dufu/trainer/gpt.h"
 
 namespace dufu::trainer::checkpoint_files {
@@ -27,6 +24,14 @@ constexpr ModelField kModelFields[] = {
     {"d_model", &GPTConfig::d_model},       {"vocab_size", &GPTConfig::vocab_size},
     {"vocab_multiple", &GPTConfig::vocab_multiple}, {"seq_length", &GPTConfig::seq_length},
 };
+
+// The first field in which two model shapes differ; null when they are the same.
+inline const ModelField* first_difference(const GPTConfig& a, const GPTConfig& b) {
+  for (const ModelField& field : kModelFields) {
+    if (a.*field.member != b.*field.member) return &field;
+  }
+  return nullptr;
+}
 
 // A piece of the model: tensor rank `tp_rank` of `tp` on `stage`, laid out as
 // gpt_stage_layout(config, gpt_parameter_layout(config, tp), stage). The serial
@@ -68,16 +73,5 @@ struct FileRecord {
   std::string sha256;
 };
 FileRecord describe_file(const std::string& path);
-
-// Writing a checkpoint directory: create the partial directory (named after `pid`,
-// the writing job's first process, replacing one left by an earlier process of that
-// pid), put the tensor files in it, then finish: config.toml, state.json listing
-// `files`, the rename into place and the clean-up of old checkpoints; or abandon it.
-std::string partial_path(const std::string& run_dir, std::int64_t step, std::int64_t pid);
-std::string final_path(const std::string& run_dir, std::int64_t step);
-std::string create_partial(const std::string& run_dir, std::int64_t step, std::int64_t pid);
-std::string finish(const std::string& run_dir, const std::string& partial, const TrainingState& state,
-                   const std::map<std::string, FileRecord>& files, int keep_last);
-void abandon(const std::string& partial);
 
 }  // namespace dufu::trainer::checkpoint_files

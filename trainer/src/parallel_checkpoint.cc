@@ -13,6 +13,7 @@
 #include <map>
 #include <vector>
 
+#include "checkpoint_directory.h"
 #include "checkpoint_files.h"
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
@@ -125,7 +126,7 @@ std::string save_parallel_checkpoint(const std::string& run_dir, Communicator& w
   std::string failure;
   if (is_first) {
     try {
-      partial = checkpoint_files::create_partial(run_dir, state.step, created[0]);
+      partial = checkpoint_directory::create_step_partial(run_dir, state.step, created[0]);
     } catch (const Error& e) {
       failure = e.what();
       created[1] = 0;
@@ -136,7 +137,9 @@ std::string save_parallel_checkpoint(const std::string& run_dir, Communicator& w
     if (is_first) DUFU_FAIL(failure);
     DUFU_FAIL("checkpoint of step ", state.step, ": rank 0 could not create its directory");
   }
-  if (!is_first) partial = checkpoint_files::partial_path(run_dir, state.step, created[0]);
+  if (!is_first) {
+    partial = checkpoint_directory::partial_path(checkpoint_directory::step_path(run_dir, state.step), created[0]);
+  }
 
   std::map<std::string, FileRecord> mine;
   bool ok = true;
@@ -159,7 +162,7 @@ std::string save_parallel_checkpoint(const std::string& run_dir, Communicator& w
     decode_record(entry, files);
   }
   if (!failed_ranks.empty()) {
-    if (is_first) checkpoint_files::abandon(partial);
+    if (is_first) checkpoint_directory::abandon(partial);
     if (!ok) DUFU_FAIL("checkpoint of step ", state.step, ": ", failure);
     DUFU_FAIL("checkpoint of step ", state.step, " not written: rank(s) ", failed_ranks,
               " could not write their files (their errors say why)");
@@ -169,7 +172,7 @@ std::string save_parallel_checkpoint(const std::string& run_dir, Communicator& w
   std::string final_dir;
   if (is_first) {
     try {
-      final_dir = checkpoint_files::finish(run_dir, partial, state, files, keep_last);
+      final_dir = checkpoint_directory::publish_step(run_dir, partial, state, files, keep_last);
     } catch (const Error& e) {
       failure = e.what();
       published = 0;
@@ -180,7 +183,7 @@ std::string save_parallel_checkpoint(const std::string& run_dir, Communicator& w
     if (is_first) DUFU_FAIL(failure);
     DUFU_FAIL("checkpoint of step ", state.step, " not written: rank 0 could not finish it");
   }
-  return is_first ? final_dir : checkpoint_files::final_path(run_dir, state.step);
+  return is_first ? final_dir : checkpoint_directory::step_path(run_dir, state.step);
 }
 
 void load_parallel_checkpoint(const std::string& checkpoint_dir, const TrainingState& saved, const RankPlace& place,

@@ -50,61 +50,24 @@
 // from the pieces; parallel_checkpoint.h reads a rank's own files when the layout is
 // the same), and merge_checkpoint writes the serial layout of a sharded one.
 //
-// A checkpoint is written into step_<N>.partial-<pid>/ and renamed into place once
-// every file is synced, so a kill at any moment leaves either the complete checkpoint
-// or none (plus a partial directory that the next save removes). One process saves
-// into a run directory at a time (under MPI, the ranks of one job: all on a file
-// system they share).
+// A checkpoint (a merged one too) is written into <name>.partial-<pid>/ and renamed
+// into place once every file is synced, so a kill at any moment leaves either the
+// complete checkpoint or none (plus a partial directory that the next save removes).
+// One process saves into a run directory at a time (under MPI, the ranks of one job:
+// all on a file system they share).
+//
+// checkpoint_state.h has the layout, the training state and the reader of state.json.
 #pragma once
 
-#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "dufu/trainer/checkpoint_state.h"
 #include "dufu/trainer/gpt.h"
 #include "dufu/trainer/optimizer.h"
 
 namespace dufu::trainer {
-
-// The layout of the run that wrote a checkpoint, which says what its files hold.
-struct CheckpointLayout {
-  int tensor_parallel_size = 1;
-  int pipeline_parallel_size = 1;
-  int data_parallel_size = 1;
-  bool optimizer_sharded = false;    // ZeRO-1: moments split over the data-parallel ranks
-  std::vector<int> pipeline_layers;  // layers per stage; empty means one stage
-  bool operator==(const CheckpointLayout&) const = default;
-  // model.safetensors and optimizer.safetensors (one piece, moments not sharded).
-  bool is_serial() const { return tensor_parallel_size == 1 && pipeline_parallel_size == 1 && !optimizer_sharded; }
-  // Throws dufu::Error naming the field when the layout does not fit `model`: sizes
-  // below 1, n_head not divisible by tp, pipeline_layers not a split of n_layer into
-  // pipeline_parallel_size stages, sharding with one data-parallel rank.
-  void validate(const GPTConfig& model) const;
-};
-
-// The files of a checkpoint of `layout` (see above): model pieces for every tensor
-// rank and stage, then the optimizer files, then nothing else.
-std::string model_file_name(const CheckpointLayout& layout, int tp_rank, int pp_rank);
-std::string optimizer_file_name(const CheckpointLayout& layout, int tp_rank, int pp_rank, int dp_rank);
-std::vector<std::string> checkpoint_file_names(const CheckpointLayout& layout);
-
-struct TrainingState {
-  std::int64_t step = 0;  // optimizer updates done; the next one is number `step`
-  std::uint64_t consumed_samples = 0;
-  std::uint64_t consumed_tokens = 0;
-  std::int64_t skipped_steps = 0;  // updates skipped for a non-finite loss or gradient
-  std::string train_loader_state;  // dataprep::LoaderState::to_string()
-  // Training draws no random numbers after initialisation (no dropout): the weights
-  // come from init_seed and the data order from data_seed and the loader state, so
-  // these two plus the loader state are the whole RNG state.
-  std::uint32_t init_seed = 0;
-  std::uint32_t data_seed = 0;
-  GPTConfig model;
-  std::string config_toml;  // the effective configuration
-  CheckpointLayout layout;  // of the run that wrote the checkpoint
-  bool operator==(const TrainingState&) const;
-};
 
 // Writes the checkpoint of `state.step` as described above and returns its directory;
 // then removes partial directories and all but the newest `keep_last` (>= 1) complete
@@ -122,16 +85,6 @@ std::string save_checkpoint(const std::string& run_dir, const GPT& model, const 
 // The complete checkpoint directories of a run (those holding state.json), oldest
 // step first; empty when there are none or no checkpoints/ directory. Not verified.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
-
-// Reads state.json of a checkpoint directory and verifies the checkpoint: format and
-// version, every field present with the right type, a valid model shape, the step
-// matching a step_<N> directory name, a valid layout whose files are exactly those
-// listed, and every .safetensors file's size and SHA-256 (which reads them whole). Throws dufu::Error naming the file and what is
-// wrong ("<dir>: model.safetensors is 1234 bytes, state.json says 5678 (truncated?)").
-// With FileCheck::kTrust only state.json is read and checked: for processes that load
-// a checkpoint another process of the same job just verified.
-enum class FileCheck { kVerify, kTrust };
-TrainingState read_checkpoint_state(const std::string& checkpoint_dir, FileCheck files = FileCheck::kVerify);
 
 // Loads the weights into `model`, a whole serial one, and the moments and step count
 // into `optimizer` (for the whole model) unless it is null; from a checkpoint of any

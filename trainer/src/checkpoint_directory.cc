@@ -1,0 +1,237 @@
+// Checkpoint directories (see checkpoint_directory.h): a checkpoint is written into a
+// partial directory and renamed into place once every file is durable, so a kill at
+// any moment leaves either the complete checkpoint or none (plus a partial directory
+// that the next save removes).
+#include "checkpoint_directory.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
+#include "checkpoint_state_json.h"
+
+#include "dufu/common/atomic_file.h"
+#include "dufu/common/error.h"
+#include "dufu/common/log.h"
+
+namespace dufu::trainer::checkpoint_directory {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kCheckpointsDir = "checkpoints";
+constexpr const char* kLog = "CKPT";
+constexpr std::string_view kStepPrefix = "step_";
+// Directories that are not (or no longer) checkpoints: one being written, and one
+// being replaced by a new checkpoint of the same step.
+constexpr std::string_view kPartialInfix = ".partial-";
+constexpr std::string_view kReplacedInfix = ".replaced-";
+
+// Renames the finished partial directory to its final name, replacing (or refusing)
+// what is there, and makes the rename durable. On failure nothing is left under the
+// final name except the old checkpoint it was to replace.
+void rename_into_place(const std::string& partial, const std::string& final_dir, Existing existing) {
+  std::error_code error;
+  std::string replaced;
+  if (fs::exists(fs::symlink_status(final_dir, error))) {
+    if (existing == Existing::kRefuse) DUFU_FAIL(final_dir, ": already exists");
+    replaced = str_cat(final_dir, kReplacedInfix, ::getpid());
+    fs::remove_all(replaced, error);
+    fs::rename(final_dir, replaced, error);
+    if (error) {
+      DUFU_FAIL("cannot replace checkpoint '", final_dir, "': renaming it to '", replaced,
+                "' failed: ", error.message());
+    }
+  }
+  const auto restore = [&] {
+    std::error_code ignored;
+    if (!replaced.empty()) fs::rename(replaced, final_dir, ignored);
+  };
+  fs::rename(partial, final_dir, error);
+  if (error) {
+    restore();
+    DUFU_FAIL("cannot write checkpoint '", final_dir, "': renaming '", partial, "' to it failed: ", error.message());
+  }
+  try {
+    sync_directory(fs::path(final_dir).parent_path().string());
+  } catch (const Error& e) {
+    std::error_code ignored;
+    fs::remove_all(final_dir, ignored);
+    restore();
+    DUFU_FAIL("cannot write checkpoint '", final_dir, "': ", e.what());
+  }
+  if (!replaced.empty()) {
+    fs::remove_all(replaced, error);
+    if (error) DUFU_LOG_WARN(kLog, "cannot remove the replaced checkpoint '", replaced, "': ", error.message());
+  }
+}
+
+void remove_directory(const std::string& path, std::string_view why) {
+  std::error_code error;
+  fs::remove_all(path, error);
+  if (error) {
+    DUFU_LOG_WARN(kLog, "cannot remove ", why, " '", path, "': ", error.message());
+  } else {
+    DUFU_LOG_DEBUG(kLog, "removed ", why, " '", path, "'");
+  }
+}
+
+}  // namespace
+
+// ---- names ----
+
+std::string path_in(const std::string& dir, std::string_view name) { return (fs::path(dir) / name).string(); }
+
+std::string base_name(const std::string& path) {
+  fs::path p(path);
+  if (!p.has_filename()) p = p.parent_path();  // "run/checkpoints/step_00000010/"
+  return p.filename().string();
+}
+
+std::string step_dir_name(std::int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
+std::optional<std::int64_t> parse_step_dir_name(std::string_view name) {
+  if (!name.starts_with(kStepPrefix)) return std::nullopt;
+  const std::string_view digits = name.substr(kStepPrefix.size());
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  std::int64_t step = 0;
+  const auto result = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+  if (result.ec != std::errc() || result.ptr != digits.data() + digits.size()) return std::nullopt;
+  return step;
+}
+
+std::string checkpoints_dir(const std::string& run_dir) { return path_in(run_dir, kCheckpointsDir); }
+
+std::string step_path(const std::string& run_dir, std::int64_t step) {
+  return path_in(checkpoints_dir(run_dir), step_dir_name(step));
+}
+
+// ---- listing ----
+
+std::vector<DirEntry> list_directory(const std::string& dir) {
+  std::vector<DirEntry> entries;
+  std::error_code error;
+  fs::directory_iterator it(dir, error);
+  for (const fs::directory_iterator end; !error && it != end; it.increment(error)) {
+    std::error_code type_error;
+    entries.push_back({it->path().filename().string(), it->path().string(), it->is_directory(type_error)});
+  }
+  if (error) DUFU_FAIL("cannot list directory '", dir, "': ", error.message());
+  return entries;
+}
+
+std::vector<std::pair<std::int64_t, std::string>> complete_checkpoints(const std::string& checkpoints) {
+  std::vector<std::pair<std::int64_t, std::string>> found;
+  for (const DirEntry& entry : list_directory(checkpoints)) {
+    const std::optional<std::int64_t> step = parse_step_dir_name(entry.name);
+    std::error_code ignored;
+    if (step && entry.is_directory &&
+        fs::is_regular_file(path_in(entry.path, checkpoint_state_json::kStateFile), ignored)) {
+      found.emplace_back(*step, entry.path);
+    }
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// ---- writing one checkpoint directory ----
+
+std::string partial_path(const std::string& final_dir, std::int64_t pid) {
+  return str_cat(final_dir, kPartialInfix, pid);
+}
+
+std::string create_partial(const std::string& final_dir, std::int64_t pid) {
+  const std::string partial = partial_path(final_dir, pid);
+  std::error_code error;
+  fs::remove_all(partial, error);  // left by an earlier process with this pid
+  if (!fs::create_directory(partial, error) || error) {
+    DUFU_FAIL("cannot create directory '", partial, "': ", error ? error.message() : "it already exists");
+  }
+  return partial;
+}
+
+void publish(const std::string& partial, const std::string& final_dir, const TrainingState& state,
+             const std::map<std::string, checkpoint_files::FileRecord>& files, Existing existing) {
+  try {
+    const std::vector<std::string> expected = checkpoint_file_names(state.layout);
+    for (const std::string& name : expected) {
+      if (!files.contains(name)) DUFU_FAIL("checkpoint of step ", state.step, ": no rank wrote ", name);
+    }
+    if (files.size() != expected.size()) {
+      DUFU_FAIL("checkpoint of step ", state.step, ": ", files.size(), " files written, the layout has ",
+                expected.size());
+    }
+    checkpoint_state_json::write(partial, state, files);
+    rename_into_place(partial, final_dir, existing);
+  } catch (...) {
+    abandon(partial);
+    throw;
+  }
+}
+
+void abandon(const std::string& partial) {
+  std::error_code ignored;
+  fs::remove_all(partial, ignored);
+}
+
+// ---- saving into a run directory ----
+
+std::string create_step_partial(const std::string& run_dir, std::int64_t step, std::int64_t pid) {
+  const std::string checkpoints = checkpoints_dir(run_dir);
+  std::error_code error;
+  fs::create_directories(checkpoints, error);
+  if (error) DUFU_FAIL("cannot create checkpoint directory '", checkpoints, "': ", error.message());
+  return create_partial(step_path(run_dir, step), pid);
+}
+
+std::string publish_step(const std::string& run_dir, const std::string& partial, const TrainingState& state,
+                         const std::map<std::string, checkpoint_files::FileRecord>& files, int keep_last) {
+  const std::string final_dir = step_path(run_dir, state.step);
+  publish(partial, final_dir, state, files, Existing::kReplace);
+  DUFU_LOG_INFO(kLog, "saved checkpoint '", final_dir, "'");
+  remove_stale(checkpoints_dir(run_dir), state.step, keep_last);
+  return final_dir;
+}
+
+// ---- rotation ----
+
+void remove_stale(const std::string& checkpoints, std::int64_t saved_step, int keep_last) {
+  std::vector<std::pair<std::int64_t, std::string>> complete;
+  try {
+    for (const DirEntry& entry : list_directory(checkpoints)) {
+      const bool leftover = entry.name.starts_with(kStepPrefix) &&
+                            (entry.name.find(kPartialInfix) != std::string::npos ||
+                             entry.name.find(kReplacedInfix) != std::string::npos);
+      if (leftover && entry.is_directory) remove_directory(entry.path, "unfinished checkpoint");
+    }
+    complete = complete_checkpoints(checkpoints);
+  } catch (const Error& e) {
+    DUFU_LOG_WARN(kLog, "cannot clean up old checkpoints: ", e.what());
+    return;
+  }
+  int kept = 0;
+  for (auto it = complete.rbegin(); it != complete.rend(); ++it) {
+    if (it->first > saved_step) {
+      DUFU_LOG_WARN(kLog, "removing checkpoint '", it->second, "': its step ", it->first, " is after step ",
+                    saved_step, " just saved, so it belongs to the run this one resumed from an earlier point");
+      remove_directory(it->second, "abandoned checkpoint");
+    } else if (kept < keep_last) {
+      ++kept;
+    } else {
+      remove_directory(it->second, "old checkpoint");
+    }
+  }
+}
+
+}  // namespace dufu::trainer::checkpoint_directory
