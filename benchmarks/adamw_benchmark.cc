@@ -22,8 +22,8 @@
 #include <span>
 #include <vector>
 
+#include "dufu/trainer/device.h"
 #include "dufu/trainer/gpt.h"
-#include "dufu/trainer/kernels.h"
 #include "dufu/trainer/optimizer.h"
 
 namespace {
@@ -46,8 +46,9 @@ struct PerTensorAdamW {
     for (const ParamTensor& tensor : layout) {
       const AdamWSegment one[] = {{tensor.size(), tensor.is_matrix ? options.weight_decay : 0.0f}};
       const std::size_t at = tensor.offset;
-      dufu::trainer::adamw_update(params + at, grads + at, m.data() + at, v.data() + at, one, lr, options.beta1,
-                                  options.beta2, options.eps, t);
+      dufu::trainer::cpu_device().kernels().adamw_update(params + at, grads + at, m.data() + at, v.data() + at,
+                                                         std::span<const AdamWSegment>(one), lr, options.beta1,
+                                                         options.beta2, options.eps, t, 1.0f);
     }
   }
 };

@@ -93,6 +93,14 @@ const char* data_type_name(DataType type) {
   return "unknown";
 }
 
+const char* memory_space_name(MemorySpace space) {
+  switch (space) {
+    case MemorySpace::kHost: return "host memory";
+    case MemorySpace::kCudaDevice: return "CUDA device memory";
+  }
+  return "unknown memory";
+}
+
 std::size_t data_type_size(DataType type) {
   switch (type) {
     case DataType::kFloat32: return sizeof(float);

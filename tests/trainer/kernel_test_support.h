@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <memory>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -14,6 +17,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "dufu/trainer/device.h"
 
 namespace dufu::trainer::testing {
 
@@ -87,5 +92,77 @@ inline bool report_close(const std::string& label, const Vec& got, const Vec& wa
                           << ", want " << want[first_failure] << " (atol " << tol.atol << ", rtol " << tol.rtol << ")";
   return failures == 0;
 }
+
+// The devices every kernel test runs on, present here or not: a device that is not
+// present is reported and its rows are skipped with the reason, never silently left out.
+struct TestDevice {
+  const char* name;
+  DeviceKind kind;
+};
+inline const TestDevice kTestDevices[] = {{"cpu", DeviceKind::kCpu}, {"cuda", DeviceKind::kCuda}};
+inline void PrintTo(const TestDevice& device, std::ostream* os) { *os << device.name; }
+
+// Runs a kernel on a device from host vectors: in() uploads a vector and returns its
+// device copy; out() does the same and downloads it back into the vector at finish().
+// One vector gets one device copy however often it is named, so in-place calls
+// (out == in) see the same memory as on the host.
+class DeviceArgs {
+ public:
+  explicit DeviceArgs(Device& device) : device_(device) {}
+  DeviceArgs(const DeviceArgs&) = delete;
+  DeviceArgs& operator=(const DeviceArgs&) = delete;
+
+  template <typename T>
+  const T* in(const std::vector<T>& host) {
+    return static_cast<const T*>(copy_of(host.data(), host.size() * sizeof(T)));
+  }
+  template <typename T>
+  T* out(std::vector<T>& host) {
+    T* copy = static_cast<T*>(copy_of(host.data(), host.size() * sizeof(T)));
+    outputs_[host.data()].host = host.data();
+    return copy;
+  }
+  // in() for a const vector, out() for one the kernel may write.
+  template <typename T>
+  const T* arg(const std::vector<T>& host) {
+    return in(host);
+  }
+  template <typename T>
+  T* arg(std::vector<T>& host) {
+    return out(host);
+  }
+  // Downloads every out() vector.
+  void finish() {
+    device_.synchronize();
+    for (auto& [key, entry] : outputs_) {
+      const Copy& copy = copies_.at(key);
+      device_.download(entry.host, copy.memory.get(), copy.bytes);
+    }
+  }
+
+ private:
+  struct Release {
+    Device* device;
+    void operator()(void* memory) const { device->release(memory); }
+  };
+  struct Copy {
+    std::unique_ptr<void, Release> memory;
+    std::size_t bytes;
+  };
+  struct Output {
+    void* host = nullptr;
+  };
+  void* copy_of(const void* host, std::size_t bytes) {
+    auto found = copies_.find(host);
+    if (found != copies_.end()) return found->second.memory.get();
+    Copy copy{std::unique_ptr<void, Release>(device_.allocate(bytes), Release{&device_}), bytes};
+    device_.upload(copy.memory.get(), host, bytes);
+    return copies_.emplace(host, std::move(copy)).first->second.memory.get();
+  }
+
+  Device& device_;
+  std::map<const void*, Copy> copies_;
+  std::map<const void*, Output> outputs_;
+};
 
 }  // namespace dufu::trainer::testing

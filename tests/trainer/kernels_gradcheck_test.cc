@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/kernels.h"
+#include "dufu/trainer/device.h"
+#include "dufu/trainer/kernel_table.h"
 #include "kernel_reference.h"
 #include "kernel_test_support.h"
 
@@ -19,9 +20,12 @@ namespace dufu::trainer {
 namespace {
 
 namespace ref = reference;
+using testing::DeviceArgs;
+using testing::kTestDevices;
 using testing::random_floats;
 using testing::random_tokens;
 using testing::Shape;
+using testing::TestDevice;
 using testing::Tolerance;
 using testing::Vec;
 using testing::widen;
@@ -66,13 +70,16 @@ struct Check {
 };
 using Checks = std::vector<Check>;
 
-Checks embedding(const Shape& s) {
+Checks embedding(const Shape& s, Device& device) {
   const auto tokens = random_tokens(s.N(), 2, 1);  // two tokens: rows collide in dwte
   const auto wte = random_floats(static_cast<std::size_t>(s.Vp) * s.C, 2);
   const auto wpe = random_floats(static_cast<std::size_t>(s.T) * s.C, 3);
   const auto w = random_floats(static_cast<std::size_t>(s.N()) * s.C, 4);
   std::vector<float> dwte(wte.size(), 0.0f), dwpe(wpe.size(), 0.0f);
-  embedding_backward(dwte.data(), dwpe.data(), w.data(), tokens.data(), s.B, s.T, s.C);
+  DeviceArgs d(device);
+  const KernelTable& k = device.kernels();
+  k.embedding_backward(d.arg(dwte), d.arg(dwpe), d.arg(w), d.arg(tokens), s.B, s.T, s.C);
+  d.finish();
 
   Vec wte_d = widen(wte), wpe_d = widen(wpe);
   const auto loss = [&] {
@@ -83,17 +90,20 @@ Checks embedding(const Shape& s) {
   return {{"dwte", widen(dwte), numeric_gradient(wte_d, loss)}, {"dwpe", widen(dwpe), numeric_gradient(wpe_d, loss)}};
 }
 
-Checks layernorm(const Shape& s) {
+Checks layernorm(const Shape& s, Device& device) {
   const int N = s.N(), C = s.C;
   const auto x = random_floats(static_cast<std::size_t>(N) * C, 10, -2.0f, 3.0f);
   const auto weight = random_floats(C, 11, 0.5f, 1.5f);
   const auto bias = random_floats(C, 12);
   const auto w = random_floats(x.size(), 13);
   std::vector<float> out(x.size()), mean(N), rstd(N);
-  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), weight.data(), bias.data(), N, C);
+  DeviceArgs d(device);
+  const KernelTable& k = device.kernels();
+  k.layernorm_forward(d.arg(out), d.arg(mean), d.arg(rstd), d.arg(x), d.arg(weight), d.arg(bias), N, C);
   std::vector<float> dx(x.size(), 0.0f), dweight(C, 0.0f), dbias(C, 0.0f);
-  layernorm_backward(dx.data(), dweight.data(), dbias.data(), w.data(), x.data(), weight.data(), mean.data(),
-                     rstd.data(), N, C);
+  k.layernorm_backward(d.arg(dx), d.arg(dweight), d.arg(dbias), d.arg(w), d.arg(x), d.arg(weight), d.arg(mean),
+                       d.arg(rstd), N, C);
+  d.finish();
 
   Vec x_d = widen(x), weight_d = widen(weight), bias_d = widen(bias);
   const auto loss = [&] {
@@ -109,7 +119,7 @@ Checks layernorm(const Shape& s) {
 // The residual-fused forward has no backward of its own: the model seeds the residual
 // gradient with the upstream one and lets layernorm_backward accumulate into it, and
 // residual and branch then share that gradient. This checks that recipe.
-Checks residual_layernorm(const Shape& s) {
+Checks residual_layernorm(const Shape& s, Device& device) {
   const int N = s.N(), C = s.C;
   const auto residual = random_floats(static_cast<std::size_t>(N) * C, 20, -2.0f, 2.0f);
   const auto branch = random_floats(residual.size(), 21);
@@ -118,11 +128,14 @@ Checks residual_layernorm(const Shape& s) {
   const auto w_residual = random_floats(residual.size(), 24);
   const auto w_norm = random_floats(residual.size(), 25);
   std::vector<float> residual_out(residual.size()), norm(residual.size()), mean(N), rstd(N);
-  residual_layernorm_forward(residual_out.data(), norm.data(), mean.data(), rstd.data(), residual.data(), branch.data(),
-                             weight.data(), bias.data(), N, C);
+  DeviceArgs d(device);
+  const KernelTable& k = device.kernels();
+  k.residual_layernorm_forward(d.arg(residual_out), d.arg(norm), d.arg(mean), d.arg(rstd), d.arg(residual),
+                               d.arg(branch), d.arg(weight), d.arg(bias), N, C);
   std::vector<float> dresidual = w_residual, dweight(C, 0.0f), dbias(C, 0.0f);
-  layernorm_backward(dresidual.data(), dweight.data(), dbias.data(), w_norm.data(), residual_out.data(), weight.data(),
-                     mean.data(), rstd.data(), N, C);
+  k.layernorm_backward(d.arg(dresidual), d.arg(dweight), d.arg(dbias), d.arg(w_norm), d.arg(residual_out),
+                       d.arg(weight), d.arg(mean), d.arg(rstd), N, C);
+  d.finish();
 
   Vec residual_d = widen(residual), branch_d = widen(branch), weight_d = widen(weight), bias_d = widen(bias);
   const auto loss = [&] {
@@ -137,14 +150,17 @@ Checks residual_layernorm(const Shape& s) {
           {"dbias", widen(dbias), numeric_gradient(bias_d, loss)}};
 }
 
-Checks matmul(const Shape& s) {
+Checks matmul(const Shape& s, Device& device) {
   const int N = s.N(), C = s.C, OC = 3 * s.C;
   const auto x = random_floats(static_cast<std::size_t>(N) * C, 30);
   const auto weight = random_floats(static_cast<std::size_t>(OC) * C, 31);
   const auto bias = random_floats(OC, 32);
   const auto w = random_floats(static_cast<std::size_t>(N) * OC, 33);
   std::vector<float> dx(x.size()), dweight(weight.size(), 0.0f), dbias(OC, 0.0f);
-  matmul_backward(dx.data(), dweight.data(), dbias.data(), w.data(), x.data(), weight.data(), N, C, OC);
+  DeviceArgs d(device);
+  const KernelTable& k = device.kernels();
+  k.matmul_backward(d.arg(dx), d.arg(dweight), d.arg(dbias), d.arg(w), d.arg(x), d.arg(weight), N, C, OC);
+  d.finish();
 
   Vec x_d = widen(x), weight_d = widen(weight), bias_d = widen(bias);
   const auto loss = [&] {
@@ -157,15 +173,18 @@ Checks matmul(const Shape& s) {
           {"dbias", widen(dbias), numeric_gradient(bias_d, loss)}};
 }
 
-Checks bias_gelu(const Shape& s) {
+Checks bias_gelu(const Shape& s, Device& device) {
   const int N = s.N(), H = 4 * s.C;
   const auto x = random_floats(static_cast<std::size_t>(N) * H, 40, -4.0f, 4.0f);
   const auto bias = random_floats(H, 41);
   const auto w = random_floats(x.size(), 42);
   std::vector<float> out(x.size()), pre(x.size());
-  bias_gelu_forward(out.data(), pre.data(), x.data(), bias.data(), N, H);
+  DeviceArgs d(device);
+  const KernelTable& k = device.kernels();
+  k.bias_gelu_forward(d.arg(out), d.arg(pre), d.arg(x), d.arg(bias), N, H);
   std::vector<float> dx(x.size()), dbias(H, 0.0f);
-  bias_gelu_backward(dx.data(), dbias.data(), w.data(), pre.data(), N, H);
+  k.bias_gelu_backward(d.arg(dx), d.arg(dbias), d.arg(w), d.arg(pre), N, H);
+  d.finish();
 
   Vec x_d = widen(x), bias_d = widen(bias);
   const auto loss = [&] {
@@ -176,13 +195,16 @@ Checks bias_gelu(const Shape& s) {
   return {{"dx", widen(dx), numeric_gradient(x_d, loss)}, {"dbias", widen(dbias), numeric_gradient(bias_d, loss)}};
 }
 
-Checks attention(const Shape& s) {
+Checks attention(const Shape& s, Device& device) {
   const auto qkv = random_floats(static_cast<std::size_t>(s.N()) * 3 * s.C, 50, -2.0f, 2.0f);
   const auto w = random_floats(static_cast<std::size_t>(s.N()) * s.C, 51);
   const std::size_t att_size = static_cast<std::size_t>(s.B) * s.NH * s.T * s.T;
   std::vector<float> out(w.size()), att(att_size), scratch(att_size), dqkv(qkv.size());
-  attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
-  attention_backward(dqkv.data(), scratch.data(), w.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH);
+  DeviceArgs d(device);
+  const KernelTable& k = device.kernels();
+  k.attention_forward(d.arg(out), d.arg(att), d.arg(qkv), s.B, s.T, s.C, s.NH);
+  k.attention_backward(d.arg(dqkv), d.arg(scratch), d.arg(w), d.arg(qkv), d.arg(att), s.B, s.T, s.C, s.NH);
+  d.finish();
 
   Vec qkv_d = widen(qkv);
   const auto loss = [&] {
@@ -195,7 +217,7 @@ Checks attention(const Shape& s) {
 
 // L = scale * sum of the row losses, the mean loss when scale = 1/N; the kernel's
 // in-place output is dL/dlogits, including zeros in the padding and ignored rows.
-Checks classifier(const Shape& s) {
+Checks classifier(const Shape& s, Device& device) {
   const int N = s.N();
   auto logits = random_floats(static_cast<std::size_t>(N) * s.Vp, 60, -3.0f, 3.0f);
   auto targets = random_tokens(N, s.V, 61);
@@ -203,7 +225,10 @@ Checks classifier(const Shape& s) {
   const float scale = 1.0f / static_cast<float>(N);
   Vec logits_d = widen(logits);
   std::vector<float> losses(N);
-  classifier_forward_backward(logits.data(), losses.data(), targets.data(), scale, N, s.V, s.Vp);
+  DeviceArgs d(device);
+  const KernelTable& k = device.kernels();
+  k.classifier_forward_backward(d.arg(logits), d.arg(losses), d.arg(targets), scale, N, s.V, s.Vp);
+  d.finish();
 
   const auto loss = [&] {
     Vec row_losses;
@@ -217,7 +242,7 @@ Checks classifier(const Shape& s) {
 
 struct GradCase {
   const char* name;
-  Checks (*run)(const Shape&);
+  Checks (*run)(const Shape&, Device&);
 };
 
 const GradCase kGradCases[] = {
@@ -232,18 +257,25 @@ const GradCase kGradCases[] = {
 
 void PrintTo(const GradCase& c, std::ostream* os) { *os << c.name; }
 
-class GradCheck : public ::testing::TestWithParam<std::tuple<GradCase, Shape>> {};
+// One row per (device, backward, shape); a device that is not here is skipped with the
+// reason.
+using GradParam = std::tuple<TestDevice, GradCase, Shape>;
+class GradCheck : public ::testing::TestWithParam<GradParam> {};
 
 TEST_P(GradCheck, BackwardMatchesFiniteDifferences) {
-  const auto& [grad_case, shape] = GetParam();
-  for (const Check& check : grad_case.run(shape)) {
-    testing::report_close(std::string(grad_case.name) + "[" + shape.name + "]." + check.name + " vs FD", check.analytic,
-                          check.numeric, kTolerance);
+  const auto& [test_device, grad_case, shape] = GetParam();
+  const DeviceAvailability availability = device_availability(test_device.kind);
+  if (!availability.available) GTEST_SKIP() << test_device.name << " skipped: " << availability.reason;
+  for (const Check& check : grad_case.run(shape, device_of_kind(test_device.kind))) {
+    testing::report_close(
+        std::string(test_device.name) + " " + grad_case.name + "[" + shape.name + "]." + check.name + " vs FD",
+        check.analytic, check.numeric, kTolerance);
   }
 }
 
-std::string grad_case_name(const ::testing::TestParamInfo<std::tuple<GradCase, Shape>>& info) {
-  std::string name = std::string(std::get<0>(info.param).name) + "_" + std::get<1>(info.param).name;
+std::string grad_case_name(const ::testing::TestParamInfo<GradParam>& info) {
+  std::string name = std::string(std::get<0>(info.param).name) + "_" + std::get<1>(info.param).name + "_" +
+                     std::get<2>(info.param).name;
   for (char& c : name) {
     if (c == '+') c = '_';
   }
@@ -251,7 +283,8 @@ std::string grad_case_name(const ::testing::TestParamInfo<std::tuple<GradCase, S
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackwards, GradCheck,
-                         ::testing::Combine(::testing::ValuesIn(kGradCases), ::testing::ValuesIn(kGradShapes)),
+                         ::testing::Combine(::testing::ValuesIn(kTestDevices), ::testing::ValuesIn(kGradCases),
+                                            ::testing::ValuesIn(kGradShapes)),
                          grad_case_name);
 
 }  // namespace

@@ -1,11 +1,13 @@
-// Every CPU kernel against its naive double-precision reference (kernel_reference.h),
-// through one parameterised harness over ops x shapes. The same op table drives the
-// contract tests: backward kernels accumulate parameter gradients and overwrite (or
-// accumulate) activation gradients as kernels.h says, are bitwise repeatable, and
-// agree across OpenMP thread counts. AdamW also gets a multi-step check against
-// torch.optim.AdamW's formula and against numbers printed by torch itself.
-#include "dufu/trainer/kernels.h"
-
+// Every kernel of every device against its naive double-precision reference
+// (kernel_reference.h), through one parameterised harness over devices x ops x
+// shapes: each run uploads its inputs to the device, calls the op from the device's
+// kernel table and downloads the outputs. A device that is not present here is
+// listed with the reason, and its rows are skipped saying so. The same op table
+// drives the contract tests: backward kernels accumulate parameter gradients and
+// overwrite (or accumulate) activation gradients as kernel_table.h says, are bitwise
+// repeatable, and (on the CPU) agree across OpenMP thread counts. AdamW also gets a
+// multi-step check against torch.optim.AdamW's formula and against numbers printed by
+// torch itself.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -20,7 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "dufu/trainer/device.h"
 #include "dufu/trainer/kernel_math.h"
+#include "dufu/trainer/kernel_table.h"
 #include "kernel_reference.h"
 #include "kernel_test_support.h"
 
@@ -31,10 +35,13 @@ namespace dufu::trainer {
 namespace {
 
 namespace ref = reference;
+using testing::DeviceArgs;
 using testing::kNaN;
+using testing::kTestDevices;
 using testing::random_floats;
 using testing::random_tokens;
 using testing::Shape;
+using testing::TestDevice;
 using testing::Tolerance;
 using testing::Vec;
 using testing::widen;
@@ -52,18 +59,17 @@ const Shape kShapes[] = {
     {"long", 2, 150, 24, 2, 50, 64},
 };
 
-enum class Impl { kFast, kReference };
-
 struct Output {
   std::string name;
   Vec values;
 };
 using Outputs = std::vector<Output>;
 
-// `calls` is how many times a backward kernel runs on the same buffers: the reference
-// answer is init + calls * gradient for accumulated outputs and the gradient alone for
-// overwritten ones, which tests the accumulate/overwrite contract of kernels.h.
-using RunFn = Outputs (*)(const Shape&, Impl, int calls);
+// Runs the op on `device`, or its reference when device is null. `calls` is how many
+// times a backward kernel runs on the same buffers: the reference answer is init +
+// calls * gradient for accumulated outputs and the gradient alone for overwritten
+// ones, which tests the accumulate/overwrite contract of kernel_table.h.
+using RunFn = Outputs (*)(const Shape&, Device* device, int calls);
 
 struct OpCase {
   const char* name;
@@ -84,13 +90,16 @@ Vec accumulated(const std::vector<float>& init, const Vec& grad, int calls) {
 
 // ---- embedding ---------------------------------------------------------------------
 
-Outputs run_embedding_forward(const Shape& s, Impl impl, int) {
+Outputs run_embedding_forward(const Shape& s, Device* device, int) {
   const auto tokens = random_tokens(s.N(), s.V, 1);
   const auto wte = random_floats(static_cast<std::size_t>(s.Vp) * s.C, 2);
   const auto wpe = random_floats(static_cast<std::size_t>(s.T) * s.C, 3);
-  if (impl == Impl::kFast) {
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
     std::vector<float> out(static_cast<std::size_t>(s.N()) * s.C, kNaN);
-    embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), s.B, s.T, s.C);
+    k.embedding_forward(d.out(out), d.in(tokens), d.in(wte), d.in(wpe), s.B, s.T, s.C);
+    d.finish();
     return {{"out", widen(out)}};
   }
   Vec out;
@@ -98,17 +107,20 @@ Outputs run_embedding_forward(const Shape& s, Impl impl, int) {
   return {{"out", out}};
 }
 
-Outputs run_embedding_backward(const Shape& s, Impl impl, int calls) {
+Outputs run_embedding_backward(const Shape& s, Device* device, int calls) {
   // A small vocabulary makes positions share tokens, so the dwte scatter collides.
   const auto tokens = random_tokens(s.N(), std::min(s.V, 4), 4);
   const auto dout = random_floats(static_cast<std::size_t>(s.N()) * s.C, 5);
   const auto dwte0 = random_floats(static_cast<std::size_t>(s.Vp) * s.C, 6);
   const auto dwpe0 = random_floats(static_cast<std::size_t>(s.T) * s.C, 7);
-  if (impl == Impl::kFast) {
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
     auto dwte = dwte0;
     auto dwpe = dwpe0;
     for (int i = 0; i < calls; ++i)
-      embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.B, s.T, s.C);
+      k.embedding_backward(d.out(dwte), d.out(dwpe), d.in(dout), d.in(tokens), s.B, s.T, s.C);
+    d.finish();
     return {{"dwte", widen(dwte)}, {"dwpe", widen(dwpe)}};
   }
   Vec dwte(dwte0.size(), 0.0), dwpe(dwpe0.size(), 0.0);
@@ -126,11 +138,14 @@ struct LayerNormInputs {
         bias(random_floats(s.C, 12)) {}
 };
 
-Outputs run_layernorm_forward(const Shape& s, Impl impl, int) {
+Outputs run_layernorm_forward(const Shape& s, Device* device, int) {
   const LayerNormInputs in(s);
-  if (impl == Impl::kFast) {
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
     std::vector<float> out(in.x.size(), kNaN), mean(s.N(), kNaN), rstd(s.N(), kNaN);
-    layernorm_forward(out.data(), mean.data(), rstd.data(), in.x.data(), in.weight.data(), in.bias.data(), s.N(), s.C);
+    k.layernorm_forward(d.out(out), d.out(mean), d.out(rstd), d.in(in.x), d.in(in.weight), d.in(in.bias), s.N(), s.C);
+    d.finish();
     return {{"out", widen(out)}, {"mean", widen(mean)}, {"rstd", widen(rstd)}};
   }
   Vec out, mean, rstd;
@@ -139,17 +154,20 @@ Outputs run_layernorm_forward(const Shape& s, Impl impl, int) {
 }
 
 // `in_place` runs with residual_out == residual, which kernels.h allows.
-Outputs residual_layernorm(const Shape& s, Impl impl, bool in_place) {
+Outputs residual_layernorm(const Shape& s, Device* device, bool in_place) {
   const LayerNormInputs in(s);
   const auto residual = random_floats(in.x.size(), 13);
   const auto branch = random_floats(in.x.size(), 14, -2.0f, 2.0f);
-  if (impl == Impl::kFast) {
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
     std::vector<float> residual_buffer = residual;
     std::vector<float> separate_out(in.x.size(), kNaN);
-    float* residual_out = in_place ? residual_buffer.data() : separate_out.data();
+    float* residual_out = in_place ? d.out(residual_buffer) : d.out(separate_out);
     std::vector<float> norm(in.x.size(), kNaN), mean(s.N(), kNaN), rstd(s.N(), kNaN);
-    residual_layernorm_forward(residual_out, norm.data(), mean.data(), rstd.data(), residual_buffer.data(),
-                               branch.data(), in.weight.data(), in.bias.data(), s.N(), s.C);
+    k.residual_layernorm_forward(residual_out, d.out(norm), d.out(mean), d.out(rstd), d.in(residual_buffer),
+                                 d.in(branch), d.in(in.weight), d.in(in.bias), s.N(), s.C);
+    d.finish();
     return {{"residual_out", widen(in_place ? residual_buffer : separate_out)},
             {"norm_out", widen(norm)},
             {"mean", widen(mean)},
@@ -163,27 +181,32 @@ Outputs residual_layernorm(const Shape& s, Impl impl, bool in_place) {
   return {{"residual_out", sum}, {"norm_out", norm}, {"mean", mean}, {"rstd", rstd}};
 }
 
-Outputs run_residual_layernorm_forward(const Shape& s, Impl impl, int) { return residual_layernorm(s, impl, false); }
-Outputs run_residual_layernorm_forward_in_place(const Shape& s, Impl impl, int) {
-  return residual_layernorm(s, impl, true);
+Outputs run_residual_layernorm_forward(const Shape& s, Device* device, int) {
+  return residual_layernorm(s, device, false);
+}
+Outputs run_residual_layernorm_forward_in_place(const Shape& s, Device* device, int) {
+  return residual_layernorm(s, device, true);
 }
 
-Outputs run_layernorm_backward(const Shape& s, Impl impl, int calls) {
+Outputs run_layernorm_backward(const Shape& s, Device* device, int calls) {
   const LayerNormInputs in(s);
   const auto dout = random_floats(in.x.size(), 15);
   const auto dx0 = random_floats(in.x.size(), 16);  // dx accumulates: start from non-zero
   const auto dweight0 = random_floats(s.C, 17);
   const auto dbias0 = random_floats(s.C, 18);
-  if (impl == Impl::kFast) {
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
     std::vector<float> out(in.x.size()), mean(s.N()), rstd(s.N());
-    layernorm_forward(out.data(), mean.data(), rstd.data(), in.x.data(), in.weight.data(), in.bias.data(), s.N(), s.C);
+    k.layernorm_forward(d.out(out), d.out(mean), d.out(rstd), d.in(in.x), d.in(in.weight), d.in(in.bias), s.N(), s.C);
     auto dx = dx0;
     auto dweight = dweight0;
     auto dbias = dbias0;
     for (int i = 0; i < calls; ++i) {
-      layernorm_backward(dx.data(), dweight.data(), dbias.data(), dout.data(), in.x.data(), in.weight.data(),
-                         mean.data(), rstd.data(), s.N(), s.C);
+      k.layernorm_backward(d.out(dx), d.out(dweight), d.out(dbias), d.in(dout), d.in(in.x), d.in(in.weight), d.in(mean),
+                           d.in(rstd), s.N(), s.C);
     }
+    d.finish();
     return {{"dx", widen(dx)}, {"dweight", widen(dweight)}, {"dbias", widen(dbias)}};
   }
   Vec dx(in.x.size(), 0.0), dweight(s.C, 0.0), dbias(s.C, 0.0);
@@ -219,14 +242,17 @@ MatmulDims dims(const Shape& s, Linear layer) {
 }
 
 template <Linear kLayer>
-Outputs run_matmul_forward(const Shape& s, Impl impl, int) {
+Outputs run_matmul_forward(const Shape& s, Device* device, int) {
   const MatmulDims d = dims(s, kLayer);
   const auto x = random_floats(static_cast<std::size_t>(d.N) * d.C, 20);
   const auto weight = random_floats(static_cast<std::size_t>(d.OC) * d.C, 21);
   const auto bias = d.bias ? random_floats(d.OC, 22) : std::vector<float>();
-  if (impl == Impl::kFast) {
+  if (device != nullptr) {
+    DeviceArgs a(*device);
+    const KernelTable& k = device->kernels();
     std::vector<float> out(static_cast<std::size_t>(d.N) * d.OC, kNaN);
-    matmul_forward(out.data(), x.data(), weight.data(), d.bias ? bias.data() : nullptr, d.N, d.C, d.OC);
+    k.matmul_forward(a.out(out), a.in(x), a.in(weight), d.bias ? a.in(bias) : nullptr, d.N, d.C, d.OC);
+    a.finish();
     return {{"out", widen(out)}};
   }
   Vec out;
@@ -235,21 +261,24 @@ Outputs run_matmul_forward(const Shape& s, Impl impl, int) {
 }
 
 template <Linear kLayer>
-Outputs run_matmul_backward(const Shape& s, Impl impl, int calls) {
+Outputs run_matmul_backward(const Shape& s, Device* device, int calls) {
   const MatmulDims d = dims(s, kLayer);
   const auto x = random_floats(static_cast<std::size_t>(d.N) * d.C, 23);
   const auto weight = random_floats(static_cast<std::size_t>(d.OC) * d.C, 24);
   const auto dout = random_floats(static_cast<std::size_t>(d.N) * d.OC, 25);
   const auto dweight0 = random_floats(weight.size(), 26);
   const auto dbias0 = random_floats(d.OC, 27);
-  if (impl == Impl::kFast) {
+  if (device != nullptr) {
+    DeviceArgs a(*device);
+    const KernelTable& k = device->kernels();
     std::vector<float> dx(x.size(), kNaN);
     auto dweight = dweight0;
     auto dbias = dbias0;
     for (int i = 0; i < calls; ++i) {
-      matmul_backward(d.dx ? dx.data() : nullptr, dweight.data(), d.bias ? dbias.data() : nullptr, dout.data(),
-                      x.data(), weight.data(), d.N, d.C, d.OC);
+      k.matmul_backward(d.dx ? a.out(dx) : nullptr, a.out(dweight), d.bias ? a.out(dbias) : nullptr, a.in(dout),
+                        a.in(x), a.in(weight), d.N, d.C, d.OC);
     }
+    a.finish();
     Outputs outputs{{"dweight", widen(dweight)}, {"dbias", widen(dbias)}};
     if (d.dx) outputs.push_back({"dx", widen(dx)});
     return outputs;
@@ -266,15 +295,18 @@ Outputs run_matmul_backward(const Shape& s, Impl impl, int calls) {
 
 // The MLP's hidden width is 4C; `in_place` runs with pre == x (forward) or dx == dout
 // (backward), which kernels.h allows.
-Outputs bias_gelu_forward_case(const Shape& s, Impl impl, bool in_place) {
+Outputs bias_gelu_forward_case(const Shape& s, Device* device, bool in_place) {
   const int N = s.N(), H = 4 * s.C;
   const auto x = random_floats(static_cast<std::size_t>(N) * H, 30, -4.0f, 4.0f);
   const auto bias = random_floats(H, 31);
-  if (impl == Impl::kFast) {
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
     std::vector<float> x_buffer = x;
     std::vector<float> out(x.size(), kNaN), separate_pre(x.size(), kNaN);
-    float* pre = in_place ? x_buffer.data() : separate_pre.data();
-    bias_gelu_forward(out.data(), pre, x_buffer.data(), bias.data(), N, H);
+    float* pre = in_place ? d.out(x_buffer) : d.out(separate_pre);
+    k.bias_gelu_forward(d.out(out), pre, d.in(x_buffer), d.in(bias), N, H);
+    d.finish();
     return {{"out", widen(out)}, {"pre", widen(in_place ? x_buffer : separate_pre)}};
   }
   Vec out, pre;
@@ -282,22 +314,27 @@ Outputs bias_gelu_forward_case(const Shape& s, Impl impl, bool in_place) {
   return {{"out", out}, {"pre", pre}};
 }
 
-Outputs bias_gelu_backward_case(const Shape& s, Impl impl, int calls, bool in_place) {
+Outputs bias_gelu_backward_case(const Shape& s, Device* device, int calls, bool in_place) {
   const int N = s.N(), H = 4 * s.C;
   const auto pre = random_floats(static_cast<std::size_t>(N) * H, 32, -4.0f, 4.0f);
   const auto dout = random_floats(pre.size(), 33);
   const auto dbias0 = random_floats(H, 34);
-  if (impl == Impl::kFast) {
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
     std::vector<float> separate_dx(pre.size(), kNaN);
     auto dbias = dbias0;
     std::vector<float> dx;
     for (int i = 0; i < calls; ++i) {
       // In place, dout is consumed, so each call starts from a fresh copy.
       std::vector<float> dout_buffer = dout;
-      float* target = in_place ? dout_buffer.data() : separate_dx.data();
-      bias_gelu_backward(target, dbias.data(), dout_buffer.data(), pre.data(), N, H);
+      DeviceArgs call(*device);
+      float* target = in_place ? call.out(dout_buffer) : call.out(separate_dx);
+      k.bias_gelu_backward(target, d.out(dbias), call.in(dout_buffer), d.in(pre), N, H);
+      call.finish();
       dx = in_place ? dout_buffer : separate_dx;
     }
+    d.finish();
     return {{"dx", widen(dx)}, {"dbias", widen(dbias)}};
   }
   Vec dx, dbias(H, 0.0);
@@ -305,13 +342,15 @@ Outputs bias_gelu_backward_case(const Shape& s, Impl impl, int calls, bool in_pl
   return {{"dx", dx}, {"dbias", accumulated(dbias0, dbias, calls)}};
 }
 
-Outputs run_bias_gelu_forward(const Shape& s, Impl impl, int) { return bias_gelu_forward_case(s, impl, false); }
-Outputs run_bias_gelu_forward_in_place(const Shape& s, Impl impl, int) { return bias_gelu_forward_case(s, impl, true); }
-Outputs run_bias_gelu_backward(const Shape& s, Impl impl, int calls) {
-  return bias_gelu_backward_case(s, impl, calls, false);
+Outputs run_bias_gelu_forward(const Shape& s, Device* device, int) { return bias_gelu_forward_case(s, device, false); }
+Outputs run_bias_gelu_forward_in_place(const Shape& s, Device* device, int) {
+  return bias_gelu_forward_case(s, device, true);
 }
-Outputs run_bias_gelu_backward_in_place(const Shape& s, Impl impl, int calls) {
-  return bias_gelu_backward_case(s, impl, calls, true);
+Outputs run_bias_gelu_backward(const Shape& s, Device* device, int calls) {
+  return bias_gelu_backward_case(s, device, calls, false);
+}
+Outputs run_bias_gelu_backward_in_place(const Shape& s, Device* device, int calls) {
+  return bias_gelu_backward_case(s, device, calls, true);
 }
 
 // ---- attention ---------------------------------------------------------------------
@@ -332,14 +371,17 @@ void split_causal(const Vec& att, const Shape& s, Vec& causal, Vec& masked) {
   }
 }
 
-Outputs run_attention_forward(const Shape& s, Impl impl, int) {
+Outputs run_attention_forward(const Shape& s, Device* device, int) {
   const auto qkv = attention_qkv(s);
   Vec out, att;
-  if (impl == Impl::kFast) {
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
     // NaN everywhere: the masked entries must come back untouched.
     std::vector<float> out_f(static_cast<std::size_t>(s.N()) * s.C, kNaN);
     std::vector<float> att_f(static_cast<std::size_t>(s.B) * s.NH * s.T * s.T, kNaN);
-    attention_forward(out_f.data(), att_f.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    k.attention_forward(d.out(out_f), d.out(att_f), d.in(qkv), s.B, s.T, s.C, s.NH);
+    d.finish();
     out = widen(out_f);
     att = widen(att_f);
   } else {
@@ -347,22 +389,25 @@ Outputs run_attention_forward(const Shape& s, Impl impl, int) {
   }
   Vec causal, masked;
   split_causal(att, s, causal, masked);
-  if (impl == Impl::kReference) masked.assign(masked.size(), std::nan(""));
+  if (device == nullptr) masked.assign(masked.size(), std::nan(""));
   return {{"out", out}, {"att (k <= t)", causal}, {"att (k > t) untouched", masked}};
 }
 
-Outputs run_attention_backward(const Shape& s, Impl impl, int calls) {
+Outputs run_attention_backward(const Shape& s, Device* device, int calls) {
   const auto qkv = attention_qkv(s);
   const auto dout = random_floats(static_cast<std::size_t>(s.N()) * s.C, 41);
-  if (impl == Impl::kFast) {
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
     // The masked half of att and the scratch are NaN: reading either would show.
     const std::size_t att_size = static_cast<std::size_t>(s.B) * s.NH * s.T * s.T;
     std::vector<float> out(static_cast<std::size_t>(s.N()) * s.C), att(att_size, kNaN);
-    attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    k.attention_forward(d.out(out), d.out(att), d.in(qkv), s.B, s.T, s.C, s.NH);
     std::vector<float> dqkv(qkv.size(), kNaN), scratch(att_size, kNaN);
     for (int i = 0; i < calls; ++i) {
-      attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH);
+      k.attention_backward(d.out(dqkv), d.out(scratch), d.in(dout), d.in(qkv), d.in(att), s.B, s.T, s.C, s.NH);
     }
+    d.finish();
     return {{"dqkv", widen(dqkv)}};
   }
   Vec dqkv;
@@ -372,7 +417,7 @@ Outputs run_attention_backward(const Shape& s, Impl impl, int calls) {
 
 // ---- classifier --------------------------------------------------------------------
 
-Outputs run_classifier(const Shape& s, Impl impl, int) {
+Outputs run_classifier(const Shape& s, Device* device, int) {
   const int N = s.N();
   auto logits = random_floats(static_cast<std::size_t>(N) * s.Vp, 50, -4.0f, 4.0f);
   for (int n = 0; n < N; ++n) {
@@ -381,9 +426,12 @@ Outputs run_classifier(const Shape& s, Impl impl, int) {
   auto targets = random_tokens(N, s.V, 51);
   if (N > 1) targets[1] = -1;
   const float scale = 1.0f / static_cast<float>(N);
-  if (impl == Impl::kFast) {
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
     std::vector<float> losses(N, kNaN);
-    classifier_forward_backward(logits.data(), losses.data(), targets.data(), scale, N, s.V, s.Vp);
+    k.classifier_forward_backward(d.out(logits), d.out(losses), d.in(targets), scale, N, s.V, s.Vp);
+    d.finish();
     return {{"losses", widen(losses)}, {"dlogits (in place)", widen(logits)}};
   }
   Vec losses, dlogits;
@@ -392,16 +440,192 @@ Outputs run_classifier(const Shape& s, Impl impl, int) {
   return {{"losses", losses}, {"dlogits (in place)", dlogits}};
 }
 
+// ---- vocab-parallel pieces (tensor parallelism) -------------------------------------
+
+// The vocabulary split over two simulated tensor-parallel ranks, Vl rows each (the
+// table padded with zero rows to 2 Vl); the ranks' results combined on the host as the
+// all-reduces between them would, against the serial reference.
+constexpr int kVocabRanks = 2;
+int vocab_slice(const Shape& s) { return (s.Vp + kVocabRanks - 1) / kVocabRanks; }
+
+// Rows [rank Vl, (rank + 1) Vl) of a [rows, width] table padded with zeros.
+std::vector<float> rows_of(const std::vector<float>& table, int width, int first_row, int rows) {
+  std::vector<float> slice(static_cast<std::size_t>(rows) * width, 0.0f);
+  const int available = static_cast<int>(table.size() / static_cast<std::size_t>(width));
+  for (int r = 0; r < rows && first_row + r < available; ++r) {
+    std::copy_n(table.begin() + static_cast<std::ptrdiff_t>(first_row + r) * width, width,
+                slice.begin() + static_cast<std::ptrdiff_t>(r) * width);
+  }
+  return slice;
+}
+
+Outputs run_vocab_parallel_embedding_forward(const Shape& s, Device* device, int) {
+  const auto tokens = random_tokens(s.N(), s.V, 1);
+  const auto wte = random_floats(static_cast<std::size_t>(s.Vp) * s.C, 2);
+  const auto wpe = random_floats(static_cast<std::size_t>(s.T) * s.C, 3);
+  if (device != nullptr) {
+    const KernelTable& k = device->kernels();
+    const int Vl = vocab_slice(s);
+    std::vector<float> sum(static_cast<std::size_t>(s.N()) * s.C, 0.0f);
+    for (int rank = 0; rank < kVocabRanks; ++rank) {
+      DeviceArgs d(*device);
+      const auto slice = rows_of(wte, s.C, rank * Vl, Vl);
+      std::vector<float> out(sum.size(), kNaN);
+      k.vocab_parallel_embedding_forward(d.out(out), d.in(tokens), d.in(slice), rank == 0 ? d.in(wpe) : nullptr,
+                                         rank * Vl, Vl, s.B, s.T, s.C);
+      d.finish();
+      for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += out[i];
+    }
+    return {{"out (sum over ranks)", widen(sum)}};
+  }
+  Vec out;
+  ref::embedding_forward(out, tokens, widen(wte), widen(wpe), s.B, s.T, s.C);
+  return {{"out (sum over ranks)", out}};
+}
+
+Outputs run_vocab_parallel_embedding_backward(const Shape& s, Device* device, int calls) {
+  const auto tokens = random_tokens(s.N(), std::min(s.V, 4), 4);
+  const auto dout = random_floats(static_cast<std::size_t>(s.N()) * s.C, 5);
+  const auto dwte0 = random_floats(static_cast<std::size_t>(s.Vp) * s.C, 6);
+  const auto dwpe0 = random_floats(static_cast<std::size_t>(s.T) * s.C, 7);
+  if (device != nullptr) {
+    const KernelTable& k = device->kernels();
+    const int Vl = vocab_slice(s);
+    std::vector<float> dwte = dwte0;
+    auto dwpe = dwpe0;
+    for (int rank = 0; rank < kVocabRanks; ++rank) {
+      DeviceArgs d(*device);
+      auto slice = rows_of(dwte0, s.C, rank * Vl, Vl);
+      for (int i = 0; i < calls; ++i) {
+        k.vocab_parallel_embedding_backward(d.out(slice), rank == 0 ? d.out(dwpe) : nullptr, d.in(dout), d.in(tokens),
+                                            rank * Vl, Vl, s.B, s.T, s.C);
+      }
+      d.finish();
+      const std::size_t first = static_cast<std::size_t>(rank) * Vl * s.C;
+      for (std::size_t i = 0; i < slice.size() && first + i < dwte.size(); ++i) dwte[first + i] = slice[i];
+    }
+    return {{"dwte (ranks' rows)", widen(dwte)}, {"dwpe (rank 0)", widen(dwpe)}};
+  }
+  Vec dwte(dwte0.size(), 0.0), dwpe(dwpe0.size(), 0.0);
+  ref::embedding_backward(dwte, dwpe, widen(dout), tokens, s.B, s.T, s.C);
+  return {{"dwte (ranks' rows)", accumulated(dwte0, dwte, calls)}, {"dwpe (rank 0)", accumulated(dwpe0, dwpe, calls)}};
+}
+
+// The three phases with the max and sum all-reduces done on the host between them.
+Outputs run_vocab_parallel_classifier(const Shape& s, Device* device, int) {
+  const int N = s.N();
+  auto logits = random_floats(static_cast<std::size_t>(N) * s.Vp, 50, -4.0f, 4.0f);
+  for (int n = 0; n < N; ++n) {
+    for (int i = s.V; i < s.Vp; ++i) logits[static_cast<std::size_t>(n) * s.Vp + i] = kNaN;  // must not be read
+  }
+  auto targets = random_tokens(N, s.V, 51);
+  if (N > 1) targets[1] = -1;
+  const float scale = 1.0f / static_cast<float>(N);
+  if (device != nullptr) {
+    const KernelTable& k = device->kernels();
+    const int Vl = vocab_slice(s);
+    const std::size_t rows = static_cast<std::size_t>(N);
+    std::vector<std::vector<float>> local(kVocabRanks, std::vector<float>(rows * Vl, kNaN));
+    for (int rank = 0; rank < kVocabRanks; ++rank) {
+      for (std::size_t n = 0; n < rows; ++n) {
+        for (int i = 0; i < Vl && rank * Vl + i < s.Vp; ++i) {
+          local[rank][n * Vl + i] = logits[n * s.Vp + rank * Vl + i];
+        }
+      }
+    }
+    std::vector<std::unique_ptr<DeviceArgs>> args;
+    for (int rank = 0; rank < kVocabRanks; ++rank) args.push_back(std::make_unique<DeviceArgs>(*device));
+    std::vector<float> row_max(rows, -std::numeric_limits<float>::infinity());
+    for (int rank = 0; rank < kVocabRanks; ++rank) {
+      DeviceArgs phase(*device);
+      std::vector<float> rank_max(rows, kNaN);
+      k.vocab_parallel_classifier_max(phase.out(rank_max), args[rank]->in(local[rank]), args[rank]->in(targets), N, s.V,
+                                      rank * Vl, Vl);
+      phase.finish();
+      for (std::size_t n = 0; n < rows; ++n) row_max[n] = std::max(row_max[n], rank_max[n]);
+    }
+    std::vector<double> stats(2 * rows, 0.0);
+    for (int rank = 0; rank < kVocabRanks; ++rank) {
+      DeviceArgs phase(*device);
+      std::vector<double> rank_stats(2 * rows, 0.0);
+      k.vocab_parallel_classifier_exp_sum(phase.out(rank_stats), args[rank]->out(local[rank]), phase.in(row_max),
+                                          args[rank]->in(targets), N, s.V, rank * Vl, Vl);
+      phase.finish();
+      for (std::size_t i = 0; i < stats.size(); ++i) stats[i] += rank_stats[i];
+    }
+    std::vector<float> losses(rows, kNaN);
+    std::vector<float> dlogits(rows * s.Vp, kNaN);
+    for (int rank = 0; rank < kVocabRanks; ++rank) {
+      DeviceArgs phase(*device);
+      std::vector<float> rank_losses(rows, kNaN);
+      k.vocab_parallel_classifier_finish(args[rank]->out(local[rank]), phase.out(rank_losses), phase.in(stats),
+                                         phase.in(row_max), args[rank]->in(targets), scale, N, s.V, rank * Vl, Vl);
+      phase.finish();
+      args[rank]->finish();
+      if (rank == 0) losses = rank_losses;
+      for (std::size_t n = 0; n < rows; ++n) {
+        for (int i = 0; i < Vl && rank * Vl + i < s.Vp; ++i)
+          dlogits[n * s.Vp + rank * Vl + i] = local[rank][n * Vl + i];
+      }
+    }
+    return {{"losses", widen(losses)}, {"dlogits (ranks' columns)", widen(dlogits)}};
+  }
+  Vec losses, dlogits;
+  ref::classifier_losses(losses, widen(logits), targets, N, s.V, s.Vp);
+  ref::classifier_grad(dlogits, widen(logits), targets, scale, N, s.V, s.Vp);
+  return {{"losses", losses}, {"dlogits (ranks' columns)", dlogits}};
+}
+
+// ---- the model's glue ----------------------------------------------------------------
+
+Outputs run_add(const Shape& s, Device* device, int) {
+  const auto a = random_floats(static_cast<std::size_t>(s.N()) * s.C, 55, -3.0f, 3.0f);
+  const auto b = random_floats(a.size(), 56);
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    std::vector<float> out(a.size(), kNaN);
+    device->kernels().add(d.out(out), d.in(a), d.in(b), a.size());
+    d.finish();
+    return {{"out", widen(out)}};
+  }
+  Vec out(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) out[i] = static_cast<double>(a[i]) + b[i];
+  return {{"out", out}};
+}
+
+Outputs run_masked_mean_loss(const Shape& s, Device* device, int) {
+  const auto losses = random_floats(static_cast<std::size_t>(s.N()), 57, 0.0f, 10.0f);
+  auto targets = random_tokens(s.N(), s.V, 58);
+  for (std::size_t i = 0; i < targets.size(); i += 3) targets[i] = -1;  // every third row ignored
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    std::vector<float> mean(1, kNaN);
+    device->kernels().masked_mean_loss(d.out(mean), d.in(losses), d.in(targets), s.N());
+    d.finish();
+    return {{"mean", widen(mean)}};
+  }
+  double sum = 0.0;
+  int counted = 0;
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i] == -1) continue;
+    sum += losses[i];
+    ++counted;
+  }
+  return {{"mean", {counted == 0 ? 0.0 : sum / counted}}};
+}
+
 // ---- norm and optimizer ------------------------------------------------------------
 
 // Sized past one 65536-value chunk of the fast sum for the larger shapes.
 std::size_t vector_size(const Shape& s) { return static_cast<std::size_t>(s.N()) * s.C * 3 + 1; }
 
-Outputs run_sum_of_squares(const Shape& s, Impl impl, int) {
+Outputs run_sum_of_squares(const Shape& s, Device* device, int) {
   const auto values = random_floats(vector_size(s), 60, -3.0f, 3.0f);
   double sum = 0.0;
-  if (impl == Impl::kFast) {
-    sum = sum_of_squares(values.data(), values.size());
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
+    sum = k.sum_of_squares(d.in(values), values.size());
   } else {
     long double exact = 0.0L;
     for (const float v : values) exact += static_cast<long double>(v) * v;
@@ -410,12 +634,15 @@ Outputs run_sum_of_squares(const Shape& s, Impl impl, int) {
   return {{"sum", {sum}}};
 }
 
-Outputs run_scale_in_place(const Shape& s, Impl impl, int) {
+Outputs run_scale_in_place(const Shape& s, Device* device, int) {
   const auto values = random_floats(vector_size(s), 61);
   const float scale = 0.37f;
-  if (impl == Impl::kFast) {
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
     auto scaled = values;
-    scale_in_place(scaled.data(), scale, scaled.size());
+    k.scale_in_place(d.out(scaled), scale, scaled.size());
+    d.finish();
     return {{"values", widen(scaled)}};
   }
   Vec scaled = widen(values);
@@ -425,7 +652,7 @@ Outputs run_scale_in_place(const Shape& s, Impl impl, int) {
 
 // Segments of both decays, one of them empty, so that the threads' chunks cut through
 // segments and the decay changes inside a chunk.
-Outputs run_adamw(const Shape& s, Impl impl, int) {
+Outputs run_adamw(const Shape& s, Device* device, int) {
   const std::size_t n = vector_size(s);
   const auto params = random_floats(n, 70);
   const auto grads = random_floats(n, 71, -0.1f, 0.1f);
@@ -434,9 +661,13 @@ Outputs run_adamw(const Shape& s, Impl impl, int) {
   const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
   const AdamWSegment segments[] = {{n / 3, 0.1f}, {n / 3, 0.0f}, {n / 2 + 1, 0.0f}, {n, 0.1f}};
   const int t = 7;
-  if (impl == Impl::kFast) {
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
     auto p = params, mm = m, vv = v;
-    adamw_update(p.data(), grads.data(), mm.data(), vv.data(), segments, lr, beta1, beta2, eps, t);
+    k.adamw_update(d.out(p), d.in(grads), d.out(mm), d.out(vv), std::span<const AdamWSegment>(segments), lr, beta1,
+                   beta2, eps, t, 1.0f);
+    d.finish();
     return {{"params", widen(p)}, {"m", widen(mm)}, {"v", widen(vv)}};
   }
   Vec p = widen(params), mm = widen(m), vv = widen(v);
@@ -473,13 +704,21 @@ const OpCase kOps[] = {
     {"attention_forward", run_attention_forward, {1e-5, 1e-5}, true, true},
     {"attention_backward", run_attention_backward, {2e-5, 2e-5}, true, true},
     {"classifier_forward_backward", run_classifier, {1e-6, 2e-5}, false, true},
+    {"vocab_parallel_embedding_forward", run_vocab_parallel_embedding_forward, {1e-6, 1e-6}, true, true},
+    {"vocab_parallel_embedding_backward", run_vocab_parallel_embedding_backward, {1e-5, 1e-5}, true, true},
+    {"vocab_parallel_classifier", run_vocab_parallel_classifier, {1e-6, 2e-5}, false, true},
+    {"add", run_add, {0.0, 1e-7}, true, true},
+    {"masked_mean_loss", run_masked_mean_loss, {0.0, 1e-6}, true, true},
     {"sum_of_squares", run_sum_of_squares, {0.0, 1e-12}, true, true},
     {"scale_in_place", run_scale_in_place, {0.0, 1e-7}, true, true},
     {"adamw_update", run_adamw, {1e-7, 1e-6}, true, true},
 };
 
-std::string case_name(const ::testing::TestParamInfo<std::tuple<OpCase, Shape>>& info) {
-  return std::string(std::get<0>(info.param).name) + "_" + std::get<1>(info.param).name;
+using KernelParam = std::tuple<TestDevice, OpCase, Shape>;
+
+std::string case_name(const ::testing::TestParamInfo<KernelParam>& info) {
+  return std::string(std::get<0>(info.param).name) + "_" + std::get<1>(info.param).name + "_" +
+         std::get<2>(info.param).name;
 }
 
 // Runs fn with OpenMP limited to `threads`, restoring the previous limit.
@@ -497,18 +736,30 @@ bool bitwise_equal(const Vec& a, const Vec& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
 }
 
-class KernelTest : public ::testing::TestWithParam<std::tuple<OpCase, Shape>> {
+// One row per (device, op, shape); rows of a device that is not here are skipped with
+// the reason.
+class KernelTest : public ::testing::TestWithParam<KernelParam> {
  protected:
-  const OpCase& op() const { return std::get<0>(GetParam()); }
-  const Shape& shape() const { return std::get<1>(GetParam()); }
-  std::string label(const std::string& output) const {
-    return std::string(op().name) + "[" + shape().name + "]." + output;
+  void SetUp() override {
+    const DeviceAvailability availability = device_availability(test_device().kind);
+    if (!availability.available) GTEST_SKIP() << test_device().name << " skipped: " << availability.reason;
+    device_ = &device_of_kind(test_device().kind);
   }
+  const TestDevice& test_device() const { return std::get<0>(GetParam()); }
+  Device* device() const { return device_; }
+  const OpCase& op() const { return std::get<1>(GetParam()); }
+  const Shape& shape() const { return std::get<2>(GetParam()); }
+  std::string label(const std::string& output) const {
+    return std::string(test_device().name) + " " + op().name + "[" + shape().name + "]." + output;
+  }
+
+ private:
+  Device* device_ = nullptr;
 };
 
 TEST_P(KernelTest, MatchesReference) {
-  const Outputs fast = op().run(shape(), Impl::kFast, 1);
-  const Outputs want = op().run(shape(), Impl::kReference, 1);
+  const Outputs fast = op().run(shape(), device(), 1);
+  const Outputs want = op().run(shape(), nullptr, 1);
   ASSERT_EQ(fast.size(), want.size());
   for (std::size_t i = 0; i < fast.size(); ++i) {
     ASSERT_EQ(fast[i].name, want[i].name);
@@ -521,8 +772,8 @@ TEST_P(KernelTest, MatchesReference) {
 class KernelCalledTwiceTest : public KernelTest {};
 
 TEST_P(KernelCalledTwiceTest, FollowsTheAccumulateContract) {
-  const Outputs fast = op().run(shape(), Impl::kFast, 2);
-  const Outputs want = op().run(shape(), Impl::kReference, 2);
+  const Outputs fast = op().run(shape(), device(), 2);
+  const Outputs want = op().run(shape(), nullptr, 2);
   ASSERT_EQ(fast.size(), want.size());
   for (std::size_t i = 0; i < fast.size(); ++i) {
     testing::report_close(label(fast[i].name) + " x2", fast[i].values, want[i].values, op().tol);
@@ -530,8 +781,8 @@ TEST_P(KernelCalledTwiceTest, FollowsTheAccumulateContract) {
 }
 
 TEST_P(KernelTest, IsBitwiseRepeatable) {
-  const Outputs first = op().run(shape(), Impl::kFast, 1);
-  const Outputs second = op().run(shape(), Impl::kFast, 1);
+  const Outputs first = op().run(shape(), device(), 1);
+  const Outputs second = op().run(shape(), device(), 1);
   ASSERT_EQ(first.size(), second.size());
   for (std::size_t i = 0; i < first.size(); ++i) {
     EXPECT_TRUE(bitwise_equal(first[i].values, second[i].values)) << label(first[i].name);
@@ -539,11 +790,13 @@ TEST_P(KernelTest, IsBitwiseRepeatable) {
 }
 
 // Thread counts change how work is split, never the answer: the same bits, except
-// for matmul, which may differ in rounding (kernels.h).
+// for matmul, which may differ in rounding (cpu_kernels.h). OpenMP threads are the
+// CPU device's.
 TEST_P(KernelTest, AgreesAcrossThreadCounts) {
-  const Outputs two = with_threads(2, [&] { return op().run(shape(), Impl::kFast, 1); });
+  if (test_device().kind != DeviceKind::kCpu) GTEST_SKIP() << "OpenMP thread counts concern the cpu device only";
+  const Outputs two = with_threads(2, [&] { return op().run(shape(), device(), 1); });
   for (const int threads : {1, 3}) {
-    const Outputs other = with_threads(threads, [&] { return op().run(shape(), Impl::kFast, 1); });
+    const Outputs other = with_threads(threads, [&] { return op().run(shape(), device(), 1); });
     ASSERT_EQ(other.size(), two.size());
     for (std::size_t i = 0; i < two.size(); ++i) {
       const bool same_bits = bitwise_equal(other[i].values, two[i].values);
@@ -559,7 +812,9 @@ TEST_P(KernelTest, AgreesAcrossThreadCounts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, KernelTest,
-                         ::testing::Combine(::testing::ValuesIn(kOps), ::testing::ValuesIn(kShapes)), case_name);
+                         ::testing::Combine(::testing::ValuesIn(kTestDevices), ::testing::ValuesIn(kOps),
+                                            ::testing::ValuesIn(kShapes)),
+                         case_name);
 
 std::vector<OpCase> repeatable_ops() {
   std::vector<OpCase> ops;
@@ -569,32 +824,51 @@ std::vector<OpCase> repeatable_ops() {
 }
 
 INSTANTIATE_TEST_SUITE_P(RepeatableOps, KernelCalledTwiceTest,
-                         ::testing::Combine(::testing::ValuesIn(repeatable_ops()), ::testing::ValuesIn(kShapes)),
+                         ::testing::Combine(::testing::ValuesIn(kTestDevices), ::testing::ValuesIn(repeatable_ops()),
+                                            ::testing::ValuesIn(kShapes)),
                          case_name);
+
+// Says once which devices the rows above ran on and why the others were skipped.
+TEST(KernelDevices, ListsThePresentAndTheSkipped) {
+  int present = 0;
+  for (const TestDevice& device : kTestDevices) {
+    const DeviceAvailability availability = device_availability(device.kind);
+    std::printf("  device %-5s %s%s\n", device.name,
+                availability.available ? "present" : "skipped: ", availability.reason.c_str());
+    present += availability.available ? 1 : 0;
+  }
+  EXPECT_TRUE(device_availability(DeviceKind::kCpu).available) << "the cpu device is always there";
+  EXPECT_GE(present, 1);
+}
 
 // ---- contracts not covered by the harness ------------------------------------------
 
 TEST(Matmul, LeavesOpenBlasSingleThreadedForOpenMPToSplitTheWork) {
   const Shape s = kShapes[1];
-  run_matmul_forward<Linear::kQkv>(s, Impl::kFast, 1);
+  run_matmul_forward<Linear::kQkv>(s, &cpu_device(), 1);
   EXPECT_EQ(openblas_get_num_threads(), 1);
 }
 
 TEST(Classifier, RejectsTargetsOutsideTheVocabulary) {
   std::vector<float> logits(2 * 8, 0.0f), losses(2);
   const std::vector<std::int32_t> targets{3, 5};
-  EXPECT_THROW(classifier_forward_backward(logits.data(), losses.data(), targets.data(), 0.5f, 2, 5, 8),
-               std::exception);
+  EXPECT_THROW(
+      cpu_device().kernels().classifier_forward_backward(logits.data(), losses.data(), targets.data(), 0.5f, 2, 5, 8),
+      std::exception);
 }
 
 TEST(AdamW, RejectsStepZeroAndSegmentsThatGoBackwards) {
   std::vector<float> params(8, 1.0f), grads(8, 0.5f), m(8, 0.0f), v(8, 0.0f);
   const AdamWSegment forwards[] = {{3, 0.1f}, {8, 0.0f}};
   const AdamWSegment backwards[] = {{5, 0.1f}, {3, 0.0f}, {8, 0.1f}};
-  EXPECT_THROW(adamw_update(params.data(), grads.data(), m.data(), v.data(), forwards, 1e-3f, 0.9f, 0.95f, 1e-8f, 0),
-               std::exception);
-  EXPECT_THROW(adamw_update(params.data(), grads.data(), m.data(), v.data(), backwards, 1e-3f, 0.9f, 0.95f, 1e-8f, 1),
-               std::exception);
+  EXPECT_THROW(
+      cpu_device().kernels().adamw_update(params.data(), grads.data(), m.data(), v.data(),
+                                          std::span<const AdamWSegment>(forwards), 1e-3f, 0.9f, 0.95f, 1e-8f, 0, 1.0f),
+      std::exception);
+  EXPECT_THROW(
+      cpu_device().kernels().adamw_update(params.data(), grads.data(), m.data(), v.data(),
+                                          std::span<const AdamWSegment>(backwards), 1e-3f, 0.9f, 0.95f, 1e-8f, 1, 1.0f),
+      std::exception);
   EXPECT_EQ(params, std::vector<float>(8, 1.0f)) << "nothing is written before the checks";
 }
 
@@ -646,7 +920,8 @@ TEST_P(AdamWSteps, FollowTorchFormulaForThreeSteps) {
     auto grads = random_floats(n, 80 + t, -0.5f, 0.5f);
     grads[t] = 0.0f;  // a zero gradient still decays and moves by momentum
     const AdamWSegment all[] = {{n, weight_decay}};
-    adamw_update(params.data(), grads.data(), m.data(), v.data(), all, lr, beta1, beta2, eps, t);
+    cpu_device().kernels().adamw_update(params.data(), grads.data(), m.data(), v.data(),
+                                        std::span<const AdamWSegment>(all), lr, beta1, beta2, eps, t, 1.0f);
     ref::adamw_update(ref_params, widen(grads), ref_m, ref_v, lr, beta1, beta2, eps, weight_decay, t);
     const std::string step = "adamw wd=" + std::to_string(weight_decay) + " t=" + std::to_string(t);
     testing::report_close(step + " params", widen(params), ref_params, {1e-7, 1e-6});
@@ -671,7 +946,8 @@ TEST(AdamW, MatchesNumbersFromTorch) {
                                                      {0.493222654f, -1.23631942f, 1.9822793f, -0.0210633632f}};
   const AdamWSegment all[] = {{4, 0.1f}};
   for (int t = 1; t <= 3; ++t) {
-    adamw_update(params.data(), grads[t - 1].data(), m.data(), v.data(), all, 0.01f, 0.9f, 0.95f, 1e-8f, t);
+    cpu_device().kernels().adamw_update(params.data(), grads[t - 1].data(), m.data(), v.data(),
+                                        std::span<const AdamWSegment>(all), 0.01f, 0.9f, 0.95f, 1e-8f, t, 1.0f);
     testing::report_close("adamw vs torch t=" + std::to_string(t), widen(params), widen(torch_params[t - 1]),
                           {1e-7, 1e-6});
   }

@@ -25,8 +25,8 @@
 #include "dufu/common/error.h"
 #include "dufu/common/launch_environment.h"
 #include "dufu/common/topology.h"
+#include "dufu/trainer/device.h"
 #include "dufu/trainer/gpt.h"
-#include "dufu/trainer/kernels.h"
 #include "dufu/trainer/optimizer.h"
 #include "support/expect_error.h"
 #include "support/float_compare.h"
@@ -247,24 +247,26 @@ ClassifierErrors check_vocab_parallel_classifier(const ClassifierCase& c, const 
     }
   }
   std::vector<float> losses(static_cast<std::size_t>(N));
-  classifier_forward_backward(logits.data(), losses.data(), targets.data(), scale, N, c.V, Vp);
+  cpu_device().kernels().classifier_forward_backward(logits.data(), losses.data(), targets.data(), scale, N, c.V, Vp);
 
   std::vector<std::vector<float>> row_max(count, std::vector<float>(static_cast<std::size_t>(N)));
   std::vector<std::vector<double>> stats(count, std::vector<double>(2 * static_cast<std::size_t>(N)));
   std::vector<std::vector<float>> local_losses(count, std::vector<float>(static_cast<std::size_t>(N), -1.0f));
   for (std::size_t k = 0; k < count; ++k) {
-    vocab_parallel_classifier_max(row_max[k].data(), local[k].data(), targets.data(), N, c.V, ranks[k] * Vl, Vl);
+    cpu_device().kernels().vocab_parallel_classifier_max(row_max[k].data(), local[k].data(), targets.data(), N, c.V,
+                                                         ranks[k] * Vl, Vl);
   }
   reduce_max(row_max);
   for (std::size_t k = 0; k < count; ++k) {
-    vocab_parallel_classifier_exp_sum(stats[k].data(), local[k].data(), row_max[k].data(), targets.data(), N, c.V,
-                                      ranks[k] * Vl, Vl);
+    cpu_device().kernels().vocab_parallel_classifier_exp_sum(stats[k].data(), local[k].data(), row_max[k].data(),
+                                                             targets.data(), N, c.V, ranks[k] * Vl, Vl);
   }
   reduce_sum(stats);
   ClassifierErrors errors;
   for (std::size_t k = 0; k < count; ++k) {
-    vocab_parallel_classifier_finish(local[k].data(), local_losses[k].data(), stats[k].data(), row_max[k].data(),
-                                     targets.data(), scale, N, c.V, ranks[k] * Vl, Vl);
+    cpu_device().kernels().vocab_parallel_classifier_finish(local[k].data(), local_losses[k].data(), stats[k].data(),
+                                                            row_max[k].data(), targets.data(), scale, N, c.V,
+                                                            ranks[k] * Vl, Vl);
     std::vector<float> want(static_cast<std::size_t>(N) * Vl);
     for (int n = 0; n < N; ++n) {
       EXPECT_EQ(local_losses[k][static_cast<std::size_t>(n)] == 0.0f, targets[static_cast<std::size_t>(n)] == -1)
@@ -418,7 +420,7 @@ TEST_P(TensorParallelGPT, MatchesTheSerialModel) {
     }
     // The gradient norm over the group counts every element once.
     const double norm_squared = parallel.full_sum_of_squares(parallel.grads());
-    EXPECT_LE(relative_error(norm_squared, sum_of_squares(grads.data(), grads.size())), 1e-12);
+    EXPECT_LE(relative_error(norm_squared, cpu_device().kernels().sum_of_squares(grads.data(), grads.size())), 1e-12);
 
     // Five AdamW steps, each rank on its own pieces, with new batches.
     AdamW serial_optimizer(serial, AdamWOptions{});

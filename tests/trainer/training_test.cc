@@ -15,9 +15,9 @@
 
 #include "dufu/common/config.h"
 #include "dufu/common/error.h"
+#include "dufu/trainer/device.h"
 #include "dufu/trainer/flops.h"
 #include "dufu/trainer/gpt.h"
-#include "dufu/trainer/kernels.h"
 #include "dufu/trainer/lr_schedule.h"
 #include "dufu/trainer/optimizer.h"
 #include "dufu/trainer/training_config.h"
@@ -194,8 +194,9 @@ TEST(AdamWGroups, OnePassMatchesPlainLoopAndPerTensorUpdates) {
       for (const ParamTensor& tensor : layout) {
         const AdamWSegment one[] = {{tensor.size(), tensor.is_matrix ? options.weight_decay : 0.0f}};
         const std::size_t at = tensor.offset;
-        adamw_update(per_tensor.params.data() + at, grads[t - 1].data() + at, per_tensor.m.data() + at,
-                     per_tensor.v.data() + at, one, lr, options.beta1, options.beta2, options.eps, t);
+        cpu_device().kernels().adamw_update(
+            per_tensor.params.data() + at, grads[t - 1].data() + at, per_tensor.m.data() + at, per_tensor.v.data() + at,
+            std::span<const AdamWSegment>(one), lr, options.beta1, options.beta2, options.eps, t, 1.0f);
       }
     }
   });

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "dufu/common/error.h"
-#include "dufu/trainer/kernels.h"
 
 namespace dufu::trainer {
 
@@ -17,7 +16,7 @@ std::size_t shard_size_for(std::size_t n, int ranks) {
 AdamW make_optimizer(const GPT& model, AdamWOptions options, const Communicator& group, bool sharded) {
   if (!sharded) return AdamW(model, options);
   const auto [begin, end] = zero_shard_range(model.num_parameters(), group.size(), group.rank());
-  return AdamW(model.parameter_tensors(), model.num_parameters(), options, begin, end);
+  return AdamW(model.parameter_tensors(), model.num_parameters(), options, begin, end, &model.device());
 }
 
 }  // namespace
@@ -41,9 +40,10 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
       optimizer_(make_optimizer(model, options, data_group, sharded_)) {
   if (sharded_) {
     shard_size_ = shard_size_for(model.num_parameters(), group_.size());
-    padded_.assign(shard_size_ * static_cast<std::size_t>(group_.size()), 0.0f);
-    grad_shard_.assign(shard_size_, 0.0f);
-    param_shard_.assign(shard_size_, 0.0f);
+    Device& device = model.device();
+    padded_ = DeviceBuffer<float>(device, shard_size_ * static_cast<std::size_t>(group_.size()));
+    grad_shard_ = DeviceBuffer<float>(device, shard_size_);
+    param_shard_ = DeviceBuffer<float>(device, shard_size_);
   }
 }
 
@@ -52,7 +52,7 @@ double DataParallelOptimizer::reduce_gradients_and_clip(double max_norm) {
     if (group_.size() > 1) group_.all_reduce(model_.grads(), ReduceOp::kSum);
     double norm = 0.0;
     if (model_.tensor_parallel_size() == 1 && pipeline_group_ == nullptr) {
-      norm = gradient_norm(model_.grads());
+      norm = gradient_norm(model_.grads(), model_.device());
     } else {
       // Under tensor or pipeline parallelism each rank holds a piece of the gradient:
       // the norm is the whole model's, replicated tensors (and wte's copy on the last
@@ -65,8 +65,8 @@ double DataParallelOptimizer::reduce_gradients_and_clip(double max_norm) {
     return norm;
   }
   const auto grads = model_.grads();
-  std::copy(grads.begin(), grads.end(), padded_.begin());  // the tail past the parameters stays 0
-  group_.reduce_scatter(padded_, grad_shard_);
+  model_.device().copy(padded_.data(), grads.data(), grads.size_bytes());  // the tail past the parameters stays 0
+  group_.reduce_scatter(padded_.span(), grad_shard_.span());
   const double norm = std::sqrt(sharded_sum_of_squares());
   grad_scale_ = gradient_clip_scale(norm, max_norm);
   return norm;
@@ -74,8 +74,9 @@ double DataParallelOptimizer::reduce_gradients_and_clip(double max_norm) {
 
 double DataParallelOptimizer::sharded_sum_of_squares() {
   // The norm from every data-parallel rank's shard: partial sums, summed in rank order.
+  const KernelTable& kernels = model_.device().kernels();
   if (tensor_group_ == nullptr && pipeline_group_ == nullptr) {
-    return group_.all_reduce_value(sum_of_squares(grad_shard_.data(), grad_shard_.size()));
+    return group_.all_reduce_value(kernels.sum_of_squares(grad_shard_.data(), grad_shard_.size()));
   }
   // With tensor or pipeline parallelism the shard is of this rank's piece of the
   // model: tensors replicated over the tensor group are counted on one rank's worth
@@ -89,7 +90,8 @@ double DataParallelOptimizer::sharded_sum_of_squares() {
     const std::size_t low = std::max(tensor.offset, begin);
     const std::size_t high = std::min(tensor.offset + tensor.size(), end);
     if (low >= high) continue;
-    sums[tensor.split == TensorSplit::kReplicated ? 0 : 1] += sum_of_squares(grad_shard_.data() + (low - begin), high - low);
+    sums[tensor.split == TensorSplit::kReplicated ? 0 : 1] +=
+        kernels.sum_of_squares(grad_shard_.data() + (low - begin), high - low);
   }
   group_.all_reduce(std::span<double>(sums, 2));
   double total = sums[0] + (tensor_group_ != nullptr ? tensor_group_->all_reduce_value(sums[1]) : sums[1]);
@@ -102,14 +104,15 @@ void DataParallelOptimizer::step(float lr) {
     optimizer_.step(model_.params(), model_.grads(), lr, grad_scale_);
     return;
   }
+  Device& device = model_.device();
   const auto params = model_.params();
   const std::size_t begin = optimizer_.shard_begin();
   const std::size_t count = optimizer_.num_parameters();
-  std::copy_n(params.begin() + static_cast<std::ptrdiff_t>(begin), count, param_shard_.begin());
+  device.copy(param_shard_.data(), params.data() + begin, count * sizeof(float));
   optimizer_.step(std::span<float>(param_shard_.data(), count), std::span<const float>(grad_shard_.data(), count), lr,
                   grad_scale_);
-  group_.all_gather(param_shard_, padded_);
-  std::copy_n(padded_.begin(), params.size(), params.begin());
+  group_.all_gather(param_shard_.span(), padded_.span());
+  device.copy(params.data(), padded_.data(), params.size_bytes());
 }
 
 AdamW DataParallelOptimizer::make_full_state() const { return AdamW(model_, options_); }
@@ -119,8 +122,9 @@ void DataParallelOptimizer::load_full_state(const AdamW& full) {
              " parameters for a model of ", model_.num_parameters());
   const std::size_t begin = optimizer_.shard_begin();
   const std::size_t count = optimizer_.num_parameters();
-  std::copy_n(full.m().begin() + static_cast<std::ptrdiff_t>(begin), count, optimizer_.m().begin());
-  std::copy_n(full.v().begin() + static_cast<std::ptrdiff_t>(begin), count, optimizer_.v().begin());
+  Device& device = model_.device();
+  device.copy(optimizer_.m().data(), full.m().data() + begin, count * sizeof(float));
+  device.copy(optimizer_.v().data(), full.v().data() + begin, count * sizeof(float));
   optimizer_.set_step_count(full.step_count());
 }
 

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <vector>
 
-#include "dufu/trainer/kernels.h"
+#include "dufu/trainer/device.h"
 
 namespace dufu::trainer {
 
@@ -17,20 +17,25 @@ double gpt_training_flops_per_token(const GPTConfig& config, int T) {
   return 6.0 * matmul_weights + attention;
 }
 
-double measure_sgemm_peak_flops(double seconds) {
+double measure_sgemm_peak_flops(double seconds, Device& device) {
   constexpr int kRows = 1024, kIn = 768, kOut = 3072;
-  std::vector<float> x(static_cast<std::size_t>(kRows) * kIn, 0.5f);
-  std::vector<float> weight(static_cast<std::size_t>(kOut) * kIn, 0.25f);
-  std::vector<float> out(static_cast<std::size_t>(kRows) * kOut);
+  DeviceBuffer<float> x(device, static_cast<std::size_t>(kRows) * kIn);
+  DeviceBuffer<float> weight(device, static_cast<std::size_t>(kOut) * kIn);
+  DeviceBuffer<float> out(device, static_cast<std::size_t>(kRows) * kOut);
+  device.fill(x.data(), 0.5f, x.size());
+  device.fill(weight.data(), 0.25f, weight.size());
+  const auto matmul = device.kernels().matmul_forward;
   const double flops = 2.0 * kRows * kIn * kOut;
   using Clock = std::chrono::steady_clock;
-  matmul_forward(out.data(), x.data(), weight.data(), nullptr, kRows, kIn, kOut);  // warm caches and threads
+  matmul(out.data(), x.data(), weight.data(), nullptr, kRows, kIn, kOut);  // warm caches and threads
+  device.synchronize();
   double best = 0.0;
   const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
   int runs = 0;
   do {
     const auto start = Clock::now();
-    matmul_forward(out.data(), x.data(), weight.data(), nullptr, kRows, kIn, kOut);
+    matmul(out.data(), x.data(), weight.data(), nullptr, kRows, kIn, kOut);
+    device.synchronize();
     const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
     best = std::max(best, flops / elapsed);
     ++runs;

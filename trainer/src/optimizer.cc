@@ -7,20 +7,20 @@
 #include <utility>
 
 #include "dufu/common/error.h"
-#include "dufu/trainer/kernels.h"
 
 namespace dufu::trainer {
 
-AdamW::AdamW(std::vector<ParamTensor> layout, std::size_t num_parameters, AdamWOptions options)
-    : AdamW(std::move(layout), num_parameters, options, 0, num_parameters) {}
+AdamW::AdamW(std::vector<ParamTensor> layout, std::size_t num_parameters, AdamWOptions options, Device* device)
+    : AdamW(std::move(layout), num_parameters, options, 0, num_parameters, device) {}
 
 AdamW::AdamW(std::vector<ParamTensor> layout, std::size_t num_parameters, AdamWOptions options, std::size_t shard_begin,
-             std::size_t shard_end)
+             std::size_t shard_end, Device* device)
     : layout_(std::move(layout)),
       options_(options),
       shard_begin_(shard_begin),
-      m_(shard_end - std::min(shard_begin, shard_end), 0.0f),
-      v_(m_.size(), 0.0f) {
+      device_(device != nullptr ? device : &cpu_device()),
+      m_(*device_, shard_end - std::min(shard_begin, shard_end)),
+      v_(*device_, m_.size()) {
   DUFU_CHECK(shard_begin <= shard_end && shard_end <= num_parameters, "AdamW: shard [", shard_begin, ", ", shard_end,
              ") of ", num_parameters, " parameters");
   if (!(options.beta1 >= 0.0f && options.beta1 < 1.0f)) DUFU_FAIL("AdamW beta1 must be in [0, 1), got ", options.beta1);
@@ -48,8 +48,8 @@ void AdamW::step(std::span<float> params, std::span<const float> grads, float lr
   DUFU_CHECK(params.size() == m_.size() && grads.size() == m_.size(), "AdamW::step: ", params.size(), " parameters and ",
              grads.size(), " gradients for an optimizer of ", m_.size());
   ++step_count_;
-  adamw_update(params.data(), grads.data(), m_.data(), v_.data(), segments_, lr, options_.beta1, options_.beta2,
-               options_.eps, static_cast<int>(step_count_), grad_scale);
+  device_->kernels().adamw_update(params.data(), grads.data(), m_.data(), v_.data(), segments_, lr, options_.beta1,
+                                  options_.beta2, options_.eps, static_cast<int>(step_count_), grad_scale);
 }
 
 void AdamW::set_step_count(std::int64_t steps) {
@@ -57,7 +57,9 @@ void AdamW::set_step_count(std::int64_t steps) {
   step_count_ = steps;
 }
 
-double gradient_norm(std::span<const float> grads) { return std::sqrt(sum_of_squares(grads.data(), grads.size())); }
+double gradient_norm(std::span<const float> grads, Device& device) {
+  return std::sqrt(device.kernels().sum_of_squares(grads.data(), grads.size()));
+}
 
 float gradient_clip_scale(double norm, double max_norm) {
   if (!(max_norm > 0.0 && std::isfinite(norm) && norm > max_norm)) return 1.0f;
@@ -65,11 +67,11 @@ float gradient_clip_scale(double norm, double max_norm) {
   return static_cast<float>(max_norm / (norm + 1e-6));
 }
 
-double clip_gradient_norm(std::span<float> grads, double max_norm) {
-  const double norm = gradient_norm(grads);
+double clip_gradient_norm(std::span<float> grads, double max_norm, Device& device) {
+  const double norm = gradient_norm(grads, device);
   const float scale = gradient_clip_scale(norm, max_norm);
   // A factor that rounded to 1 would change nothing.
-  if (scale != 1.0f) scale_in_place(grads.data(), scale, grads.size());
+  if (scale != 1.0f) device.kernels().scale_in_place(grads.data(), scale, grads.size());
   return norm;
 }
 

@@ -8,12 +8,11 @@
 #include <cstddef>
 #include <span>
 
-#include "cpu_backend.h"
+#include "cpu_kernels.h"
 #include "dufu/common/error.h"
 #include "dufu/trainer/kernel_math.h"
-#include "dufu/trainer/kernels.h"
 
-namespace dufu::trainer {
+namespace dufu::trainer::cpu {
 
 DUFU_CPU_CLONES void adamw_update(float* params, const float* grads, float* m, float* v,
                                   std::span<const AdamWSegment> segments, float lr, float beta1, float beta2, float eps,
@@ -45,4 +44,4 @@ DUFU_CPU_CLONES void adamw_update(float* params, const float* grads, float* m, f
   }
 }
 
-}  // namespace dufu::trainer
+}  // namespace dufu::trainer::cpu

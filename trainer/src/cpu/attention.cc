@@ -17,11 +17,10 @@
 #include <cstddef>
 #include <vector>
 
-#include "cpu_backend.h"
+#include "cpu_kernels.h"
 #include "dufu/trainer/kernel_math.h"
-#include "dufu/trainer/kernels.h"
 
-namespace dufu::trainer {
+namespace dufu::trainer::cpu {
 
 namespace {
 
@@ -56,7 +55,7 @@ Layout make_layout(int T, int C, int NH) {
 }  // namespace
 
 DUFU_CPU_CLONES void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-  cpu::use_single_threaded_blas();
+  use_single_threaded_blas();
   const Layout L = make_layout(T, C, NH);
   const int ldqkv = static_cast<int>(L.C3);
   const int blocks = (T + kQueryBlock - 1) / kQueryBlock;
@@ -109,7 +108,7 @@ DUFU_CPU_CLONES void attention_forward(float* out, float* att, const float* qkv,
 
 DUFU_CPU_CLONES void attention_backward(float* dqkv, [[maybe_unused]] float* datt_scratch, const float* dout,
                                         const float* qkv, const float* att, int B, int T, int C, int NH) {
-  cpu::use_single_threaded_blas();
+  use_single_threaded_blas();
   const Layout L = make_layout(T, C, NH);
   const int ldqkv = static_cast<int>(L.C3);
   const int blocks = (T + kQueryBlock - 1) / kQueryBlock;
@@ -173,4 +172,4 @@ DUFU_CPU_CLONES void attention_backward(float* dqkv, [[maybe_unused]] float* dat
   }
 }
 
-}  // namespace dufu::trainer
+}  // namespace dufu::trainer::cpu

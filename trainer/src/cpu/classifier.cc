@@ -10,12 +10,11 @@
 #include <cstdint>
 #include <limits>
 
-#include "cpu_backend.h"
+#include "cpu_kernels.h"
 #include "dufu/common/error.h"
 #include "dufu/trainer/kernel_math.h"
-#include "dufu/trainer/kernels.h"
 
-namespace dufu::trainer {
+namespace dufu::trainer::cpu {
 
 DUFU_CPU_CLONES void classifier_forward_backward(float* logits, float* losses, const std::int32_t* targets,
                                                  float dloss_scale, int N, int V, int Vp) {
@@ -129,4 +128,4 @@ DUFU_CPU_CLONES void vocab_parallel_classifier_finish(float* logits, float* loss
   }
 }
 
-}  // namespace dufu::trainer
+}  // namespace dufu::trainer::cpu

@@ -7,9 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "dufu/trainer/kernels.h"
+#include "cpu_kernels.h"
 
-namespace dufu::trainer {
+namespace dufu::trainer::cpu {
 
 namespace {
 // Wide enough that each row segment is a few cache lines, narrow enough that
@@ -96,4 +96,4 @@ void vocab_parallel_embedding_backward(float* dwte, float* dwpe, const float* do
   scatter(dwte, dwpe, dout, tokens, vocab_begin, vocab_begin + V_local, B, T, C);
 }
 
-}  // namespace dufu::trainer
+}  // namespace dufu::trainer::cpu

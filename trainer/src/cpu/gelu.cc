@@ -4,11 +4,10 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "cpu_backend.h"
+#include "cpu_kernels.h"
 #include "dufu/trainer/kernel_math.h"
-#include "dufu/trainer/kernels.h"
 
-namespace dufu::trainer {
+namespace dufu::trainer::cpu {
 
 namespace {
 constexpr int kColumnBlock = 64;
@@ -47,4 +46,4 @@ DUFU_CPU_CLONES void bias_gelu_backward(float* dx, float* dbias, const float* do
   }
 }
 
-}  // namespace dufu::trainer
+}  // namespace dufu::trainer::cpu

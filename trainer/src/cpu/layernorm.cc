@@ -7,11 +7,10 @@
 #include <cstddef>
 #include <vector>
 
-#include "cpu_backend.h"
+#include "cpu_kernels.h"
 #include "dufu/trainer/kernel_math.h"
-#include "dufu/trainer/kernels.h"
 
-namespace dufu::trainer {
+namespace dufu::trainer::cpu {
 
 namespace {
 
@@ -120,4 +119,4 @@ DUFU_CPU_CLONES void layernorm_backward(float* dx, float* dweight, float* dbias,
   }
 }
 
-}  // namespace dufu::trainer
+}  // namespace dufu::trainer::cpu

@@ -11,12 +11,9 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "cpu_backend.h"
-#include "dufu/trainer/kernels.h"
+#include "cpu_kernels.h"
 
-namespace dufu::trainer {
-
-namespace cpu {
+namespace dufu::trainer::cpu {
 
 void use_single_threaded_blas() {
   static const bool done = [] {
@@ -25,8 +22,6 @@ void use_single_threaded_blas() {
   }();
   (void)done;
 }
-
-}  // namespace cpu
 
 namespace {
 
@@ -40,7 +35,7 @@ constexpr int kColumnBlock = 64;
 // larger output dimension across the OpenMP threads.
 void parallel_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                     const float* B, int ldb, float beta, float* C, int ldc) {
-  cpu::use_single_threaded_blas();
+  use_single_threaded_blas();
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
   const bool split_rows = M >= N;
@@ -104,4 +99,4 @@ void matmul_backward(float* dx, float* dweight, float* dbias, const float* dout,
   }
 }
 
-}  // namespace dufu::trainer
+}  // namespace dufu::trainer::cpu

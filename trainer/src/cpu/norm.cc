@@ -4,9 +4,9 @@
 #include <cstddef>
 #include <vector>
 
-#include "dufu/trainer/kernels.h"
+#include "cpu_kernels.h"
 
-namespace dufu::trainer {
+namespace dufu::trainer::cpu {
 
 namespace {
 // Large enough that the per-chunk bookkeeping is noise, small enough that a model's
@@ -36,4 +36,4 @@ void scale_in_place(float* values, float scale, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) values[i] *= scale;
 }
 
-}  // namespace dufu::trainer
+}  // namespace dufu::trainer::cpu

@@ -36,6 +36,13 @@
 namespace dufu {
 
 enum class DataType { kFloat32, kFloat64, kInt32, kInt64, kUInt8 };
+
+// Where the buffers a communicator's collectives take must live. The single-process
+// and MPI backends move host memory, which is also the CPU device's memory; a GPU
+// backend (NCCL) would move its device's memory. A model pairs a communicator only
+// with a device whose memory it moves (trainer/include/dufu/trainer/device.h).
+enum class MemorySpace { kHost, kCudaDevice };
+const char* memory_space_name(MemorySpace space);  // "host memory", "CUDA device memory"
 enum class ReduceOp { kSum, kMax };
 
 const char* data_type_name(DataType type);  // "float32", ...
@@ -103,6 +110,8 @@ class Communicator {
   // This process's rank in the group, and the number of ranks.
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The memory its collectives read and write (every buffer passed to them).
+  virtual MemorySpace memory_space() const { return MemorySpace::kHost; }
   // The name given at creation ("world", or split's/subgroup's name argument).
   const std::string& name() const { return name_; }
   // For messages: "MPI communicator 'tensor' (rank 1 of 2, world rank 3)".

@@ -72,9 +72,10 @@ class DataParallelOptimizer {
   AdamW optimizer_;             // full, or this rank's shard
   // ZeRO-1 buffers: the padded gradient, this rank's summed gradient shard and the
   // padded parameters.
-  std::vector<float> padded_;
-  std::vector<float> grad_shard_;
-  std::vector<float> param_shard_;
+  // On the model's device, like the gradients they are cut from.
+  DeviceBuffer<float> padded_;
+  DeviceBuffer<float> grad_shard_;
+  DeviceBuffer<float> param_shard_;
 };
 
 }  // namespace dufu::trainer

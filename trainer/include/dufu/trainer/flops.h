@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "dufu/trainer/device.h"
 #include "dufu/trainer/gpt.h"
 
 namespace dufu::trainer {
@@ -15,9 +16,10 @@ namespace dufu::trainer {
 // subtracted, as in Megatron's and PaLM's figures).
 double gpt_training_flops_per_token(const GPTConfig& config, int T);
 
-// sgemm throughput of this machine, in FLOP/s, through the same matmul kernel the
-// model uses (matmul_forward, all OpenMP threads) on a GPT-2-small-sized product
-// ([1024, 768] × [768, 3072]), best of repeated runs over about `seconds`.
-double measure_sgemm_peak_flops(double seconds = 0.5);
+// sgemm throughput of `device`, in FLOP/s, through the same matmul kernel the model
+// uses (its table's matmul_forward; on the CPU all OpenMP threads) on a
+// GPT-2-small-sized product ([1024, 768] × [768, 3072]), best of repeated runs over
+// about `seconds`.
+double measure_sgemm_peak_flops(double seconds = 0.5, Device& device = cpu_device());
 
 }  // namespace dufu::trainer

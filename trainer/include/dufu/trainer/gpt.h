@@ -1,8 +1,11 @@
-// The GPT-2 model on top of the kernels (kernels.h): configuration, every parameter
-// in one contiguous buffer under HuggingFace's GPT2Model names, GPT-2 initialisation,
-// and a forward and backward written out layer by layer, like llm.c's train_gpt2.c,
-// so that each step can be read next to the PyTorch reference that checks it
-// (tests/reference/gpt_torch_reference.py).
+// The GPT-2 model on a Device (device.h): every parameter in one contiguous buffer
+// under HuggingFace's GPT2Model names (gpt_layout.h), GPT-2 initialisation, and a
+// forward and backward written out layer by layer as calls into the device's kernel
+// table, like llm.c's train_gpt2.c, so that each step can be read next to the PyTorch
+// reference that checks it (tests/reference/gpt_torch_reference.py). Between kernels
+// the model does no arithmetic of its own on the host: its parameters, gradients and
+// activations live in device memory, and the host only checks arguments, once, before
+// the first kernel of a call, and reads back the loss.
 //
 // The same model runs tensor parallel (Megatron-LM's layout, Shoeybi et al. 2019)
 // when given a group of ranks: each rank holds a slice of the heads, of the MLP's
@@ -25,152 +28,15 @@
 #include <string_view>
 #include <vector>
 
+#include "dufu/trainer/device.h"
+#include "dufu/trainer/gpt_layout.h"
+#include "dufu/trainer/gpt_pieces.h"
+
 namespace dufu {
 class Communicator;
 }
 
 namespace dufu::trainer {
-
-struct GPTConfig {
-  int n_layer = 12;
-  int n_head = 12;
-  int d_model = 768;
-  int vocab_size = 50257;
-  // wte gets padded_vocab_size() rows, a multiple of this, so the classifier's
-  // matmul works on round sizes (50257 -> 50304 with 128, as in llm.c).
-  int vocab_multiple = 128;
-  int seq_length = 1024;  // maximum number of positions (rows of wpe)
-
-  // vocab_size rounded up to a multiple of vocab_multiple x tensor_parallel_size (as
-  // Megatron-LM does), so the rows of wte split evenly over the tensor-parallel ranks
-  // and each rank's slice is still a multiple of vocab_multiple: 50257 -> 50304 for
-  // tp 1, 50688 for tp 4 (a multiple of 512). Rows from vocab_size on are padding:
-  // zero, and excluded from the softmax, so the loss does not depend on tp. Throws
-  // dufu::Error if the padded size overflows int or tensor_parallel_size < 1.
-  int padded_vocab_size(int tensor_parallel_size = 1) const;
-  // Throws dufu::Error naming the field for a size that is not positive, or for a
-  // d_model that n_head does not divide.
-  void validate() const;
-};
-
-// Which layers one pipeline stage holds. The default is the whole model (one stage).
-// Stage `stage` of `num_stages` holds layers [first_layer, first_layer + num_layers);
-// the first stage also holds wte and wpe, the last ln_f and (for the tied LM head) a
-// copy of wte. A num_layers below 0 means "to the last layer".
-struct PipelineStage {
-  int stage = 0;
-  int num_stages = 1;
-  int first_layer = 0;
-  int num_layers = -1;
-  bool is_first() const { return stage == 0; }
-  bool is_last() const { return stage + 1 == num_stages; }
-  // The last stage of several keeps a copy of the first stage's wte.
-  bool holds_wte() const { return is_first() || is_last(); }
-  bool holds_wte_copy() const { return is_last() && !is_first(); }
-};
-
-// Layers per stage for `stages` pipeline stages of an n_layer model. With an empty
-// `pipeline_num_layers`, an even split: n_layer / stages each, the first
-// n_layer % stages stages one more. Otherwise pipeline_num_layers is the list of
-// layers per stage, one positive entry per stage, summing to n_layer. Throws
-// dufu::Error when stages < 1, stages > n_layer (every stage needs a layer), or the
-// list has the wrong length, a non-positive entry or the wrong sum.
-std::vector<int> pipeline_layer_split(int n_layer, int stages, std::span<const int> pipeline_num_layers = {});
-// The same from explicit stage ids: stage_of_layer[i] is the stage of layer i, one per
-// layer, non-decreasing from 0 to stages - 1 without gaps. Throws dufu::Error
-// otherwise.
-std::vector<int> pipeline_layer_split_from_stage_ids(int n_layer, int stages, std::span<const int> stage_of_layer);
-// Stage `stage` of a split (layers per stage). Throws dufu::Error for a stage outside
-// the split or a non-positive entry.
-PipelineStage pipeline_stage(std::span<const int> layers_per_stage, int stage);
-
-// How a tensor of a tensor-parallel rank is cut from the full tensor (ParamTensor).
-enum class TensorSplit {
-  kReplicated,  // every rank holds the whole tensor
-  kRows,        // cut along dimension 0 (the only one of a 1-D tensor)
-  kColumns,     // cut along dimension 1
-};
-
-// One parameter tensor inside the contiguous buffer. Matrices are stored [out, in]
-// (the layout of our matmul and of torch.nn.Linear). HuggingFace's GPT-2 stores its
-// Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) transposed, as
-// [in, out]: checkpoint code reading or writing HF files must transpose those four;
-// wte and wpe are [rows, C] in both.
-struct ParamTensor {
-  std::string name;                // e.g. "h.3.attn.c_attn.weight"
-  std::size_t offset = 0;          // in floats from the start of the buffer
-  std::vector<std::size_t> shape;  // 1-D or 2-D
-  bool is_matrix = false;          // 2-D: the tensors that get weight decay
-  // Tensor parallelism. Under tp ranks, shape is this rank's piece, and the split
-  // says how the pieces tile the full tensor (the one the serial layout has): the
-  // full tensor's dimension (split) is split_blocks equal blocks, each cut into tp
-  // equal pieces, and rank r holds piece r of every block, block after block. So
-  // attn.c_attn.weight [3C, C] (q, k, v: 3 blocks) gives rank r the rows of its heads
-  // in each of q, k and v, as [3C/tp, C]. wte.weight's full tensor for this purpose
-  // has padded_vocab_size(tp) rows; those from vocab_size on are padding, not
-  // carried to or from the serial layout (see shard_gpt_buffer). The same values are
-  // set for tp = 1, where the one piece is the whole tensor.
-  TensorSplit split = TensorSplit::kReplicated;
-  int split_blocks = 1;
-  std::size_t size() const;
-};
-
-// The parameter tensors in buffer order: wte.weight [Vp, C], wpe.weight [T, C], then
-// for each layer i h.{i}.ln_1.weight/bias [C], attn.c_attn.weight [3C, C],
-// attn.c_attn.bias [3C], attn.c_proj.weight [C, C], attn.c_proj.bias [C],
-// ln_2.weight/bias [C], mlp.c_fc.weight [4C, C], mlp.c_fc.bias [4C],
-// mlp.c_proj.weight [C, 4C], mlp.c_proj.bias [C]; last ln_f.weight/bias [C]. The LM
-// head is wte itself. Throws like GPTConfig::validate.
-//
-// With tensor_parallel_size tp > 1, the layout of one tensor-parallel rank (the same
-// on every rank; see ParamTensor::split): wte.weight [Vp/tp, C] with
-// Vp = padded_vocab_size(tp) (vocab-parallel embedding and LM head), c_attn.weight
-// [3C/tp, C] and c_attn.bias [3C/tp] (column-parallel: this rank's heads of q, k, v),
-// attn.c_proj.weight [C, C/tp] (row-parallel), mlp.c_fc.weight [4C/tp, C] and
-// mlp.c_fc.bias [4C/tp] (column-parallel), mlp.c_proj.weight [C, 4C/tp]
-// (row-parallel); wpe, the LayerNorms and the two c_proj biases are replicated.
-// Throws dufu::Error when tp < 1 or n_head is not divisible by tp.
-std::vector<ParamTensor> gpt_parameter_layout(const GPTConfig& config, int tensor_parallel_size = 1);
-
-// Moving between the full (serial) layout, gpt_parameter_layout(config), and the
-// piece of tensor-parallel rank `rank` of `tp`, gpt_parameter_layout(config, tp); no
-// communication, so checkpoint tools can merge or reshard offline. Work for any
-// buffer in those layouts: parameters, gradients, optimizer moments.
-// shard_gpt_buffer writes all of `local` (wte's padding rows, beyond vocab_size, get
-// 0); unshard_gpt_buffer writes the entries of `full` that rank's piece holds (the
-// replicated tensors whole; wte's padding rows never), so calling it for every rank
-// assembles the full buffer. Throw dufu::Error for buffers of the wrong size.
-void shard_gpt_buffer(const GPTConfig& config, int tp, int rank, std::span<const float> full, std::span<float> local);
-void unshard_gpt_buffer(const GPTConfig& config, int tp, int rank, std::span<const float> local,
-                        std::span<float> full);
-
-// The tensors a pipeline stage holds, out of `layout` (gpt_parameter_layout for some
-// tp), in the same order and under the same names, with offsets into a buffer of the
-// stage's own. For the whole model it is `layout`, unchanged. Throws dufu::Error for a
-// stage whose layers are not in [0, n_layer).
-std::vector<ParamTensor> gpt_stage_layout(const GPTConfig& config, const std::vector<ParamTensor>& layout,
-                                          const PipelineStage& stage);
-// Between the full serial layout and a stage's part of it (gpt_stage_layout of
-// gpt_parameter_layout(config)); no communication. unstage_gpt_buffer writes the
-// stage's tensors into `full` and leaves the rest; wte goes in from both the first and
-// the last stage, so writing every stage but the last's copy assembles a model.
-void stage_gpt_buffer(const GPTConfig& config, const PipelineStage& stage, std::span<const float> full,
-                      std::span<float> staged);
-void unstage_gpt_buffer(const GPTConfig& config, const PipelineStage& stage, std::span<const float> staged,
-                        std::span<float> full);
-
-// Both moves at once, between the full serial layout and the piece that tensor-
-// parallel rank `tp_rank` of `tp` holds on pipeline stage `stage`: the layout of
-// GPT(config, <group of tp>, stage).parameter_tensors(), i.e. gpt_stage_layout(config,
-// gpt_parameter_layout(config, tp), stage). No communication, so sharded checkpoints
-// merge and reshard offline. shard_gpt_piece writes all of `piece` (wte's padding
-// rows 0); unshard_gpt_piece writes the entries of `full` the piece holds, so calling
-// it for every (tp rank, stage) assembles the full buffer. Throw dufu::Error for
-// buffers of the wrong size.
-void shard_gpt_piece(const GPTConfig& config, int tp, int tp_rank, const PipelineStage& stage,
-                     std::span<const float> full, std::span<float> piece);
-void unshard_gpt_piece(const GPTConfig& config, int tp, int tp_rank, const PipelineStage& stage,
-                       std::span<const float> piece, std::span<float> full);
 
 // Pointers to the tensors of one buffer laid out as gpt_parameter_layout says: the
 // same struct serves the parameters, their gradients and optimizer moments. On a
@@ -212,7 +78,13 @@ class GPT {
   // stage: the part of the model this rank holds under pipeline parallelism (the
   // whole model by default); see PipelineStage and forward_stage. Throws dufu::Error
   // for layers outside [0, n_layer) or a stage outside [0, num_stages).
-  explicit GPT(const GPTConfig& config, Communicator* tensor_group = nullptr, const PipelineStage& stage = {});
+  //
+  // device: where the parameters, gradients and activations live and the kernels run
+  // (null: the CPU device); it must outlive the model. The tensor group's
+  // collectives must move that device's memory (Communicator::memory_space()), or
+  // this throws dufu::Error naming both.
+  explicit GPT(const GPTConfig& config, Communicator* tensor_group = nullptr, const PipelineStage& stage = {},
+               Device* device = nullptr);
   // The views point into the buffers: a copy would share them, a move keeps them.
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -232,6 +104,7 @@ class GPT {
   void init_gpt2(std::uint32_t seed);
 
   const GPTConfig& config() const { return config_; }
+  Device& device() const { return *device_; }
   // The layers and tensors this rank holds (the whole model unless pipelined).
   const PipelineStage& pipeline_stage() const { return stage_; }
   // This rank's tensors and their count (the whole model when serial).
@@ -252,25 +125,29 @@ class GPT {
   const std::vector<ParamTensor>& full_parameter_tensors() const { return full_layout_; }
   std::size_t num_full_parameters() const;
   // Collective over the tensor group: the full-layout buffer assembled from every
-  // rank's `local` buffer (num_parameters() floats in this rank's layout, e.g.
+  // rank's `local` buffer (host memory) (num_parameters() floats in this rank's layout, e.g.
   // params(), grads(), Adam moments), on every rank. Replicated tensors come from this
   // rank (they are identical on all ranks), wte's padding rows are 0.
   std::vector<float> gather_full(std::span<const float> local) const;
   // This rank's piece of a full-layout buffer, into `local`; no communication.
   void shard_full(std::span<const float> full, std::span<float> local) const;
-  std::vector<float> gather_full_parameters() const { return gather_full(params_); }
-  std::vector<float> gather_full_gradients() const { return gather_full(grads_); }
-  void load_full_parameters(std::span<const float> full) { shard_full(full, params_); }
+  // The same for the parameters and gradients, read from the device; and this rank's
+  // piece of full-layout parameters, written to it.
+  std::vector<float> gather_full_parameters() const { return gather_full(params_.to_host()); }
+  std::vector<float> gather_full_gradients() const { return gather_full(grads_.to_host()); }
+  void load_full_parameters(std::span<const float> full);
   // Collective over the tensor group: the sum of squares of the full-layout buffer
   // that `local` is this rank's piece of (e.g. grads(), for the gradient norm),
   // counting replicated tensors once. Deterministic; identical on every rank.
   // On a pipeline stage, this stage's tensors, except that the last stage leaves out
   // its copy of wte: the sum over the pipeline group counts every parameter once.
   double full_sum_of_squares(std::span<const float> local) const;
-  std::span<float> params() { return params_; }
-  std::span<const float> params() const { return params_; }
-  std::span<float> grads() { return grads_; }
-  std::span<const float> grads() const { return grads_; }
+  // The parameters and their gradients, in device memory (device.h says who may
+  // read it directly).
+  std::span<float> params() { return params_.span(); }
+  std::span<const float> params() const { return params_.span(); }
+  std::span<float> grads() { return grads_.span(); }
+  std::span<const float> grads() const { return grads_.span(); }
   // Throws dufu::Error for a name that is not in parameter_tensors().
   const ParamTensor& tensor(std::string_view name) const;
   // Named views into another buffer of num_parameters() floats (e.g. Adam moments).
@@ -384,12 +261,14 @@ class GPT {
   struct ActivationSlot {
     int capacity_b = 0;
     int capacity_t = 0;
-    std::vector<float> memory;
+    DeviceBuffer<float> memory;
     Activations acts{};
-    // The last forward: its batch (embedding_backward needs the tokens) and whether
-    // the logits buffer holds logits or, after a forward with targets, their
-    // gradient.
-    std::vector<std::int32_t> tokens;
+    // The last forward's batch on the device (embedding_backward needs the tokens,
+    // the classifier the targets), the loss it returned, and whether the logits
+    // buffer holds logits or, after a forward with targets, their gradient.
+    DeviceBuffer<std::int32_t> tokens;
+    DeviceBuffer<std::int32_t> targets;
+    DeviceBuffer<float> loss;
     int batch_b = 0;
     int batch_t = 0;
     bool has_logits = false;
@@ -406,14 +285,16 @@ class GPT {
   void require_whole_model(const char* operation) const;
 
   GPTConfig config_;
+  Device* device_;
+  const KernelTable* kernels_;  // device_->kernels()
   PipelineStage stage_;  // num_layers resolved
   Communicator* tensor_group_ = nullptr;  // null when serial
   int tp_ = 1;
   int tp_rank_ = 0;
   std::vector<ParamTensor> layout_;
   std::vector<ParamTensor> full_layout_;
-  std::vector<float> params_;
-  std::vector<float> grads_;
+  DeviceBuffer<float> params_;
+  DeviceBuffer<float> grads_;
   GPTTensors p_;  // views into params_
   GPTTensors g_;  // views into grads_
 
@@ -421,12 +302,12 @@ class GPT {
   // Activation gradients are shared by the slots: one backward runs at a time.
   int grad_capacity_b_ = 0;
   int grad_capacity_t_ = 0;
-  std::vector<float> activation_grad_memory_;
+  DeviceBuffer<float> activation_grad_memory_;
   ActivationGrads dacts_{};
   // The vocab-parallel classifier's row statistics: max [N], then sum of exp and
   // target logit [2N].
-  std::vector<float> row_max_;
-  std::vector<double> row_stats_;
+  DeviceBuffer<float> row_max_;
+  DeviceBuffer<double> row_stats_;
 };
 
 }  // namespace dufu::trainer

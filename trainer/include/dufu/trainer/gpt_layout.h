@@ -1,0 +1,131 @@
+// The GPT model's shape and where its parameters live: the configuration, the
+// parameter tensors of the one contiguous buffer (under HuggingFace's GPT2Model
+// names), how tensor parallelism cuts each tensor, and how pipeline parallelism
+// splits the layers into stages. Pure arithmetic on shapes: no memory, no devices.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace dufu::trainer {
+
+struct GPTConfig {
+  int n_layer = 12;
+  int n_head = 12;
+  int d_model = 768;
+  int vocab_size = 50257;
+  // wte gets padded_vocab_size() rows, a multiple of this, so the classifier's
+  // matmul works on round sizes (50257 -> 50304 with 128, as in llm.c).
+  int vocab_multiple = 128;
+  int seq_length = 1024;  // maximum number of positions (rows of wpe)
+
+  // vocab_size rounded up to a multiple of vocab_multiple x tensor_parallel_size (as
+  // Megatron-LM does), so the rows of wte split evenly over the tensor-parallel ranks
+  // and each rank's slice is still a multiple of vocab_multiple: 50257 -> 50304 for
+  // tp 1, 50688 for tp 4 (a multiple of 512). Rows from vocab_size on are padding:
+  // zero, and excluded from the softmax, so the loss does not depend on tp. Throws
+  // dufu::Error if the padded size overflows int or tensor_parallel_size < 1.
+  int padded_vocab_size(int tensor_parallel_size = 1) const;
+  // Throws dufu::Error naming the field for a size that is not positive, or for a
+  // d_model that n_head does not divide.
+  void validate() const;
+};
+
+// Which layers one pipeline stage holds. The default is the whole model (one stage).
+// Stage `stage` of `num_stages` holds layers [first_layer, first_layer + num_layers);
+// the first stage also holds wte and wpe, the last ln_f and (for the tied LM head) a
+// copy of wte. A num_layers below 0 means "to the last layer".
+struct PipelineStage {
+  int stage = 0;
+  int num_stages = 1;
+  int first_layer = 0;
+  int num_layers = -1;
+  bool is_first() const { return stage == 0; }
+  bool is_last() const { return stage + 1 == num_stages; }
+  // The last stage of several keeps a copy of the first stage's wte.
+  bool holds_wte() const { return is_first() || is_last(); }
+  bool holds_wte_copy() const { return is_last() && !is_first(); }
+};
+
+// Layers per stage for `stages` pipeline stages of an n_layer model. With an empty
+// `pipeline_num_layers`, an even split: n_layer / stages each, the first
+// n_layer % stages stages one more. Otherwise pipeline_num_layers is the list of
+// layers per stage, one positive entry per stage, summing to n_layer. Throws
+// dufu::Error when stages < 1, stages > n_layer (every stage needs a layer), or the
+// list has the wrong length, a non-positive entry or the wrong sum.
+std::vector<int> pipeline_layer_split(int n_layer, int stages, std::span<const int> pipeline_num_layers = {});
+// The same from explicit stage ids: stage_of_layer[i] is the stage of layer i, one per
+// layer, non-decreasing from 0 to stages - 1 without gaps. Throws dufu::Error
+// otherwise.
+std::vector<int> pipeline_layer_split_from_stage_ids(int n_layer, int stages, std::span<const int> stage_of_layer);
+// Stage `stage` of a split (layers per stage). Throws dufu::Error for a stage outside
+// the split or a non-positive entry.
+PipelineStage pipeline_stage(std::span<const int> layers_per_stage, int stage);
+
+// How a tensor of a tensor-parallel rank is cut from the full tensor (ParamTensor).
+enum class TensorSplit {
+  kReplicated,  // every rank holds the whole tensor
+  kRows,        // cut along dimension 0 (the only one of a 1-D tensor)
+  kColumns,     // cut along dimension 1
+};
+
+// One parameter tensor inside the contiguous buffer. Matrices are stored [out, in]
+// (the layout of our matmul and of torch.nn.Linear). HuggingFace's GPT-2 stores its
+// Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) transposed, as
+// [in, out]: checkpoint code reading or writing HF files must transpose those four;
+// wte and wpe are [rows, C] in both.
+struct ParamTensor {
+  std::string name;                // e.g. "h.3.attn.c_attn.weight"
+  std::size_t offset = 0;          // in floats from the start of the buffer
+  std::vector<std::size_t> shape;  // 1-D or 2-D
+  bool is_matrix = false;          // 2-D: the tensors that get weight decay
+  // Tensor parallelism. Under tp ranks, shape is this rank's piece, and the split
+  // says how the pieces tile the full tensor (the one the serial layout has): the
+  // full tensor's dimension (split) is split_blocks equal blocks, each cut into tp
+  // equal pieces, and rank r holds piece r of every block, block after block. So
+  // attn.c_attn.weight [3C, C] (q, k, v: 3 blocks) gives rank r the rows of its heads
+  // in each of q, k and v, as [3C/tp, C]. wte.weight's full tensor for this purpose
+  // has padded_vocab_size(tp) rows; those from vocab_size on are padding, not
+  // carried to or from the serial layout (see shard_gpt_buffer). The same values are
+  // set for tp = 1, where the one piece is the whole tensor.
+  TensorSplit split = TensorSplit::kReplicated;
+  int split_blocks = 1;
+  std::size_t size() const;
+};
+
+// The parameter tensors in buffer order: wte.weight [Vp, C], wpe.weight [T, C], then
+// for each layer i h.{i}.ln_1.weight/bias [C], attn.c_attn.weight [3C, C],
+// attn.c_attn.bias [3C], attn.c_proj.weight [C, C], attn.c_proj.bias [C],
+// ln_2.weight/bias [C], mlp.c_fc.weight [4C, C], mlp.c_fc.bias [4C],
+// mlp.c_proj.weight [C, 4C], mlp.c_proj.bias [C]; last ln_f.weight/bias [C]. The LM
+// head is wte itself. Throws like GPTConfig::validate.
+//
+// With tensor_parallel_size tp > 1, the layout of one tensor-parallel rank (the same
+// on every rank; see ParamTensor::split): wte.weight [Vp/tp, C] with
+// Vp = padded_vocab_size(tp) (vocab-parallel embedding and LM head), c_attn.weight
+// [3C/tp, C] and c_attn.bias [3C/tp] (column-parallel: this rank's heads of q, k, v),
+// attn.c_proj.weight [C, C/tp] (row-parallel), mlp.c_fc.weight [4C/tp, C] and
+// mlp.c_fc.bias [4C/tp] (column-parallel), mlp.c_proj.weight [C, 4C/tp]
+// (row-parallel); wpe, the LayerNorms and the two c_proj biases are replicated.
+// Throws dufu::Error when tp < 1 or n_head is not divisible by tp.
+std::vector<ParamTensor> gpt_parameter_layout(const GPTConfig& config, int tensor_parallel_size = 1);
+
+// The tensors a pipeline stage holds, out of `layout` (gpt_parameter_layout for some
+// tp), in the same order and under the same names, with offsets into a buffer of the
+// stage's own. For the whole model it is `layout`, unchanged. Throws dufu::Error for a
+// stage whose layers are not in [0, n_layer).
+std::vector<ParamTensor> gpt_stage_layout(const GPTConfig& config, const std::vector<ParamTensor>& layout,
+                                          const PipelineStage& stage);
+
+// `stage` with num_layers resolved (a negative one means "to the last layer"), after
+// checking it is a stage of a pipeline over config's layers. Throws dufu::Error for a
+// stage outside [0, num_stages), layers outside [0, n_layer), a first stage that does
+// not start at layer 0 or a last stage that does not end at the last layer.
+PipelineStage resolve_pipeline_stage(const GPTConfig& config, PipelineStage stage);
+
+// The floats a buffer in `layout` holds (0 for an empty layout).
+std::size_t gpt_layout_size(const std::vector<ParamTensor>& layout);
+
+}  // namespace dufu::trainer

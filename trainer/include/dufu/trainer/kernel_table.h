@@ -1,0 +1,147 @@
+// The ops a device runs for the GPT-2 model: one function pointer per op in a
+// KernelTable, which every backend fills with its own implementations (the CPU's in
+// src/cpu/, namespace dufu::trainer::cpu; a CUDA one in src/cuda/), so two backends
+// link side by side and a test can run the same op on each. Every pointer argument
+// is the memory of the device whose table it is (see device.h). All tensors are fp32,
+// row-major, contiguous. Shapes: B batch, T positions, C channels, NH heads, V
+// vocabulary (Vp padded), N = B·T rows. Backward kernels ACCUMULATE into parameter
+// gradients (+=), so micro-batches sum without copies, and OVERWRITE or accumulate
+// activation gradients as each entry says. Kernels are deterministic: no atomics in
+// any reduction, so the same inputs give the same bits on a device. Arguments are
+// checked by the caller (GPT) once, before any kernel runs; kernels check only what
+// their entry says they throw for.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace dufu::trainer {
+
+// A run of consecutive parameters that share one weight decay (AdamW decays only the
+// matrices, so a model's buffer alternates between decayed and undecayed runs). Each
+// run starts where the previous one ends, the first at 0.
+struct AdamWSegment {
+  std::size_t end;  // one past the run's last parameter
+  float weight_decay;
+};
+
+struct KernelTable {
+  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. Tokens must index rows of wte (unchecked).
+  void (*embedding_forward)(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                            int C);
+  // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]
+  void (*embedding_backward)(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T,
+                             int C);
+  // Vocab-parallel embedding (tensor parallelism): wte holds rows
+  // [vocab_begin, vocab_begin + V_local) of the full table. out[b,t,:] = the token's row
+  // if its id is in that range, else 0, plus wpe[t,:] unless wpe is null. When the
+  // ranks splitting the table each run this, one of them with wpe, the sum of their
+  // outputs is embedding_forward's, exactly: each position's sum has at most two
+  // non-zero terms.
+  void (*vocab_parallel_embedding_forward)(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
+                                           int vocab_begin, int V_local, int B, int T, int C);
+  // dwte[tokens[b,t] - vocab_begin,:] += dout[b,t,:] for the tokens in range;
+  // dwpe[t,:] += sum_b dout[b,t,:] unless dwpe is null.
+  void (*vocab_parallel_embedding_backward)(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                                            int vocab_begin, int V_local, int B, int T, int C);
+
+  // LayerNorm of each of the N rows: out = (x - mean) * rstd * weight + bias; mean and
+  // rstd (N each) are saved for backward. eps = 1e-5 like PyTorch/GPT-2.
+  void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* x, const float* weight,
+                            const float* bias, int N, int C);
+  // Residual add fused with the next LayerNorm: residual_out = residual + branch, then
+  // norm_out = LayerNorm(residual_out). residual_out may be residual (in place). Its
+  // backward is layernorm_backward with dx = the residual stream's gradient, which then
+  // serves both residual and branch.
+  void (*residual_layernorm_forward)(float* residual_out, float* norm_out, float* mean, float* rstd,
+                                     const float* residual, const float* branch, const float* weight, const float* bias,
+                                     int N, int C);
+  // dx += LayerNorm'(x)^T dout; dweight += ...; dbias += ... (dx accumulates, so the
+  // residual stream's gradient flows through unchanged).
+  void (*layernorm_backward)(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+                             const float* weight, const float* mean, const float* rstd, int N, int C);
+
+  // out[N, OC] = x[N, C] · weight[OC, C]^T + bias[OC] (bias may be null); sgemm.
+  void (*matmul_forward)(float* out, const float* x, const float* weight, const float* bias, int N, int C, int OC);
+  // dx[N, C] = dout · weight (overwritten; dx may be null); dweight += dout^T · x;
+  // dbias += column sums of dout (dbias may be null).
+  void (*matmul_backward)(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+                          const float* weight, int N, int C, int OC);
+
+  // GELU (tanh approximation) after adding the bias: pre = x + bias[col] is written to
+  // `pre` (kept for backward) and out = gelu(pre). x is [N, C]; pre may be x (in place).
+  void (*bias_gelu_forward)(float* out, float* pre, const float* x, const float* bias, int N, int C);
+  // dx = gelu'(pre) · dout (overwritten; dx may be dout); dbias += column sums of dx.
+  void (*bias_gelu_backward)(float* dx, float* dbias, const float* dout, const float* pre, int N, int C);
+
+  // Causal multi-head self-attention on qkv [B, T, 3C] (q, k, v each C = NH·hs):
+  // out [B, T, C]; att [B, NH, T, T] keeps the softmax probabilities of row t in its
+  // first t+1 entries (the masked rest is never written or read). Scale 1/sqrt(hs),
+  // mask and softmax are fused in one pass per row.
+  void (*attention_forward)(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
+  // dqkv (overwritten) from dout, using the saved att and qkv; datt_scratch is
+  // [B, NH, T, T] of scratch space (contents on entry ignored; the CPU kernel keeps its
+  // own small per-thread tiles and does not use it).
+  void (*attention_backward)(float* dqkv, float* datt_scratch, const float* dout, const float* qkv, const float* att,
+                             int B, int T, int C, int NH);
+
+  // Fused classifier: for each of the N rows of logits [N, Vp] (only the first V are
+  // real vocabulary; the padding is excluded), losses[n] = -log softmax(logits)[target]
+  // and logits are overwritten IN PLACE by dloss_scale · (softmax - onehot(target)),
+  // the gradient of the mean loss when dloss_scale = 1/N_total. Padding columns get 0.
+  // A target of -1 ignores the row (loss 0, gradient 0); any other target outside
+  // [0, V) throws dufu::Error before anything is written.
+  void (*classifier_forward_backward)(float* logits, float* losses, const std::int32_t* targets, float dloss_scale,
+                                      int N, int V, int Vp);
+
+  // Vocab-parallel classifier (tensor parallelism): classifier_forward_backward's losses
+  // and gradient when the vocabulary is split over a group of ranks and no rank holds
+  // a whole row. Each rank has logits [N, Vl] for the vocabulary ids
+  // [vocab_begin, vocab_begin + Vl); ids from V on are padding, excluded. Targets are
+  // vocabulary ids (or -1 to ignore the row), the same on every rank. Three phases,
+  // with an all-reduce over the group after each of the first two:
+  //   1. max: row_max[n] = the largest of this rank's real logits of row n (-inf if it
+  //      has none, or the row is ignored). Then all-reduce MAX over row_max [N].
+  //   2. exp_sum: logits = exp(logit - row_max) in place over the real columns;
+  //      stats[n] = their sum, stats[N + n] = the target's logit if this rank holds the
+  //      target, else 0 (both 0 for ignored rows). Then all-reduce SUM over stats [2N].
+  //   3. finish: losses[n] = log(stats[n]) - (stats[N + n] - row_max[n]), the same on
+  //      every rank, and logits = dloss_scale · (softmax - onehot(target)) in place;
+  //      padding columns and ignored rows get 0, ignored rows loss 0.
+  // Phase 1 throws dufu::Error for a target neither -1 nor in [0, V), or for a
+  // vocab_begin or Vl out of range, before anything is written.
+  void (*vocab_parallel_classifier_max)(float* row_max, const float* logits, const std::int32_t* targets, int N, int V,
+                                        int vocab_begin, int Vl);
+  void (*vocab_parallel_classifier_exp_sum)(double* stats, float* logits, const float* row_max,
+                                            const std::int32_t* targets, int N, int V, int vocab_begin, int Vl);
+  void (*vocab_parallel_classifier_finish)(float* logits, float* losses, const double* stats, const float* row_max,
+                                           const std::int32_t* targets, float dloss_scale, int N, int V,
+                                           int vocab_begin, int Vl);
+
+  // sum of squares of `n` values, accumulated in double in a fixed order (deterministic).
+  double (*sum_of_squares)(const float* values, std::size_t n);
+  // values *= scale
+  void (*scale_in_place)(float* values, float scale, std::size_t n);
+
+  // One fused AdamW pass (decoupled weight decay, bias-corrected moments) over the
+  // parameters [0, segments.back().end), each decayed by its segment's weight_decay (0
+  // for parameters not decayed): step t starts at 1. Same formula and order of
+  // operations as torch.optim.AdamW, one pass over the whole buffer whatever the
+  // segments. Each gradient is used as the float grads[i] * grad_scale, the
+  // value scale_in_place(grads, grad_scale) would have stored, so gradient clipping
+  // folds into this pass without changing a bit (and saves its own pass over the
+  // gradients). Throws dufu::Error for t < 1 or segment ends that decrease.
+  void (*adamw_update)(float* params, const float* grads, float* m, float* v, std::span<const AdamWSegment> segments,
+                       float lr, float beta1, float beta2, float eps, int t, float grad_scale);
+
+  // ---- the model's glue, kept on the device so no step leaves it ----
+  // out[i] = a[i] + b[i] for i < n (out may be a or b): the residual add at the end of
+  // a pipeline stage, where no LayerNorm follows to fuse it with.
+  void (*add)(float* out, const float* a, const float* b, std::size_t n);
+  // mean_out[0] = the mean of losses[i] over the rows whose target is not -1, summed
+  // in double in row order (0 when every row is ignored): the loss a forward returns.
+  void (*masked_mean_loss)(float* mean_out, const float* losses, const std::int32_t* targets, int N);
+};
+
+}  // namespace dufu::trainer

@@ -1,0 +1,90 @@
+// The CPU device: host memory from the C++ allocator, copies as memcpy, and the table
+// of this folder's kernels. Everything runs synchronously on the calling thread and
+// OpenMP's threads, so synchronize() has nothing to wait for.
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "cpu_kernels.h"
+#include "dufu/common/error.h"
+#include "dufu/trainer/device.h"
+
+namespace dufu::trainer {
+namespace cpu {
+
+const KernelTable& kernel_table() {
+  static const KernelTable table{
+      .embedding_forward = embedding_forward,
+      .embedding_backward = embedding_backward,
+      .vocab_parallel_embedding_forward = vocab_parallel_embedding_forward,
+      .vocab_parallel_embedding_backward = vocab_parallel_embedding_backward,
+      .layernorm_forward = layernorm_forward,
+      .residual_layernorm_forward = residual_layernorm_forward,
+      .layernorm_backward = layernorm_backward,
+      .matmul_forward = matmul_forward,
+      .matmul_backward = matmul_backward,
+      .bias_gelu_forward = bias_gelu_forward,
+      .bias_gelu_backward = bias_gelu_backward,
+      .attention_forward = attention_forward,
+      .attention_backward = attention_backward,
+      .classifier_forward_backward = classifier_forward_backward,
+      .vocab_parallel_classifier_max = vocab_parallel_classifier_max,
+      .vocab_parallel_classifier_exp_sum = vocab_parallel_classifier_exp_sum,
+      .vocab_parallel_classifier_finish = vocab_parallel_classifier_finish,
+      .sum_of_squares = sum_of_squares,
+      .scale_in_place = scale_in_place,
+      .adamw_update = adamw_update,
+      .add = add,
+      .masked_mean_loss = masked_mean_loss,
+  };
+  return table;
+}
+
+namespace {
+
+constexpr std::align_val_t kAlignment{64};
+
+class CpuDevice final : public Device {
+ public:
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  std::string describe() const override { return str_cat("cpu (", omp_get_max_threads(), " OpenMP threads)"); }
+  MemorySpace memory_space() const override { return MemorySpace::kHost; }
+  const KernelTable& kernels() const override { return kernel_table(); }
+
+  void* allocate(std::size_t bytes) override {
+    void* memory = ::operator new(bytes == 0 ? 1 : bytes, kAlignment, std::nothrow);
+    if (memory == nullptr) DUFU_FAIL("not enough memory on the cpu device for ", bytes, " bytes");
+    return memory;
+  }
+  void release(void* memory) noexcept override {
+    if (memory != nullptr) ::operator delete(memory, kAlignment);
+  }
+
+  void upload(void* device_destination, const void* host_source, std::size_t bytes) override {
+    std::memcpy(device_destination, host_source, bytes);
+  }
+  void download(void* host_destination, const void* device_source, std::size_t bytes) override {
+    std::memcpy(host_destination, device_source, bytes);
+  }
+  void copy(void* device_destination, const void* device_source, std::size_t bytes) override {
+    std::memmove(device_destination, device_source, bytes);
+  }
+  void fill(float* device_destination, float value, std::size_t count) override {
+    std::fill_n(device_destination, count, value);
+  }
+  void zero(void* device_destination, std::size_t bytes) override { std::memset(device_destination, 0, bytes); }
+  void synchronize() override {}
+};
+
+}  // namespace
+}  // namespace cpu
+
+Device& cpu_device() {
+  static cpu::CpuDevice device;
+  return device;
+}
+
+}  // namespace dufu::trainer
