@@ -7,11 +7,12 @@
 #include <vector>
 
 #include "commands.h"
+#include "console_reporter.h"
 #include "dufu/common/config.h"
 #include "dufu/common/error.h"
 #include "dufu/trainer/checkpoint.h"
+#include "dufu/trainer/trainer.h"
 #include "dufu/trainer/training_config.h"
-#include "dufu/trainer/training_run.h"
 
 namespace dufu::tools {
 
@@ -53,6 +54,16 @@ Config build_config(const TrainingFlags& flags) {
   return config;
 }
 
+// Trains, printing to stdout; SIGINT and SIGTERM stop the run after a checkpoint once
+// it is set up. Returns whether it was stopped so.
+bool train(const Config& config, const std::string& resume) {
+  ConsoleReporter reporter;
+  trainer::Trainer trainer(config, resume, reporter, &stop_requested());
+  if (!trainer.setup()) return false;
+  const StopSignals stop_signals;
+  return trainer.run().interrupted;
+}
+
 }  // namespace
 
 void add_training_command(CLI::App& app) {
@@ -73,8 +84,7 @@ void add_training_command(CLI::App& app) {
       std::printf("%s", config.to_toml().c_str());
       return;
     }
-    const trainer::RunOutcome outcome = trainer::run_training(config, flags->resume);
-    if (outcome.interrupted) throw CLI::RuntimeError(130);
+    if (train(config, flags->resume)) throw CLI::RuntimeError(130);
   });
 }
 

@@ -1,0 +1,503 @@
+// The training program (see trainer.h). One step: micro-batches forward and backward
+// with the gradient accumulating, clip, AdamW at the scheduled rate; then the metrics
+// record and the report, evaluation and checkpoint when due. Resume restores the
+// weights, the moments, the step and the loader position, which together determine
+// everything that follows, so the loss sequence continues bitwise.
+#include "dufu/trainer/trainer.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "metrics_log.h"
+#include "training_batches.h"
+
+#include "dufu/common/atomic_file.h"
+#include "dufu/common/communicator.h"
+#include "dufu/common/error.h"
+#include "dufu/common/file_lock.h"
+#include "dufu/common/json_writer.h"
+#include "dufu/common/log.h"
+#include "dufu/common/topology.h"
+#include "dufu/dataprep/blend_builder.h"
+#include "dufu/dataprep/data_loader.h"
+#include "dufu/trainer/checkpoint.h"
+#include "dufu/trainer/data_parallel_optimizer.h"
+#include "dufu/trainer/flops.h"
+#include "dufu/trainer/gpt.h"
+#include "dufu/trainer/lr_schedule.h"
+#include "dufu/trainer/parallel_checkpoint.h"
+#include "dufu/trainer/pipeline_schedule.h"
+#include "dufu/trainer/training_config.h"
+
+namespace dufu::trainer {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// The groups a rank trains in (FORMATS.md section 7): the other tensor-parallel
+// shards of its stage, the other data-parallel replicas of its shard, the stages of
+// its pipeline, and the first and last stage of that pipeline (the tied embedding;
+// null on middle stages).
+struct RankGroups {
+  std::unique_ptr<Communicator> tensor;
+  std::unique_ptr<Communicator> data;
+  std::unique_ptr<Communicator> pipeline;
+  std::unique_ptr<Communicator> embedding;
+};
+
+RankGroups make_rank_groups(Communicator& world, const Topology& topology) {
+  const auto c = topology.coordinates();
+  const int tp = topology.tensor_parallel_size();
+  const int dp = topology.data_parallel_size();
+  const bool holds_embedding = c.pp_rank == 0 || c.pp_rank + 1 == topology.pipeline_parallel_size();
+  RankGroups groups;
+  groups.tensor = world.split(c.pp_rank * dp + c.dp_rank, c.tp_rank, "tensor");
+  groups.data = world.split(c.pp_rank * tp + c.tp_rank, c.dp_rank, "data");
+  groups.pipeline = world.split(c.dp_rank * tp + c.tp_rank, c.pp_rank, "pipeline");
+  groups.embedding = world.split(holds_embedding ? c.dp_rank * tp + c.tp_rank : -1, c.pp_rank, "embedding");
+  return groups;
+}
+
+std::size_t stage_size(const GPTConfig& config, const PipelineStage& stage) {
+  std::size_t total = 0;
+  for (const ParamTensor& tensor : gpt_stage_layout(config, gpt_parameter_layout(config), stage)) {
+    total += tensor.size();
+  }
+  return total;
+}
+
+// The checkpoint to resume from, found and verified by world rank 0 alone (reading
+// every file once, not once per rank) and passed to the others; empty for none.
+std::string agree_on_checkpoint(Communicator& world, const std::string& resume_from, const std::string& run_dir) {
+  std::string found;
+  if (world.rank() == 0) {
+    if (!resume_from.empty()) {
+      const std::optional<std::string> checkpoint = find_usable_checkpoint(resume_from);
+      if (!checkpoint) DUFU_FAIL("--resume ", resume_from, ": no checkpoint there");
+      found = *checkpoint;
+    } else if (fs::exists(run_dir)) {
+      found = find_usable_checkpoint(run_dir).value_or("");
+    }
+  }
+  if (world.size() == 1) return found;
+  std::int64_t length = static_cast<std::int64_t>(found.size());
+  world.broadcast(std::span<std::int64_t>(&length, 1), 0);
+  std::vector<std::uint8_t> bytes(found.begin(), found.end());
+  bytes.resize(static_cast<std::size_t>(length));
+  world.broadcast(bytes, 0);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+// Which rank holds which layers and shards: rank 0 knows the whole layout, so no rank
+// needs to report its own.
+LayoutReport describe_layout(const Topology& topology, const GPTConfig& model, const std::vector<int>& layer_split) {
+  LayoutReport report;
+  report.topology = topology.describe();
+  const int tp = topology.tensor_parallel_size();
+  const int local_vocab = model.padded_vocab_size(tp) / tp;
+  for (int rank = 0; rank < topology.world_size(); ++rank) {
+    const auto c = topology.coordinates_of(rank);
+    const PipelineStage stage = pipeline_stage(layer_split, c.pp_rank);
+    RankLayout& entry = report.ranks.emplace_back();
+    entry.rank = rank;
+    entry.tp_rank = c.tp_rank;
+    entry.dp_rank = c.dp_rank;
+    entry.pp_rank = c.pp_rank;
+    entry.first_layer = stage.first_layer;
+    entry.last_layer = stage.first_layer + layer_split[static_cast<std::size_t>(c.pp_rank)] - 1;
+    entry.embeddings = stage.is_first();
+    entry.head = stage.is_last();
+    entry.first_head = c.tp_rank * model.n_head / tp;
+    entry.last_head = (c.tp_rank + 1) * model.n_head / tp - 1;
+    entry.first_vocab_row = c.tp_rank * local_vocab;
+    entry.last_vocab_row = (c.tp_rank + 1) * local_vocab - 1;
+  }
+  return report;
+}
+
+}  // namespace
+
+// Declared in the order the run builds them, so they are destroyed in reverse.
+struct Trainer::State {
+  TrainingOptions options;
+  std::string config_toml;
+  std::string resume_from;
+  TrainingReporter& reporter;
+  const std::atomic<bool>* stop_requested;
+  int T = 0;
+  std::unique_ptr<Communicator> world;
+  std::optional<Topology> topology;
+  int dp = 1;
+  int accumulation = 1;
+  // Rank 0 speaks for the run: the reports, metrics.jsonl, config.toml and checkpoints
+  // (every rank holds the same weights and moments, the gradients being summed
+  // bitwise identically everywhere).
+  bool is_main = false;
+  bool ready = false;  // setup() found steps to do
+  std::unique_ptr<FileLock> run_lock;
+  dataprep::BuiltBlend train_blend;
+  std::shared_ptr<const dataprep::TokenDataset> valid_dataset;
+  RankGroups groups;
+  std::unique_ptr<GPT> model;
+  std::unique_ptr<DataParallelOptimizer> optimizer;
+  TrainingState state;
+  RankPlace place;
+  std::unique_ptr<dataprep::InfiniteDataLoader> loader;
+  std::unique_ptr<MetricsLog> metrics;
+  double flops_per_token = 0.0;
+  // Measured, not looked up: the peak of this machine as it is now (each rank measures
+  // its own, all at once, so ranks sharing a machine see their share). A peak taken
+  // while other processes held the cores would make MFU read above 100% once they
+  // leave, so a step that beats it triggers a new measurement (the best one is kept).
+  double peak_flops = 0.0;
+  double tokens_per_step = 0.0;
+  ModelBatch batch;
+  std::vector<ModelBatch> step_batches;
+  float dloss_scale = 1.0f;
+
+  State(const Config& config, std::string resume, TrainingReporter& reporter_, const std::atomic<bool>* stop)
+      : options(training_options(config)),
+        config_toml(config.to_toml()),
+        resume_from(std::move(resume)),
+        reporter(reporter_),
+        stop_requested(stop) {}
+
+  // Every group this rank communicates in, for the traffic counts.
+  std::vector<Communicator*> all_groups() const {
+    return {world.get(), groups.data.get(), groups.tensor.get(), groups.pipeline.get(), groups.embedding.get()};
+  }
+
+  // Loads the checkpoint and takes over its state; returns where the loader starts.
+  dataprep::LoaderState resume(const std::string& checkpoint);
+};
+
+Trainer::Trainer(const Config& config, std::string resume_from, TrainingReporter& reporter,
+                 const std::atomic<bool>* stop_requested)
+    : s_(std::make_unique<State>(config, std::move(resume_from), reporter, stop_requested)) {}
+
+Trainer::~Trainer() = default;
+
+std::int64_t Trainer::completed_steps() const { return s_->state.step; }
+
+bool Trainer::setup() {
+  State& s = *s_;
+  const TrainingOptions& options = s.options;
+  if (options.threads > 0) omp_set_num_threads(options.threads);
+  s.T = options.model.seq_length;
+
+  s.world = make_communicator();
+  s.topology.emplace(s.world->size(), options.tensor_parallel_size, options.pipeline_parallel_size, s.world->rank());
+  const Topology& topology = *s.topology;
+  s.dp = topology.data_parallel_size();
+  if (options.global_batch % (options.micro_batch * s.dp) != 0) {
+    DUFU_FAIL("train.global_batch (", options.global_batch, ") must be a multiple of train.micro_batch (",
+              options.micro_batch, ") x the data-parallel size (", s.dp, ")");
+  }
+  s.accumulation = options.accumulation_steps(s.dp);
+  s.is_main = s.world->rank() == 0;
+
+  if (s.is_main) {
+    fs::create_directories(options.run_dir);
+    s.run_lock = FileLock::try_lock((fs::path(options.run_dir) / ".lock").string());
+    if (!s.run_lock) DUFU_FAIL("run.dir ", options.run_dir, " is in use by another training process");
+    s.reporter.effective_config(s.config_toml);
+    AtomicFile saved((fs::path(options.run_dir) / "config.toml").string());
+    saved.write(s.config_toml.data(), s.config_toml.size());
+    saved.commit();
+  }
+  s.world->barrier();
+
+  // Data first: a bad blend should fail before any time goes into the model.
+  s.train_blend = dataprep::build_blend(options.train_data);
+  if (options.eval_interval > 0) s.valid_dataset = dataprep::build_blend(options.valid_data).dataset;
+  if (s.is_main) DUFU_LOG_INFO("train", "training data: ", s.train_blend.dataset->describe());
+
+  const auto coordinates = topology.coordinates();
+  const int tp = topology.tensor_parallel_size();
+  const int pp = topology.pipeline_parallel_size();
+  s.groups = make_rank_groups(*s.world, topology);
+  const std::vector<int> layer_split = pipeline_layer_split(options.model.n_layer, pp, options.pipeline_num_layers);
+  if (s.is_main) s.reporter.layout(describe_layout(topology, options.model, layer_split));
+  s.model = std::make_unique<GPT>(options.model, tp > 1 ? s.groups.tensor.get() : nullptr,
+                                  pp > 1 ? pipeline_stage(layer_split, coordinates.pp_rank) : PipelineStage{});
+  s.optimizer = std::make_unique<DataParallelOptimizer>(*s.model, options.adamw, *s.groups.data,
+                                                        options.zero_stage == 1, s.groups.pipeline.get(),
+                                                        s.groups.tensor.get());
+  TrainingState& state = s.state;
+  state.init_seed = options.init_seed;
+  state.data_seed = options.train_data.seed;
+  state.model = options.model;
+  state.layout.tensor_parallel_size = tp;
+  state.layout.pipeline_parallel_size = pp;
+  state.layout.data_parallel_size = s.dp;
+  state.layout.optimizer_sharded = s.optimizer->sharded();
+  if (pp > 1) state.layout.pipeline_layers = layer_split;
+  s.place = RankPlace{coordinates.tp_rank, coordinates.pp_rank, coordinates.dp_rank};
+
+  const std::string found = agree_on_checkpoint(*s.world, s.resume_from, options.run_dir);
+  dataprep::LoaderState loader_start;
+  if (!found.empty()) {
+    loader_start = s.resume(found);
+  } else {
+    s.model->init_gpt2(options.init_seed);
+  }
+  state.config_toml = s.config_toml;
+
+  if (state.step >= options.steps) {
+    if (s.is_main) s.reporter.nothing_to_do(state.step, options.steps);
+    return false;
+  }
+
+  s.loader = make_loader(s.train_blend.dataset, options, topology, loader_start);
+  if (s.is_main) {
+    s.metrics = std::make_unique<MetricsLog>((fs::path(options.run_dir) / "metrics.jsonl").string(), state.step);
+  }
+  s.flops_per_token = gpt_training_flops_per_token(options.model, s.T);
+  s.peak_flops = measure_sgemm_peak_flops(0.3);
+  s.tokens_per_step = static_cast<double>(options.global_batch) * s.T;
+  if (s.is_main) {
+    RunSummary summary;
+    summary.parameters = stage_size(options.model, PipelineStage{});
+    summary.n_layer = options.model.n_layer;
+    summary.d_model = options.model.d_model;
+    summary.n_head = options.model.n_head;
+    summary.vocab_size = options.model.vocab_size;
+    summary.padded_vocab_size = options.model.padded_vocab_size();
+    summary.seq_length = s.T;
+    summary.micro_batch = options.micro_batch;
+    summary.accumulation = s.accumulation;
+    summary.data_parallel_size = s.dp;
+    summary.tokens_per_step = s.tokens_per_step;
+    summary.threads = omp_get_max_threads();
+    summary.peak_flops = s.peak_flops;
+    summary.flops_per_token = s.flops_per_token;
+    s.reporter.run_summary(summary);
+  }
+  s.step_batches.resize(pp > 1 ? static_cast<std::size_t>(s.accumulation) : 0);
+  s.dloss_scale = 1.0f / static_cast<float>(static_cast<double>(options.micro_batch) * s.T * s.accumulation * s.dp);
+  s.ready = true;
+  return true;
+}
+
+dataprep::LoaderState Trainer::State::resume(const std::string& checkpoint) {
+  const TrainingState saved = read_checkpoint_state(checkpoint, FileCheck::kTrust);
+  load_parallel_checkpoint(checkpoint, saved, place, dp, *model, *optimizer);
+  if (saved.data_seed != state.data_seed) {
+    DUFU_LOG_WARN("train", "data.seed is ", state.data_seed, " but the checkpoint was trained with ", saved.data_seed,
+                  ": the data order changes from here on");
+  }
+  state.step = saved.step;
+  state.consumed_samples = saved.consumed_samples;
+  state.consumed_tokens = saved.consumed_tokens;
+  state.skipped_steps = saved.skipped_steps;
+  state.init_seed = saved.init_seed;
+  // The loader position counts this rank's samples. Megatron's global order does not
+  // depend on the data-parallel size, so within the first epoch the position under
+  // another size follows from the consumed samples; past it the epochs' dropped
+  // tails differ, and only the same size continues exactly.
+  const dataprep::LoaderState saved_loader = dataprep::parse_loader_state(saved.train_loader_state);
+  const std::uint64_t micro = static_cast<std::uint64_t>(options.micro_batch);
+  const std::uint64_t rank_epoch = train_blend.dataset->size() / (micro * dp) * micro;
+  const std::uint64_t per_rank = saved.consumed_samples / static_cast<std::uint64_t>(dp);
+  dataprep::LoaderState loader_start;
+  if (saved_loader.next.epoch * rank_epoch + saved_loader.next.position == per_rank) {
+    loader_start = saved_loader;
+  } else if (saved_loader.next.epoch == 0 && per_rank < rank_epoch) {
+    loader_start.next = {0, per_rank};
+    loader_start.batches_served = per_rank / micro;
+    if (is_main) {
+      DUFU_LOG_INFO("train", "the data-parallel size changed: continuing after ", saved.consumed_samples,
+                    " consumed samples (", per_rank, " per rank)");
+    }
+  } else {
+    DUFU_FAIL(checkpoint, ": its loader is past the first epoch of a run with another data-parallel size or "
+              "data size, where the order cannot be carried over; resume with the data-parallel size it was "
+              "trained with");
+  }
+  if (is_main) DUFU_LOG_INFO("train", "resuming from ", checkpoint, " at step ", state.step);
+  return loader_start;
+}
+
+StepReport Trainer::step() {
+  State& s = *s_;
+  DUFU_CHECK(s.ready, "Trainer::step without a successful setup()");
+  const TrainingOptions& options = s.options;
+  TrainingState& state = s.state;
+  GPT& model = *s.model;
+  const int T = s.T;
+  const auto start = Clock::now();
+  for (Communicator* group : s.all_groups()) {
+    if (group != nullptr) group->reset_traffic();
+  }
+  model.zero_grad();
+  double loss_sum = 0.0;
+  if (s.topology->pipeline_parallel_size() == 1) {
+    for (int micro = 0; micro < s.accumulation; ++micro) {
+      split_batch(s.loader->next(), s.batch);
+      loss_sum += model.forward(s.batch.inputs, s.batch.targets, options.micro_batch, T, s.dloss_scale);
+      model.backward();
+    }
+  } else {
+    // Every stage of a pipeline reads the same batches (same data-parallel rank);
+    // the first uses the tokens, the last the targets.
+    std::vector<PipelineMicroBatch> views;
+    for (int micro = 0; micro < s.accumulation; ++micro) {
+      ModelBatch& batch = s.step_batches[static_cast<std::size_t>(micro)];
+      split_batch(s.loader->next(), batch);
+      views.push_back({batch.inputs, batch.targets});
+    }
+    loss_sum = pipeline_train_step(model, *s.groups.pipeline, s.groups.embedding.get(), views, options.micro_batch,
+                                   T, s.dloss_scale);
+  }
+  if (s.dp > 1) loss_sum = s.groups.data->all_reduce_value(loss_sum, ReduceOp::kSum);
+  const double loss = loss_sum / (s.accumulation * s.dp);
+  const double grad_norm = s.optimizer->reduce_gradients_and_clip(options.grad_clip);
+  const double lr = learning_rate(options.schedule, state.step);
+  const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
+  if (finite) {
+    s.optimizer->step(static_cast<float>(lr));
+  } else if (options.on_nonfinite == NonFiniteAction::kStop) {
+    DUFU_FAIL("step ", state.step + 1, ": the ", std::isfinite(loss) ? "gradient norm" : "loss", " is ",
+              std::isfinite(loss) ? grad_norm : loss,
+              "; the run stops without updating (train.on_nonfinite=skip skips such steps instead)");
+  } else {
+    ++state.skipped_steps;
+    if (s.is_main) {
+      s.reporter.warning(str_cat("step ", state.step + 1, ": loss ", loss, ", gradient norm ", grad_norm,
+                                 ": not finite, update skipped (", state.skipped_steps, " skipped so far)"));
+    }
+  }
+  ++state.step;
+  state.consumed_samples += static_cast<std::uint64_t>(options.global_batch);
+  state.consumed_tokens += static_cast<std::uint64_t>(s.tokens_per_step);
+
+  StepReport report;
+  report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (const Communicator* group : s.all_groups()) {
+    if (group == nullptr) continue;
+    report.comm_bytes += group->traffic().total_bytes();
+    report.comm_seconds += group->traffic().seconds;
+  }
+  report.tokens_per_second = s.tokens_per_step / report.seconds;
+  if (s.flops_per_token * report.tokens_per_second / s.world->size() > s.peak_flops) {
+    s.peak_flops = std::max(s.peak_flops, measure_sgemm_peak_flops(0.2));
+    DUFU_LOG_INFO("train", "sgemm peak re-measured: ", s.peak_flops / 1e9, " GFLOP/s");
+  }
+  report.mfu = s.flops_per_token * report.tokens_per_second / (s.peak_flops * s.world->size());
+  report.step = state.step;
+  report.steps = options.steps;
+  report.loss = loss;
+  report.lr = lr;
+  report.grad_norm = grad_norm;
+  report.consumed_samples = state.consumed_samples;
+  report.consumed_tokens = state.consumed_tokens;
+  report.skipped = !finite;
+  report.world_size = s.world->size();
+  report.log_due = state.step % options.log_interval == 0 || state.step == options.steps;
+
+  if (s.is_main) {
+    JsonWriter record;
+    record.begin_object()
+        .key("type").value("train")
+        .key("step").value(report.step)
+        .key("loss").value(report.loss)
+        .key("lr").value(report.lr)
+        .key("grad_norm").value(report.grad_norm)
+        .key("tokens_per_second").value(report.tokens_per_second)
+        .key("ms_per_step").value(report.seconds * 1e3)
+        .key("mfu").value(report.mfu)
+        .key("consumed_samples").value(report.consumed_samples)
+        .key("consumed_tokens").value(report.consumed_tokens)
+        .key("skipped").value(report.skipped)
+        .key("comm_bytes").value(report.comm_bytes)
+        .key("comm_seconds").value(report.comm_seconds)
+        .end_object();
+    s.metrics->write(record);
+    s.reporter.step(report);
+  }
+  return report;
+}
+
+bool Trainer::evaluation_due() const {
+  const State& s = *s_;
+  return s.valid_dataset && (s.state.step % s.options.eval_interval == 0 || s.state.step == s.options.steps);
+}
+
+EvalReport Trainer::evaluate() {
+  State& s = *s_;
+  DUFU_CHECK(s.ready && s.valid_dataset, "Trainer::evaluate without a successful setup() or with eval.interval 0");
+  EvalReport report;
+  report.step = s.state.step;
+  report.val_loss = validation_loss(*s.model, *s.groups.pipeline, s.valid_dataset, s.options);
+  report.val_perplexity = std::exp(report.val_loss);
+  if (s.is_main) {
+    JsonWriter record;
+    record.begin_object()
+        .key("type").value("eval")
+        .key("step").value(report.step)
+        .key("val_loss").value(report.val_loss)
+        .key("val_perplexity").value(report.val_perplexity)
+        .end_object();
+    s.metrics->write(record);
+    s.reporter.evaluation(report);
+  }
+  return report;
+}
+
+std::string Trainer::save() {
+  State& s = *s_;
+  DUFU_CHECK(s.ready, "Trainer::save without a successful setup()");
+  s.state.train_loader_state = s.loader->state().to_string();
+  const std::string path = save_parallel_checkpoint(s.options.run_dir, *s.world, s.place, *s.model, *s.optimizer,
+                                                    s.state, s.options.checkpoint_keep);
+  if (s.is_main) s.reporter.checkpoint_saved(path);
+  return path;
+}
+
+RunOutcome Trainer::run() {
+  State& s = *s_;
+  DUFU_CHECK(s.ready, "Trainer::run without a successful setup()");
+  const TrainingOptions& options = s.options;
+  RunOutcome outcome;
+  while (s.state.step < options.steps) {
+    outcome.last_loss = step().loss;
+    if (evaluation_due()) evaluate();
+    // Every rank must take the same decision, so a stop request seen by one stops all.
+    const bool requested = s.stop_requested != nullptr && s.stop_requested->load();
+    const bool signalled =
+        s.world->all_reduce_value(static_cast<std::int32_t>(requested), ReduceOp::kMax) != 0;
+    const bool exiting = s.state.step == options.exit_at_step;
+    const bool stopping = signalled || exiting;
+    if (s.state.step == options.steps || stopping ||
+        (options.checkpoint_interval > 0 && s.state.step % options.checkpoint_interval == 0)) {
+      save();
+    }
+    if (exiting) {
+      if (s.is_main) s.reporter.stopped(StopReason::kExitAtStep, s.state.step);
+      break;
+    }
+    if (stopping) {
+      if (s.is_main) s.reporter.stopped(StopReason::kSignal, s.state.step);
+      outcome.interrupted = true;
+      break;
+    }
+  }
+  s.world->barrier();
+  outcome.step = s.state.step;
+  return outcome;
+}
+
+}  // namespace dufu::trainer
