@@ -33,15 +33,14 @@
 #include "dufu/common/launch_environment.h"
 #include "dufu/common/topology.h"
 #include "support/expect_error.h"
+#include "support/mpi_world.h"
 
 namespace dufu {
 namespace {
 
 using dufu::testing::expect_error;
 
-Communicator* g_world = nullptr;  // set by main in MPI mode
-
-Communicator& world() { return *g_world; }
+Communicator& world() { return dufu::testing::mpi_world(); }
 
 // ---- closed-form checks, run on any group -----------------------------------------
 
@@ -449,9 +448,7 @@ int run_fault(const std::string& fault, int fault_rank) {
 }  // namespace dufu
 
 int main(int argc, char** argv) {
-  // Under mpirun only rank 0 reports every test; the others report failures. The flag
-  // must be set before InitGoogleTest, which picks the printer.
-  if (dufu::detect_launch_environment().rank != 0) GTEST_FLAG_SET(brief, true);
+  dufu::testing::report_only_on_rank_zero();
   ::testing::InitGoogleTest(&argc, argv);
   bool fault_driver = false;
   std::string fault;
@@ -475,22 +472,6 @@ int main(int argc, char** argv) {
     return RUN_ALL_TESTS();
   }
   if (!fault.empty()) return dufu::run_fault(fault, fault_rank);
-
-  int failed = 1;
-  {
-    std::unique_ptr<dufu::Communicator> world;
-    try {
-      world = dufu::make_communicator();
-    } catch (const dufu::Error& error) {
-      std::fprintf(stderr, "error: %s\n", error.what());
-      return 1;
-    }
-    dufu::g_world = world.get();
-    if (default_filter) GTEST_FLAG_SET(filter, "Mpi.*");
-    const int local_failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-    // Every rank exits with the same status, so mpirun reports any rank's failure.
-    failed = world->all_reduce_value(local_failed, dufu::ReduceOp::kMax);
-    dufu::g_world = nullptr;
-  }
-  return failed;
+  if (default_filter) GTEST_FLAG_SET(filter, "Mpi.*");
+  return dufu::testing::run_tests_on_mpi_world();
 }
