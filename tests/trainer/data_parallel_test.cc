@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <utility>
 #include <string>
@@ -24,14 +23,18 @@
 #include "dufu/trainer/safetensors.h"
 #include "support/float_compare.h"
 #include "support/fortunes_shard.h"
+#include "support/run_dir.h"
 #include "support/temp_dir.h"
 #include "support/tool_runner.h"
 
 namespace {
 
+using dufu::testing::checkpoint_dir;
 using dufu::testing::CommandResult;
 using dufu::testing::fortunes_shard;
 using dufu::testing::fortunes_shard_dir;
+using dufu::testing::metric_fields;
+using dufu::testing::metric_values;
 using dufu::testing::read_all;
 using dufu::testing::run_command;
 using dufu::testing::shell_quote;
@@ -60,39 +63,10 @@ class DataParallelTest : public ::testing::Test {
                        shell_quote(train_tool()) + " " + arguments);
   }
 
-  static std::vector<double> values(const std::string& run_dir, const std::string& key) {
-    std::vector<double> out;
-    std::ifstream in(run_dir + "/metrics.jsonl");
-    std::string line;
-    const std::string needle = "\"" + key + "\":";
-    while (std::getline(in, line)) {
-      const auto at = line.find(needle);
-      if (at != std::string::npos) out.push_back(std::stod(line.substr(at + needle.size())));
-    }
-    return out;
-  }
-
-  static std::vector<std::string> exact_losses(const std::string& run_dir) {
-    std::vector<std::string> out;
-    std::ifstream in(run_dir + "/metrics.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      const auto at = line.find("\"loss\":");
-      if (at != std::string::npos) out.push_back(line.substr(at, line.find(',', at) - at));
-    }
-    return out;
-  }
-
-  static std::string checkpoint(const std::string& run_dir, int step) {
-    char name[32];
-    std::snprintf(name, sizeof(name), "/checkpoints/step_%08d", step);
-    return run_dir + name;
-  }
-
   // model.safetensors of the run's checkpoint of `step`, merged by `train
   // merge-checkpoint` from the pieces when the checkpoint is sharded.
   static std::string weights(const std::string& run_dir, int step = 6) {
-    const std::string source = checkpoint(run_dir, step);
+    const std::string source = checkpoint_dir(run_dir, step);
     if (std::filesystem::exists(source + "/model.safetensors")) return source + "/model.safetensors";
     const std::string merged = run_dir + "/merged-" + std::to_string(step);
     const CommandResult merge =
@@ -103,9 +77,9 @@ class DataParallelTest : public ::testing::Test {
   }
 
   // The .safetensors files of a checkpoint, by kind: "model" or "optimizer".
-  static std::vector<std::string> files(const std::string& checkpoint_dir, const std::string& kind) {
+  static std::vector<std::string> files(const std::string& checkpoint, const std::string& kind) {
     std::vector<std::string> names;
-    for (const auto& entry : std::filesystem::directory_iterator(checkpoint_dir)) {
+    for (const auto& entry : std::filesystem::directory_iterator(checkpoint)) {
       const std::string name = entry.path().filename().string();
       if (name.starts_with(kind) && name.ends_with(".safetensors")) names.push_back(name);
     }
@@ -134,8 +108,8 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
   const std::string single = dir_.file("single");
   const CommandResult reference = run_command(shell_quote(train_tool()) + " " + config() + " run.dir=" + single);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const auto expected_losses = values(single, "loss");
-  const auto expected_val = values(single, "val_loss");
+  const auto expected_losses = metric_values(single, "loss");
+  const auto expected_val = metric_values(single, "val_loss");
   ASSERT_EQ(expected_losses.size(), 6u);
   ASSERT_EQ(expected_val.size(), 2u);
   const std::string expected = weights(single);
@@ -177,7 +151,7 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
       ++step_lines;
     }
     EXPECT_EQ(step_lines, 1u) << result.output;
-    const auto losses = values(dir, "loss");
+    const auto losses = metric_values(dir, "loss");
     ASSERT_EQ(losses.size(), expected_losses.size());
     for (std::size_t i = 0; i < losses.size(); ++i) {
       EXPECT_RELATIVE_NEAR(losses[i], expected_losses[i], 1e-5) << "step " << i + 1;
@@ -197,14 +171,14 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
     const double expected_bytes = zero_stage == 0 ? 2 * (n - 1) / n * (4 * parameters + 8)
                                                   : 2 * (n - 1) * 4 * shard + 2 * (2 * (n - 1) / n * 8);
     if (tp == 1 && pp == 1) {
-      for (const double bytes : values(dir, "comm_bytes")) EXPECT_EQ(bytes, std::floor(expected_bytes));
+      for (const double bytes : metric_values(dir, "comm_bytes")) EXPECT_EQ(bytes, std::floor(expected_bytes));
     }
-    const auto val = values(dir, "val_loss");
+    const auto val = metric_values(dir, "val_loss");
     ASSERT_EQ(val.size(), expected_val.size());
     for (std::size_t i = 0; i < val.size(); ++i) EXPECT_RELATIVE_NEAR(val[i], expected_val[i], 1e-5);
 
     // One weights file per (tp, pp) piece, the moments once per piece or per ZeRO shard.
-    const std::string last = checkpoint(dir, 6);
+    const std::string last = checkpoint_dir(dir, 6);
     EXPECT_EQ(files(last, "model").size(), static_cast<std::size_t>(tp * pp));
     EXPECT_EQ(files(last, "optimizer").size(), static_cast<std::size_t>(tp * pp * (zero_stage == 1 ? dp : 1)));
     const double worst = largest_difference(weights(dir), expected);
@@ -233,13 +207,13 @@ TEST_F(DataParallelTest, ResumeIsBitwiseForAFixedLayout) {
     const CommandResult second = mpirun(2, config() + zero + " run.dir=" + split);
     ASSERT_EQ(second.exit_code, 0) << second.output;
     EXPECT_NE(second.output.find("resuming from"), std::string::npos) << second.output;
-    EXPECT_EQ(exact_losses(split), exact_losses(whole));
+    EXPECT_EQ(metric_fields(split, {"loss"}), metric_fields(whole, {"loss"}));
     // Every file of the last checkpoint byte for byte: weights and moments of every
     // piece and shard.
-    const std::vector<std::string> names = files(checkpoint(whole, 6), "");
-    EXPECT_EQ(files(checkpoint(split, 6), ""), names);
+    const std::vector<std::string> names = files(checkpoint_dir(whole, 6), "");
+    EXPECT_EQ(files(checkpoint_dir(split, 6), ""), names);
     for (const std::string& name : names) {
-      EXPECT_TRUE(read_all(checkpoint(split, 6) + "/" + name) == read_all(checkpoint(whole, 6) + "/" + name))
+      EXPECT_TRUE(read_all(checkpoint_dir(split, 6) + "/" + name) == read_all(checkpoint_dir(whole, 6) + "/" + name))
           << name;
     }
   }
@@ -253,7 +227,7 @@ TEST_F(DataParallelTest, CheckpointsReshardOnLoad) {
   const std::string single = dir_.file("single");
   const CommandResult reference = run_command(shell_quote(train_tool()) + " " + config() + " run.dir=" + single);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const auto expected = values(single, "loss");
+  const auto expected = metric_values(single, "loss");
   const std::string three_d = " dist.tensor_parallel_size=2 dist.pipeline_parallel_size=2";
   const std::string zero_2 = " dist.zero_stage=1";
   struct Resumed {
@@ -277,7 +251,7 @@ TEST_F(DataParallelTest, CheckpointsReshardOnLoad) {
     EXPECT_LT(merged_difference, 1e-4) << "the merged step-3 checkpoint against the single process's";
     const CommandResult second = mpirun(resumed.ranks, config() + " run.dir=" + dir + resumed.layout);
     ASSERT_EQ(second.exit_code, 0) << second.output;
-    const auto losses = values(dir, "loss");
+    const auto losses = metric_values(dir, "loss");
     ASSERT_EQ(losses.size(), expected.size());
     for (std::size_t i = 0; i < losses.size(); ++i) {
       EXPECT_RELATIVE_NEAR(losses[i], expected[i], 1e-5) << "step " << i + 1;
@@ -291,7 +265,7 @@ TEST_F(DataParallelTest, CheckpointsLoadIntoAnotherTensorParallelSize) {
   const std::string single = dir_.file("single");
   const CommandResult reference = run_command(shell_quote(train_tool()) + " " + config() + " run.dir=" + single);
   ASSERT_EQ(reference.exit_code, 0) << reference.output;
-  const auto expected = values(single, "loss");
+  const auto expected = metric_values(single, "loss");
 
   const std::string from_tp = dir_.file("from-tp");
   ASSERT_EQ(mpirun(2, config() + " run.dir=" + from_tp + " dist.tensor_parallel_size=2 train.exit_at_step=3").exit_code,
@@ -307,7 +281,7 @@ TEST_F(DataParallelTest, CheckpointsLoadIntoAnotherTensorParallelSize) {
   ASSERT_EQ(tp_resume.exit_code, 0) << tp_resume.output;
 
   for (const std::string& dir : {from_tp, to_tp}) {
-    const auto losses = values(dir, "loss");
+    const auto losses = metric_values(dir, "loss");
     ASSERT_EQ(losses.size(), expected.size()) << dir;
     for (std::size_t i = 0; i < losses.size(); ++i) {
       EXPECT_RELATIVE_NEAR(losses[i], expected[i], 1e-5) << dir << " step " << i + 1;
@@ -318,7 +292,7 @@ TEST_F(DataParallelTest, CheckpointsLoadIntoAnotherTensorParallelSize) {
 TEST_F(DataParallelTest, MergeCheckpointRefusesWhatItCannotMerge) {
   const std::string dir = dir_.file("sharded");
   ASSERT_EQ(mpirun(2, config() + " run.dir=" + dir + " dist.tensor_parallel_size=2 train.steps=3").exit_code, 0);
-  const std::string source = checkpoint(dir, 3);
+  const std::string source = checkpoint_dir(dir, 3);
   const std::string merge = shell_quote(train_tool()) + " merge-checkpoint " + shell_quote(source) + " ";
   // `train generate` reads the sharded checkpoint and the merged one alike.
   weights(dir, 3);  // merges the checkpoint into dir/merged-3

@@ -22,6 +22,7 @@
 #include "dufu/common/file_lock.h"
 #include "support/float_compare.h"
 #include "support/fortunes_shard.h"
+#include "support/run_dir.h"
 #include "support/temp_dir.h"
 #include "support/tool_runner.h"
 
@@ -30,10 +31,12 @@ extern char** environ;
 namespace {
 
 namespace fs = std::filesystem;
+using dufu::testing::checkpoint_dir;
 using dufu::testing::CommandResult;
 using dufu::testing::file_exists;
 using dufu::testing::fortunes_shard;
 using dufu::testing::fortunes_shard_dir;
+using dufu::testing::metric_fields;
 using dufu::testing::read_all;
 using dufu::testing::run_command;
 using dufu::testing::shell_quote;
@@ -67,27 +70,10 @@ class TrainToolTest : public ::testing::Test {
     return run_command(shell_quote(train_tool()) + " " + arguments);
   }
 
-  // The "loss", "grad_norm" and "val_loss" fields of every record, as written: the
-  // shortest digits that read back to the same double, so equal text is equal bits.
+  // The "step", "loss", "grad_norm" and "val_loss" fields of every record, as written:
+  // equal text is equal bits.
   static std::vector<std::string> loss_sequence(const std::string& dir) {
-    std::vector<std::string> values;
-    std::ifstream in(dir + "/metrics.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      for (const std::string key : {"\"step\":", "\"loss\":", "\"grad_norm\":", "\"val_loss\":"}) {
-        const auto at = line.find(key);
-        if (at == std::string::npos) continue;
-        const auto begin = at + key.size();
-        values.push_back(key + line.substr(begin, line.find_first_of(",}", begin) - begin));
-      }
-    }
-    return values;
-  }
-
-  static std::string final_checkpoint(const std::string& dir, int step) {
-    char name[32];
-    std::snprintf(name, sizeof(name), "step_%08d", step);
-    return dir + "/checkpoints/" + name;
+    return metric_fields(dir, {"step", "loss", "grad_norm", "val_loss"});
   }
 
   // The uninterrupted run every interrupted one is compared with.
@@ -101,7 +87,7 @@ class TrainToolTest : public ::testing::Test {
     ASSERT_EQ(expected.size(), 8u * 3 + 2u * 2);  // 8 steps x (step, loss, norm) + 2 evals x (step, val_loss)
     EXPECT_EQ(loss_sequence(dir), expected);
     for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-      EXPECT_TRUE(read_all(final_checkpoint(dir, 8) + "/" + file) == read_all(final_checkpoint(reference, 8) + "/" + file))
+      EXPECT_TRUE(read_all(checkpoint_dir(dir, 8) + "/" + file) == read_all(checkpoint_dir(reference, 8) + "/" + file))
           << file << " differs from the uninterrupted run's";
     }
   }
@@ -169,9 +155,9 @@ TEST_F(TrainToolTest, TrainsEvaluatesAndCheckpoints) {
   EXPECT_EQ(count_lines_with(dir + "/metrics.jsonl", "\"type\":\"eval\""), 3);
   EXPECT_TRUE(file_exists(dir + "/config.toml"));
   // keep = 2: only the newest two of the checkpoints at 2, 4, ..., 30 remain.
-  EXPECT_FALSE(file_exists(final_checkpoint(dir, 26)));
-  EXPECT_TRUE(file_exists(final_checkpoint(dir, 28) + "/state.json"));
-  EXPECT_TRUE(file_exists(final_checkpoint(dir, 30) + "/model.safetensors"));
+  EXPECT_FALSE(file_exists(checkpoint_dir(dir, 26)));
+  EXPECT_TRUE(file_exists(checkpoint_dir(dir, 28) + "/state.json"));
+  EXPECT_TRUE(file_exists(checkpoint_dir(dir, 30) + "/model.safetensors"));
   // The loss falls from ln(2000) ~ 7.6 at the start.
   const auto losses = loss_sequence(dir);
   const double first = std::stod(losses[1].substr(losses[1].find(':') + 1));
@@ -201,7 +187,7 @@ TEST_F(TrainToolTest, ResumeAfterExitAtStepIsBitwiseIdentical) {
   CommandResult first = train(config + " run.dir=" + shell_quote(dir) + " train.exit_at_step=3");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_NE(first.output.find("stopping at step 3"), std::string::npos) << first.output;
-  EXPECT_TRUE(file_exists(final_checkpoint(dir, 3) + "/state.json"));
+  EXPECT_TRUE(file_exists(checkpoint_dir(dir, 3) + "/state.json"));
   // --resume with the checkpoint's own configuration (no config file).
   CommandResult second = train("--resume " + shell_quote(dir) + " train.exit_at_step=0");
   ASSERT_EQ(second.exit_code, 0) << second.output;
@@ -242,7 +228,7 @@ TEST_F(TrainToolTest, SigkillMidStepResumesIdentically) {
     kill(run.pid(), SIGKILL);
     run.wait();
   }
-  ASSERT_FALSE(file_exists(final_checkpoint(dir, 8))) << read_all(dir_.file("killed.log"));
+  ASSERT_FALSE(file_exists(checkpoint_dir(dir, 8))) << read_all(dir_.file("killed.log"));
   const CommandResult resumed = train(arguments);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resuming from"), std::string::npos) << resumed.output;
@@ -260,13 +246,13 @@ TEST_F(TrainToolTest, SigkillMidCheckpointResumesIdentically) {
     arguments = shell_quote(write_config("midcheckpoint")) + " run.dir=" + shell_quote(dir);
     BackgroundTrain run(arguments, dir_.file("midcheckpoint.log"));
     // Skip the first checkpoint (step 2) so one complete checkpoint exists before.
-    while (run.running() && !file_exists(final_checkpoint(dir, 2) + "/state.json")) {
+    while (run.running() && !file_exists(checkpoint_dir(dir, 2) + "/state.json")) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     while (run.running() && !has_partial_checkpoint(dir)) std::this_thread::yield();
     kill(run.pid(), SIGKILL);
     run.wait();
-    killed_inside = has_partial_checkpoint(dir) && !file_exists(final_checkpoint(dir, 8));
+    killed_inside = has_partial_checkpoint(dir) && !file_exists(checkpoint_dir(dir, 8));
   }
   ASSERT_TRUE(killed_inside) << "never caught a checkpoint mid-write in 8 attempts";
   const CommandResult resumed = train(arguments);
@@ -281,19 +267,19 @@ TEST_F(TrainToolTest, CorruptNewestCheckpointIsRefusedAndThePreviousUsed) {
   const CommandResult first = train(config + " run.dir=" + shell_quote(dir) + " train.exit_at_step=6");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   // Truncate the newest checkpoint's weights.
-  const std::string weights = final_checkpoint(dir, 6) + "/model.safetensors";
+  const std::string weights = checkpoint_dir(dir, 6) + "/model.safetensors";
   fs::resize_file(weights, fs::file_size(weights) / 2);
   const CommandResult resumed = train(config + " run.dir=" + shell_quote(dir));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("step_00000006"), std::string::npos) << resumed.output;
   EXPECT_NE(resumed.output.find("model.safetensors"), std::string::npos) << resumed.output;
-  EXPECT_NE(resumed.output.find("resuming from " + final_checkpoint(dir, 4)), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming from " + checkpoint_dir(dir, 4)), std::string::npos) << resumed.output;
   expect_same_as_uninterrupted(dir);
 
   // Named explicitly, a corrupt checkpoint is an error.
-  const std::string bad = final_checkpoint(dir, 8) + "/optimizer.safetensors";
+  const std::string bad = checkpoint_dir(dir, 8) + "/optimizer.safetensors";
   fs::resize_file(bad, 100);
-  const CommandResult refused = train("--resume " + shell_quote(final_checkpoint(dir, 8)));
+  const CommandResult refused = train("--resume " + shell_quote(checkpoint_dir(dir, 8)));
   EXPECT_EQ(refused.exit_code, 1) << refused.output;
   EXPECT_NE(refused.output.find("optimizer.safetensors"), std::string::npos) << refused.output;
 }
