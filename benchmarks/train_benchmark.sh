@@ -19,7 +19,10 @@
 #
 # Environment: DUFU_BENCH_THREADS (OMP_NUM_THREADS of both, default nproc),
 # DUFU_BENCH_ROUNDS (default 2), DUFU_BENCH_CONFIGS (names to run, e.g. "small"),
-# DUFU_BENCH_NO_BUILD=1 (use BUILD_DIR as is).
+# DUFU_BENCH_NO_BUILD=1 (use BUILD_DIR as is), DUFU_BENCH_BASELINE=DIR (also run
+# DIR/benchmarks/train_benchmark, a build of another commit, in every round between
+# the two, and report both builds' ratios to torch: how a change moved dufu's speed,
+# measured in the same run).
 # Run it on an idle machine: the table shows how many cores other processes used.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,6 +50,9 @@ configs=(
 # --- build ---------------------------------------------------------------------
 bench_build "$root" "$build" train_benchmark
 train_benchmark=$build/benchmarks/train_benchmark
+baseline=${DUFU_BENCH_BASELINE:+$DUFU_BENCH_BASELINE/benchmarks/train_benchmark}
+[[ -z $baseline || -x $baseline ]] || fail "DUFU_BENCH_BASELINE: $baseline missing"
+impls=(dufu ${baseline:+baseline} torch)
 [[ -x $train_benchmark ]] || fail "$train_benchmark missing. HINT: build with -DDUFU_BUILD_BENCHMARKS=ON"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -62,30 +68,33 @@ run_one() {
   local impl=$1 b0 t0 line
   shift
   b0=$(busy_ticks) t0=$(now)
-  if [[ $impl == dufu ]]; then
-    OMP_NUM_THREADS=$threads /usr/bin/time -v -o "$out/time" "$train_benchmark" "$@" >"$out/log" 2>&1 ||
-      { cat "$out/log" >&2; fail "dufu run failed: $train_benchmark $*"; }
+  if [[ $impl == dufu || $impl == baseline ]]; then
+    local program=$train_benchmark
+    [[ $impl == baseline ]] && program=$baseline
+    OMP_NUM_THREADS=$threads /usr/bin/time -v -o "$out/time" "$program" "$@" >"$out/log" 2>&1 ||
+      { cat "$out/log" >&2; fail "$impl run failed: $program $*"; }
   else
     OMP_NUM_THREADS=$threads /usr/bin/time -v -o "$out/time" "$python" "$torch_script" --threads "$threads" "$@" \
       >"$out/log" 2>&1 || { cat "$out/log" >&2; fail "torch run failed: $torch_script $*"; }
   fi
   sed 's/^/     /' "$out/log" >&2
   line=$(tail -n 1 "$out/log")
-  [[ $line == "train_benchmark impl=$impl "* ]] || fail "cannot parse the last line of the $impl run: $line"
+  [[ $line == "train_benchmark impl=${impl/baseline/dufu} "* ]] || fail "cannot parse the last line of the $impl run: $line"
   echo "$line others=$(others_cores "$b0" "$t0" "$(own_cpu "$out/time")")"
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "== $(nproc) cores, OMP_NUM_THREADS=$threads, $rounds rounds per config; load average $load_before"
 rows=()
+baseline_rows=()
 for config in "${configs[@]}"; do
   read -r name n_layer d_model n_head vocab seq micro_batch warmup steps <<<"$config"
   [[ -z $only || " $only " == *" $name "* ]] || continue
   args=(--n-layer "$n_layer" --d-model "$d_model" --n-head "$n_head" --vocab "$vocab" --seq "$seq"
     --micro-batch "$micro_batch" --warmup "$warmup" --steps "$steps")
-  best_dufu="" best_torch="" others_max=0
+  best_dufu="" best_torch="" best_baseline="" others_max=0
   for ((round = 1; round <= rounds; round++)); do
-    for impl in dufu torch; do
+    for impl in "${impls[@]}"; do
       echo "== $name round $round: $impl" >&2
       line=$(run_one "$impl" "${args[@]}")
       echo "   tokens/s $(field tokens_per_s "$line"), others $(field others "$line") cores" >&2
@@ -101,6 +110,7 @@ for config in "${configs[@]}"; do
  $(field ms_per_step "$best_dufu") $(field ms_per_step "$best_torch") $(field mfu "$best_dufu")\
  $(field sgemm_gflops "$best_dufu") $others_max $(field forward_ms "$best_dufu") $(field backward_ms "$best_dufu")\
  $(field adamw_ms "$best_dufu")")
+  [[ -n $baseline ]] && baseline_rows+=("$name $(field tokens_per_s "$best_baseline") $(field tokens_per_s "$best_dufu") $(field tokens_per_s "$best_torch")")
 done
 
 # --- report ----------------------------------------------------------------------
@@ -130,3 +140,12 @@ printf '%s\n' "${rows[@]}" | awk -v goal="$goal_ratio" '
       "and ratios are skewed; rerun on an idle machine"
     print (failed ? "verdict: FAIL" : "verdict: PASS")
   }'
+if [[ -n $baseline ]]; then
+  echo
+  echo "this build ($build) against the baseline ($DUFU_BENCH_BASELINE), each as a ratio to torch's tokens/s of the same rounds:"
+  printf '%s\n' "${baseline_rows[@]}" | awk '
+    BEGIN { printf "%-10s %14s %10s %11s %14s %10s %8s\n", "config", "baseline_tok/s", "this_tok/s", "torch_tok/s",
+            "baseline_ratio", "this_ratio", "change" }
+    { printf "%-10s %14.1f %10.1f %11.1f %14.2f %10.2f %+7.1f%%\n", $1, $2, $3, $4, $2 / $4, $3 / $4,
+        100 * ($3 / $2 - 1) }'
+fi
