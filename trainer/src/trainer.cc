@@ -47,7 +47,7 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// The groups a rank trains in (FORMATS.md section 7): the other tensor-parallel
+// The groups a rank trains in (docs/rank-layout.md): the other tensor-parallel
 // shards of its stage, the other data-parallel replicas of its shard, the stages of
 // its pipeline, and the first and last stage of that pipeline (the tied embedding;
 // null on middle stages).
