@@ -90,10 +90,30 @@ Vec accumulated(const std::vector<float>& init, const Vec& grad, int calls) {
 
 // ---- embedding ---------------------------------------------------------------------
 
+// The inputs of the embedding forwards (serial and vocab-parallel).
+struct EmbeddingInputs {
+  std::vector<std::int32_t> tokens;
+  std::vector<float> wte, wpe;
+  explicit EmbeddingInputs(const Shape& s)
+      : tokens(random_tokens(s.N(), s.V, 1)),
+        wte(random_floats(static_cast<std::size_t>(s.Vp) * s.C, 2)),
+        wpe(random_floats(static_cast<std::size_t>(s.T) * s.C, 3)) {}
+};
+
+// The inputs of the embedding backwards: a small vocabulary makes positions share
+// tokens, so the dwte scatter collides.
+struct EmbeddingGradInputs {
+  std::vector<std::int32_t> tokens;
+  std::vector<float> dout, dwte0, dwpe0;
+  explicit EmbeddingGradInputs(const Shape& s)
+      : tokens(random_tokens(s.N(), std::min(s.V, 4), 4)),
+        dout(random_floats(static_cast<std::size_t>(s.N()) * s.C, 5)),
+        dwte0(random_floats(static_cast<std::size_t>(s.Vp) * s.C, 6)),
+        dwpe0(random_floats(static_cast<std::size_t>(s.T) * s.C, 7)) {}
+};
+
 Outputs run_embedding_forward(const Shape& s, Device* device, int) {
-  const auto tokens = random_tokens(s.N(), s.V, 1);
-  const auto wte = random_floats(static_cast<std::size_t>(s.Vp) * s.C, 2);
-  const auto wpe = random_floats(static_cast<std::size_t>(s.T) * s.C, 3);
+  const auto [tokens, wte, wpe] = EmbeddingInputs(s);
   if (device != nullptr) {
     DeviceArgs d(*device);
     const KernelTable& k = device->kernels();
@@ -108,11 +128,7 @@ Outputs run_embedding_forward(const Shape& s, Device* device, int) {
 }
 
 Outputs run_embedding_backward(const Shape& s, Device* device, int calls) {
-  // A small vocabulary makes positions share tokens, so the dwte scatter collides.
-  const auto tokens = random_tokens(s.N(), std::min(s.V, 4), 4);
-  const auto dout = random_floats(static_cast<std::size_t>(s.N()) * s.C, 5);
-  const auto dwte0 = random_floats(static_cast<std::size_t>(s.Vp) * s.C, 6);
-  const auto dwpe0 = random_floats(static_cast<std::size_t>(s.T) * s.C, 7);
+  const auto [tokens, dout, dwte0, dwpe0] = EmbeddingGradInputs(s);
   if (device != nullptr) {
     DeviceArgs d(*device);
     const KernelTable& k = device->kernels();
@@ -460,9 +476,7 @@ std::vector<float> rows_of(const std::vector<float>& table, int width, int first
 }
 
 Outputs run_vocab_parallel_embedding_forward(const Shape& s, Device* device, int) {
-  const auto tokens = random_tokens(s.N(), s.V, 1);
-  const auto wte = random_floats(static_cast<std::size_t>(s.Vp) * s.C, 2);
-  const auto wpe = random_floats(static_cast<std::size_t>(s.T) * s.C, 3);
+  const auto [tokens, wte, wpe] = EmbeddingInputs(s);
   if (device != nullptr) {
     const KernelTable& k = device->kernels();
     const int Vl = vocab_slice(s);
@@ -484,10 +498,7 @@ Outputs run_vocab_parallel_embedding_forward(const Shape& s, Device* device, int
 }
 
 Outputs run_vocab_parallel_embedding_backward(const Shape& s, Device* device, int calls) {
-  const auto tokens = random_tokens(s.N(), std::min(s.V, 4), 4);
-  const auto dout = random_floats(static_cast<std::size_t>(s.N()) * s.C, 5);
-  const auto dwte0 = random_floats(static_cast<std::size_t>(s.Vp) * s.C, 6);
-  const auto dwpe0 = random_floats(static_cast<std::size_t>(s.T) * s.C, 7);
+  const auto [tokens, dout, dwte0, dwpe0] = EmbeddingGradInputs(s);
   if (device != nullptr) {
     const KernelTable& k = device->kernels();
     const int Vl = vocab_slice(s);
