@@ -8,10 +8,17 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libsentencepiece-dev libsimdjson-dev libzstd-dev zlib1g-dev libboost-dev libssl-dev
   libcli11-dev libtomlplusplus-dev libgtest-dev libopenblas-dev libopenmpi-dev openmpi-bin
+  libpcre2-dev
   # tests: independent references (sentencepiece's own encoder, numpy, PyTorch)
   sentencepiece python3 python3-numpy python3-sentencepiece python3-torch zstd gzip
+  # fuzzing (scripts/fuzz.sh): clang with libFuzzer and its sanitizer runtimes, and
+  # clang's OpenMP for the trainer library
+  clang-14 libclang-rt-14-dev libomp-14-dev
   # quickstart and benchmarks: real text corpora and plots
   fortunes linux-source-6.1 xz-utils gnuplot-nox time
+  # tokenizer tests: the reference venv (scripts/setup_reference_venv.sh) and
+  # translated manual pages (Cyrillic, CJK and accented Latin text)
+  python3-venv manpages-de manpages-ru manpages-ja manpages-zh
 )
 
 missing=()

@@ -172,7 +172,8 @@ void read_batches(DocumentReader& reader, std::size_t num_keys, std::size_t batc
 
 void tokenize_batches(const Tokenizer& tokenizer, std::size_t num_keys, std::optional<int> eod,
                       Pipeline& pipeline) {
-  std::vector<int> ids;
+  const auto encoder = tokenizer.make_encoder();  // one per worker: it keeps a cache
+  std::vector<std::int32_t> ids;
   TextBatch text;
   while (pipeline.pop_work(&text)) {
     TokenBatch result;
@@ -187,7 +188,7 @@ void tokenize_batches(const Tokenizer& tokenizer, std::size_t num_keys, std::opt
       for (std::size_t key = 0; key < num_keys; ++key) {
         const std::string& field = text.fields[record * num_keys + key];
         result.text_bytes += field.size();
-        tokenizer.encode(field, &ids);
+        encoder->encode(field, &ids);
         if (!ids.empty() && eod) ids.push_back(*eod);
         result.tokens[key].insert(result.tokens[key].end(), ids.begin(), ids.end());
         result.lengths[key].push_back(ids.size());
@@ -213,13 +214,15 @@ PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress)
   if (options.output_prefix.empty()) DUFU_FAIL("no output prefix given");
   if (options.reader.json_keys.empty()) DUFU_FAIL("at least one JSON key is needed");
 
-  const Tokenizer tokenizer = Tokenizer::load(options.tokenizer_model);
+  const Tokenizer tokenizer = Tokenizer::load(TokenizerSpec{
+      .model = options.tokenizer_model, .merges = options.tokenizer_merges, .pattern = options.tokenizer_pattern});
+  DUFU_LOG_INFO("preprocess", "tokenizer: ", tokenizer.name());
   std::optional<int> eod;
   if (options.append_eod) {
     eod = options.eod_id ? *options.eod_id : tokenizer.eos_id();
     if (*eod < 0) {
       DUFU_FAIL("the model '", options.tokenizer_model,
-                "' has no </s> piece; pass --eod-id to choose the end-of-document id");
+                "' has no end-of-document token (</s>, <|endoftext|>); pass --eod-id to choose its id");
     }
   }
   PreprocessStats stats;

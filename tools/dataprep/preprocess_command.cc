@@ -82,8 +82,14 @@ void add_preprocess_command(CLI::App& app) {
   command->add_option("--output-prefix,-o", options.output_prefix,
                       "Writes PREFIX.bin/.idx (one key) or PREFIX_{key}_document.bin/.idx")
       ->required();
-  command->add_option("--tokenizer-model,-m", options.tokenizer_model, "sentencepiece .model file")
+  command->add_option("--tokenizer-model,-m", options.tokenizer_model,
+                      "Tokenizer file: sentencepiece .model, tiktoken .tiktoken, HuggingFace tokenizer.json, "
+                      "or GPT-2 vocab.json (with --tokenizer-merges)")
       ->required();
+  command->add_option("--tokenizer-merges", options.tokenizer_merges, "merges.txt of a GPT-2 vocab.json");
+  command->add_option("--tokenizer-pattern", options.tokenizer_pattern,
+                      "Pre-tokenizer of a .tiktoken file: gpt2, cl100k, o200k or a regex "
+                      "(default: from the file name)");
   command->add_option("--json-keys", options.reader.json_keys,
                       "JSON keys holding the text; one output per key")
       ->capture_default_str()
@@ -93,7 +99,7 @@ void add_preprocess_command(CLI::App& app) {
       ->capture_default_str();
   command->add_flag("--append-eod", options.append_eod,
                     "Append the end-of-document id to every non-empty document");
-  command->add_option("--eod-id", flags->eod_id, "End-of-document id (default: the model's </s>)");
+  command->add_option("--eod-id", flags->eod_id, "End-of-document id (default: the tokenizer's own, </s> or <|endoftext|>)");
   command->add_option("--workers,-j", options.workers, "Tokenizer threads (0 = all cores)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();

@@ -19,11 +19,13 @@ namespace dufu::dataprep {
 struct PreprocessOptions {
   std::vector<std::string> inputs;  // paths, globs or "-"
   std::string output_prefix;
-  std::string tokenizer_model;
+  std::string tokenizer_model;      // any file Tokenizer::load takes (tokenizer.h)
+  std::string tokenizer_merges;     // merges.txt of a GPT-2 vocab.json
+  std::string tokenizer_pattern;    // for .tiktoken: gpt2, cl100k, o200k or a regex
   ReaderOptions reader;
   IndexImpl impl = IndexImpl::kMmap;
   bool append_eod = false;
-  std::optional<int> eod_id;        // default: the model's </s>
+  std::optional<int> eod_id;        // default: the tokenizer's own (</s>, <|endoftext|>)
   std::optional<DType> dtype;       // default: Megatron's rule from the vocab size
   int workers = 0;                  // 0 = all cores
   // Documents per work item: large enough to amortize queue traffic, small enough

@@ -1,5 +1,15 @@
-// A loaded sentencepiece model. Encoding is const and safe to call from several
-// threads at once, so the preprocessing workers share one Tokenizer.
+// The one tokenizer interface of dufu: preprocess, inspect, sample and `train
+// generate` see only this. Tokenizer::load picks the implementation from the file:
+//   - a sentencepiece `.model` (BPE, unigram, char, word);
+//   - a tiktoken rank file (`*.tiktoken`, lines of "base64-bytes rank") with a
+//     pre-tokenizer pattern: gpt2, cl100k, o200k or any regex;
+//   - a HuggingFace `tokenizer.json` with a BPE model over byte-level pre-tokenization
+//     (ByteLevel, optionally after Split(regex), as GPT-2, Llama-3 and Qwen2 write it);
+//   - GPT-2's `vocab.json` with its `merges.txt`.
+// A component the file uses that dufu does not implement is refused by name.
+// Special tokens in the text are encoded as ordinary text (tiktoken's
+// encode_ordinary); nothing is added around the text (no BOS, no template).
+// TokenizerModel is what each kind implements.
 #pragma once
 
 #include <cstdint>
@@ -9,34 +19,70 @@
 #include <string_view>
 #include <vector>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
-
 namespace dufu::dataprep {
 
+struct TokenizerSpec {
+  std::string model;    // the tokenizer file
+  std::string merges;   // GPT-2 merges.txt, for a vocab.json model
+  // For a .tiktoken rank file: gpt2, cl100k, o200k or a regex. Empty: inferred from
+  // the file name (gpt2/r50k_base/p50k_base, cl100k_base, o200k_base).
+  std::string pattern;
+};
+
+// One worker's encoder. Not thread-safe: each thread makes its own. It may keep a
+// bounded cache of the pieces it has seen, which never changes its output.
+class TokenEncoder {
+ public:
+  virtual ~TokenEncoder() = default;
+  // Replaces the contents of `ids` with the ids of `text`.
+  virtual void encode(std::string_view text, std::vector<std::int32_t>* ids) = 0;
+};
+
+// What each kind of tokenizer implements. All methods are const and thread-safe.
+class TokenizerModel {
+ public:
+  virtual ~TokenizerModel() = default;
+  virtual std::unique_ptr<TokenEncoder> make_encoder() const = 0;
+  virtual std::string decode(std::span<const std::int32_t> ids) const = 0;
+  virtual std::int64_t vocab_size() const = 0;
+  virtual std::int32_t eod_id() const = 0;
+  virtual std::string name() const = 0;
+  virtual std::string piece(std::int32_t id) const = 0;
+};
+
+// A loaded tokenizer: a cheap-to-copy handle; all methods are const and thread-safe.
 class Tokenizer {
  public:
-  // Throws dufu::Error naming the path if it is missing or not a sentencepiece model.
-  static Tokenizer load(const std::string& model_path);
-  Tokenizer(Tokenizer&&) noexcept;
-  Tokenizer& operator=(Tokenizer&&) noexcept;
-  ~Tokenizer();
+  // Throws dufu::Error naming the file when it is missing, not a tokenizer, or uses a
+  // component dufu does not implement.
+  static Tokenizer load(const TokenizerSpec& spec);
+  static Tokenizer load(const std::string& model_path) {
+    return load(TokenizerSpec{.model = model_path, .merges = {}, .pattern = {}});
+  }
 
-  // Same ids as sentencepiece's EncodeAsIds; appends to `ids` after clearing it.
-  void encode(std::string_view text, std::vector<int>* ids) const;
-  std::string decode(std::span<const std::int32_t> ids) const;
-  std::int64_t vocab_size() const;
-  // -1 when the model has no such piece.
-  int eos_id() const;
-  int bos_id() const;
-  std::string piece(int id) const;
+  // A worker's encoder, with its own cache: make one per thread.
+  std::unique_ptr<TokenEncoder> make_encoder() const { return model_->make_encoder(); }
+  // One-off encoding through a fresh encoder (no cache kept between calls).
+  void encode(std::string_view text, std::vector<std::int32_t>* ids) const { make_encoder()->encode(text, ids); }
+  // Ids outside the vocabulary are refused. Byte-level tokens that split a character
+  // decode to U+FFFD, as tiktoken's and HuggingFace's decoders do.
+  std::string decode(std::span<const std::int32_t> ids) const { return model_->decode(ids); }
+  // One more than the largest id the tokenizer defines (Megatron's dtype rule uses it).
+  std::int64_t vocab_size() const { return model_->vocab_size(); }
+  // The tokenizer's own end-of-document id (<|endoftext|>, </s>, ...), -1 when none.
+  std::int32_t eod_id() const { return model_->eod_id(); }
+  std::int32_t eos_id() const { return eod_id(); }
+  // e.g. "tiktoken cl100k (100277 ids) from cl100k_base.tiktoken", for logs.
+  std::string name() const { return model_->name(); }
+  // The text of one token, for messages.
+  std::string piece(std::int32_t id) const { return model_->piece(id); }
   const std::string& path() const { return path_; }
 
  private:
-  Tokenizer(std::string path, std::unique_ptr<sentencepiece::SentencePieceProcessor> processor);
+  Tokenizer(std::string path, std::shared_ptr<const TokenizerModel> model)
+      : path_(std::move(path)), model_(std::move(model)) {}
   std::string path_;
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  std::shared_ptr<const TokenizerModel> model_;
 };
 
 }  // namespace dufu::dataprep

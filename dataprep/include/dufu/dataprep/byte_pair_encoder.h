@@ -1,0 +1,87 @@
+// Exact byte-pair encoding of one pre-tokenized piece. The model is a table of pair
+// merges: (left id, right id) -> (priority, merged id). Encoding starts from one token
+// per byte and repeatedly applies the applicable merge of lowest priority, the
+// leftmost one among equals, until none applies: the merge order of tiktoken's
+// _byte_pair_merge (where the priority of a pair is the rank of the merged bytes and
+// every pair of tokens whose concatenation is a token merges) and of HuggingFace's BPE
+// (where the priority is the merge's line in merges.txt). A heap keeps that O(n log n)
+// in the piece length, so a megabyte without spaces costs what it should.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace dufu::dataprep {
+
+// Open-addressing map from a 64-bit key (never ~0) to a 64-bit value.
+class FlatU64Map {
+ public:
+  void reserve(std::size_t count);
+  // Overwrites an existing key's value.
+  void insert(std::uint64_t key, std::uint64_t value);
+  // nullptr when absent.
+  const std::uint64_t* find(std::uint64_t key) const {
+    if (mask_ == 0) return nullptr;
+    for (std::size_t slot = hash(key) & mask_;; slot = (slot + 1) & mask_) {
+      if (keys_[slot] == key) return &values_[slot];
+      if (keys_[slot] == kEmpty) return nullptr;
+    }
+  }
+  std::size_t size() const { return size_; }
+
+ private:
+  static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};
+  static std::size_t hash(std::uint64_t key) {
+    key ^= key >> 31;
+    key *= 0x9E3779B97F4A7C15ULL;
+    return static_cast<std::size_t>(key ^ (key >> 29));
+  }
+  void grow();
+  std::vector<std::uint64_t> keys_;
+  std::vector<std::uint64_t> values_;
+  std::size_t mask_ = 0;
+  std::size_t size_ = 0;
+};
+
+// 64-bit hash of a short byte string, for piece caches.
+std::uint64_t hash_bytes(std::string_view bytes);
+
+class BytePairModel {
+ public:
+  // Each byte must have a token (byte-level vocabularies have all 256).
+  void set_byte_token(unsigned char byte, std::int32_t id) { byte_ids_[byte] = id; }
+  std::int32_t byte_token(unsigned char byte) const { return byte_ids_[byte]; }
+  // A later merge of the same pair replaces an earlier one.
+  void add_merge(std::int32_t left, std::int32_t right, std::uint32_t priority, std::int32_t merged) {
+    merges_.insert(pair_key(left, right), (std::uint64_t{priority} << 32) | static_cast<std::uint32_t>(merged));
+  }
+  void reserve_merges(std::size_t count) { merges_.reserve(count); }
+  std::size_t num_merges() const { return merges_.size(); }
+
+  // Scratch space of one thread.
+  struct Scratch {
+    std::vector<std::int32_t> ids;
+    std::vector<std::uint32_t> next;
+    std::vector<std::uint32_t> prev;
+    std::vector<std::uint64_t> heap;
+  };
+  // Appends the ids of `piece` (non-empty) to `out`.
+  void encode(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const;
+
+ private:
+  static std::uint64_t pair_key(std::int32_t left, std::int32_t right) {
+    return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) | static_cast<std::uint32_t>(right);
+  }
+  // Priority in the high 32 bits, merged id in the low; nullptr when no merge.
+  const std::uint64_t* merge(std::int32_t left, std::int32_t right) const { return merges_.find(pair_key(left, right)); }
+  void encode_short(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const;
+  void encode_long(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const;
+
+  std::int32_t byte_ids_[256] = {};
+  FlatU64Map merges_;
+};
+
+}  // namespace dufu::dataprep

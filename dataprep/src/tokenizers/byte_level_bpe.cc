@@ -1,0 +1,214 @@
+// The byte-level BPE tokenizer and its per-worker encoder.
+#include "byte_level_bpe.h"
+
+#include <filesystem>
+
+#include "dufu/common/error.h"
+
+namespace dufu::dataprep::tokenizers {
+
+// tiktoken 0.12's patterns, verbatim.
+const char* const kGpt2Pattern =
+    R"('(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s)";
+const char* const kCl100kPattern =
+    R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s)";
+const char* const kO200kPattern =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
+    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// tokenizers' ByteLevel pre-tokenizer (pre_tokenizers/byte_level.rs).
+const char* const kHuggingFaceByteLevelPattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+std::string utf8_lossy(std::string_view bytes) {
+  if (is_valid_utf8(bytes)) return std::string(bytes);
+  std::string text;
+  text.reserve(bytes.size() + 8);
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(bytes[k]); };
+  for (std::size_t i = 0; i < bytes.size();) {
+    const unsigned char lead = byte(i);
+    if (lead < 0x80) {
+      text += static_cast<char>(lead);
+      ++i;
+      continue;
+    }
+    std::size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      length = 2;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      length = 3;
+      if (lead == 0xE0) low = 0xA0;
+      if (lead == 0xED) high = 0x9F;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      length = 4;
+      if (lead == 0xF0) low = 0x90;
+      if (lead == 0xF4) high = 0x8F;
+    }
+    // The maximal subpart: the lead byte and as many continuation bytes as are valid.
+    std::size_t good = length == 0 ? 0 : 1;
+    while (good > 0 && good < length && i + good < bytes.size()) {
+      const unsigned char next = byte(i + good);
+      const unsigned char lo = good == 1 ? low : 0x80;
+      const unsigned char hi = good == 1 ? high : 0xBF;
+      if (next < lo || next > hi) break;
+      ++good;
+    }
+    if (length != 0 && good == length) {
+      text.append(bytes.substr(i, length));
+      i += length;
+    } else {
+      text += "\xEF\xBF\xBD";
+      i += std::max<std::size_t>(good, 1);
+    }
+  }
+  return text;
+}
+
+namespace {
+
+// A direct-mapped cache from piece bytes to its ids, of fixed size.
+class PieceCache {
+ public:
+  static constexpr std::size_t kSlots = 1 << 15;
+  static constexpr std::size_t kMaxPiece = 64;
+  static constexpr std::size_t kMaxIds = 7;
+
+  PieceCache() : slots_(kSlots) {}
+
+  // The cached ids of `piece`, or nullptr.
+  const std::int32_t* find(std::string_view piece, std::uint64_t hash, std::size_t* count) const {
+    const Slot& slot = slots_[hash & (kSlots - 1)];
+    if (slot.hash != hash || slot.key != piece) return nullptr;
+    *count = slot.count;
+    return slot.ids;
+  }
+  void insert(std::string_view piece, std::uint64_t hash, const std::int32_t* ids, std::size_t count) {
+    if (count > kMaxIds) return;
+    Slot& slot = slots_[hash & (kSlots - 1)];
+    slot.hash = hash;
+    slot.key.assign(piece);
+    slot.count = static_cast<std::uint32_t>(count);
+    std::copy(ids, ids + count, slot.ids);
+  }
+
+ private:
+  struct Slot {
+    std::uint64_t hash = 0;
+    std::string key;
+    std::uint32_t count = 0;
+    std::int32_t ids[kMaxIds] = {};
+  };
+  std::vector<Slot> slots_;
+};
+
+class ByteLevelBpe final : public TokenizerModel {
+ public:
+  explicit ByteLevelBpe(ByteLevelBpeConfig config) : config_(std::move(config)) {}
+
+  std::unique_ptr<TokenEncoder> make_encoder() const override;
+
+  std::string decode(std::span<const std::int32_t> ids) const override {
+    std::string bytes;
+    for (const auto id : ids) bytes += token(id);
+    return utf8_lossy(bytes);
+  }
+  std::int64_t vocab_size() const override { return static_cast<std::int64_t>(config_.token_bytes.size()); }
+  std::int32_t eod_id() const override { return config_.eod_id; }
+  std::string name() const override { return config_.name; }
+  std::string piece(std::int32_t id) const override { return utf8_lossy(token(id)); }
+
+  const ByteLevelBpeConfig& config() const { return config_; }
+
+ private:
+  const std::string& token(std::int32_t id) const {
+    if (id < 0 || id >= vocab_size() || !config_.defined[static_cast<std::size_t>(id)]) {
+      DUFU_FAIL("token id ", id, " is not in the vocabulary of ", config_.name);
+    }
+    return config_.token_bytes[static_cast<std::size_t>(id)];
+  }
+  ByteLevelBpeConfig config_;
+};
+
+class ByteLevelBpeEncoder final : public TokenEncoder {
+ public:
+  explicit ByteLevelBpeEncoder(const ByteLevelBpeConfig& config) : config_(config) {
+    for (const auto& stage : config.stages) {
+      matchers_.push_back(stage.splitter ? std::make_unique<RegexSplitter::Matcher>(*stage.splitter) : nullptr);
+    }
+    buffers_.resize(config.stages.size());
+  }
+
+  void encode(std::string_view text, std::vector<std::int32_t>* ids) override {
+    ids->clear();
+    out_ = ids;
+    if (!text.empty()) process(0, text);
+  }
+
+ private:
+  void process(std::size_t stage_index, std::string_view text) {
+    if (stage_index == config_.stages.size()) {
+      encode_piece(text);
+      return;
+    }
+    const PreTokenizerStage& stage = config_.stages[stage_index];
+    if (stage.prefix_space) {
+      if (!text.empty() && text.front() != ' ') {
+        std::string& buffer = buffers_[stage_index];
+        buffer.assign(1, ' ');
+        buffer.append(text);
+        process(stage_index + 1, buffer);
+      } else {
+        process(stage_index + 1, text);
+      }
+      return;
+    }
+    matchers_[stage_index]->split(
+        text, [&](std::string_view piece) { process(stage_index + 1, piece); }, stage.matches_are_pieces);
+  }
+
+  void encode_piece(std::string_view piece) {
+    if (piece.empty()) return;
+    const bool cacheable = piece.size() <= PieceCache::kMaxPiece;
+    std::uint64_t hash = 0;
+    if (cacheable) {
+      hash = hash_bytes(piece);
+      std::size_t count = 0;
+      if (const std::int32_t* cached = cache_.find(piece, hash, &count)) {
+        out_->insert(out_->end(), cached, cached + count);
+        return;
+      }
+    }
+    const std::size_t before = out_->size();
+    if (config_.ignore_merges) {
+      const auto found = config_.whole_tokens.find(std::string(piece));
+      if (found != config_.whole_tokens.end()) {
+        out_->push_back(found->second);
+      } else {
+        config_.model.encode(piece, scratch_, out_);
+      }
+    } else {
+      config_.model.encode(piece, scratch_, out_);
+    }
+    if (cacheable) cache_.insert(piece, hash, out_->data() + before, out_->size() - before);
+  }
+
+  const ByteLevelBpeConfig& config_;
+  std::vector<std::unique_ptr<RegexSplitter::Matcher>> matchers_;
+  std::vector<std::string> buffers_;
+  BytePairModel::Scratch scratch_;
+  PieceCache cache_;
+  std::vector<std::int32_t>* out_ = nullptr;
+};
+
+std::unique_ptr<TokenEncoder> ByteLevelBpe::make_encoder() const {
+  return std::make_unique<ByteLevelBpeEncoder>(config_);
+}
+
+}  // namespace
+
+std::unique_ptr<TokenizerModel> make_byte_level_bpe(ByteLevelBpeConfig config) {
+  return std::make_unique<ByteLevelBpe>(std::move(config));
+}
+
+}  // namespace dufu::dataprep::tokenizers

@@ -1,0 +1,57 @@
+// Byte-level BPE behind the Tokenizer interface: what the .tiktoken, tokenizer.json
+// and vocab.json + merges.txt loaders build. Text -> (normalizer) -> pre-tokenizer
+// stages -> pieces -> a per-encoder cache of pieces -> BytePairModel.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dufu/dataprep/byte_pair_encoder.h"
+#include "dufu/dataprep/regex_splitter.h"
+#include "dufu/dataprep/tokenizer.h"
+
+namespace dufu::dataprep::tokenizers {
+
+// One step of pre-tokenization, applied to every piece of the step before.
+struct PreTokenizerStage {
+  // HuggingFace ByteLevel's add_prefix_space: a piece not starting with ' ' gets one.
+  bool prefix_space = false;
+  std::unique_ptr<RegexSplitter> splitter;  // when not a prefix step
+  bool matches_are_pieces = true;           // false: Split's Removed behaviour
+};
+
+struct ByteLevelBpeConfig {
+  std::string name;
+  BytePairModel model;
+  std::vector<PreTokenizerStage> stages;
+  // Token bytes by id; ids that are not defined have no entry in `defined`.
+  std::vector<std::string> token_bytes;
+  std::vector<bool> defined;
+  std::int32_t eod_id = -1;
+  // HuggingFace's ignore_merges: a piece that is a whole token is that token.
+  bool ignore_merges = false;
+  std::unordered_map<std::string, std::int32_t> whole_tokens;
+};
+
+std::unique_ptr<TokenizerModel> make_byte_level_bpe(ByteLevelBpeConfig config);
+
+// The pieces between the loaders.
+std::unique_ptr<TokenizerModel> load_tiktoken(const TokenizerSpec& spec);
+std::unique_ptr<TokenizerModel> load_huggingface_json(const TokenizerSpec& spec);
+std::unique_ptr<TokenizerModel> load_gpt2_vocab(const TokenizerSpec& spec);
+std::unique_ptr<TokenizerModel> load_sentencepiece(const TokenizerSpec& spec);
+
+// The pre-tokenizer patterns of tiktoken's encodings (tiktoken_ext/openai_public.py)
+// and HuggingFace's ByteLevel.
+extern const char* const kGpt2Pattern;
+extern const char* const kCl100kPattern;
+extern const char* const kO200kPattern;
+extern const char* const kHuggingFaceByteLevelPattern;
+
+// Replaces ill-formed UTF-8 by U+FFFD, one per maximal subpart (what Python's
+// errors="replace" and Rust's from_utf8_lossy do).
+std::string utf8_lossy(std::string_view bytes);
+
+}  // namespace dufu::dataprep::tokenizers

@@ -1,0 +1,166 @@
+// The merge loop of byte-level BPE: a linear scan for short pieces (what tiktoken
+// does, fastest when a piece is a few bytes), a heap of candidate merges for long ones.
+// Both apply the lowest-priority merge first and the leftmost among equals, so they
+// give the same tokens.
+#include "dufu/dataprep/byte_pair_encoder.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <limits>
+
+namespace dufu::dataprep {
+
+void FlatU64Map::reserve(std::size_t count) {
+  std::size_t capacity = 16;
+  while (capacity < count * 2) capacity *= 2;
+  if (capacity <= keys_.size()) return;
+  std::vector<std::uint64_t> old_keys = std::move(keys_);
+  std::vector<std::uint64_t> old_values = std::move(values_);
+  keys_.assign(capacity, kEmpty);
+  values_.assign(capacity, 0);
+  mask_ = capacity - 1;
+  size_ = 0;
+  for (std::size_t i = 0; i < old_keys.size(); ++i) {
+    if (old_keys[i] != kEmpty) insert(old_keys[i], old_values[i]);
+  }
+}
+
+void FlatU64Map::grow() { reserve(std::max<std::size_t>(16, size_ + 1)); }
+
+void FlatU64Map::insert(std::uint64_t key, std::uint64_t value) {
+  if ((size_ + 1) * 2 > keys_.size()) grow();
+  for (std::size_t slot = hash(key) & mask_;; slot = (slot + 1) & mask_) {
+    if (keys_[slot] == key) {
+      values_[slot] = value;
+      return;
+    }
+    if (keys_[slot] == kEmpty) {
+      keys_[slot] = key;
+      values_[slot] = value;
+      ++size_;
+      return;
+    }
+  }
+}
+
+std::uint64_t hash_bytes(std::string_view bytes) {
+  constexpr std::uint64_t kMultiplier = 0x9E3779B97F4A7C15ULL;
+  std::uint64_t hash = bytes.size() * kMultiplier;
+  const char* data = bytes.data();
+  std::size_t left = bytes.size();
+  const auto mix = [&](std::uint64_t word) {
+    hash = (hash ^ word) * kMultiplier;
+    hash ^= hash >> 32;
+  };
+  while (left >= 8) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, data, 8);
+    mix(word);
+    data += 8;
+    left -= 8;
+  }
+  if (left > 0) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, data, left);
+    mix(word);
+  }
+  hash *= kMultiplier;
+  return hash ^ (hash >> 29);
+}
+
+namespace {
+constexpr std::size_t kShortPiece = 32;
+constexpr std::uint64_t kNoMerge = std::numeric_limits<std::uint64_t>::max();
+}  // namespace
+
+void BytePairModel::encode(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const {
+  if (piece.size() == 1) {
+    out->push_back(byte_ids_[static_cast<unsigned char>(piece[0])]);
+  } else if (piece.size() <= kShortPiece) {
+    encode_short(piece, scratch, out);
+  } else {
+    encode_long(piece, scratch, out);
+  }
+}
+
+void BytePairModel::encode_short(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const {
+  // parts[i] = token i; ranks[i] = the merge of tokens i and i+1 (priority << 32 | id).
+  std::int32_t ids[kShortPiece];
+  std::uint64_t ranks[kShortPiece];
+  std::size_t n = piece.size();
+  for (std::size_t i = 0; i < n; ++i) ids[i] = byte_ids_[static_cast<unsigned char>(piece[i])];
+  const auto rank_of = [&](std::size_t i) {
+    const std::uint64_t* found = merge(ids[i], ids[i + 1]);
+    return found != nullptr ? *found : kNoMerge;
+  };
+  for (std::size_t i = 0; i + 1 < n; ++i) ranks[i] = rank_of(i);
+  (void)scratch;
+  while (n > 1) {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i + 1 < n; ++i) {
+      // Compare priorities only: the low half is the merged id.
+      if ((ranks[i] >> 32) < (ranks[best] >> 32)) best = i;
+    }
+    if (ranks[best] == kNoMerge) break;
+    ids[best] = static_cast<std::int32_t>(ranks[best] & 0xFFFFFFFFU);
+    for (std::size_t i = best + 1; i + 1 < n; ++i) {
+      ids[i] = ids[i + 1];
+      ranks[i] = ranks[i + 1];
+    }
+    --n;
+    if (best + 1 < n) ranks[best] = rank_of(best);
+    if (best > 0) ranks[best - 1] = rank_of(best - 1);
+  }
+  out->insert(out->end(), ids, ids + n);
+}
+
+void BytePairModel::encode_long(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const {
+  // Tokens live at the byte offset where they start; next/prev link the live ones.
+  const auto n = static_cast<std::uint32_t>(piece.size());
+  auto& ids = scratch.ids;
+  auto& next = scratch.next;
+  auto& prev = scratch.prev;
+  auto& heap = scratch.heap;
+  ids.resize(n);
+  next.resize(n);
+  prev.resize(n);
+  heap.clear();
+  for (std::uint32_t i = 0; i < n; ++i) {
+    ids[i] = byte_ids_[static_cast<unsigned char>(piece[i])];
+    next[i] = i + 1;
+    prev[i] = i == 0 ? n : i - 1;
+  }
+  // Heap entries: priority << 32 | left offset, smallest first, so among equal
+  // priorities the leftmost merge comes first. A stale entry (its tokens changed) is
+  // recognized on popping by looking the pair up again.
+  const auto push = [&](std::uint32_t left) {
+    if (left >= n || next[left] >= n) return;
+    const std::uint64_t* found = merge(ids[left], ids[next[left]]);
+    if (found == nullptr) return;
+    heap.push_back((*found & 0xFFFFFFFF00000000ULL) | left);
+    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  };
+  for (std::uint32_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+    const std::uint64_t entry = heap.back();
+    heap.pop_back();
+    const auto left = static_cast<std::uint32_t>(entry & 0xFFFFFFFFU);
+    // A token that was merged into its left neighbour has prev == n + 1.
+    if (prev[left] == n + 1) continue;
+    const std::uint32_t right = next[left];
+    if (right >= n) continue;
+    const std::uint64_t* found = merge(ids[left], ids[right]);
+    if (found == nullptr || (*found >> 32) != (entry >> 32)) continue;
+    ids[left] = static_cast<std::int32_t>(*found & 0xFFFFFFFFU);
+    next[left] = next[right];
+    if (next[right] < n) prev[next[right]] = left;
+    prev[right] = n + 1;
+    if (prev[left] < n) push(prev[left]);
+    push(left);
+  }
+  for (std::uint32_t i = 0; i < n; i = next[i]) out->push_back(ids[i]);
+}
+
+}  // namespace dufu::dataprep

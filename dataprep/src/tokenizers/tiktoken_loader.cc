@@ -1,0 +1,181 @@
+// A tiktoken rank file: one "base64(token bytes) rank" per line. The rank is the id
+// and the merge priority; every two tokens whose concatenation is a token merge into
+// it (tiktoken's _byte_pair_merge), so the merge table holds every such split.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+#include <unordered_map>
+
+#include "byte_level_bpe.h"
+#include "dufu/common/error.h"
+
+namespace dufu::dataprep::tokenizers {
+namespace {
+
+int base64_value(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+bool base64_decode(std::string_view text, std::string* bytes) {
+  bytes->clear();
+  std::uint32_t buffer = 0;
+  int bits = 0;
+  std::size_t i = 0;
+  for (; i < text.size() && text[i] != '='; ++i) {
+    const int value = base64_value(text[i]);
+    if (value < 0) return false;
+    buffer = (buffer << 6) | static_cast<std::uint32_t>(value);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      bytes->push_back(static_cast<char>((buffer >> bits) & 0xFF));
+    }
+  }
+  for (; i < text.size(); ++i) {
+    if (text[i] != '=') return false;
+  }
+  return !bytes->empty();
+}
+
+struct KnownEncoding {
+  const char* name;
+  const char* pattern;
+  std::int32_t num_ranks;  // the rank file's size, which the special tokens follow
+  std::vector<std::pair<std::string, std::int32_t>> specials;
+};
+
+const std::vector<KnownEncoding>& known_encodings() {
+  static const std::vector<KnownEncoding> encodings = {
+      {"gpt2", kGpt2Pattern, 50256, {{"<|endoftext|>", 50256}}},
+      {"cl100k", kCl100kPattern, 100256,
+       {{"<|endoftext|>", 100257},
+        {"<|fim_prefix|>", 100258},
+        {"<|fim_middle|>", 100259},
+        {"<|fim_suffix|>", 100260},
+        {"<|endofprompt|>", 100276}}},
+      {"o200k", kO200kPattern, 199998, {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}}},
+  };
+  return encodings;
+}
+
+std::string pattern_from_file_name(const std::string& path) {
+  std::string stem = std::filesystem::path(path).filename().string();
+  if (const auto dot = stem.find('.'); dot != std::string::npos) stem.resize(dot);
+  if (stem == "gpt2" || stem == "r50k_base" || stem == "p50k_base") return "gpt2";
+  if (stem == "cl100k_base") return "cl100k";
+  if (stem == "o200k_base") return "o200k";
+  DUFU_FAIL("'", path, "' is a tiktoken rank file and needs --tokenizer-pattern gpt2|cl100k|o200k|REGEX ",
+            "(the pattern is inferred only for the names gpt2, r50k_base, p50k_base, cl100k_base and o200k_base)");
+}
+
+}  // namespace
+
+std::unique_ptr<TokenizerModel> load_tiktoken(const TokenizerSpec& spec) {
+  std::ifstream in(spec.model, std::ios::binary);
+  if (!in) DUFU_FAIL("cannot open tokenizer model '", spec.model, "'");
+  ByteLevelBpeConfig config;
+  std::string line;
+  std::string bytes;
+  std::size_t line_number = 0;
+  while (std::getline(in, line)) {
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    const auto space = line.find(' ');
+    std::int64_t rank = -1;
+    if (space != std::string::npos) {
+      try {
+        std::size_t used = 0;
+        rank = std::stoll(line.substr(space + 1), &used);
+        if (used != line.size() - space - 1) rank = -1;
+      } catch (const std::exception&) {
+        rank = -1;
+      }
+    }
+    if (space == std::string::npos || rank < 0 || rank >= (1LL << 30) ||
+        !base64_decode(std::string_view(line).substr(0, space), &bytes)) {
+      DUFU_FAIL(spec.model, ":", line_number, ": not a tiktoken rank line (base64 bytes, a space, a rank)");
+    }
+    const auto id = static_cast<std::size_t>(rank);
+    if (id >= config.token_bytes.size()) {
+      config.token_bytes.resize(id + 1);
+      config.defined.resize(id + 1, false);
+    }
+    if (config.defined[id]) DUFU_FAIL(spec.model, ":", line_number, ": rank ", rank, " appears twice");
+    config.token_bytes[id] = bytes;
+    config.defined[id] = true;
+  }
+  if (in.bad()) DUFU_FAIL("cannot read '", spec.model, "'");
+  const auto num_ranks = static_cast<std::int32_t>(config.token_bytes.size());
+
+  std::unordered_map<std::string_view, std::int32_t> rank_of;
+  rank_of.reserve(config.token_bytes.size());
+  for (std::size_t id = 0; id < config.token_bytes.size(); ++id) {
+    if (!config.defined[id]) continue;
+    if (!rank_of.emplace(config.token_bytes[id], static_cast<std::int32_t>(id)).second) {
+      DUFU_FAIL("'", spec.model, "' has the same token bytes at two ranks (", rank_of[config.token_bytes[id]],
+                " and ", id, ")");
+    }
+  }
+  for (int byte = 0; byte < 256; ++byte) {
+    const auto found = rank_of.find(std::string_view(std::string(1, static_cast<char>(byte))));
+    if (found == rank_of.end()) {
+      DUFU_FAIL("'", spec.model, "' has no token for the byte ", byte,
+                "; byte-level BPE needs one for each of the 256 bytes");
+    }
+    config.model.set_byte_token(static_cast<unsigned char>(byte), found->second);
+  }
+  std::size_t splits = 0;
+  for (std::size_t id = 0; id < config.token_bytes.size(); ++id) {
+    if (config.defined[id]) splits += config.token_bytes[id].size() - 1;
+  }
+  config.model.reserve_merges(splits);
+  for (std::size_t id = 0; id < config.token_bytes.size(); ++id) {
+    if (!config.defined[id]) continue;
+    const std::string_view token = config.token_bytes[id];
+    for (std::size_t cut = 1; cut < token.size(); ++cut) {
+      const auto left = rank_of.find(token.substr(0, cut));
+      if (left == rank_of.end()) continue;
+      const auto right = rank_of.find(token.substr(cut));
+      if (right == rank_of.end()) continue;
+      config.model.add_merge(left->second, right->second, static_cast<std::uint32_t>(id),
+                             static_cast<std::int32_t>(id));
+    }
+  }
+
+  std::string pattern_name = spec.pattern.empty() ? pattern_from_file_name(spec.model) : spec.pattern;
+  std::string pattern = pattern_name;
+  std::string description = "regex";
+  for (const auto& known : known_encodings()) {
+    if (pattern_name != known.name) continue;
+    pattern = known.pattern;
+    description = known.name;
+    // The encoding's special tokens, when the rank file is the encoding's.
+    if (num_ranks == known.num_ranks) {
+      for (const auto& [text, id] : known.specials) {
+        const auto index = static_cast<std::size_t>(id);
+        if (index >= config.token_bytes.size()) {
+          config.token_bytes.resize(index + 1);
+          config.defined.resize(index + 1, false);
+        }
+        config.token_bytes[index] = text;
+        config.defined[index] = true;
+        if (text == "<|endoftext|>") config.eod_id = id;
+      }
+    }
+  }
+  PreTokenizerStage stage;
+  stage.splitter = std::make_unique<RegexSplitter>(pattern, RegexDialect::kTiktoken);
+  config.stages.push_back(std::move(stage));
+  config.name = str_cat("tiktoken ", description, " (", config.token_bytes.size(), " ids) from ", spec.model);
+  return make_byte_level_bpe(std::move(config));
+}
+
+}  // namespace dufu::dataprep::tokenizers

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Creates the Python environment of the tokenizer references: tiktoken, HuggingFace
+# tokenizers, bpe-openai (whose wheel ships the cl100k_base and o200k_base rank files)
+# and openai-whisper's source distribution (which ships gpt2.tiktoken), at pinned
+# versions from PyPI, in a virtual environment outside the repository that also sees
+# Debian's numpy and sentencepiece. Copies the three rank files out of the installed
+# packages into VENV/rank-files/ as plain .tiktoken files. Idempotent: a finished
+# environment with the same pins is left as it is.
+#
+# usage: setup_reference_venv.sh [VENV]   (prints the venv's python on the last line)
+# VENV defaults to $DUFU_REFERENCE_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv.
+set -euo pipefail
+
+venv=${1:-${DUFU_REFERENCE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dufu/reference-venv}}
+# --no-deps: exactly these packages; the references import nothing else from PyPI
+# (openai-whisper only ships the data file, it is never imported).
+pins=(
+  tiktoken==0.12.0
+  regex==2026.11.15
+  tokenizers==0.22.1
+  bpe-openai==0.1.4
+  openai-whisper==20250625
+)
+# The benchmark also measures these when they install; the tests never need them.
+optional_pins=(quicktok-v1==0.4.0)
+stamp="$venv/.dufu-reference-pins"
+wanted="${pins[*]} ${optional_pins[*]} rank-files-v1"
+
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$wanted" && -x "$venv/bin/python" ]]; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+
+mkdir -p "$(dirname "$venv")"
+# One set-up at a time (ctest may start several fixtures at once).
+exec 9>"$venv.lock"
+flock 9
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$wanted" && -x "$venv/bin/python" ]]; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+
+rm -rf "$venv"
+# Debian's interpreter (python3-venv), so that --system-site-packages sees
+# python3-numpy and python3-sentencepiece.
+python=/usr/bin/python3
+if ! "$python" -m venv --system-site-packages "$venv" >&2; then
+  echo "setup_reference_venv: '$python -m venv' failed; HINT: apt-get install python3-venv" >&2
+  exit 1
+fi
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${pins[@]}" >&2
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${optional_pins[@]}" >&2 ||
+  echo "setup_reference_venv: ${optional_pins[*]} did not install; the benchmark leaves it out" >&2
+
+mkdir -p "$venv/rank-files"
+"$venv/bin/python" - "$venv/rank-files" <<'EOF' >&2
+import gzip
+import importlib.util
+import os
+import shutil
+import sys
+
+out = sys.argv[1]
+
+
+def package_dir(name):
+    spec = importlib.util.find_spec(name)
+    return list(spec.submodule_search_locations)[0]
+
+
+bpe_data = os.path.join(package_dir("bpe_openai"), "data")
+for stem in ("cl100k_base", "o200k_base"):
+    with gzip.open(os.path.join(bpe_data, stem + ".tiktoken.gz"), "rb") as source, \
+            open(os.path.join(out, stem + ".tiktoken"), "wb") as target:
+        shutil.copyfileobj(source, target)
+shutil.copyfile(os.path.join(package_dir("whisper"), "assets", "gpt2.tiktoken"),
+                os.path.join(out, "gpt2.tiktoken"))
+for name in sorted(os.listdir(out)):
+    print("setup_reference_venv:", os.path.join(out, name), os.path.getsize(os.path.join(out, name)), "bytes")
+EOF
+echo "$wanted" > "$stamp"
+echo "$venv/bin/python"

@@ -1,0 +1,311 @@
+// Token for token against the real implementations: tiktoken's encode_ordinary (GPT-2,
+// cl100k_base, o200k_base), HuggingFace tokenizers (byte-level BPE tokenizer.json of
+// three layouts, GPT-2-style vocab.json + merges.txt, all trained with `tokenizers` on
+// Debian text) and sentencepiece's EncodeAsIds (BPE and unigram, with and without byte
+// fallback), on prose, kernel documentation and code, translated manual pages, edge
+// cases and random Unicode. The references' ids come from
+// tests/fixtures/make_bpe_fixture.sh (tests/reference/tokenizer_reference.py); end to
+// end, `dataprep preprocess` must write the shards that script built with numpy.
+#include <gtest/gtest.h>
+#include <simdjson.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dufu/common/error.h"
+#include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/tokenizer.h"
+#include "support/tool_runner.h"
+
+namespace dufu::testing {
+namespace {
+
+using Ids = std::vector<std::int32_t>;
+
+std::string bpe_fixture(const std::string& name) { return std::string(DUFU_FIXTURE_DIR) + "/bpe/" + name; }
+
+const std::vector<std::string>& corpus_names() {
+  static const std::vector<std::string> names = {"prose", "docs", "code", "i18n", "edge"};
+  return names;
+}
+
+std::vector<std::string> read_texts(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path + " (run the fixture_bpe test first)");
+  std::vector<std::string> texts;
+  simdjson::dom::parser parser;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    simdjson::dom::element document;
+    std::string_view text;
+    if (parser.parse(line).get(document) || document["text"].get(text)) {
+      throw std::runtime_error("bad jsonl line in " + path);
+    }
+    texts.emplace_back(text);
+  }
+  return texts;
+}
+
+std::vector<Ids> read_ids(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path + " (run the fixture_bpe test first)");
+  std::vector<Ids> documents;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    Ids ids;
+    std::int32_t id = 0;
+    while (fields >> id) ids.push_back(id);
+    documents.push_back(std::move(ids));
+  }
+  return documents;
+}
+
+std::string printable(const std::string& text) {
+  std::string shown = text.substr(0, 120);
+  for (char& c : shown) {
+    if (c == '\n') c = '|';
+  }
+  return shown;
+}
+
+struct Case {
+  const char* name;
+  const char* model;
+  const char* merges;   // relative to the fixture's models/, or ""
+  const char* pattern;  // for .tiktoken
+};
+
+// The same list as make_bpe_fixture.sh.
+const Case kCases[] = {
+    {"gpt2", "gpt2.tiktoken", "", "gpt2"},
+    {"cl100k", "cl100k_base.tiktoken", "", "cl100k"},
+    {"o200k", "o200k_base.tiktoken", "", "o200k"},
+    {"hf-bytelevel", "bytelevel.tokenizer.json", "", ""},
+    {"hf-split", "split.tokenizer.json", "", ""},
+    {"hf-prefix", "prefix.tokenizer.json", "", ""},
+    {"gpt2-vocab", "gpt2style-vocab.json", "gpt2style-merges.txt", ""},
+    {"spm-bpe-fallback-false", "spm-bpe-fallback-false.model", "", ""},
+    {"spm-bpe-fallback-true", "spm-bpe-fallback-true.model", "", ""},
+    {"spm-unigram-fallback-false", "spm-unigram-fallback-false.model", "", ""},
+    {"spm-unigram-fallback-true", "spm-unigram-fallback-true.model", "", ""},
+};
+
+dataprep::TokenizerSpec spec_of(const Case& c) {
+  dataprep::TokenizerSpec spec;
+  spec.model = bpe_fixture(std::string("models/") + c.model);
+  if (c.merges[0] != '\0') spec.merges = bpe_fixture(std::string("models/") + c.merges);
+  spec.pattern = c.pattern;
+  return spec;
+}
+
+class ReferenceIds : public ::testing::TestWithParam<Case> {};
+
+// Every document of every corpus, through one encoder (its cache warm, as a worker's
+// is) and, for a sample, through fresh ones; decoding gives the text back.
+TEST_P(ReferenceIds, EveryDocumentOfEveryCorpus) {
+  const Case& c = GetParam();
+  const auto tokenizer = dataprep::Tokenizer::load(spec_of(c));
+  auto encoder = tokenizer.make_encoder();
+  std::size_t documents = 0, tokens = 0;
+  for (const auto& corpus : corpus_names()) {
+    const auto texts = read_texts(bpe_fixture("corpora/" + corpus + ".jsonl"));
+    const auto expected = read_ids(bpe_fixture("expected/" + std::string(c.name) + "." + corpus + ".ids"));
+    ASSERT_EQ(texts.size(), expected.size()) << corpus;
+    Ids ids;
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      encoder->encode(texts[i], &ids);
+      ASSERT_EQ(ids, expected[i]) << c.name << " " << corpus << " document " << i << ": '" << printable(texts[i])
+                                  << "'";
+      if (i % 97 == 0) {
+        Ids fresh;
+        tokenizer.encode(texts[i], &fresh);
+        ASSERT_EQ(fresh, expected[i]) << "fresh encoder, " << corpus << " document " << i;
+      }
+      ++documents;
+      tokens += ids.size();
+    }
+  }
+  std::printf("%s: %zu documents, %zu tokens identical to the reference\n", c.name, documents, tokens);
+}
+
+// Byte-level tokenizers decode to the text exactly (sentencepiece normalizes).
+TEST_P(ReferenceIds, DecodeGivesTheTextBack) {
+  const Case& c = GetParam();
+  if (std::string(c.name).starts_with("spm") || std::string(c.name) == "hf-prefix") GTEST_SKIP();
+  const auto tokenizer = dataprep::Tokenizer::load(spec_of(c));
+  for (const auto& corpus : corpus_names()) {
+    const auto texts = read_texts(bpe_fixture("corpora/" + corpus + ".jsonl"));
+    const auto expected = read_ids(bpe_fixture("expected/" + std::string(c.name) + "." + corpus + ".ids"));
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      ASSERT_EQ(tokenizer.decode(expected[i]), texts[i]) << corpus << " document " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokenizers, ReferenceIds, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           std::string name = info.param.name;
+                           for (char& ch : name) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return name;
+                         });
+
+TEST(TokenizerFacts, VocabularySizeEndOfDocumentAndDtypeRule) {
+  struct Fact {
+    const char* name;
+    std::int64_t vocab;
+    std::int32_t eod;
+  };
+  const Fact facts[] = {{"gpt2", 50257, 50256}, {"cl100k", 100277, 100257}, {"o200k", 200019, 199999}};
+  for (const auto& fact : facts) {
+    for (const Case& c : kCases) {
+      if (std::string(c.name) != fact.name) continue;
+      const auto tokenizer = dataprep::Tokenizer::load(spec_of(c));
+      EXPECT_EQ(tokenizer.vocab_size(), fact.vocab) << fact.name;
+      EXPECT_EQ(tokenizer.eod_id(), fact.eod) << fact.name;
+      EXPECT_EQ(tokenizer.piece(fact.eod), "<|endoftext|>");
+      EXPECT_NE(tokenizer.name().find("tiktoken"), std::string::npos) << tokenizer.name();
+    }
+  }
+  const auto split = dataprep::Tokenizer::load(bpe_fixture("models/split.tokenizer.json"));
+  EXPECT_EQ(split.piece(split.eod_id()), "<|end_of_text|>");
+  const auto vocab = dataprep::Tokenizer::load(dataprep::TokenizerSpec{
+      .model = bpe_fixture("models/gpt2style-vocab.json"), .merges = bpe_fixture("models/gpt2style-merges.txt"),
+      .pattern = {}});
+  EXPECT_EQ(vocab.piece(vocab.eod_id()), "<|endoftext|>");
+  const auto spm = dataprep::Tokenizer::load(bpe_fixture("models/spm-bpe-fallback-false.model"));
+  EXPECT_EQ(spm.piece(spm.eod_id()), "</s>");
+}
+
+TEST(TokenizerFacts, DecodeOfASplitCharacterGivesReplacementCharacters) {
+  const auto tokenizer = dataprep::Tokenizer::load(bpe_fixture("models/cl100k_base.tiktoken"));
+  Ids ids;
+  tokenizer.encode("\xF0\x9F\x98\x80", &ids);  // one emoji, several byte tokens
+  ASSERT_GT(ids.size(), 1U);
+  EXPECT_EQ(tokenizer.decode(Ids(ids.begin(), ids.begin() + 1)), "\xEF\xBF\xBD");
+  EXPECT_EQ(tokenizer.decode(ids), "\xF0\x9F\x98\x80");
+  EXPECT_THROW(tokenizer.decode(Ids{100261}), Error);  // a hole between the specials
+  EXPECT_THROW(tokenizer.decode(Ids{-1}), Error);
+}
+
+TEST(TokenizerFacts, InvalidUtf8LosesNoByte) {
+  for (const char* model : {"cl100k_base.tiktoken", "bytelevel.tokenizer.json"}) {
+    const auto tokenizer = dataprep::Tokenizer::load(bpe_fixture(std::string("models/") + model));
+    const std::string text = "ab\xFF\xFE cd \xE2\x82 \xC3\xA9t\xC3";
+    Ids ids;
+    tokenizer.encode(text, &ids);
+    EXPECT_EQ(tokenizer.decode(ids), "ab\xEF\xBF\xBD\xEF\xBF\xBD cd \xEF\xBF\xBD \xC3\xA9t\xEF\xBF\xBD") << model;
+  }
+}
+
+// Files and components dufu does not implement are refused by name.
+TEST(TokenizerRefusals, UnsupportedComponentsAreNamed) {
+  TempDir dir;
+  const std::string base = read_all(bpe_fixture("models/bytelevel.tokenizer.json"));
+  const auto refused = [&](const std::string& from, const std::string& to, const std::string& message) {
+    std::string json = base;
+    const auto at = json.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    json.replace(at, from.size(), to);
+    write_all(dir.file("tokenizer.json"), json);
+    try {
+      dataprep::Tokenizer::load(dir.file("tokenizer.json"));
+      ADD_FAILURE() << "accepted: " << to;
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find(message), std::string::npos) << error.what();
+    }
+  };
+  refused("\"normalizer\": null", "\"normalizer\": {\"type\": \"NFKC\"}", "NFKC");
+  refused("\"type\": \"BPE\"", "\"type\": \"WordPiece\"", "WordPiece");
+  refused("\"decoder\": {\n    \"type\": \"ByteLevel\"", "\"decoder\": {\n    \"type\": \"WordPiece\"", "WordPiece");
+  refused("\"pre_tokenizer\": {\n    \"type\": \"ByteLevel\"", "\"pre_tokenizer\": {\n    \"type\": \"Whitespace\"",
+          "Whitespace");
+  refused("\"special\": true", "\"special\": false", "special: false");
+  refused("\"dropout\": null", "\"dropout\": 0.1", "dropout");
+
+  write_all(dir.file("vocab.json"), read_all(bpe_fixture("models/gpt2style-vocab.json")));
+  try {
+    dataprep::Tokenizer::load(dir.file("vocab.json"));
+    ADD_FAILURE() << "a vocab.json without merges was accepted";
+  } catch (const Error& error) {
+    EXPECT_NE(std::string(error.what()).find("--tokenizer-merges"), std::string::npos) << error.what();
+  }
+  write_all(dir.file("custom.tiktoken"), read_all(bpe_fixture("models/gpt2.tiktoken")));
+  EXPECT_THROW(dataprep::Tokenizer::load(dir.file("custom.tiktoken")), Error);  // which pattern?
+  EXPECT_THROW(dataprep::Tokenizer::load(dataprep::TokenizerSpec{
+                   .model = dir.file("custom.tiktoken"), .merges = {}, .pattern = "(unclosed"}),
+               Error);
+  write_all(dir.file("bad.tiktoken"), "IQ== 0\nnot base64! 1\n");
+  EXPECT_THROW(dataprep::Tokenizer::load(dir.file("bad.tiktoken")), Error);
+}
+
+// A custom regex for a rank file: gpt2's ranks split on whitespace only.
+TEST(TokenizerPatterns, ARegexGivenForARankFile) {
+  const auto tokenizer = dataprep::Tokenizer::load(dataprep::TokenizerSpec{
+      .model = bpe_fixture("models/gpt2.tiktoken"), .merges = {}, .pattern = R"(\S+|\s+)"});
+  Ids whole, words;
+  tokenizer.encode("hello world", &whole);
+  const auto gpt2 = dataprep::Tokenizer::load(bpe_fixture("models/gpt2.tiktoken"));
+  gpt2.encode("hello", &words);
+  Ids space_world;
+  gpt2.encode(" ", &space_world);
+  words.insert(words.end(), space_world.begin(), space_world.end());
+  Ids world;
+  gpt2.encode("world", &world);
+  words.insert(words.end(), world.begin(), world.end());
+  EXPECT_EQ(whole, words);
+}
+
+// --- end to end: dataprep preprocess with each kind of tokenizer file
+
+class PreprocessShards : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(PreprocessShards, AreTheReferenceIdsPlusEodInTheDtypeOfTheRule) {
+  const std::string name = GetParam();
+  std::string flags;
+  for (const Case& c : kCases) {
+    if (name != c.name) continue;
+    const auto spec = spec_of(c);
+    flags = "--tokenizer-model " + shell_quote(spec.model);
+    if (!spec.merges.empty()) flags += " --tokenizer-merges " + shell_quote(spec.merges);
+  }
+  TempDir dir;
+  const auto result = run_command(shell_quote(dataprep_tool()) + " preprocess --quiet --append-eod --workers 2 " +
+                                  flags + " --input " + shell_quote(bpe_fixture("corpora/mixed.jsonl")) +
+                                  " --output-prefix " + shell_quote(dir.file("out")) + " --batch-bytes 65536");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(read_all(dir.file("out.bin")) == read_all(bpe_fixture("expected/" + name + ".shard.bin")))
+      << name << ": the .bin differs from the reference";
+  std::istringstream lengths(read_all(bpe_fixture("expected/" + name + ".shard.lengths")));
+  std::string dtype;
+  lengths >> dtype;
+  const auto dataset = dataprep::IndexedDataset::open(dir.file("out"), dataprep::IndexImpl::kMmap);
+  EXPECT_EQ(std::string(dataprep::dtype_name(dataset->dtype())), dtype);
+  std::uint64_t length = 0;
+  std::uint64_t sequence = 0;
+  while (lengths >> length) {
+    ASSERT_LT(sequence, dataset->num_sequences());
+    EXPECT_EQ(dataset->sequence(sequence).size(), length) << "document " << sequence;
+    ++sequence;
+  }
+  EXPECT_EQ(sequence, dataset->num_sequences());
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokenizers, PreprocessShards,
+                         ::testing::Values("gpt2", "cl100k", "o200k", "hf-split", "gpt2-vocab",
+                                           "spm-unigram-fallback-true"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string name = info.param;
+                           for (char& ch : name) {
+                             if (ch == '-') ch = '_';
+                           }
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace dufu::testing
