@@ -4,12 +4,14 @@
 #include "dufu/common/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -66,7 +68,110 @@ int fsync_retrying(int fd) {
   return rc;
 }
 
+// The paths the signal handlers unlink: fixed storage, so that a handler never
+// allocates and never sees a half-written path (state 2 is set after the bytes).
+constexpr int kCleanupSlots = 256;
+constexpr std::size_t kCleanupPathMax = 4096;
+constexpr int kSlotFree = 0, kSlotClaimed = 1, kSlotActive = 2;
+struct CleanupSlot {
+  std::atomic<int> state{kSlotFree};
+  char path[kCleanupPathMax];
+};
+CleanupSlot cleanup_slots[kCleanupSlots];
+static_assert(std::atomic<int>::is_always_lock_free, "signal handlers need lock-free atomics");
+
+std::atomic<int> defer_depth{0};
+std::atomic<int> pending_signal{0};
+constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+void unlink_registered_paths() noexcept {
+  for (auto& slot : cleanup_slots) {
+    if (slot.state.load(std::memory_order_acquire) == kSlotActive) ::unlink(slot.path);
+  }
+}
+
+extern "C" void cleanup_signal_handler(int signal_number) {
+  const int saved_errno = errno;
+  if (defer_depth.load(std::memory_order_acquire) > 0) {
+    // ~DeferCleanupSignals raises it again when the critical section is over.
+    pending_signal.store(signal_number, std::memory_order_release);
+    errno = saved_errno;
+    return;
+  }
+  unlink_registered_paths();
+  // End as the signal would have ended us (exit status 128 + n in a shell): the
+  // signal is blocked inside its handler, so it is delivered when this returns.
+  ::signal(signal_number, SIG_DFL);
+  ::raise(signal_number);
+  errno = saved_errno;
+}
+
 }  // namespace
+
+int temporary_owner_pid(const std::string& file_name, const std::string& final_name) {
+  const std::string head = "." + final_name + ".tmp.";
+  if (file_name.size() <= head.size() || file_name.compare(0, head.size(), head) != 0) return 0;
+  const char* p = file_name.c_str() + head.size();
+  long pid = 0;
+  const char* digits = p;
+  while (*p >= '0' && *p <= '9' && pid < 100000000) pid = pid * 10 + (*p++ - '0');
+  if (p == digits || *p != '.') return 0;
+  const char* counter = ++p;
+  while (*p >= '0' && *p <= '9') ++p;
+  if (p == counter || *p != '\0') return 0;
+  return static_cast<int>(pid);
+}
+
+bool process_exists(int pid) noexcept {
+  if (pid <= 0) return false;
+  return ::kill(pid, 0) == 0 || errno != ESRCH;
+}
+
+void install_cleanup_signal_handlers() {
+  for (const int signal_number : kCleanupSignals) {
+    struct sigaction current {};
+    if (::sigaction(signal_number, nullptr, &current) != 0) continue;
+    // A signal the parent told us to ignore (nohup, a background job) stays ignored.
+    if (current.sa_handler == SIG_IGN) continue;
+    struct sigaction action {};
+    action.sa_handler = cleanup_signal_handler;
+    sigemptyset(&action.sa_mask);
+    for (const int other : kCleanupSignals) sigaddset(&action.sa_mask, other);
+    action.sa_flags = SA_RESTART;
+    ::sigaction(signal_number, &action, nullptr);
+  }
+}
+
+int register_cleanup_path(const std::string& path) noexcept {
+  if (path.empty() || path.size() >= kCleanupPathMax) return -1;
+  for (int i = 0; i < kCleanupSlots; ++i) {
+    int expected = kSlotFree;
+    if (cleanup_slots[i].state.compare_exchange_strong(expected, kSlotClaimed, std::memory_order_acquire)) {
+      std::memcpy(cleanup_slots[i].path, path.c_str(), path.size() + 1);
+      cleanup_slots[i].state.store(kSlotActive, std::memory_order_release);
+      return i;
+    }
+  }
+  return -1;
+}
+
+void unregister_cleanup_path(int slot) noexcept {
+  if (slot >= 0 && slot < kCleanupSlots) cleanup_slots[slot].state.store(kSlotFree, std::memory_order_release);
+}
+
+DeferCleanupSignals::DeferCleanupSignals() noexcept { defer_depth.fetch_add(1, std::memory_order_acq_rel); }
+
+DeferCleanupSignals::~DeferCleanupSignals() {
+  if (defer_depth.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    const int signal_number = pending_signal.exchange(0, std::memory_order_acq_rel);
+    if (signal_number != 0) ::raise(signal_number);
+  }
+}
+
+void crash_point(const char* name) {
+  const char* wanted = std::getenv("DUFU_CRASH_POINT");
+  if (wanted != nullptr && std::strcmp(wanted, name) == 0) ::raise(SIGKILL);
+}
 
 void sync_directory(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -99,6 +204,7 @@ AtomicFile::AtomicFile(std::string final_path) : final_path_(std::move(final_pat
     temp_path_.clear();
     DUFU_FAIL("cannot write '", final_path_, "': no free temporary name in '", parts.dir, "'");
   }
+  cleanup_slot_ = register_cleanup_path(temp_path_);
   buffer_.resize(kBufferSize);
 }
 
@@ -106,6 +212,8 @@ AtomicFile::AtomicFile(AtomicFile&& other) noexcept
     : final_path_(std::move(other.final_path_)),
       temp_path_(std::exchange(other.temp_path_, std::string())),
       fd_(std::exchange(other.fd_, -1)),
+      cleanup_slot_(std::exchange(other.cleanup_slot_, -1)),
+      prepared_(std::exchange(other.prepared_, false)),
       committed_(std::exchange(other.committed_, false)),
       buffer_(std::move(other.buffer_)),
       buffered_(std::exchange(other.buffered_, 0)),
@@ -118,7 +226,7 @@ AtomicFile::AtomicFile(AtomicFile&& other) noexcept
 AtomicFile::~AtomicFile() { discard(); }
 
 void AtomicFile::write(const void* data, std::size_t size) {
-  DUFU_CHECK(fd_ >= 0 && !committed_, "write to '", final_path_, "' after commit or discard");
+  DUFU_CHECK(fd_ >= 0 && !committed_, "write to '", final_path_, "' after commit, prepare or discard");
   if (size == 0) return;
   const char* bytes = static_cast<const char*>(data);
   if (buffered_ + size > buffer_.size()) {
@@ -141,10 +249,11 @@ void AtomicFile::flush_buffer() {
   buffered_ = 0;
 }
 
-void AtomicFile::commit() {
-  DUFU_CHECK(fd_ >= 0 && !committed_, "commit of '", final_path_, "' after commit or discard");
+void AtomicFile::prepare() {
+  DUFU_CHECK(fd_ >= 0 && !committed_ && !prepared_, "prepare of '", final_path_,
+             "' after commit, discard or prepare");
   flush_buffer();
-  // Data must be durable before the rename makes it visible, or a crash could leave
+  // Data must be durable before a rename makes it visible, or a crash could leave
   // a complete-looking name over missing blocks.
   if (fsync_retrying(fd_) != 0) {
     DUFU_FAIL("cannot write '", final_path_, "': fsync failed: ", errno_message(errno));
@@ -154,12 +263,26 @@ void AtomicFile::commit() {
   if (::close(fd) != 0) {
     DUFU_FAIL("cannot write '", final_path_, "': close failed: ", errno_message(errno));
   }
+  prepared_ = true;
+  buffer_ = std::vector<char>();
+}
+
+void AtomicFile::release() noexcept {
+  unregister_cleanup_path(std::exchange(cleanup_slot_, -1));
+  if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+  committed_ = true;
+}
+
+void AtomicFile::commit() {
+  DUFU_CHECK((fd_ >= 0 || prepared_) && !committed_, "commit of '", final_path_,
+             "' after commit or discard");
+  if (!prepared_) prepare();
   if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0) {
     DUFU_FAIL("cannot write '", final_path_, "': rename from '", temp_path_,
               "' failed: ", errno_message(errno));
   }
   committed_ = true;
-  buffer_ = std::vector<char>();
+  unregister_cleanup_path(std::exchange(cleanup_slot_, -1));
 
   // The rename itself lives in the directory; without this a crash can forget it.
   try {
@@ -178,6 +301,7 @@ void AtomicFile::discard() noexcept {
     ::unlink(temp_path_.c_str());
     temp_path_.clear();
   }
+  unregister_cleanup_path(std::exchange(cleanup_slot_, -1));
   buffered_ = 0;
 }
 

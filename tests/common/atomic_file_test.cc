@@ -275,5 +275,106 @@ TEST(AtomicFile, FailedWriteThrowsAndLeavesNothing) {
   EXPECT_TRUE(dir.list().empty());
 }
 
+// prepare() does every write that can fail; the temporary then waits for commit()
+// (or for the caller, after release()).
+TEST(AtomicFile, PrepareWritesEverythingAndCommitOnlyRenames) {
+  TempDir dir;
+  AtomicFile file(dir.file("out.bin"));
+  const std::string bytes = pattern(3 << 20, 5);
+  file.write(bytes.data(), 100);
+  file.write(bytes.data() + 100, bytes.size() - 100);
+  file.prepare();
+  EXPECT_THROW(file.write("x", 1), Error);
+  EXPECT_FALSE(file_exists(dir.file("out.bin")));
+  EXPECT_EQ(testing::read_all(file.temp_path()), bytes);
+  file.commit();
+  EXPECT_EQ(testing::read_all(dir.file("out.bin")), bytes);
+  EXPECT_EQ(dir.list(), (std::set<std::string>{"out.bin"}));
+}
+
+TEST(AtomicFile, ReleaseHandsTheTemporaryOver) {
+  TempDir dir;
+  std::string temp;
+  {
+    AtomicFile file(dir.file("out.bin"));
+    file.write("mine", 4);
+    file.prepare();
+    temp = file.temp_path();
+    file.release();
+  }
+  EXPECT_EQ(testing::read_all(temp), "mine");
+  EXPECT_FALSE(file_exists(dir.file("out.bin")));
+}
+
+TEST(AtomicFile, TemporaryOwnerPidIsReadFromTheName) {
+  EXPECT_EQ(temporary_owner_pid(".corpus.bin.tmp.1234.0", "corpus.bin"), 1234);
+  EXPECT_EQ(temporary_owner_pid(".corpus.bin.tmp.7.12", "corpus.bin"), 7);
+  EXPECT_EQ(temporary_owner_pid(".corpus.bin.tmp.1234.0", "corpus.idx"), 0);
+  EXPECT_EQ(temporary_owner_pid(".corpus.bin.tmp.1234", "corpus.bin"), 0);
+  EXPECT_EQ(temporary_owner_pid(".corpus.bin.tmp.x.0", "corpus.bin"), 0);
+  EXPECT_EQ(temporary_owner_pid(".corpus.bin.tmp.12.0x", "corpus.bin"), 0);
+  EXPECT_EQ(temporary_owner_pid("corpus.bin", "corpus.bin"), 0);
+  EXPECT_TRUE(process_exists(static_cast<int>(::getpid())));
+  const pid_t gone = testing::start_child([] { return 0; });
+  testing::wait_child(gone);
+  EXPECT_FALSE(process_exists(static_cast<int>(gone)));
+}
+
+// A tool that installed the handlers loses its temporaries (and other registered
+// paths) to SIGTERM, and still dies of the signal.
+TEST(AtomicFile, SigtermRemovesTemporaries) {
+  TempDir dir;
+  testing::SignalPipe ready;
+  const pid_t child = testing::start_child([&] {
+    install_cleanup_signal_handlers();
+    AtomicFile file(dir.file("out.bin"));
+    file.write("partial", 7);
+    testing::write_all(dir.file("registered"), "x");
+    register_cleanup_path(dir.file("registered"));
+    ready.send();
+    for (;;) ::pause();
+    return 0;
+  });
+  ready.close_write();
+  ASSERT_TRUE(ready.receive());
+  EXPECT_EQ(dir.list().size(), 2U);
+  ::kill(child, SIGTERM);
+  EXPECT_EQ(testing::wait_child(child), 128 + SIGTERM);
+  EXPECT_TRUE(dir.list().empty());
+}
+
+// Inside DeferCleanupSignals a signal waits; it takes effect at the end.
+TEST(AtomicFile, DeferredSignalsTakeEffectAfterwards) {
+  TempDir dir;
+  const int code = testing::run_in_child([&] {
+    install_cleanup_signal_handlers();
+    AtomicFile file(dir.file("out.bin"));
+    {
+      const DeferCleanupSignals defer;
+      ::raise(SIGTERM);
+      testing::write_all(dir.file("survived"), "x");
+    }
+    return 3;  // not reached
+  });
+  EXPECT_EQ(code, 128 + SIGTERM);
+  EXPECT_EQ(dir.list(), (std::set<std::string>{"survived"}));
+}
+
+TEST(AtomicFile, CrashPointKillsOnlyWhenNamed) {
+  EXPECT_EQ(testing::run_in_child([] {
+              ::setenv("DUFU_CRASH_POINT", "somewhere", 1);
+              crash_point("elsewhere");
+              crash_point("somewhere");
+              return 0;
+            }),
+            128 + SIGKILL);
+  EXPECT_EQ(testing::run_in_child([] {
+              ::unsetenv("DUFU_CRASH_POINT");
+              crash_point("somewhere");
+              return 0;
+            }),
+            0);
+}
+
 }  // namespace
 }  // namespace dufu

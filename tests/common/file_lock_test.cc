@@ -121,5 +121,51 @@ TEST(FileLock, MissingDirectoryThrowsWithPath) {
   }
 }
 
+// remove_file_on_unlock: the file goes with the lock, and a process that was waiting
+// on the removed file starts over on a new one, so the lock still excludes.
+TEST(FileLock, RemovedLockFilesDoNotPileUpAndStillExclude) {
+  TempDir dir;
+  const std::string path = dir.file("out.lock");
+  auto lock = std::make_unique<FileLock>(path);
+  lock->remove_file_on_unlock();
+  SignalPipe holding;
+  SignalPipe done;
+  const pid_t child = start_child([&] {
+    FileLock waiting(path);  // opens the file that is about to be removed, and blocks
+    if (!holding.send()) return 2;
+    return done.receive() ? 0 : 3;
+  });
+  ASSERT_GE(child, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  lock.reset();
+  ASSERT_TRUE(holding.receive());
+  // The child must hold the lock on what `path` names now, not on the removed file.
+  EXPECT_EQ(FileLock::try_lock(path), nullptr);
+  EXPECT_EQ(FileLock::holder_pid(path), child);
+  ASSERT_TRUE(done.send());
+  EXPECT_EQ(wait_child(child), 0);
+  EXPECT_EQ(FileLock::holder_pid(path), 0);
+
+  {
+    auto again = FileLock::try_lock(path);
+    ASSERT_NE(again, nullptr);
+    again->remove_file_on_unlock();
+    EXPECT_TRUE(file_exists(path));
+  }
+  EXPECT_FALSE(file_exists(path));
+  EXPECT_TRUE(dir.list().empty());
+}
+
+// holder_pid names the holder; asking about a lock this process holds must not drop
+// it (closing any descriptor of the file would).
+TEST(FileLock, HolderPidNamesTheHolderAndKeepsOwnLocks) {
+  TempDir dir;
+  EXPECT_EQ(FileLock::holder_pid(dir.file("missing.lock")), 0);
+  const FileLock mine(dir.file("mine.lock"));
+  EXPECT_EQ(FileLock::holder_pid(dir.file("mine.lock")), ::getpid());
+  EXPECT_EQ(child_try_lock(dir.file("mine.lock")), 0) << "holder_pid dropped this process's lock";
+  EXPECT_EQ(run_in_child([&] { return FileLock::holder_pid(dir.file("mine.lock")) == ::getppid() ? 0 : 1; }), 0);
+}
+
 }  // namespace
 }  // namespace dufu

@@ -3,6 +3,8 @@
 #include "dufu/common/shared_file_copy.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <optional>
@@ -20,6 +22,7 @@ using testing::TempDir;
 using testing::wait_child;
 
 bool segment_exists(const std::string& name) { return std::filesystem::exists("/dev/shm/" + name); }
+bool lock_file_exists(const std::string& name) { return std::filesystem::exists("/dev/shm/" + name + ".lock"); }
 
 std::string contents(const SharedFileCopy& copy) {
   return {reinterpret_cast<const char*>(copy.data()), static_cast<std::size_t>(copy.size())};
@@ -45,6 +48,7 @@ TEST(SharedFileCopy, HoldsTheFileAndIsRemovedWithItsLastUser) {
     EXPECT_EQ(first.users(), 1U);
   }
   EXPECT_FALSE(segment_exists(name));
+  EXPECT_FALSE(lock_file_exists(name)) << "lock files pile up in /dev/shm";
 }
 
 TEST(SharedFileCopy, OtherProcessesShareItAndCrashedUsersStopCounting) {
@@ -103,6 +107,34 @@ TEST(SharedFileCopy, EmptyFileAndMissingFile) {
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("missing.bin"), std::string::npos) << error.what();
   }
+}
+
+// A copy whose every user was killed (nobody left to detach) is removed, with its lock
+// file, by the next process that opens any shared copy.
+TEST(SharedFileCopy, CopiesOfKilledUsersAreReclaimed) {
+  TempDir dir;
+  testing::write_all(dir.file("killed.bin"), std::string(50000, 'k'));
+  testing::write_all(dir.file("other.bin"), "other");
+  SignalPipe named;
+  const pid_t child = start_child([&] {
+    const auto* copy = new SharedFileCopy(SharedFileCopy::open(dir.file("killed.bin")));
+    const std::string& name = copy->segment_name();
+    for (const char c : name) named.send(c);
+    named.send('\n');
+    ::raise(SIGKILL);  // killed while attached
+    return 2;
+  });
+  named.close_write();
+  std::string name;
+  for (char c = 0; named.receive(c) && c != '\n';) name += c;
+  EXPECT_EQ(wait_child(child), 128 + SIGKILL);
+  ASSERT_FALSE(name.empty());
+  ASSERT_TRUE(segment_exists(name)) << "the killed user did not leave its copy";
+
+  const auto other = SharedFileCopy::open(dir.file("other.bin"));
+  EXPECT_FALSE(segment_exists(name)) << "the killed user's copy outlives it";
+  EXPECT_FALSE(lock_file_exists(name));
+  EXPECT_TRUE(segment_exists(other.segment_name()));
 }
 
 }  // namespace
