@@ -70,7 +70,7 @@ namespace {
 // A direct-mapped cache from piece bytes to its ids, of fixed size.
 class PieceCache {
  public:
-  static constexpr std::size_t kSlots = 1 << 15;
+  static constexpr std::size_t kSlots = 1 << 16;
   static constexpr std::size_t kMaxPiece = 64;
   static constexpr std::size_t kMaxIds = 7;
 
@@ -104,7 +104,12 @@ class PieceCache {
 
 class ByteLevelBpe final : public TokenizerModel {
  public:
-  explicit ByteLevelBpe(ByteLevelBpeConfig config) : config_(std::move(config)) {}
+  explicit ByteLevelBpe(ByteLevelBpeConfig config) : config_(std::move(config)) {
+    if (config_.ignore_merges) {
+      whole_tokens_.build(&config_.token_bytes,
+                          config_.whole_token_ids.empty() ? config_.defined : config_.whole_token_ids);
+    }
+  }
 
   std::unique_ptr<TokenEncoder> make_encoder() const override;
 
@@ -119,6 +124,7 @@ class ByteLevelBpe final : public TokenizerModel {
   std::string piece(std::int32_t id) const override { return utf8_lossy(token(id)); }
 
   const ByteLevelBpeConfig& config() const { return config_; }
+  const TokenLookup& whole_tokens() const { return whole_tokens_; }
 
  private:
   const std::string& token(std::int32_t id) const {
@@ -128,11 +134,13 @@ class ByteLevelBpe final : public TokenizerModel {
     return config_.token_bytes[static_cast<std::size_t>(id)];
   }
   ByteLevelBpeConfig config_;
+  TokenLookup whole_tokens_;
 };
 
 class ByteLevelBpeEncoder final : public TokenEncoder {
  public:
-  explicit ByteLevelBpeEncoder(const ByteLevelBpeConfig& config) : config_(config) {
+  ByteLevelBpeEncoder(const ByteLevelBpeConfig& config, const TokenLookup& whole_tokens)
+      : config_(config), whole_tokens_(whole_tokens) {
     for (const auto& stage : config.stages) {
       matchers_.push_back(stage.splitter ? std::make_unique<RegexSplitter::Matcher>(*stage.splitter) : nullptr);
     }
@@ -169,10 +177,20 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
 
   void encode_piece(std::string_view piece) {
     if (piece.empty()) return;
+    if (piece.size() == 1) {
+      out_->push_back(config_.model.byte_token(static_cast<unsigned char>(piece[0])));
+      return;
+    }
+    const std::uint64_t hash = hash_bytes(piece);
+    if (config_.ignore_merges) {
+      const std::int32_t id = whole_tokens_.find(piece, hash);
+      if (id >= 0) {
+        out_->push_back(id);
+        return;
+      }
+    }
     const bool cacheable = piece.size() <= PieceCache::kMaxPiece;
-    std::uint64_t hash = 0;
     if (cacheable) {
-      hash = hash_bytes(piece);
       std::size_t count = 0;
       if (const std::int32_t* cached = cache_.find(piece, hash, &count)) {
         out_->insert(out_->end(), cached, cached + count);
@@ -180,20 +198,12 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
       }
     }
     const std::size_t before = out_->size();
-    if (config_.ignore_merges) {
-      const auto found = config_.whole_tokens.find(std::string(piece));
-      if (found != config_.whole_tokens.end()) {
-        out_->push_back(found->second);
-      } else {
-        config_.model.encode(piece, scratch_, out_);
-      }
-    } else {
-      config_.model.encode(piece, scratch_, out_);
-    }
+    config_.model.encode(piece, scratch_, out_);
     if (cacheable) cache_.insert(piece, hash, out_->data() + before, out_->size() - before);
   }
 
   const ByteLevelBpeConfig& config_;
+  const TokenLookup& whole_tokens_;
   std::vector<std::unique_ptr<RegexSplitter::Matcher>> matchers_;
   std::vector<std::string> buffers_;
   BytePairModel::Scratch scratch_;
@@ -202,7 +212,7 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
 };
 
 std::unique_ptr<TokenEncoder> ByteLevelBpe::make_encoder() const {
-  return std::make_unique<ByteLevelBpeEncoder>(config_);
+  return std::make_unique<ByteLevelBpeEncoder>(config_, whole_tokens_);
 }
 
 }  // namespace

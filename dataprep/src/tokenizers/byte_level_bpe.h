@@ -30,9 +30,11 @@ struct ByteLevelBpeConfig {
   std::vector<std::string> token_bytes;
   std::vector<bool> defined;
   std::int32_t eod_id = -1;
-  // HuggingFace's ignore_merges: a piece that is a whole token is that token.
+  // A piece that is a whole token is that token, without merges: always in tiktoken
+  // (encode_ordinary looks the piece up first), with ignore_merges in HuggingFace.
+  // whole_tokens covers the ids of `whole_token_ids` (see make_byte_level_bpe).
   bool ignore_merges = false;
-  std::unordered_map<std::string, std::int32_t> whole_tokens;
+  std::vector<bool> whole_token_ids;  // empty: every defined id
 };
 
 std::unique_ptr<TokenizerModel> make_byte_level_bpe(ByteLevelBpeConfig config);

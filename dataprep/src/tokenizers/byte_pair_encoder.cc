@@ -13,31 +13,29 @@ namespace dufu::dataprep {
 
 void FlatU64Map::reserve(std::size_t count) {
   std::size_t capacity = 16;
-  while (capacity < count * 2) capacity *= 2;
-  if (capacity <= keys_.size()) return;
-  std::vector<std::uint64_t> old_keys = std::move(keys_);
-  std::vector<std::uint64_t> old_values = std::move(values_);
-  keys_.assign(capacity, kEmpty);
-  values_.assign(capacity, 0);
+  while (capacity * 2 < count * 3) capacity *= 2;  // load factor at most 2/3
+  if (capacity <= entries_.size()) return;
+  std::vector<Entry> old = std::move(entries_);
+  entries_.assign(capacity, Entry{kEmpty, 0});
   mask_ = capacity - 1;
   size_ = 0;
-  for (std::size_t i = 0; i < old_keys.size(); ++i) {
-    if (old_keys[i] != kEmpty) insert(old_keys[i], old_values[i]);
+  for (const Entry& entry : old) {
+    if (entry.key != kEmpty) insert(entry.key, entry.value);
   }
 }
 
-void FlatU64Map::grow() { reserve(std::max<std::size_t>(16, size_ + 1)); }
+void FlatU64Map::grow() { reserve(std::max<std::size_t>(16, size_ * 2)); }
 
 void FlatU64Map::insert(std::uint64_t key, std::uint64_t value) {
-  if ((size_ + 1) * 2 > keys_.size()) grow();
+  if ((size_ + 1) * 3 > entries_.size() * 2) grow();
   for (std::size_t slot = hash(key) & mask_;; slot = (slot + 1) & mask_) {
-    if (keys_[slot] == key) {
-      values_[slot] = value;
+    Entry& entry = entries_[slot];
+    if (entry.key == key) {
+      entry.value = value;
       return;
     }
-    if (keys_[slot] == kEmpty) {
-      keys_[slot] = key;
-      values_[slot] = value;
+    if (entry.key == kEmpty) {
+      entry = Entry{key, value};
       ++size_;
       return;
     }
@@ -69,8 +67,27 @@ std::uint64_t hash_bytes(std::string_view bytes) {
   return hash ^ (hash >> 29);
 }
 
+void TokenLookup::build(const std::vector<std::string>* tokens, const std::vector<bool>& defined) {
+  tokens_ = tokens;
+  std::size_t capacity = 16;
+  while (capacity < tokens->size() * 2) capacity *= 2;
+  slots_.assign(capacity, -1);
+  mask_ = capacity - 1;
+  for (std::size_t id = 0; id < std::min(tokens->size(), defined.size()); ++id) {
+    if (!defined[id]) continue;
+    const std::string_view bytes = (*tokens)[id];
+    for (std::size_t slot = hash_bytes(bytes) & mask_;; slot = (slot + 1) & mask_) {
+      if (slots_[slot] < 0) {
+        slots_[slot] = static_cast<std::int32_t>(id);
+        break;
+      }
+      if ((*tokens)[static_cast<std::size_t>(slots_[slot])] == bytes) break;
+    }
+  }
+}
+
 namespace {
-constexpr std::size_t kShortPiece = 32;
+constexpr std::size_t kShortPiece = 96;
 constexpr std::uint64_t kNoMerge = std::numeric_limits<std::uint64_t>::max();
 }  // namespace
 
@@ -94,6 +111,8 @@ void BytePairModel::encode_short(std::string_view piece, Scratch& scratch, std::
     const std::uint64_t* found = merge(ids[i], ids[i + 1]);
     return found != nullptr ? *found : kNoMerge;
   };
+  // The first lookups are independent: start them all before waiting on any.
+  for (std::size_t i = 0; i + 1 < n; ++i) prefetch_merge(ids[i], ids[i + 1]);
   for (std::size_t i = 0; i + 1 < n; ++i) ranks[i] = rank_of(i);
   (void)scratch;
   while (n > 1) {
@@ -141,6 +160,7 @@ void BytePairModel::encode_long(std::string_view piece, Scratch& scratch, std::v
     heap.push_back((*found & 0xFFFFFFFF00000000ULL) | left);
     std::push_heap(heap.begin(), heap.end(), std::greater<>());
   };
+  for (std::uint32_t i = 0; i + 1 < n; ++i) prefetch_merge(ids[i], ids[i + 1]);
   for (std::uint32_t i = 0; i + 1 < n; ++i) push(i);
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), std::greater<>());

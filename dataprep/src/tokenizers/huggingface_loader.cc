@@ -334,8 +334,10 @@ std::unique_ptr<TokenizerModel> load_huggingface_json(const TokenizerSpec& spec)
     add_merge(spec.model, vocab, config, index++, left, right);
   }
   if (config.ignore_merges) {
+    // HuggingFace looks the byte-level piece up in the model's vocabulary.
+    config.whole_token_ids.assign(config.token_bytes.size(), false);
     for (const auto& [text, id] : vocab.ids) {
-      if (auto bytes = byte_level_bytes(text)) config.whole_tokens.emplace(std::move(*bytes), id);
+      if (byte_level_bytes(text)) config.whole_token_ids[static_cast<std::size_t>(id)] = true;
     }
   }
 

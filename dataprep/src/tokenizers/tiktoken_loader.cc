@@ -115,22 +115,22 @@ std::unique_ptr<TokenizerModel> load_tiktoken(const TokenizerSpec& spec) {
   if (in.bad()) DUFU_FAIL("cannot read '", spec.model, "'");
   const auto num_ranks = static_cast<std::int32_t>(config.token_bytes.size());
 
-  std::unordered_map<std::string_view, std::int32_t> rank_of;
-  rank_of.reserve(config.token_bytes.size());
+  TokenLookup rank_of;
+  rank_of.build(&config.token_bytes, config.defined);
   for (std::size_t id = 0; id < config.token_bytes.size(); ++id) {
     if (!config.defined[id]) continue;
-    if (!rank_of.emplace(config.token_bytes[id], static_cast<std::int32_t>(id)).second) {
-      DUFU_FAIL("'", spec.model, "' has the same token bytes at two ranks (", rank_of[config.token_bytes[id]],
-                " and ", id, ")");
+    const std::int32_t first = rank_of.find(config.token_bytes[id]);
+    if (first != static_cast<std::int32_t>(id)) {
+      DUFU_FAIL("'", spec.model, "' has the same token bytes at two ranks (", first, " and ", id, ")");
     }
   }
   for (int byte = 0; byte < 256; ++byte) {
-    const auto found = rank_of.find(std::string_view(std::string(1, static_cast<char>(byte))));
-    if (found == rank_of.end()) {
+    const std::int32_t found = rank_of.find(std::string(1, static_cast<char>(byte)));
+    if (found < 0) {
       DUFU_FAIL("'", spec.model, "' has no token for the byte ", byte,
                 "; byte-level BPE needs one for each of the 256 bytes");
     }
-    config.model.set_byte_token(static_cast<unsigned char>(byte), found->second);
+    config.model.set_byte_token(static_cast<unsigned char>(byte), found);
   }
   std::size_t splits = 0;
   for (std::size_t id = 0; id < config.token_bytes.size(); ++id) {
@@ -141,15 +141,17 @@ std::unique_ptr<TokenizerModel> load_tiktoken(const TokenizerSpec& spec) {
     if (!config.defined[id]) continue;
     const std::string_view token = config.token_bytes[id];
     for (std::size_t cut = 1; cut < token.size(); ++cut) {
-      const auto left = rank_of.find(token.substr(0, cut));
-      if (left == rank_of.end()) continue;
-      const auto right = rank_of.find(token.substr(cut));
-      if (right == rank_of.end()) continue;
-      config.model.add_merge(left->second, right->second, static_cast<std::uint32_t>(id),
-                             static_cast<std::int32_t>(id));
+      const std::int32_t left = rank_of.find(token.substr(0, cut));
+      if (left < 0) continue;
+      const std::int32_t right = rank_of.find(token.substr(cut));
+      if (right < 0) continue;
+      config.model.add_merge(left, right, static_cast<std::uint32_t>(id), static_cast<std::int32_t>(id));
     }
   }
 
+  // encode_ordinary maps a piece that is a rank's bytes to that rank without merging.
+  config.ignore_merges = true;
+  config.whole_token_ids = config.defined;
   std::string pattern_name = spec.pattern.empty() ? pattern_from_file_name(spec.model) : spec.pattern;
   std::string pattern = pattern_name;
   std::string description = "regex";

@@ -26,11 +26,16 @@ class FlatU64Map {
   const std::uint64_t* find(std::uint64_t key) const {
     if (mask_ == 0) return nullptr;
     for (std::size_t slot = hash(key) & mask_;; slot = (slot + 1) & mask_) {
-      if (keys_[slot] == key) return &values_[slot];
-      if (keys_[slot] == kEmpty) return nullptr;
+      const Entry& entry = entries_[slot];
+      if (entry.key == key) return &entry.value;
+      if (entry.key == kEmpty) return nullptr;
     }
   }
   std::size_t size() const { return size_; }
+  // Starts loading the slot of `key` into the cache.
+  void prefetch(std::uint64_t key) const {
+    if (mask_ != 0) __builtin_prefetch(&entries_[hash(key) & mask_]);
+  }
 
  private:
   static constexpr std::uint64_t kEmpty = ~std::uint64_t{0};
@@ -40,14 +45,41 @@ class FlatU64Map {
     return static_cast<std::size_t>(key ^ (key >> 29));
   }
   void grow();
-  std::vector<std::uint64_t> keys_;
-  std::vector<std::uint64_t> values_;
+  // Key and value side by side: one cache line per probe.
+  struct Entry {
+    std::uint64_t key;
+    std::uint64_t value;
+  };
+  std::vector<Entry> entries_;
   std::size_t mask_ = 0;
   std::size_t size_ = 0;
 };
 
 // 64-bit hash of a short byte string, for piece caches.
 std::uint64_t hash_bytes(std::string_view bytes);
+
+// Token bytes -> id over a vocabulary held elsewhere (open addressing on hash_bytes).
+class TokenLookup {
+ public:
+  // `tokens[id]` are the bytes of id; ids with defined[id] false are left out. The
+  // vectors must outlive the lookup. The first of two equal byte strings wins.
+  void build(const std::vector<std::string>* tokens, const std::vector<bool>& defined);
+  // -1 when `bytes` is no token.
+  std::int32_t find(std::string_view bytes) const { return find(bytes, hash_bytes(bytes)); }
+  std::int32_t find(std::string_view bytes, std::uint64_t hash) const {
+    if (mask_ == 0) return -1;
+    for (std::size_t slot = hash & mask_;; slot = (slot + 1) & mask_) {
+      const std::int32_t id = slots_[slot];
+      if (id < 0) return -1;
+      if ((*tokens_)[static_cast<std::size_t>(id)] == bytes) return id;
+    }
+  }
+
+ private:
+  const std::vector<std::string>* tokens_ = nullptr;
+  std::vector<std::int32_t> slots_;
+  std::size_t mask_ = 0;
+};
 
 class BytePairModel {
  public:
@@ -77,6 +109,7 @@ class BytePairModel {
   }
   // Priority in the high 32 bits, merged id in the low; nullptr when no merge.
   const std::uint64_t* merge(std::int32_t left, std::int32_t right) const { return merges_.find(pair_key(left, right)); }
+  void prefetch_merge(std::int32_t left, std::int32_t right) const { merges_.prefetch(pair_key(left, right)); }
   void encode_short(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const;
   void encode_long(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const;
 
