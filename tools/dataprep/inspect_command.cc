@@ -17,6 +17,8 @@ struct InspectFlags {
   std::string prefix;
   std::string impl = "mmap";
   std::string model;
+  std::string merges;
+  std::string pattern;
   std::vector<std::uint64_t> show;
   bool ids = false;
 };
@@ -26,7 +28,10 @@ void run(const InspectFlags& flags) {
   std::printf("%s", dataprep::format_summary(dataprep::summarize(*dataset)).c_str());
   if (flags.show.empty()) return;
   std::optional<dataprep::Tokenizer> tokenizer;
-  if (!flags.model.empty()) tokenizer = dataprep::Tokenizer::load(flags.model);
+  if (!flags.model.empty()) {
+    tokenizer = dataprep::Tokenizer::load(
+        dataprep::TokenizerSpec{.model = flags.model, .merges = flags.merges, .pattern = flags.pattern});
+  }
   const auto& index = dataset->index();
   for (const auto document : flags.show) {
     if (document >= index.num_documents()) {
@@ -57,7 +62,10 @@ void add_inspect_command(CLI::App& app) {
   command->add_option("--impl", flags->impl, "How to read the .bin: mmap, lazy or cached")
       ->check(CLI::IsMember({"mmap", "lazy", "cached"}))
       ->capture_default_str();
-  command->add_option("--model,-m", flags->model, "sentencepiece model to decode documents with");
+  command->add_option("--model,-m", flags->model,
+                      "Tokenizer to decode documents with (sentencepiece .model, .tiktoken, tokenizer.json, vocab.json)");
+  command->add_option("--tokenizer-merges", flags->merges, "merges.txt of a GPT-2 vocab.json");
+  command->add_option("--tokenizer-pattern", flags->pattern, "Pre-tokenizer of a .tiktoken file (gpt2, cl100k, o200k, REGEX)");
   command->add_option("--show", flags->show, "Document numbers to print (decoded with --model)");
   command->add_flag("--ids", flags->ids, "Also print the token ids of shown documents");
   command->callback([flags] { run(*flags); });

@@ -16,6 +16,8 @@ namespace {
 struct SampleFlags {
   BlendFlags blend;
   std::string model;
+  std::string merges;
+  std::string pattern;
   std::uint64_t count = 3;
   std::uint64_t first = 0;
   std::uint64_t proportions_over = 0;
@@ -40,7 +42,10 @@ void run(const SampleFlags& flags) {
   const auto built = dataprep::build_blend(flags.blend.to_config());
   print_proportions(built, flags.proportions_over);
   std::optional<dataprep::Tokenizer> tokenizer;
-  if (!flags.model.empty()) tokenizer = dataprep::Tokenizer::load(flags.model);
+  if (!flags.model.empty()) {
+    tokenizer = dataprep::Tokenizer::load(
+        dataprep::TokenizerSpec{.model = flags.model, .merges = flags.merges, .pattern = flags.pattern});
+  }
   const auto* blend = dynamic_cast<const dataprep::BlendedDataset*>(built.dataset.get());
   std::vector<std::int32_t> tokens(built.dataset->sample_length());
   const std::uint64_t end = std::min(built.dataset->size(), flags.first + flags.count);
@@ -64,7 +69,10 @@ void add_sample_command(CLI::App& app) {
   auto* command = app.add_subcommand(
       "sample", "Print a blend's achieved proportions and decode a few of its samples");
   add_blend_flags(command, flags->blend);
-  command->add_option("--model,-m", flags->model, "sentencepiece model to decode samples with");
+  command->add_option("--model,-m", flags->model,
+                      "Tokenizer to decode samples with (sentencepiece .model, .tiktoken, tokenizer.json, vocab.json)");
+  command->add_option("--tokenizer-merges", flags->merges, "merges.txt of a GPT-2 vocab.json");
+  command->add_option("--tokenizer-pattern", flags->pattern, "Pre-tokenizer of a .tiktoken file (gpt2, cl100k, o200k, REGEX)");
   command->add_option("--count,-n", flags->count, "Samples to print")->capture_default_str();
   command->add_option("--first", flags->first, "Index of the first sample to print")->capture_default_str();
   command->add_option("--proportions-over", flags->proportions_over,

@@ -1,5 +1,5 @@
 // `train generate`: text from a checkpoint, to see what a run has learnt. The prompt
-// is encoded with the run's sentencepiece model, continued by trainer::generate, and
+// is encoded with the run's tokenizer, continued by trainer::generate, and
 // printed together with its continuation on stdout; what was loaded goes to stderr.
 #include <cstdint>
 #include <cstdio>
@@ -21,6 +21,8 @@ namespace {
 struct GenerateFlags {
   std::string checkpoint;
   std::string model;
+  std::string merges;
+  std::string pattern;
   std::string prompt;
   int max_tokens = 64;
   float temperature = 0.8f;
@@ -78,7 +80,8 @@ std::string continuation_text(const dataprep::Tokenizer& tokenizer, const std::v
 void run(const GenerateFlags& flags) {
   if (flags.samples < 1) DUFU_FAIL("--samples must be at least 1, got ", flags.samples);
   if (flags.max_tokens < 0) DUFU_FAIL("--max-tokens must not be negative, got ", flags.max_tokens);
-  auto tokenizer = dataprep::Tokenizer::load(flags.model);
+  const auto tokenizer = dataprep::Tokenizer::load(
+      dataprep::TokenizerSpec{.model = flags.model, .merges = flags.merges, .pattern = flags.pattern});
   const std::string checkpoint = resolve_checkpoint(flags.checkpoint);
   const trainer::TrainingState state = trainer::read_checkpoint_state(checkpoint);
   if (tokenizer.vocab_size() > state.model.vocab_size) {
@@ -129,7 +132,12 @@ void add_generate_command(CLI::App& app) {
       "the sample)");
   command->add_option("--checkpoint,-c", flags->checkpoint, "Checkpoint directory, or a run directory (its newest)")
       ->required();
-  command->add_option("--model,-m", flags->model, "sentencepiece model the run was trained with")->required();
+  command->add_option("--model,-m", flags->model,
+                      "Tokenizer the run's data was tokenized with: sentencepiece .model, .tiktoken, "
+                      "tokenizer.json or vocab.json")
+      ->required();
+  command->add_option("--tokenizer-merges", flags->merges, "merges.txt of a GPT-2 vocab.json");
+  command->add_option("--tokenizer-pattern", flags->pattern, "Pre-tokenizer of a .tiktoken file (gpt2, cl100k, o200k, REGEX)");
   command->add_option("--prompt,-p", flags->prompt, "Text to continue")->required();
   command->add_option("--max-tokens,-n", flags->max_tokens, "New tokens per sample at most")->capture_default_str();
   command->add_option("--temperature,-t", flags->temperature, "Softmax temperature; 0 = always the most likely")

@@ -1,9 +1,51 @@
-// Naming devices and finding out which can run here.
+// Naming devices, finding out which can run here, and loading the CUDA device's
+// module when one is asked for.
 #include "dufu/trainer/device.h"
 
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "cuda/cuda_module.h"
 #include "dufu/common/error.h"
 
 namespace dufu::trainer {
+
+namespace {
+
+// The CUDA device's module, loaded once: its entry points, or why there are none.
+struct CudaModuleLoad {
+  const CudaModule* module = nullptr;
+  std::string reason;
+};
+
+const CudaModuleLoad& cuda_module() {
+  static const CudaModuleLoad load = [] {
+    CudaModuleLoad result;
+#if defined(DUFU_CUDA_MODULE)
+    const char* override_path = std::getenv("DUFU_CUDA_MODULE");
+    const std::string path = override_path != nullptr && *override_path != '\0' ? override_path : DUFU_CUDA_MODULE;
+    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      result.reason = str_cat("cannot load the CUDA device module '", path, "': ", ::dlerror());
+      return result;
+    }
+    const auto entry = reinterpret_cast<CudaModuleEntry>(::dlsym(handle, kCudaModuleEntry));
+    if (entry == nullptr) {
+      result.reason = str_cat("'", path, "' is not dufu's CUDA device module (no ", kCudaModuleEntry, ")");
+      return result;
+    }
+    result.module = entry();
+#else
+    result.reason = "this build of dufu has no CUDA backend (configured without a CUDA compiler, or DUFU_CUDA=OFF)";
+#endif
+    return result;
+  }();
+  return load;
+}
+
+}  // namespace
 
 const char* device_kind_name(DeviceKind kind) {
   switch (kind) {
@@ -22,8 +64,11 @@ DeviceKind parse_device_kind(std::string_view name) {
 DeviceAvailability device_availability(DeviceKind kind) {
   switch (kind) {
     case DeviceKind::kCpu: return {true, ""};
-    case DeviceKind::kCuda:
-      return {false, "this build of dufu has no CUDA backend (the CPU is its only device)"};
+    case DeviceKind::kCuda: {
+      const CudaModuleLoad& load = cuda_module();
+      if (load.module == nullptr) return {false, load.reason};
+      return load.module->availability();
+    }
   }
   return {false, "unknown device kind"};
 }
@@ -31,6 +76,7 @@ DeviceAvailability device_availability(DeviceKind kind) {
 Device& device_of_kind(DeviceKind kind) {
   const DeviceAvailability availability = device_availability(kind);
   if (!availability.available) DUFU_FAIL("device ", device_kind_name(kind), " is not available: ", availability.reason);
+  if (kind == DeviceKind::kCuda) return cuda_module().module->device();
   return cpu_device();
 }
 

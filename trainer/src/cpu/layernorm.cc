@@ -9,14 +9,11 @@
 
 #include "cpu_kernels.h"
 #include "dufu/trainer/kernel_math.h"
+#include "dufu/trainer/kernel_partition.h"
 
 namespace dufu::trainer::cpu {
 
 namespace {
-
-// Enough chunks to keep a few dozen threads busy; few enough that the partial sums
-// (2·C doubles each) stay small next to the activations.
-constexpr int kRowChunks = 32;
 
 // Normalizes one row whose values are already in `x` (two passes over a row that is
 // in cache: a centred variance is accurate where E[x^2] - E[x]^2 is not).
@@ -65,7 +62,8 @@ DUFU_CPU_CLONES void residual_layernorm_forward(float* residual_out, float* norm
 
 DUFU_CPU_CLONES void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
                                         const float* weight, const float* mean, const float* rstd, int N, int C) {
-  const int chunks = std::max(1, std::min(N, kRowChunks));
+  // Chunks of rows as kernel_partition.h cuts them (the CUDA kernel cuts the same).
+  const int chunks = row_chunk_count(N);
   // Per chunk: C partial sums for dweight, then C for dbias.
   std::vector<double> partial(static_cast<std::size_t>(chunks) * 2 * C, 0.0);
 
@@ -73,8 +71,8 @@ DUFU_CPU_CLONES void layernorm_backward(float* dx, float* dweight, float* dbias,
   for (int chunk = 0; chunk < chunks; ++chunk) {
     double* dweight_partial = partial.data() + static_cast<std::size_t>(chunk) * 2 * C;
     double* dbias_partial = dweight_partial + C;
-    const int n0 = static_cast<int>(static_cast<long long>(N) * chunk / chunks);
-    const int n1 = static_cast<int>(static_cast<long long>(N) * (chunk + 1) / chunks);
+    const int n0 = row_chunk_begin(N, chunks, chunk);
+    const int n1 = row_chunk_begin(N, chunks, chunk + 1);
     for (int n = n0; n < n1; ++n) {
       const std::size_t offset = static_cast<std::size_t>(n) * C;
       const float* g = dout + offset;

@@ -1,0 +1,35 @@
+// One check macro per CUDA library: a failing call becomes a dufu::Error naming the
+// call, the file and line, and the library's own description of the error.
+#pragma once
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "dufu/common/error.h"
+
+namespace dufu::trainer::cuda {
+
+[[noreturn]] void fail_cuda(const char* call, cudaError_t status, const char* file, int line);
+[[noreturn]] void fail_cublas(const char* call, cublasStatus_t status, const char* file, int line);
+
+}  // namespace dufu::trainer::cuda
+
+#define DUFU_CUDA_CHECK(call)                                                                  \
+  do {                                                                                         \
+    const cudaError_t dufu_cuda_status_ = (call);                                              \
+    if (dufu_cuda_status_ != cudaSuccess) {                                                    \
+      ::dufu::trainer::cuda::fail_cuda(#call, dufu_cuda_status_, __FILE__, __LINE__);          \
+    }                                                                                          \
+  } while (false)
+
+#define DUFU_CUBLAS_CHECK(call)                                                                \
+  do {                                                                                         \
+    const cublasStatus_t dufu_cublas_status_ = (call);                                         \
+    if (dufu_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                                        \
+      ::dufu::trainer::cuda::fail_cublas(#call, dufu_cublas_status_, __FILE__, __LINE__);      \
+    }                                                                                          \
+  } while (false)
+
+// After a kernel launch: launch errors (bad geometry, no device) surface here.
+#define DUFU_CUDA_CHECK_LAUNCH() DUFU_CUDA_CHECK(cudaGetLastError())

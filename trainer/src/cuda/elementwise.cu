@@ -1,0 +1,204 @@
+// CUDA element-wise ops, the deterministic column sums and vector reductions: GELU,
+// AdamW, the residual add, scaling, the sum of squares, the mean loss. The per-element
+// formulas come from kernel_math.h, the same the CPU kernels use.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "block_reduce.cuh"
+#include "cuda_check.h"
+#include "cuda_kernels.h"
+#include "dufu/trainer/kernel_math.h"
+#include "dufu/trainer/kernel_partition.h"
+
+namespace dufu::trainer::cuda {
+
+namespace {
+
+constexpr unsigned kBlock = 256;
+// Values per partial sum of sum_of_squares, as on the CPU.
+constexpr std::size_t kSquaresChunk = std::size_t{1} << 16;
+
+__global__ void fill_kernel(float* out, float value, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = value;
+}
+
+__global__ void add_kernel(float* out, const float* a, const float* b, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+
+__global__ void scale_kernel(float* values, float scale, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) values[i] *= scale;
+}
+
+__global__ void bias_gelu_forward_kernel(float* out, float* pre, const float* x, const float* bias, int N, int C) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= static_cast<std::size_t>(N) * C) return;
+  const float p = x[i] + bias[i % C];
+  pre[i] = p;
+  out[i] = gelu_tanh(p);
+}
+
+__global__ void gelu_backward_kernel(float* dx, const float* dout, const float* pre, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) dx[i] = gelu_tanh_grad(pre[i]) * dout[i];
+}
+
+__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, std::size_t begin,
+                             std::size_t end, AdamWStep step, float grad_scale) {
+  const std::size_t i = begin + blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < end) adamw_element(params[i], grads[i] * grad_scale, m[i], v[i], step);
+}
+
+// Partial sums over one chunk of rows, for each column: thread (chunk, column).
+__global__ void column_partials_kernel(double* partial, const float* x, int N, int C, int chunks) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  const int chunk = blockIdx.y;
+  if (c >= C) return;
+  double sum = 0.0;
+  for (int n = row_chunk_begin(N, chunks, chunk); n < row_chunk_begin(N, chunks, chunk + 1); ++n) {
+    sum += x[static_cast<std::size_t>(n) * C + c];
+  }
+  partial[static_cast<std::size_t>(chunk) * C + c] = sum;
+}
+
+__global__ void column_finish_kernel(float* out, const double* partial, int C, int chunks) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  double sum = 0.0;
+  for (int chunk = 0; chunk < chunks; ++chunk) sum += partial[static_cast<std::size_t>(chunk) * C + c];
+  out[c] += static_cast<float>(sum);
+}
+
+__global__ void squares_partials_kernel(double* partial, const float* values, std::size_t n) {
+  __shared__ double shared[kBlock];
+  const std::size_t begin = blockIdx.x * kSquaresChunk;
+  const std::size_t end = begin + kSquaresChunk < n ? begin + kSquaresChunk : n;
+  double sum = 0.0;
+  for (std::size_t i = begin + threadIdx.x; i < end; i += kBlock) sum += static_cast<double>(values[i]) * values[i];
+  sum = block_sum<kBlock>(sum, shared);
+  if (threadIdx.x == 0) partial[blockIdx.x] = sum;
+}
+
+__global__ void ordered_sum_kernel(double* result, const double* partial, std::size_t count) {
+  double sum = 0.0;
+  for (std::size_t i = 0; i < count; ++i) sum += partial[i];
+  *result = sum;
+}
+
+__global__ void masked_mean_loss_kernel(float* mean_out, const float* losses, const std::int32_t* targets, int N) {
+  __shared__ double sums[kBlock];
+  __shared__ double counts[kBlock];
+  double sum = 0.0;
+  double counted = 0.0;
+  for (int i = threadIdx.x; i < N; i += kBlock) {
+    if (targets[i] == -1) continue;
+    sum += losses[i];
+    counted += 1.0;
+  }
+  sum = block_sum<kBlock>(sum, sums);
+  counted = block_sum<kBlock>(counted, counts);
+  if (threadIdx.x == 0) *mean_out = counted == 0.0 ? 0.0f : static_cast<float>(sum / counted);
+}
+
+}  // namespace
+
+void* scratch(std::size_t bytes) {
+  static void* memory = nullptr;
+  static std::size_t capacity = 0;
+  if (bytes > capacity) {
+    DUFU_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the old scratch may still be in use
+    if (memory != nullptr) DUFU_CUDA_CHECK(cudaFree(memory));
+    DUFU_CUDA_CHECK(cudaMalloc(&memory, bytes));
+    capacity = bytes;
+  }
+  return memory;
+}
+
+void accumulate_column_sums(float* out, const float* x, int N, int C, double* partial) {
+  const int chunks = row_chunk_count(N);
+  const dim3 grid(blocks_for(static_cast<std::size_t>(C), kBlock), static_cast<unsigned>(chunks));
+  column_partials_kernel<<<grid, kBlock, 0, stream()>>>(partial, x, N, C, chunks);
+  DUFU_CUDA_CHECK_LAUNCH();
+  column_finish_kernel<<<blocks_for(static_cast<std::size_t>(C), kBlock), kBlock, 0, stream()>>>(out, partial, C,
+                                                                                                    chunks);
+  DUFU_CUDA_CHECK_LAUNCH();
+}
+
+void fill(float* destination, float value, std::size_t count) {
+  if (count == 0) return;
+  fill_kernel<<<blocks_for(count, kBlock), kBlock, 0, stream()>>>(destination, value, count);
+  DUFU_CUDA_CHECK_LAUNCH();
+}
+
+void add(float* out, const float* a, const float* b, std::size_t n) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(out, a, b, n);
+  DUFU_CUDA_CHECK_LAUNCH();
+}
+
+void scale_in_place(float* values, float scale, std::size_t n) {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(values, scale, n);
+  DUFU_CUDA_CHECK_LAUNCH();
+}
+
+void bias_gelu_forward(float* out, float* pre, const float* x, const float* bias, int N, int C) {
+  const std::size_t n = static_cast<std::size_t>(N) * C;
+  if (n == 0) return;
+  bias_gelu_forward_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(out, pre, x, bias, N, C);
+  DUFU_CUDA_CHECK_LAUNCH();
+}
+
+void bias_gelu_backward(float* dx, float* dbias, const float* dout, const float* pre, int N, int C) {
+  const std::size_t n = static_cast<std::size_t>(N) * C;
+  if (n == 0) return;
+  gelu_backward_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(dx, dout, pre, n);
+  DUFU_CUDA_CHECK_LAUNCH();
+  auto* partial = static_cast<double*>(scratch(static_cast<std::size_t>(row_chunk_count(N)) * C * sizeof(double)));
+  accumulate_column_sums(dbias, dx, N, C, partial);
+}
+
+void adamw_update(float* params, const float* grads, float* m, float* v, std::span<const AdamWSegment> segments,
+                  float lr, float beta1, float beta2, float eps, int t, float grad_scale) {
+  DUFU_CHECK(t >= 1, "AdamW steps count from 1, got ", t);
+  for (std::size_t s = 1; s < segments.size(); ++s) {
+    DUFU_CHECK(segments[s - 1].end <= segments[s].end, "adamw_update: segment ", s, " ends at ", segments[s].end,
+               ", before the previous one (", segments[s - 1].end, ")");
+  }
+  std::size_t begin = 0;
+  for (const AdamWSegment& segment : segments) {
+    if (segment.end > begin) {
+      const AdamWStep step = make_adamw_step(lr, beta1, beta2, eps, segment.weight_decay, t);
+      adamw_kernel<<<blocks_for(segment.end - begin, kBlock), kBlock, 0, stream()>>>(params, grads, m, v, begin,
+                                                                                      segment.end, step, grad_scale);
+      DUFU_CUDA_CHECK_LAUNCH();
+    }
+    begin = std::max(begin, segment.end);
+  }
+}
+
+double sum_of_squares(const float* values, std::size_t n) {
+  if (n == 0) return 0.0;
+  const std::size_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
+  auto* partial = static_cast<double*>(scratch((chunks + 1) * sizeof(double)));
+  squares_partials_kernel<<<static_cast<unsigned>(chunks), kBlock, 0, stream()>>>(partial, values, n);
+  DUFU_CUDA_CHECK_LAUNCH();
+  ordered_sum_kernel<<<1, 1, 0, stream()>>>(partial + chunks, partial, chunks);
+  DUFU_CUDA_CHECK_LAUNCH();
+  double result = 0.0;
+  DUFU_CUDA_CHECK(cudaMemcpyAsync(&result, partial + chunks, sizeof(double), cudaMemcpyDeviceToHost, stream()));
+  DUFU_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  return result;
+}
+
+void masked_mean_loss(float* mean_out, const float* losses, const std::int32_t* targets, int N) {
+  masked_mean_loss_kernel<<<1, kBlock, 0, stream()>>>(mean_out, losses, targets, N);
+  DUFU_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dufu::trainer::cuda
