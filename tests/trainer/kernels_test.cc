@@ -24,6 +24,7 @@
 
 #include "dufu/trainer/device.h"
 #include "dufu/trainer/kernel_math.h"
+#include "dufu/trainer/kernel_partition.h"
 #include "dufu/trainer/kernel_table.h"
 #include "kernel_reference.h"
 #include "kernel_test_support.h"
@@ -962,6 +963,61 @@ TEST(AdamW, MatchesNumbersFromTorch) {
     testing::report_close("adamw vs torch t=" + std::to_string(t), widen(params), widen(torch_params[t - 1]),
                           {1e-7, 1e-6});
   }
+}
+
+}  // namespace
+}  // namespace dufu::trainer
+
+namespace dufu::trainer {
+namespace {
+
+// The host-device partition helpers the CPU and CUDA kernels share, against naive loops.
+TEST(KernelPartition, RowChunksTileTheRowsEvenly) {
+  for (int N = 0; N <= 200; ++N) {
+    const int chunks = row_chunk_count(N);
+    ASSERT_EQ(chunks, std::max(1, std::min(N, kMaxRowChunks))) << N;
+    ASSERT_EQ(row_chunk_begin(N, chunks, 0), 0);
+    ASSERT_EQ(row_chunk_begin(N, chunks, chunks), N);
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      const int size = row_chunk_begin(N, chunks, chunk + 1) - row_chunk_begin(N, chunks, chunk);
+      EXPECT_TRUE(size == N / chunks || size == N / chunks + 1) << N << " " << chunk;
+      if (N > 0) EXPECT_GE(size, 1) << N << " " << chunk;
+    }
+  }
+}
+
+TEST(KernelPartition, BlocksCoverEveryItemOnce) {
+  for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{255}, std::size_t{256},
+                                  std::size_t{257}, std::size_t{1} << 33}) {
+    for (const unsigned block : {32u, 128u, 256u}) {
+      const std::size_t covered = static_cast<std::size_t>(blocks_for(count, block)) * block;
+      EXPECT_GE(covered, count);
+      EXPECT_LT(covered, count + block);
+    }
+  }
+}
+
+// The block reduction's tree, replayed on the host: the same bits as summing pairs
+// (i, i + stride) level by level, which is what makes the GPU sums repeatable.
+TEST(KernelPartition, BlockTreeSumsPairsLevelByLevel) {
+  constexpr int kThreads = 256;
+  auto values = random_floats(kThreads, 99, -1.0f, 1.0f);
+  std::vector<float> tree = values;
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    for (int slot = 0; slot < kThreads; ++slot) {
+      if (reduces_at(slot, stride)) tree[slot] += tree[slot + stride];
+    }
+  }
+  std::vector<float> levels = values;
+  for (int width = kThreads; width > 1; width /= 2) {
+    std::vector<float> next(width / 2);
+    for (int i = 0; i < width / 2; ++i) next[i] = levels[i] + levels[i + width / 2];
+    levels = next;
+  }
+  EXPECT_EQ(tree[0], levels[0]);
+  double exact = 0.0;
+  for (const float v : values) exact += v;
+  EXPECT_NEAR(tree[0], exact, 1e-4);
 }
 
 }  // namespace
