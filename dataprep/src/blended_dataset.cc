@@ -14,6 +14,7 @@
 #include "dufu/common/error.h"
 #include "dufu/common/npy.h"
 #include "dufu/dataprep/index_cache.h"
+#include "sized_array.h"
 
 namespace dufu::dataprep {
 namespace {
@@ -325,8 +326,8 @@ class TournamentBlender {
 BlendIndices blend(const std::vector<double>& weights, const std::vector<std::uint64_t>* limits,
                    std::uint64_t size) {
   BlendIndices out;
-  out.dataset_index.resize(size);
-  out.dataset_sample_index.resize(size);
+  out.dataset_index = sized_array<std::int16_t>(size, str_cat("the blend's dataset index of ", size, " samples"));
+  out.dataset_sample_index = sized_array<std::int64_t>(size, str_cat("the blend's sample index of ", size, " samples"));
   if (size == 0) return out;
   if (weights.size() <= kPlainScanMaxDatasets) {
     if (limits == nullptr) {

@@ -16,6 +16,7 @@
 #include "dufu/common/error.h"
 #include "dufu/common/npy.h"
 #include "dufu/common/numpy_random.h"
+#include "sized_array.h"
 
 namespace dufu::dataprep {
 
@@ -228,7 +229,8 @@ CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequenc
 
   // Positions into the split rather than sequence ids: shuffles depend only on the
   // length of the array, and positions let the walk index `sizes` directly.
-  std::vector<std::int32_t> order(total_entries);
+  std::vector<std::int32_t> order =
+      sized_array<std::int32_t>(total_entries, str_cat("the document index of ", epochs, " epochs x ", m, " documents"));
   for (std::uint64_t e = 0; e < epochs; ++e) {
     std::iota(order.begin() + static_cast<std::ptrdiff_t>(e * m),
               order.begin() + static_cast<std::ptrdiff_t>((e + 1) * m), 0);
@@ -244,7 +246,7 @@ CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequenc
   // Megatron's build_sample_idx walk: S+1 tokens per sample, the next sample starting
   // on the previous one's last token.
   const std::uint64_t n = (total_tokens - 1) / S;
-  std::vector<std::int64_t> sample_index(2 * (n + 1));
+  std::vector<std::int64_t> sample_index = sized_array<std::int64_t>(2 * (n + 1), str_cat("the sample index of ", n, " samples"));
   const std::int64_t last_position = static_cast<std::int64_t>(total_entries) - 1;
   const std::int64_t window = static_cast<std::int64_t>(S) + 1;
   std::int64_t position = 0;
@@ -274,7 +276,7 @@ CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequenc
   }
 
   const std::uint64_t first_part = separate_final_epoch ? samples_before_final : n;
-  std::vector<std::int64_t> shuffle_index(n);
+  std::vector<std::int64_t> shuffle_index = sized_array<std::int64_t>(n, str_cat("the shuffle index of ", n, " samples"));
   std::iota(shuffle_index.begin(), shuffle_index.end(), std::int64_t{0});
   rng.shuffle(std::span<std::int64_t>(shuffle_index.data(), first_part));
   if (first_part < n) rng.shuffle(std::span<std::int64_t>(shuffle_index.data() + first_part, n - first_part));

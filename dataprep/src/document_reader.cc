@@ -124,11 +124,17 @@ bool DocumentReader::open_next_input() {
   if (next_input_ >= inputs_.size()) return false;
   const std::string& path = inputs_[next_input_++];
   State& s = *state_;
-  s.reader = std::make_unique<LineReader>(open_byte_source(path), simdjson::SIMDJSON_PADDING);
+  s.reader = std::make_unique<LineReader>(open_byte_source(path), simdjson::SIMDJSON_PADDING,
+                                          options_.max_document_bytes);
   s.format = detect_input_format(path, options_.stdin_format);
   s.path = path;
   s.whole_file_done = false;
   return true;
+}
+
+std::string DocumentReader::too_long_message(const std::string& where, std::uint64_t line) const {
+  return str_cat(where, ":", line, ": line longer than ", options_.max_document_bytes,
+                 " bytes, the limit of one document (--max-document-bytes)");
 }
 
 void DocumentReader::record_bad(const std::string& message) {
@@ -147,8 +153,11 @@ bool DocumentReader::next(Document* doc) {
     if (s.format == InputFormat::kTxt && options_.txt_document == TxtDocument::kFile) {
       if (!s.whole_file_done) {
         s.whole_file_done = true;
-        std::string content = reader.read_all();
-        if (!simdjson::validate_utf8(content.data(), content.size())) {
+        std::string content;
+        if (!reader.read_all(&content)) {
+          record_bad(str_cat(where, ": longer than ", options_.max_document_bytes,
+                             " bytes, the limit of one document (--max-document-bytes)"));
+        } else if (!simdjson::validate_utf8(content.data(), content.size())) {
           record_bad(str_cat(where, ": invalid UTF-8"));
         } else {
           doc->fields.resize(1);
@@ -161,6 +170,10 @@ bool DocumentReader::next(Document* doc) {
     } else if (s.format == InputFormat::kTxt) {
       std::string_view line;
       while (reader.next_line(&line)) {
+        if (reader.too_long()) {
+          record_bad(too_long_message(where, reader.line_number()));
+          continue;
+        }
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         if (!simdjson::validate_utf8(line.data(), line.size())) {
           record_bad(str_cat(where, ":", reader.line_number(), ": invalid UTF-8"));
@@ -175,6 +188,10 @@ bool DocumentReader::next(Document* doc) {
     } else {
       std::string_view line;
       while (reader.next_line(&line)) {
+        if (reader.too_long()) {
+          record_bad(too_long_message(where, reader.line_number()));
+          continue;
+        }
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         if (is_blank(line)) continue;
         // The line stays in the reader's buffer, which keeps SIMDJSON_PADDING readable

@@ -170,6 +170,8 @@ std::string IndexCache::get_or_build(const std::string& description,
 
   std::lock_guard<std::mutex> thread_guard(key_mutex(paths.lock));
   FileLock process_guard(paths.lock);
+  // One lock file per key ever built would pile up beside the caches.
+  process_guard.remove_file_on_unlock();
   // Whoever held the lock before us may have finished the same key.
   if (verify_complete(paths.dir, description)) return paths.dir;
 

@@ -199,6 +199,9 @@ std::string stored_value(DType dtype, const std::byte* at) {
 
 std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string& prefix, IndexImpl impl) {
   const std::string bin = bin_path(prefix);
+  // A pair whose replacement was cut between its two renames is refused here, even
+  // where the sizes happen to agree.
+  check_shard_pair(prefix);
   switch (impl) {
     case IndexImpl::kMmap: {
       Index index = Index::open(idx_path(prefix), /*map=*/true);

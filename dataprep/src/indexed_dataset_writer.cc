@@ -1,12 +1,9 @@
 // Writes indexed token shards: tokens stream into the .bin as they arrive, the small
 // per-sequence index stays in memory until commit() writes the .idx (MMIDIDX or
-// Megatron-legacy TNTIDX, docs/formats.md sections 3-4) and renames both into place.
-#include <unistd.h>
-
+// Megatron-legacy TNTIDX, docs/formats.md sections 3-4) and replaces both as a pair.
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -66,6 +63,7 @@ IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, IndexLayout layou
     : prefix_(std::move(prefix)),
       layout_(writable_layout(layout)),
       dtype_(writable_dtype(dtype)),
+      lock_(std::make_unique<ShardOutputLock>(prefix_)),
       bin_(bin_path(prefix_)) {}
 
 // AtomicFile's destructor removes the uncommitted .bin temporary; the .idx temporary
@@ -202,22 +200,16 @@ std::uint64_t IndexedDatasetWriter::commit() {
     DUFU_FAIL("cannot commit '", prefix_, "': its last ", sequences - document_indices_.back(),
               " sequence(s) are not closed by end_document()");
   }
-  const std::string idx_final = idx_path(prefix_);
-  AtomicFile idx(idx_final);
+  AtomicFile idx(idx_path(prefix_));
   if (layout_ == IndexLayout::kMMIDIDX) {
     write_mmidx(idx);
   } else {
     write_tntidx(idx);
   }
-  // A stale .idx from an earlier run must never sit next to the new .bin, not even
-  // between the two renames below.
-  if (::unlink(idx_final.c_str()) != 0 && errno != ENOENT) {
-    DUFU_FAIL("cannot remove the old '", idx_final, "': ", errno_message(errno));
-  }
   const std::uint64_t bytes = bin_.bytes_written() + idx.bytes_written();
-  bin_.commit();
-  idx.commit();
+  commit_shard_pair(bin_, idx, prefix_);
   committed_ = true;
+  lock_.reset();
   return bytes;
 }
 

@@ -2,12 +2,20 @@
 // (older merge tools dropped the document indices of all but the first input).
 #include "dufu/common/error.h"
 #include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/shard_output.h"
 
 namespace dufu::dataprep {
 
 MergeStats merge_datasets(const std::vector<std::string>& input_prefixes,
                           const std::string& output_prefix, IndexLayout output_layout) {
   if (input_prefixes.empty()) DUFU_FAIL("merge into '", output_prefix, "' needs an input");
+  check_output_prefix(output_prefix);
+  std::vector<std::string> input_files;
+  for (const auto& prefix : input_prefixes) {
+    input_files.push_back(bin_path(prefix));
+    input_files.push_back(idx_path(prefix));
+  }
+  refuse_output_that_is_an_input(output_prefix, input_files);
   // Open and check everything before the output exists, so a bad input costs nothing.
   std::vector<std::unique_ptr<IndexedDataset>> inputs;
   inputs.reserve(input_prefixes.size());

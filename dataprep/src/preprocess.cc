@@ -12,10 +12,15 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <new>
+#include <set>
+#include <system_error>
 #include <thread>
 
 #include "dufu/common/error.h"
+#include "dufu/common/human_units.h"
 #include "dufu/common/log.h"
+#include "dufu/dataprep/shard_output.h"
 #include "dufu/dataprep/tokenizer.h"
 
 namespace dufu::dataprep {
@@ -175,7 +180,7 @@ void tokenize_batches(const Tokenizer& tokenizer, std::size_t num_keys, std::opt
   const auto encoder = tokenizer.make_encoder();  // one per worker: it keeps a cache
   std::vector<std::int32_t> ids;
   TextBatch text;
-  while (pipeline.pop_work(&text)) {
+  while (pipeline.pop_work(&text)) try {
     TokenBatch result;
     result.sequence = text.sequence;
     result.num_records = text.num_records;
@@ -195,6 +200,15 @@ void tokenize_batches(const Tokenizer& tokenizer, std::size_t num_keys, std::opt
       }
     }
     pipeline.push_result(std::move(result));
+  } catch (const std::bad_alloc&) {
+    std::size_t bytes = 0, longest = 0;
+    for (const auto& field : text.fields) {
+      bytes += field.size();
+      longest = std::max(longest, field.size());
+    }
+    DUFU_FAIL("not enough memory to tokenize a batch of ", human_bytes(static_cast<double>(bytes)),
+              " (its longest document has ", human_bytes(static_cast<double>(longest)),
+              "; sentencepiece takes about 55 bytes per byte of a document); lower --max-document-bytes or --workers");
   }
 }
 
@@ -212,11 +226,32 @@ PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress)
   const auto start = std::chrono::steady_clock::now();
   if (options.inputs.empty()) DUFU_FAIL("no input files given");
   if (options.output_prefix.empty()) DUFU_FAIL("no output prefix given");
+  check_output_prefix(options.output_prefix);
   if (options.reader.json_keys.empty()) DUFU_FAIL("at least one JSON key is needed");
+  std::set<std::string> keys;
+  for (const auto& key : options.reader.json_keys) {
+    if (!keys.insert(key).second) {
+      DUFU_FAIL("JSON key '", key, "' is given twice (--json-keys); each key writes its own output");
+    }
+  }
+  if (options.workers < 0 || options.workers > kMaxWorkers) {
+    DUFU_FAIL("--workers ", options.workers, " is out of range: use 1 to ", kMaxWorkers, ", or 0 for all cores");
+  }
+  if (options.batch_bytes == 0 || options.batch_bytes > kMaxBatchBytes) {
+    DUFU_FAIL("--batch-bytes ", options.batch_bytes, " is out of range: use 1 to ", kMaxBatchBytes);
+  }
+  PreprocessStats stats;
+  stats.output_prefixes = output_prefixes_for(options.output_prefix, options.reader.json_keys);
+  const std::vector<std::string> inputs = expand_inputs(options.inputs);
+  for (const auto& prefix : stats.output_prefixes) refuse_output_that_is_an_input(prefix, inputs);
 
   const Tokenizer tokenizer = Tokenizer::load(TokenizerSpec{
       .model = options.tokenizer_model, .merges = options.tokenizer_merges, .pattern = options.tokenizer_pattern});
   DUFU_LOG_INFO("preprocess", "tokenizer: ", tokenizer.name());
+  if (options.eod_id && (*options.eod_id < 0 || *options.eod_id >= tokenizer.vocab_size())) {
+    DUFU_FAIL("--eod-id ", *options.eod_id, " is not a token of '", options.tokenizer_model, "': its ",
+              tokenizer.vocab_size(), " pieces have ids 0 to ", tokenizer.vocab_size() - 1);
+  }
   std::optional<int> eod;
   if (options.append_eod) {
     eod = options.eod_id ? *options.eod_id : tokenizer.eos_id();
@@ -225,14 +260,13 @@ PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress)
                 "' has no end-of-document token (</s>, <|endoftext|>); pass --eod-id to choose its id");
     }
   }
-  PreprocessStats stats;
   stats.dtype = options.dtype ? *options.dtype : token_dtype_for_vocab(tokenizer.vocab_size());
   stats.workers = options.workers > 0
                       ? options.workers
-                      : static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
-  stats.output_prefixes = output_prefixes_for(options.output_prefix, options.reader.json_keys);
+                      : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1U,
+                                                    static_cast<unsigned>(kMaxWorkers)));
 
-  DocumentReader reader(expand_inputs(options.inputs), options.reader);
+  DocumentReader reader(inputs, options.reader);
   if (progress) progress->set_total(reader.total_input_bytes());
 
   const std::size_t num_keys = options.reader.json_keys.size();
@@ -253,13 +287,21 @@ PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress)
   });
   std::vector<std::thread> workers;
   for (int i = 0; i < stats.workers; ++i) {
-    workers.emplace_back([&] {
-      try {
-        tokenize_batches(tokenizer, num_keys, eod, pipeline);
-      } catch (...) {
-        pipeline.abort(std::current_exception());
-      }
-    });
+    try {
+      workers.emplace_back([&] {
+        try {
+          tokenize_batches(tokenizer, num_keys, eod, pipeline);
+        } catch (...) {
+          pipeline.abort(std::current_exception());
+        }
+      });
+    } catch (const std::system_error& error) {
+      // Out of threads (ulimit -u, memory): stop cleanly rather than with terminate().
+      pipeline.abort(std::make_exception_ptr(Error(str_cat(
+          "cannot start tokenizer thread ", i + 1, " of ", stats.workers, ": ", error.what(),
+          "; use fewer --workers"))));
+      break;
+    }
   }
 
   try {

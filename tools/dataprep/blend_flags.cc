@@ -1,6 +1,7 @@
 // Parsing of the blend flags into a BlendConfig.
 #include "blend_flags.h"
 
+#include "cli_checks.h"
 #include "dufu/common/error.h"
 #include "dufu/dataprep/blended_dataset.h"
 
@@ -34,13 +35,17 @@ void add_blend_flags(CLI::App* command, BlendFlags& flags) {
   command->add_option("--impl", flags.impl, "How shards are read: mmap, lazy or cached")
       ->check(CLI::IsMember({"mmap", "lazy", "cached"}))
       ->capture_default_str();
+  // Megatron stores the sequence length (plus one) and sample counts in int32/int64.
   command->add_option("--seq-length", flags.seq_length, "Tokens per sample (each sample holds one more)")
-      ->check(CLI::PositiveNumber)
+      ->check(whole_number_in(1, 2147483646))
       ->capture_default_str();
   command->add_option("--num-samples", flags.num_samples,
                       "Samples of the blend (0: one epoch of every shard, exhaustive blend)")
+      ->check(whole_number_in(0, 9223372036854775807ULL))
       ->capture_default_str();
-  command->add_option("--seed", flags.seed, "Shuffle seed (Megatron's default 1234)")->capture_default_str();
+  command->add_option("--seed", flags.seed, "Shuffle seed (Megatron's default 1234)")
+      ->check(whole_number_in(0, 4294967295ULL))
+      ->capture_default_str();
   command->add_option("--split", flags.split, "Megatron split of each shard's documents, e.g. 969,30,1")
       ->capture_default_str();
   command->add_option("--split-part", flags.split_part, "Which part of the split: train, valid or test")

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "dufu/common/error.h"
 #include "dufu/dataprep/inspect.h"
@@ -66,7 +67,8 @@ void add_inspect_command(CLI::App& app) {
                       "Tokenizer to decode documents with (sentencepiece .model, .tiktoken, tokenizer.json, vocab.json)");
   command->add_option("--tokenizer-merges", flags->merges, "merges.txt of a GPT-2 vocab.json");
   command->add_option("--tokenizer-pattern", flags->pattern, "Pre-tokenizer of a .tiktoken file (gpt2, cl100k, o200k, REGEX)");
-  command->add_option("--show", flags->show, "Document numbers to print (decoded with --model)");
+  command->add_option("--show", flags->show, "Document numbers to print (decoded with --model)")
+      ->check(whole_number_in(0, 9223372036854775807ULL));
   command->add_flag("--ids", flags->ids, "Also print the token ids of shown documents");
   command->callback([flags] { run(*flags); });
 }

@@ -1,13 +1,37 @@
-// `dataprep`: the command-line face of the dataprep library. Library errors arrive
-// as dufu::Error and end here as one clear line on stderr and exit status 1.
+// `dataprep`: the command-line face of the dataprep library. Every error a user can
+// cause (a bad flag, a bad file, a size that does not fit in memory) ends here as one
+// line on stderr and exit status 1; temporaries are removed on SIGINT, SIGTERM and
+// SIGHUP as well.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <new>
+#include <string>
 
 #include "commands.h"
+#include "dufu/common/atomic_file.h"
 #include "dufu/common/error.h"
 
+namespace {
+
+// One line: CLI11 and some library messages span several.
+std::string one_line(std::string message) {
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
+  for (char& c : message) {
+    if (c == '\n') c = ' ';
+  }
+  return message;
+}
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "dataprep: error: %s\n", one_line(message).c_str());
+  return 1;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  dufu::install_cleanup_signal_handlers();
   CLI::App app{
       "dataprep: tokenize corpora into indexed binary shards (Megatron-LM / fairseq "
       "compatible) and inspect, merge and train tokenizers for them."};
@@ -19,16 +43,28 @@ int main(int argc, char** argv) {
   dufu::tools::add_train_tokenizer_command(app);
   dufu::tools::add_build_index_command(app);
   dufu::tools::add_sample_command(app);
+  // CLI11 only says "A subcommand is required" for a mistyped one.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* command : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known = known || command->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + command->get_name();
+    }
+    if (!known) return fail(std::string("unknown command '") + argv[1] + "'; the commands are " + names);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+    // --help and --version are "errors" with exit code 0: let CLI11 print them.
+    if (error.get_exit_code() == 0) return app.exit(error);
+    return fail(std::string(error.what()) + " (see --help)");
   } catch (const dufu::Error& error) {
-    std::fprintf(stderr, "dataprep: error: %s\n", error.what());
-    return 1;
+    return fail(error.what());
+  } catch (const std::bad_alloc&) {
+    return fail("not enough memory (an allocation failed); lower the sizes asked for, or --workers");
   } catch (const std::exception& error) {
-    std::fprintf(stderr, "dataprep: unexpected error: %s\n", error.what());
-    return 2;
+    return fail(std::string("unexpected error: ") + error.what());
   }
   return 0;
 }

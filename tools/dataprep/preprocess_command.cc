@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "dufu/common/progress.h"
 #include "dufu/dataprep/preprocess.h"
@@ -99,9 +100,10 @@ void add_preprocess_command(CLI::App& app) {
       ->capture_default_str();
   command->add_flag("--append-eod", options.append_eod,
                     "Append the end-of-document id to every non-empty document");
-  command->add_option("--eod-id", flags->eod_id, "End-of-document id (default: the tokenizer's own, </s> or <|endoftext|>)");
+  command->add_option("--eod-id", flags->eod_id, "End-of-document id (default: the tokenizer's own, </s> or <|endoftext|>)")
+      ->check(whole_number_in(0, 2147483647));
   command->add_option("--workers,-j", options.workers, "Tokenizer threads (0 = all cores)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(whole_number_in(0, dataprep::kMaxWorkers))
       ->capture_default_str();
   command->add_option("--on-error", flags->on_error,
                       "fail: stop and write nothing; skip: skip bad records, count and report them")
@@ -119,7 +121,13 @@ void add_preprocess_command(CLI::App& app) {
       ->check(CLI::IsMember({"uint16", "int32", "uint32", "int64"}));
   command->add_option("--batch-bytes", options.batch_bytes,
                       "Text bytes per work item handed to a worker (tuning; output unchanged)")
-      ->check(CLI::PositiveNumber)
+      ->check(whole_number_in(1, dataprep::kMaxBatchBytes))
+      ->capture_default_str();
+  command->add_option("--max-document-bytes", options.reader.max_document_bytes,
+                      "Longest document (txt line, jsonl record or whole txt file) accepted, in bytes; "
+                      "a longer one is a bad record (see --on-error). Bounds memory: tokenizing takes "
+                      "about 55 bytes per byte of a document")
+      ->check(whole_number_in(1, std::uint64_t{1} << 32))
       ->capture_default_str();
   command->add_flag("--quiet,-q", flags->quiet, "No progress output");
   command->callback([flags, command] { run(*flags, *command); });

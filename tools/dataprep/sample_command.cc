@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "blend_flags.h"
+#include "cli_checks.h"
 #include "commands.h"
 #include "dufu/dataprep/blend_builder.h"
 #include "dufu/dataprep/blended_dataset.h"
@@ -73,10 +74,15 @@ void add_sample_command(CLI::App& app) {
                       "Tokenizer to decode samples with (sentencepiece .model, .tiktoken, tokenizer.json, vocab.json)");
   command->add_option("--tokenizer-merges", flags->merges, "merges.txt of a GPT-2 vocab.json");
   command->add_option("--tokenizer-pattern", flags->pattern, "Pre-tokenizer of a .tiktoken file (gpt2, cl100k, o200k, REGEX)");
-  command->add_option("--count,-n", flags->count, "Samples to print")->capture_default_str();
-  command->add_option("--first", flags->first, "Index of the first sample to print")->capture_default_str();
+  command->add_option("--count,-n", flags->count, "Samples to print")
+      ->check(whole_number_in(0, 9223372036854775807ULL))
+      ->capture_default_str();
+  command->add_option("--first", flags->first, "Index of the first sample to print")
+      ->check(whole_number_in(0, 9223372036854775807ULL))
+      ->capture_default_str();
   command->add_option("--proportions-over", flags->proportions_over,
                       "Count proportions over this many leading samples (0 = all)")
+      ->check(whole_number_in(0, 9223372036854775807ULL))
       ->capture_default_str();
   command->add_flag("--ids", flags->ids, "Also print token ids");
   command->callback([flags] { run(*flags); });

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "dufu/dataprep/train_tokenizer.h"
 #include "dufu/common/human_units.h"
@@ -44,7 +45,9 @@ void add_train_tokenizer_command(CLI::App& app) {
       ->expected(1, -1);
   command->add_option("--model-prefix,-o", options.model_prefix, "Writes PREFIX.model and PREFIX.vocab")
       ->required();
-  command->add_option("--vocab-size", options.vocab_size, "Number of pieces")->capture_default_str();
+  command->add_option("--vocab-size", options.vocab_size, "Number of pieces")
+      ->check(whole_number_in(1, 2147483647))
+      ->capture_default_str();
   command->add_option("--model-type", options.model_type, "bpe, unigram, char or word")
       ->check(CLI::IsMember({"bpe", "unigram", "char", "word"}))
       ->capture_default_str();
@@ -62,10 +65,18 @@ void add_train_tokenizer_command(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--input-sentence-size", options.input_sentence_size,
                       "Sentences sampled for training (0 = all)")
+      ->check(whole_number_in(0, 2147483647))
       ->capture_default_str();
   command->add_option("--threads", options.threads, "Trainer threads (0 = all cores)")
+      ->check(whole_number_in(0, 1024))
       ->capture_default_str();
-  command->add_option("--seed", options.seed, "Seed of sentence sampling")->capture_default_str();
+  command->add_option("--seed", options.seed, "Seed of sentence sampling")
+      ->check(whole_number_in(0, 4294967295))
+      ->capture_default_str();
+  command->add_option("--max-document-bytes", options.reader.max_document_bytes,
+                      "Longest document (txt line, jsonl record or whole txt file) accepted, in bytes")
+      ->check(whole_number_in(1, std::uint64_t{1} << 32))
+      ->capture_default_str();
   command->add_option("--spm-arg", options.extra_args,
                       "Extra sentencepiece trainer flag, e.g. --spm-arg=--byte_fallback=true");
   command->callback([flags] { run(*flags); });

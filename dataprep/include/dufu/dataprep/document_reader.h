@@ -2,7 +2,8 @@
 // time with bounded memory. txt: one document per line (OSLO's convention) or one per
 // file; jsonl: one JSON object per line, parsed with simdjson, text taken from the
 // requested keys. Bad records (malformed JSON, missing key, non-string value, invalid
-// UTF-8) either throw or are skipped and counted, by option.
+// UTF-8, a document longer than max_document_bytes) either throw or are skipped and
+// counted, by option. No input makes memory grow past a few times that limit.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +25,17 @@ InputFormat detect_input_format(const std::string& path, InputFormat stdin_forma
 // Order: patterns in given order, each pattern's matches sorted.
 std::vector<std::string> expand_inputs(const std::vector<std::string>& patterns);
 
+// The default --max-document-bytes: 16 MiB. Longer lines (or whole-file documents)
+// are bad records. Tokenizing takes about 55 bytes of memory per byte of document
+// (sentencepiece's lattice and pieces), so a 16 MiB document costs a worker about 1 GB
+// and half a minute; real prose documents (a whole long novel is 2-5 MB) fit well
+// below it, and lines beyond it are almost always dumps (base64, tables, logs).
+inline constexpr std::size_t kDefaultMaxDocumentBytes = std::size_t{16} << 20;
+
 struct ReaderOptions {
   std::vector<std::string> json_keys{"text"};
+  // Longest line (txt line, jsonl record) or whole-file document accepted, in bytes.
+  std::size_t max_document_bytes = kDefaultMaxDocumentBytes;
   TxtDocument txt_document = TxtDocument::kLine;
   InputFormat stdin_format = InputFormat::kJsonl;
   bool skip_bad_records = false;
@@ -60,6 +70,7 @@ class DocumentReader {
   struct State;
   bool open_next_input();
   void record_bad(const std::string& message);
+  std::string too_long_message(const std::string& where, std::uint64_t line) const;
 
   std::vector<std::string> inputs_;
   ReaderOptions options_;

@@ -14,6 +14,7 @@
 
 #include "dufu/common/atomic_file.h"
 #include "dufu/dataprep/dtype.h"
+#include "dufu/dataprep/shard_output.h"
 
 namespace dufu::dataprep {
 
@@ -111,7 +112,10 @@ class IndexedDataset {
 
 // Streams a shard to disk. The .bin is written as sequences arrive; the per-sequence
 // index (12-24 bytes per sequence) is kept in memory and written on commit. Both
-// files appear under their final names only after commit().
+// files appear under their final names only after commit(), as a pair (an earlier
+// pair stays whole if anything fails; shard_output.h). The prefix is locked from
+// construction to commit() (or destruction): a second writer of it, in this process
+// or another, is refused.
 class IndexedDatasetWriter {
  public:
   IndexedDatasetWriter(std::string prefix, IndexLayout layout, DType dtype);
@@ -129,7 +133,7 @@ class IndexedDatasetWriter {
   // copied in chunks, lengths appended, document indices shifted. Used by merge.
   void append(const IndexedDataset& other);
 
-  // Writes the .idx, then commits .bin and .idx. Returns bytes of .bin + .idx.
+  // Writes the .idx, then replaces the pair. Returns bytes of .bin + .idx.
   std::uint64_t commit();
 
   std::uint64_t num_sequences() const { return lengths_.size(); }
@@ -145,6 +149,8 @@ class IndexedDatasetWriter {
   std::string prefix_;
   IndexLayout layout_;
   DType dtype_;
+  // Before bin_: the lock is taken before any file is made; released by commit().
+  std::unique_ptr<ShardOutputLock> lock_;
   AtomicFile bin_;
   std::vector<std::int32_t> lengths_;
   std::vector<std::int64_t> document_indices_{0};

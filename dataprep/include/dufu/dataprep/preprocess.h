@@ -16,6 +16,11 @@
 
 namespace dufu::dataprep {
 
+// The most tokenizer threads preprocess starts (each holds about two batches).
+inline constexpr int kMaxWorkers = 1024;
+// The largest --batch-bytes: batches in flight are 2 x workers + 2 of them.
+inline constexpr std::size_t kMaxBatchBytes = std::size_t{1} << 30;
+
 struct PreprocessOptions {
   std::vector<std::string> inputs;  // paths, globs or "-"
   std::string output_prefix;
@@ -27,7 +32,7 @@ struct PreprocessOptions {
   bool append_eod = false;
   std::optional<int> eod_id;        // default: the tokenizer's own (</s>, <|endoftext|>)
   std::optional<DType> dtype;       // default: Megatron's rule from the vocab size
-  int workers = 0;                  // 0 = all cores
+  int workers = 0;                  // 0 = all cores; at most kMaxWorkers
   // Documents per work item: large enough to amortize queue traffic, small enough
   // that workers stay balanced.
   std::size_t batch_bytes = 1 << 20;
@@ -55,8 +60,11 @@ std::vector<std::string> output_prefixes_for(const std::string& prefix,
                                              const std::vector<std::string>& json_keys);
 
 // Runs the whole job. Throws dufu::Error on bad input (unless skipping) and then no
-// output exists under the final names. `progress` may be null; its counters are
-// input bytes, documents and tokens, in that order (the percentage is of input bytes).
+// new output exists under the final names (an earlier pair there is left whole).
+// Refuses out-of-range options (workers, batch bytes, an --eod-id outside the
+// vocabulary, a JSON key given twice) and an output that is one of the inputs.
+// `progress` may be null; its counters are input bytes, documents and tokens, in
+// that order (the percentage is of input bytes).
 PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress);
 
 }  // namespace dufu::dataprep
