@@ -3,6 +3,8 @@
 // them in a text file; compressed and jsonl inputs need no unpacking first.
 #include "dufu/dataprep/train_tokenizer.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "dufu/common/atomic_file.h"
 #include "dufu/common/error.h"
 
 namespace dufu::dataprep {
@@ -88,11 +91,37 @@ class DocumentSentences : public sentencepiece::SentenceIterator {
 };
 
 void rename_or_fail(const std::string& from, const std::string& to) {
+  // sentencepiece wrote the file without syncing it: make it durable before its name.
+  const int fd = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
   if (std::rename(from.c_str(), to.c_str()) != 0) {
     const int error = errno;
     std::remove(from.c_str());
     DUFU_FAIL("cannot rename '", from, "' to '", to, "': ", errno_message(error));
   }
+}
+
+// Removes ".NAME.tmp.PID.model" and ".vocab" left in `directory` by training runs
+// whose process is gone (SIGKILL): their pid is in the name.
+void remove_dead_temporaries(const std::filesystem::path& directory, const std::string& name) {
+  const std::string head = "." + name + ".tmp.";
+  DIR* dir = ::opendir(directory.c_str());
+  if (dir == nullptr) return;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string file = entry->d_name;
+    if (file.compare(0, head.size(), head) != 0) continue;
+    const std::string rest = file.substr(head.size());
+    const auto dot = rest.find('.');
+    if (dot == std::string::npos || dot == 0 || rest.find_first_not_of("0123456789") != dot) continue;
+    const std::string suffix = rest.substr(dot);
+    if (suffix != ".model" && suffix != ".vocab") continue;
+    const int pid = std::stoi(rest.substr(0, std::min<std::size_t>(dot, 9)));
+    if (pid == ::getpid() || !process_exists(pid)) ::unlink((directory / file).c_str());
+  }
+  ::closedir(dir);
 }
 
 }  // namespace
@@ -112,6 +141,7 @@ TrainTokenizerStats train_tokenizer(const TrainTokenizerOptions& options) {
   const std::string temp_prefix =
       (directory / ("." + final_prefix.filename().string() + ".tmp." + std::to_string(::getpid())))
           .string();
+  remove_dead_temporaries(directory, final_prefix.filename().string());
 
   const int threads = options.threads > 0
                           ? options.threads
@@ -140,9 +170,16 @@ TrainTokenizerStats train_tokenizer(const TrainTokenizerOptions& options) {
   sentencepiece::SetRandomGeneratorSeed(static_cast<unsigned int>(options.seed));
   DocumentReader reader(expand_inputs(options.inputs), options.reader);
   DocumentSentences sentences(reader);
-  const auto status = sentencepiece::SentencePieceTrainer::Train(arguments, &sentences);
   const std::string temp_model = temp_prefix + ".model";
   const std::string temp_vocab = temp_prefix + ".vocab";
+  // SIGINT/SIGTERM during the (long) training remove what sentencepiece wrote so far.
+  struct Unregister {
+    int slots[2];
+    ~Unregister() {
+      for (const int slot : slots) unregister_cleanup_path(slot);
+    }
+  } const cleanup{{register_cleanup_path(temp_model), register_cleanup_path(temp_vocab)}};
+  const auto status = sentencepiece::SentencePieceTrainer::Train(arguments, &sentences);
   if (sentences.error() || !status.ok()) {
     std::remove(temp_model.c_str());
     std::remove(temp_vocab.c_str());

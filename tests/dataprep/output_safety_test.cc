@@ -6,6 +6,8 @@
 // and nothing is left behind: no temporaries, no lock files, no markers.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -388,6 +390,23 @@ TEST_F(OutputSafety, TheNextRunRemovesWhatKilledRunsLeft) {
   std::sort(left.begin(), left.end());
   std::sort(expected_left.begin(), expected_left.end());
   EXPECT_EQ(left, expected_left);
+}
+
+// train-tokenizer's temporaries (sentencepiece writes .NAME.tmp.PID.model/.vocab)
+// left by a killed run are removed by the next run; a live process's are kept.
+TEST_F(OutputSafety, TrainTokenizerRemovesTemporariesOfDeadRuns) {
+  write_fortunes(root_.file("corpus.jsonl"), 300);
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ::waitpid(dead, nullptr, 0);
+  write_all(out(".tok.tmp." + std::to_string(dead) + ".model"), "dead");
+  write_all(out(".tok.tmp." + std::to_string(dead) + ".vocab"), "dead");
+  write_all(out(".tok.tmp.1.model"), "live");
+  const ToolResult trained = run_tool({"train-tokenizer", "-i", root_.file("corpus.jsonl"), "-o", out("tok"),
+                                       "--vocab-size", "200", "--model-type", "bpe"});
+  EXPECT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_TRUE(file_exists(out("tok.model")));
+  EXPECT_EQ(leftovers(out_dir()), std::vector<std::string>{".tok.tmp.1.model"});
 }
 
 // Output prefixes that name no file are refused before anything is written.
