@@ -981,7 +981,9 @@ TEST(KernelPartition, RowChunksTileTheRowsEvenly) {
     for (int chunk = 0; chunk < chunks; ++chunk) {
       const int size = row_chunk_begin(N, chunks, chunk + 1) - row_chunk_begin(N, chunks, chunk);
       EXPECT_TRUE(size == N / chunks || size == N / chunks + 1) << N << " " << chunk;
-      if (N > 0) EXPECT_GE(size, 1) << N << " " << chunk;
+      if (N > 0) {
+        EXPECT_GE(size, 1) << N << " " << chunk;
+      }
     }
   }
 }
