@@ -92,6 +92,7 @@ const Case kCases[] = {
     {"spm-bpe-fallback-true", "spm-bpe-fallback-true.model", "", ""},
     {"spm-unigram-fallback-false", "spm-unigram-fallback-false.model", "", ""},
     {"spm-unigram-fallback-true", "spm-unigram-fallback-true.model", "", ""},
+    {"spm-bpe-nosplit", "spm-bpe-nosplit.model", "", ""},
 };
 
 dataprep::TokenizerSpec spec_of(const Case& c) {
@@ -180,6 +181,51 @@ TEST(TokenizerFacts, VocabularySizeEndOfDocumentAndDtypeRule) {
   EXPECT_EQ(vocab.piece(vocab.eod_id()), "<|endoftext|>");
   const auto spm = dataprep::Tokenizer::load(bpe_fixture("models/spm-bpe-fallback-false.model"));
   EXPECT_EQ(spm.piece(spm.eod_id()), "</s>");
+}
+
+// sentencepiece's word cache is used exactly where the model allows it.
+TEST(TokenizerFacts, SentencePieceWordCacheOnlyWhereExact) {
+  for (const char* model : {"spm-bpe-fallback-false", "spm-bpe-fallback-true"}) {
+    const auto tokenizer = dataprep::Tokenizer::load(bpe_fixture(std::string("models/") + model + ".model"));
+    EXPECT_NE(tokenizer.name().find("word cache"), std::string::npos) << tokenizer.name();
+  }
+  // Unigram (Viterbi over the whole text), and BPE trained with
+  // split_by_whitespace=false (pieces span words): plain Encode.
+  for (const char* model : {"spm-unigram-fallback-false", "spm-unigram-fallback-true", "spm-bpe-nosplit"}) {
+    const auto tokenizer = dataprep::Tokenizer::load(bpe_fixture(std::string("models/") + model + ".model"));
+    EXPECT_EQ(tokenizer.name().find("word cache"), std::string::npos) << tokenizer.name();
+  }
+}
+
+// The word cache against plain Encode on texts made of few words in many
+// arrangements (spaces, tabs, newlines, no-break and ideographic spaces, combining
+// marks after spaces), so that every word is met both in and out of the cache.
+TEST(TokenizerFacts, SentencePieceWordCacheEqualsEncodeOnRearrangedWords) {
+  const std::vector<std::string> words = {"the", "The", "  ", "\t", "\n", "cat", "\xC2\xA0", "\xE3\x80\x80",
+                                          "\xCC\x81", "e\xCC\x81", "日本", "x", "<unk>", "\xF0\x9F\x98\x80", "3.14",
+                                          "don't", "\xEF\xBD\x81", "\xE2\x96\x81"};
+  std::uint64_t state = 12345;
+  const auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<std::size_t>(state >> 33);
+  };
+  for (const char* model : {"spm-bpe-fallback-true", "spm-bpe-fallback-false"}) {
+    const std::string path = bpe_fixture(std::string("models/") + model + ".model");
+    const auto tokenizer = dataprep::Tokenizer::load(path);
+    auto encoder = tokenizer.make_encoder();
+    for (int round = 0; round < 400; ++round) {
+      std::string text;
+      const std::size_t count = next() % 12;
+      for (std::size_t i = 0; i < count; ++i) {
+        text += words[next() % words.size()];
+        text += std::string(next() % 3, ' ');
+      }
+      Ids cached, whole;
+      encoder->encode(text, &cached);
+      tokenizer.encode_uncached(text, &whole);  // one Encode of the whole text
+      ASSERT_EQ(cached, whole) << model << ": '" << printable(text) << "'";
+    }
+  }
 }
 
 TEST(TokenizerFacts, DecodeOfASplitCharacterGivesReplacementCharacters) {

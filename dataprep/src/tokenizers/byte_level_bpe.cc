@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "dufu/common/error.h"
+#include "piece_cache.h"
 
 namespace dufu::dataprep::tokenizers {
 
@@ -67,44 +68,10 @@ std::string utf8_lossy(std::string_view bytes) {
 
 namespace {
 
-// A direct-mapped cache from piece bytes to its ids, of fixed size.
-class PieceCache {
- public:
-  static constexpr std::size_t kSlots = 1 << 16;
-  static constexpr std::size_t kMaxPiece = 64;
-  static constexpr std::size_t kMaxIds = 7;
-
-  PieceCache() : slots_(kSlots) {}
-
-  // The cached ids of `piece`, or nullptr.
-  const std::int32_t* find(std::string_view piece, std::uint64_t hash, std::size_t* count) const {
-    const Slot& slot = slots_[hash & (kSlots - 1)];
-    if (slot.hash != hash || slot.key != piece) return nullptr;
-    *count = slot.count;
-    return slot.ids;
-  }
-  void insert(std::string_view piece, std::uint64_t hash, const std::int32_t* ids, std::size_t count) {
-    if (count > kMaxIds) return;
-    Slot& slot = slots_[hash & (kSlots - 1)];
-    slot.hash = hash;
-    slot.key.assign(piece);
-    slot.count = static_cast<std::uint32_t>(count);
-    std::copy(ids, ids + count, slot.ids);
-  }
-
- private:
-  struct Slot {
-    std::uint64_t hash = 0;
-    std::string key;
-    std::uint32_t count = 0;
-    std::int32_t ids[kMaxIds] = {};
-  };
-  std::vector<Slot> slots_;
-};
-
 class ByteLevelBpe final : public TokenizerModel {
  public:
   explicit ByteLevelBpe(ByteLevelBpeConfig config) : config_(std::move(config)) {
+    config_.model.finish(config_.token_bytes.size());
     if (config_.ignore_merges) {
       whole_tokens_.build(&config_.token_bytes,
                           config_.whole_token_ids.empty() ? config_.defined : config_.whole_token_ids);
@@ -189,7 +156,7 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
         return;
       }
     }
-    const bool cacheable = piece.size() <= PieceCache::kMaxPiece;
+    const bool cacheable = piece.size() <= PieceCache<7>::kMaxPiece;
     if (cacheable) {
       std::size_t count = 0;
       if (const std::int32_t* cached = cache_.find(piece, hash, &count)) {
@@ -207,7 +174,7 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
   std::vector<std::unique_ptr<RegexSplitter::Matcher>> matchers_;
   std::vector<std::string> buffers_;
   BytePairModel::Scratch scratch_;
-  PieceCache cache_;
+  PieceCache<7> cache_;
   std::vector<std::int32_t>* out_ = nullptr;
 };
 

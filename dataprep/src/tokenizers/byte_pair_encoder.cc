@@ -88,7 +88,6 @@ void TokenLookup::build(const std::vector<std::string>* tokens, const std::vecto
 
 namespace {
 constexpr std::size_t kShortPiece = 96;
-constexpr std::uint64_t kNoMerge = std::numeric_limits<std::uint64_t>::max();
 }  // namespace
 
 void BytePairModel::encode(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const {
@@ -107,14 +106,8 @@ void BytePairModel::encode_short(std::string_view piece, Scratch& scratch, std::
   std::uint64_t ranks[kShortPiece];
   std::size_t n = piece.size();
   for (std::size_t i = 0; i < n; ++i) ids[i] = byte_ids_[static_cast<unsigned char>(piece[i])];
-  const auto rank_of = [&](std::size_t i) {
-    const std::uint64_t* found = merge(ids[i], ids[i + 1]);
-    return found != nullptr ? *found : kNoMerge;
-  };
-  // The first lookups are independent: start them all before waiting on any.
-  for (std::size_t i = 0; i + 1 < n; ++i) prefetch_merge(ids[i], ids[i + 1]);
+  const auto rank_of = [&](std::size_t i) { return cached_merge(ids[i], ids[i + 1], scratch); };
   for (std::size_t i = 0; i + 1 < n; ++i) ranks[i] = rank_of(i);
-  (void)scratch;
   while (n > 1) {
     std::size_t best = 0;
     for (std::size_t i = 1; i + 1 < n; ++i) {
@@ -155,12 +148,11 @@ void BytePairModel::encode_long(std::string_view piece, Scratch& scratch, std::v
   // recognized on popping by looking the pair up again.
   const auto push = [&](std::uint32_t left) {
     if (left >= n || next[left] >= n) return;
-    const std::uint64_t* found = merge(ids[left], ids[next[left]]);
-    if (found == nullptr) return;
-    heap.push_back((*found & 0xFFFFFFFF00000000ULL) | left);
+    const std::uint64_t found = cached_merge(ids[left], ids[next[left]], scratch);
+    if (found == kNoMerge) return;
+    heap.push_back((found & 0xFFFFFFFF00000000ULL) | left);
     std::push_heap(heap.begin(), heap.end(), std::greater<>());
   };
-  for (std::uint32_t i = 0; i + 1 < n; ++i) prefetch_merge(ids[i], ids[i + 1]);
   for (std::uint32_t i = 0; i + 1 < n; ++i) push(i);
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), std::greater<>());
@@ -171,9 +163,9 @@ void BytePairModel::encode_long(std::string_view piece, Scratch& scratch, std::v
     if (prev[left] == n + 1) continue;
     const std::uint32_t right = next[left];
     if (right >= n) continue;
-    const std::uint64_t* found = merge(ids[left], ids[right]);
-    if (found == nullptr || (*found >> 32) != (entry >> 32)) continue;
-    ids[left] = static_cast<std::int32_t>(*found & 0xFFFFFFFFU);
+    const std::uint64_t found = cached_merge(ids[left], ids[right], scratch);
+    if (found == kNoMerge || (found >> 32) != (entry >> 32)) continue;
+    ids[left] = static_cast<std::int32_t>(found & 0xFFFFFFFFU);
     next[left] = next[right];
     if (next[right] < n) prev[next[right]] = left;
     prev[right] = n + 1;

@@ -8,6 +8,7 @@
 // in the piece length, so a megabyte without spaces costs what it should.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -89,17 +90,30 @@ class BytePairModel {
   // A later merge of the same pair replaces an earlier one.
   void add_merge(std::int32_t left, std::int32_t right, std::uint32_t priority, std::int32_t merged) {
     merges_.insert(pair_key(left, right), (std::uint64_t{priority} << 32) | static_cast<std::uint32_t>(merged));
+    const auto larger = static_cast<std::size_t>(std::max(left, right)) + 1;
+    if (roles_.size() < larger) roles_.resize(larger, 0);
+    roles_[static_cast<std::size_t>(left)] |= kLeft;
+    roles_[static_cast<std::size_t>(right)] |= kRight;
   }
   void reserve_merges(std::size_t count) { merges_.reserve(count); }
+  // Call once every token id is known: ids up to num_ids - 1 may be looked up.
+  void finish(std::size_t num_ids) {
+    if (roles_.size() < num_ids) roles_.resize(num_ids, 0);
+  }
   std::size_t num_merges() const { return merges_.size(); }
 
-  // Scratch space of one thread.
+  // Scratch space of one thread, with its cache of recent pair lookups (the merge
+  // table is too large for the CPU caches; the pairs a corpus uses are not).
   struct Scratch {
+    static constexpr std::size_t kPairSlots = 1 << 15;
     std::vector<std::int32_t> ids;
     std::vector<std::uint32_t> next;
     std::vector<std::uint32_t> prev;
     std::vector<std::uint64_t> heap;
+    // key, then the merge (kNoMerge when none); key ~0 = empty.
+    std::vector<std::uint64_t> pair_cache = std::vector<std::uint64_t>(2 * kPairSlots, ~std::uint64_t{0});
   };
+  static constexpr std::uint64_t kNoMerge = ~std::uint64_t{0};
   // Appends the ids of `piece` (non-empty) to `out`.
   void encode(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const;
 
@@ -107,14 +121,41 @@ class BytePairModel {
   static std::uint64_t pair_key(std::int32_t left, std::int32_t right) {
     return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) | static_cast<std::uint32_t>(right);
   }
-  // Priority in the high 32 bits, merged id in the low; nullptr when no merge.
-  const std::uint64_t* merge(std::int32_t left, std::int32_t right) const { return merges_.find(pair_key(left, right)); }
-  void prefetch_merge(std::int32_t left, std::int32_t right) const { merges_.prefetch(pair_key(left, right)); }
+  // Priority in the high 32 bits, merged id in the low; nullptr when no merge. Most
+  // pairs of a piece have no merge; the roles (a few hundred kB, cache-resident) rule
+  // out many of them before the table (tens of MB) is touched.
+  bool may_merge(std::int32_t left, std::int32_t right) const {
+    return (roles_[static_cast<std::size_t>(left)] & kLeft) != 0 && (roles_[static_cast<std::size_t>(right)] & kRight) != 0;
+  }
+  const std::uint64_t* merge(std::int32_t left, std::int32_t right) const {
+    return may_merge(left, right) ? merges_.find(pair_key(left, right)) : nullptr;
+  }
+  void prefetch_merge(std::int32_t left, std::int32_t right) const {
+    if (may_merge(left, right)) merges_.prefetch(pair_key(left, right));
+  }
+  // The merge of (left, right), or kNoMerge, through the scratch's pair cache.
+  std::uint64_t cached_merge(std::int32_t left, std::int32_t right, Scratch& scratch) const {
+    if (!may_merge(left, right)) return kNoMerge;
+    const std::uint64_t key = pair_key(left, right);
+    std::uint64_t slot = key * 0x9E3779B97F4A7C15ULL;
+    slot = (slot >> 49) & (Scratch::kPairSlots - 1);
+    std::uint64_t* entry = &scratch.pair_cache[2 * slot];
+    if (entry[0] == key) return entry[1];
+    const std::uint64_t* found = merges_.find(key);
+    entry[0] = key;
+    entry[1] = found != nullptr ? *found : kNoMerge;
+    return entry[1];
+  }
   void encode_short(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const;
   void encode_long(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const;
 
+  static constexpr std::uint8_t kLeft = 1;
+  static constexpr std::uint8_t kRight = 2;
   std::int32_t byte_ids_[256] = {};
   FlatU64Map merges_;
+  // Per token id: whether it is the left (kLeft) or right (kRight) side of some merge.
+  // Sized by finish(): every id the model produces is covered.
+  std::vector<std::uint8_t> roles_;
 };
 
 }  // namespace dufu::dataprep

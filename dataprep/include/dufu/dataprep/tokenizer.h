@@ -43,6 +43,11 @@ class TokenizerModel {
  public:
   virtual ~TokenizerModel() = default;
   virtual std::unique_ptr<TokenEncoder> make_encoder() const = 0;
+  // The implementation's own encoding of the whole text, without any dufu cache or
+  // fast path (sentencepiece's Encode); by default a fresh encoder's.
+  virtual void encode_uncached(std::string_view text, std::vector<std::int32_t>* ids) const {
+    make_encoder()->encode(text, ids);
+  }
   virtual std::string decode(std::span<const std::int32_t> ids) const = 0;
   virtual std::int64_t vocab_size() const = 0;
   virtual std::int32_t eod_id() const = 0;
@@ -64,6 +69,10 @@ class Tokenizer {
   std::unique_ptr<TokenEncoder> make_encoder() const { return model_->make_encoder(); }
   // One-off encoding through a fresh encoder (no cache kept between calls).
   void encode(std::string_view text, std::vector<std::int32_t>* ids) const { make_encoder()->encode(text, ids); }
+  // Without dufu's caches and fast paths: for tests and benchmarks.
+  void encode_uncached(std::string_view text, std::vector<std::int32_t>* ids) const {
+    model_->encode_uncached(text, ids);
+  }
   // Ids outside the vocabulary are refused. Byte-level tokens that split a character
   // decode to U+FFFD, as tiktoken's and HuggingFace's decoders do.
   std::string decode(std::span<const std::int32_t> ids) const { return model_->decode(ids); }
