@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <random>
 #include <set>
 #include <span>
@@ -91,6 +92,8 @@ TrainingState make_state(std::int64_t step) {
   state.data_seed = 7;
   state.model = small_config();
   state.config_toml = "[model]\nn_layer = 2\nname = \"a \\\"b\\\"\"\n";
+  state.shards = {{"data/web \"1\"", 18446744073709551615ull, 16, std::string(64, 'a'), std::string(64, 'b')},
+                  {"/abs/code", 2, 0, std::string(64, '0'), std::string(64, 'f')}};
   return state;
 }
 
@@ -410,6 +413,12 @@ TEST_F(CheckpointTest, MissingOrGarbledStateIsRefused) {
       {"\"sha256\":\"", "\"sha256\":\"xyz", "\"files.model.safetensors.sha256\" is \"xyz"},
       {"\"bytes\":", "\"bytez\":", "missing field \"files.model.safetensors.bytes\""},
       {"\"optimizer.safetensors\":", "\"optimiser.safetensors\":", "missing field \"files.optimizer.safetensors\""},
+      {"\"shards\":[", "\"shards\":7,\"x\":[", "field \"shards\" is an integer, expected an array"},
+      {"\"shards\":[", "\"shards\":[7,", "field \"shards[0]\" is an integer, expected an object"},
+      {"\"bin_bytes\":", "\"bin_bytez\":", "missing field \"shards[0].bin_bytes\""},
+      {"\"idx_bytes\":16", "\"idx_bytes\":-16", "field \"shards[0].idx_bytes\" is -16"},
+      {"\"idx_sha256\":\"", "\"idx_sha256\":\"zz", "\"shards[0].idx_sha256\" is \"zz"},
+      {"\"prefix\":\"/abs/code\"", "\"prefix\":2", "field \"shards[1].prefix\" is an integer, expected a string"},
       {original, "{\"format\":\"dufu-checkpoint\",\"version\":2,\"step\":", "state.json: not valid JSON"},
       {original, "[1, 2]", "state.json: the top level is an array, not an object"},
       {original, "", "state.json: not valid JSON"},
@@ -434,6 +443,15 @@ TEST_F(CheckpointTest, MissingOrGarbledStateIsRefused) {
   ASSERT_EQ(version1.find("layout"), std::string::npos) << version1;
   write_all(state_path, version1);
   EXPECT_TRUE(read_checkpoint_state(dir) == make_state(3));
+  // Checkpoints written before the shards were recorded have none, and still read.
+  std::string without_shards = original;
+  const auto shards_at = without_shards.find("\"shards\":[");
+  without_shards.erase(shards_at, without_shards.find("],", shards_at) + 2 - shards_at);
+  ASSERT_EQ(without_shards.find("shards"), std::string::npos) << without_shards;
+  write_all(state_path, without_shards);
+  TrainingState old_state = make_state(3);
+  old_state.shards.clear();
+  EXPECT_TRUE(read_checkpoint_state(dir) == old_state);
   write_all(state_path, original);
 
   fs::remove(state_path);
@@ -564,6 +582,81 @@ TEST_F(CheckpointTest, FindUsableOnRunWithoutCheckpointsOrMissingPath) {
   expect_error([&] { find_usable_checkpoint(dir); }, {dir, "incomplete checkpoint", "no state.json"});
 }
 
+// A step directory without state.json is a checkpoint that cannot be used: skipped
+// with a warning when an older one verifies, and when none does the run directory is
+// refused (training must not start over it and replace them), naming the newest and
+// why.
+TEST_F(CheckpointTest, FindUsableRefusesARunWhoseCheckpointsLackStateJson) {
+  Trained run(28, 1);
+  const std::string older = save(run, 10);
+  const std::string newer = save(run, 20);
+  fs::remove(newer + "/state.json");
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(find_usable_checkpoint(run_dir()), older);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("skipping checkpoint '" + newer + "': " + newer + ": it has no state.json"), std::string::npos)
+      << log;
+
+  fs::remove(older + "/state.json");
+  ::testing::internal::CaptureStderr();
+  expect_error([&] { find_usable_checkpoint(run_dir()); },
+               {run_dir() + ": none of its 2 checkpoints verifies, and training will not start over them",
+                newer + ": it has no state.json", "HINT: restore a good checkpoint there, or remove " + run_dir() +
+                                                      "/checkpoints (or choose another run.dir)"});
+  ::testing::internal::GetCapturedStderr();
+  // Not even a partial directory beside them makes it a run without checkpoints.
+  fs::remove_all(older);
+  ::testing::internal::CaptureStderr();
+  expect_error([&] { find_usable_checkpoint(run_dir()); }, {"none of its 1 checkpoints verifies"});
+  ::testing::internal::GetCapturedStderr();
+}
+
+// What processes killed while saving leave behind, cleaned up by the next run: partial
+// directories go; a checkpoint moved aside for a new version of its step goes once the
+// new one is in place, and is put back when it is not (killed between the renames).
+TEST_F(CheckpointTest, LeftoversAreRemovedAndAReplacedCheckpointPutBack) {
+  Trained run(29, 1);
+  save(run, 1);
+  const std::string second = save(run, 2);
+  const std::string checkpoints = run_dir() + "/checkpoints";
+  const std::string model_bytes = read_all(second + "/model.safetensors");
+  fs::rename(second, checkpoints + "/step_00000002.replaced-31");
+  fs::create_directories(checkpoints + "/step_00000001.replaced-32");
+  fs::create_directories(checkpoints + "/step_00000003.partial-33");
+  write_all(checkpoints + "/step_00000003.partial-33/model.safetensors", "half");
+  fs::create_directories(checkpoints + "/notes.replaced-34");  // not a checkpoint's name: not ours
+  ::testing::internal::CaptureStderr();
+  remove_checkpoint_leftovers(run_dir());
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(list_dir(checkpoints),
+            (std::set<std::string>{"step_00000001", "step_00000002", "notes.replaced-34"}));
+  EXPECT_NE(log.find("restored checkpoint '" + second + "'"), std::string::npos) << log;
+  EXPECT_EQ(read_all(second + "/model.safetensors"), model_bytes);
+  EXPECT_EQ(find_usable_checkpoint(run_dir()), second);
+  remove_checkpoint_leftovers(dir_.file("no-run"));  // nothing there: nothing to do
+}
+
+// No checkpoint with a NaN or an infinity is ever published: the save fails naming
+// the step, the file and the first tensor, and the checkpoints before stay the newest.
+TEST_F(CheckpointTest, NonFiniteWeightsOrMomentsAreNeverPublished) {
+  Trained run(30, 1);
+  const std::string good = save(run, 1);
+  const std::string checkpoints = run_dir() + "/checkpoints";
+  const std::size_t in_c_fc = run.model.tensor("h.1.mlp.c_fc.weight").offset + 5;
+  const float weight = run.model.params()[in_c_fc];
+  run.model.params()[in_c_fc] = std::numeric_limits<float>::quiet_NaN();
+  expect_error([&] { save(run, 2); },
+               {"checkpoint of step 2 not written: model.safetensors: 1 of ",
+                " weights are not finite (the first in h.1.mlp.c_fc.weight is nan)", "never published"});
+  run.model.params()[in_c_fc] = weight;
+  run.optimizer.v()[7] = std::numeric_limits<float>::infinity();
+  expect_error([&] { save(run, 2); },
+               {"checkpoint of step 2 not written: optimizer.safetensors: 1 of ", "AdamW second moments",
+                "the first in wte.weight is inf"});
+  EXPECT_EQ(list_dir(checkpoints), (std::set<std::string>{"step_00000001"}));
+  EXPECT_EQ(find_usable_checkpoint(run_dir()), good);
+}
+
 TEST(TrainingState, EqualityComparesEveryField) {
   const TrainingState base = make_state(5);
   EXPECT_TRUE(base == make_state(5));
@@ -587,6 +680,12 @@ TEST(TrainingState, EqualityComparesEveryField) {
       [](TrainingState& s) { ++s.layout.data_parallel_size; },
       [](TrainingState& s) { s.layout.optimizer_sharded = true; },
       [](TrainingState& s) { s.layout.pipeline_layers = {1, 1}; },
+      [](TrainingState& s) { s.shards.pop_back(); },
+      [](TrainingState& s) { s.shards[0].prefix += "x"; },
+      [](TrainingState& s) { --s.shards[0].bin_bytes; },
+      [](TrainingState& s) { ++s.shards[0].idx_bytes; },
+      [](TrainingState& s) { s.shards[0].idx_sha256[3] = 'c'; },
+      [](TrainingState& s) { s.shards[0].bin_sample_sha256[3] = 'c'; },
   };
   for (std::size_t i = 0; i < changes.size(); ++i) {
     TrainingState changed = base;

@@ -21,6 +21,7 @@
 #include "dufu/trainer/lr_schedule.h"
 #include "dufu/trainer/optimizer.h"
 #include "dufu/trainer/training_config.h"
+#include "dufu/trainer/training_memory.h"
 #include "kernel_test_support.h"
 #include "support/expect_error.h"
 #include "support/gpt_fixture.h"
@@ -364,6 +365,71 @@ TEST(TrainingOptions, ErrorsNameTheKnob) {
   expect_error([] { config_with({"model.nlayer=4"}); }, {"model.nlayer", "did you mean \"model.n_layer\""});
   expect_error([] { config_with({"optim.lr=fast"}); }, {"optim.lr", "expected a number", "\"fast\""});
   expect_error([] { config_with({"train.steps=1.5"}); }, {"train.steps", "expected an integer"});
+}
+
+// Every float knob (all are doubles in the schema and floats in the kernels): NaN,
+// an infinity, or a value beyond the float range is refused naming the knob, before
+// the first update could turn every weight into NaN.
+TEST(TrainingOptions, NonFiniteFloatKnobsAreRefusedNamingTheKnob) {
+  int float_knobs = 0;
+  const dufu::ConfigSchema schema = training_config_schema();
+  for (const dufu::ConfigKnob& knob : schema.knobs()) {
+    if (knob.type != dufu::ConfigType::kDouble) continue;
+    ++float_knobs;
+    for (const char* value : {"nan", "inf", "-inf"}) {
+      expect_error([&] { training_options(config_with({knob.name + "=" + value})); },
+                   {knob.name + " must be a finite number, got "});
+    }
+    expect_error([&] { training_options(config_with({knob.name + "=1e39"})); },
+                 {knob.name + " is 1e+39, beyond the float range"});
+  }
+  EXPECT_GE(float_knobs, 7);  // optim.lr, min_lr, beta1, beta2, eps, weight_decay, grad_clip
+  EXPECT_NO_THROW(training_options(config_with({"optim.lr=1e30"})));  // absurd but finite: the user's call
+}
+
+double layout_parameters(const GPTConfig& config, int tp, const PipelineStage& stage) {
+  double count = 0;
+  for (const ParamTensor& tensor : gpt_stage_layout(config, gpt_parameter_layout(config, tp), stage)) {
+    count += static_cast<double>(tensor.size());
+  }
+  return count;
+}
+
+// The memory estimates: a rank's parameters as the layout counts them (within the
+// padding the estimate assumes), and what cannot fit refused naming it.
+TEST(TrainingMemory, CountsTheModelAndRefusesWhatCannotFit) {
+  GPTConfig gpt2;  // GPT-2 small, 124M parameters
+  gpt2.validate();
+  PipelineStage whole;
+  whole.num_layers = gpt2.n_layer;
+  EXPECT_NEAR(rank_parameter_count(gpt2, 1, whole) / layout_parameters(gpt2, 1, whole), 1.0, 1e-3);
+  for (const int tp : {2, 4}) {
+    for (int stage = 0; stage < 3; ++stage) {
+      const PipelineStage piece = pipeline_stage(pipeline_layer_split(gpt2.n_layer, 3), stage);
+      EXPECT_NEAR(rank_parameter_count(gpt2, tp, piece) / layout_parameters(gpt2, tp, piece), 1.0, 1e-2)
+          << "tp " << tp << " stage " << stage;
+    }
+  }
+  // 16 bytes per parameter: weights, gradients and both moments; ZeRO-1 divides the
+  // moments.
+  EXPECT_DOUBLE_EQ(model_state_bytes(1000, 1, false), 16000);
+  EXPECT_DOUBLE_EQ(model_state_bytes(1000, 4, true), 10000);
+  // Activations grow with the tokens of a micro-batch, and pipeline slots.
+  const double one = activation_bytes(gpt2, 8, 1024, 1, whole, 1, 4);
+  EXPECT_GT(one, 8.0 * 1024 * 768 * 4 * 12);
+  EXPECT_NEAR(activation_bytes(gpt2, 16, 1024, 1, whole, 1, 4) / one, 2.0, 0.01);
+  // Sizes that wrap around 64 bits as integers stay large in the estimate.
+  GPTConfig huge = gpt2;
+  huge.d_model = 1 << 30;
+  huge.n_head = 1;
+  EXPECT_GT(rank_parameter_count(huge, 1, whole), 1e19);
+
+  EXPECT_GT(memory_limit_bytes(), 1e8);
+  EXPECT_NO_THROW(check_memory("a little", 1e6));
+  expect_error([] { check_memory("the test's universe", 1e30); },
+               {"not enough memory for the test's universe (needs ", "this process can have at most "});
+  expect_error([] { fail_out_of_memory("the test's model", 3e12); },
+               {"not enough memory for the test's model (needs about 3.00 TB"});
 }
 
 }  // namespace

@@ -78,7 +78,12 @@ std::string save_checkpoint(const std::string& run_dir, const GPT& model, const 
   if (optimizer.shard_begin() != 0) DUFU_FAIL("save_checkpoint: the optimizer holds a ZeRO shard, not every moment");
   const Piece whole = piece_of(model.config(), state.layout, 0, 0);
   const std::string partial = checkpoint_directory::create_step_partial(run_dir, state.step, ::getpid());
-  const std::map<std::string, FileRecord> files = write_serial_files(partial, whole, model, optimizer);
+  std::map<std::string, FileRecord> files;
+  try {
+    files = write_serial_files(partial, whole, model, optimizer);
+  } catch (const Error& e) {
+    DUFU_FAIL("checkpoint of step ", state.step, " not written: ", e.what());
+  }
   return checkpoint_directory::publish_step(run_dir, partial, state, files, keep_last);
 }
 
@@ -186,8 +191,10 @@ std::optional<std::string> find_usable_checkpoint(const std::string& path) {
                 "; HINT: name a complete checkpoint or the run directory");
     }
   }
-  const std::vector<std::string> checkpoints = list_checkpoints(path);
-  if (checkpoints.empty()) {
+  const std::string checkpoints = checkpoint_directory::checkpoints_dir(path);
+  std::vector<std::pair<std::int64_t, std::string>> steps;
+  if (fs::is_directory(checkpoints, error)) steps = checkpoint_directory::step_directories(checkpoints);
+  if (steps.empty()) {
     // Resuming from scratch because the user named the checkpoints/ directory itself
     // would silently start a new run inside it.
     if (!checkpoint_directory::complete_checkpoints(path).empty()) {
@@ -196,18 +203,34 @@ std::optional<std::string> find_usable_checkpoint(const std::string& path) {
     }
     return std::nullopt;
   }
+  // Every step directory is a checkpoint the run wrote: one that cannot be used is
+  // reported, and a run whose checkpoints are all unusable is refused, never started
+  // over (which would replace them).
   std::string newest_error;
-  for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
-    try {
-      read_checkpoint_state(*it);
-      return *it;
-    } catch (const Error& e) {
-      DUFU_LOG_WARN(kLog, "skipping checkpoint '", *it, "': ", e.what());
-      if (newest_error.empty()) newest_error = e.what();
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const std::string& dir = it->second;
+    std::string reason;
+    if (!fs::exists(path_in(dir, checkpoint_state_json::kStateFile), error)) {
+      reason = str_cat(dir, ": it has no ", checkpoint_state_json::kStateFile,
+                       ", which a checkpoint gets last (incomplete, or damaged after it was written)");
+    } else {
+      try {
+        read_checkpoint_state(dir);
+        return dir;
+      } catch (const Error& e) {
+        reason = e.what();
+      }
     }
+    DUFU_LOG_WARN(kLog, "skipping checkpoint '", dir, "': ", reason);
+    if (newest_error.empty()) newest_error = reason;
   }
-  DUFU_FAIL(path, ": none of its ", checkpoints.size(), " checkpoints verifies; the newest fails with: ",
-            newest_error);
+  DUFU_FAIL(path, ": none of its ", steps.size(), " checkpoints verifies, and training will not start over them; ",
+            "the newest fails with: ", newest_error, "; HINT: restore a good checkpoint there, or remove ",
+            checkpoints, " (or choose another run.dir) to start a new run");
+}
+
+void remove_checkpoint_leftovers(const std::string& run_dir) {
+  checkpoint_directory::remove_leftovers(checkpoint_directory::checkpoints_dir(run_dir));
 }
 
 void merge_checkpoint(const std::string& source, const std::string& destination) {

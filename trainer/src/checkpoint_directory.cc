@@ -1,7 +1,7 @@
 // Checkpoint directories (see checkpoint_directory.h): a checkpoint is written into a
 // partial directory and renamed into place once every file is durable, so a kill at
 // any moment leaves either the complete checkpoint or none (plus a partial directory
-// that the next save removes).
+// that the next run, or the next save, removes).
 #include "checkpoint_directory.h"
 
 #include <unistd.h>
@@ -131,17 +131,22 @@ std::vector<DirEntry> list_directory(const std::string& dir) {
   return entries;
 }
 
-std::vector<std::pair<std::int64_t, std::string>> complete_checkpoints(const std::string& checkpoints) {
+std::vector<std::pair<std::int64_t, std::string>> step_directories(const std::string& checkpoints) {
   std::vector<std::pair<std::int64_t, std::string>> found;
   for (const DirEntry& entry : list_directory(checkpoints)) {
     const std::optional<std::int64_t> step = parse_step_dir_name(entry.name);
-    std::error_code ignored;
-    if (step && entry.is_directory &&
-        fs::is_regular_file(path_in(entry.path, checkpoint_state_json::kStateFile), ignored)) {
-      found.emplace_back(*step, entry.path);
-    }
+    if (step && entry.is_directory) found.emplace_back(*step, entry.path);
   }
   std::sort(found.begin(), found.end());
+  return found;
+}
+
+std::vector<std::pair<std::int64_t, std::string>> complete_checkpoints(const std::string& checkpoints) {
+  std::vector<std::pair<std::int64_t, std::string>> found = step_directories(checkpoints);
+  std::erase_if(found, [](const auto& entry) {
+    std::error_code ignored;
+    return !fs::is_regular_file(path_in(entry.second, checkpoint_state_json::kStateFile), ignored);
+  });
   return found;
 }
 
@@ -206,15 +211,40 @@ std::string publish_step(const std::string& run_dir, const std::string& partial,
 
 // ---- rotation ----
 
-void remove_stale(const std::string& checkpoints, std::int64_t saved_step, int keep_last) {
-  std::vector<std::pair<std::int64_t, std::string>> complete;
+void remove_leftovers(const std::string& checkpoints) {
+  std::error_code error;
+  if (!fs::is_directory(checkpoints, error)) return;
   try {
     for (const DirEntry& entry : list_directory(checkpoints)) {
-      const bool leftover = entry.name.starts_with(kStepPrefix) &&
-                            (entry.name.find(kPartialInfix) != std::string::npos ||
-                             entry.name.find(kReplacedInfix) != std::string::npos);
-      if (leftover && entry.is_directory) remove_directory(entry.path, "unfinished checkpoint");
+      if (!entry.is_directory || !entry.name.starts_with(kStepPrefix)) continue;
+      if (entry.name.find(kPartialInfix) != std::string::npos) {
+        remove_directory(entry.path, "unfinished checkpoint");
+        continue;
+      }
+      const std::size_t replaced = entry.name.find(kReplacedInfix);
+      if (replaced == std::string::npos) continue;
+      const std::string final_dir = path_in(checkpoints, entry.name.substr(0, replaced));
+      if (parse_step_dir_name(entry.name.substr(0, replaced)) && !fs::exists(fs::symlink_status(final_dir, error))) {
+        fs::rename(entry.path, final_dir, error);
+        if (!error) {
+          DUFU_LOG_WARN(kLog, "restored checkpoint '", final_dir, "' from '", entry.path,
+                        "': the process replacing it died before its new version was in place");
+          continue;
+        }
+        DUFU_LOG_WARN(kLog, "cannot restore checkpoint '", final_dir, "' from '", entry.path, "': ", error.message());
+        continue;  // kept: it may be the only copy of that checkpoint
+      }
+      remove_directory(entry.path, "replaced checkpoint");
     }
+  } catch (const Error& e) {
+    DUFU_LOG_WARN(kLog, "cannot clean up unfinished checkpoints: ", e.what());
+  }
+}
+
+void remove_stale(const std::string& checkpoints, std::int64_t saved_step, int keep_last) {
+  std::vector<std::pair<std::int64_t, std::string>> complete;
+  remove_leftovers(checkpoints);
+  try {
     complete = complete_checkpoints(checkpoints);
   } catch (const Error& e) {
     DUFU_LOG_WARN(kLog, "cannot clean up old checkpoints: ", e.what());

@@ -41,8 +41,10 @@ struct DirEntry {
 };
 // Every entry of `dir`; throws dufu::Error naming it when it cannot be listed.
 std::vector<DirEntry> list_directory(const std::string& dir);
-// The complete checkpoints in a checkpoints/ directory (step_<digits>/ holding
-// state.json), as (step, path), oldest first.
+// The step directories in a checkpoints/ directory (step_<digits>/, complete or
+// not), as (step, path), oldest first.
+std::vector<std::pair<std::int64_t, std::string>> step_directories(const std::string& checkpoints);
+// The complete checkpoints among them (holding state.json).
 std::vector<std::pair<std::int64_t, std::string>> complete_checkpoints(const std::string& checkpoints);
 
 // ---- writing one checkpoint directory ----
@@ -78,9 +80,17 @@ std::string create_step_partial(const std::string& run_dir, std::int64_t step, s
 std::string publish_step(const std::string& run_dir, const std::string& partial, const TrainingState& state,
                          const std::map<std::string, checkpoint_files::FileRecord>& files, int keep_last);
 
-// After a save of `saved_step` into `checkpoints`: removes partial and replaced
-// directories, checkpoints of later steps (with a warning: they belong to a run this
-// one resumed from an earlier point) and all but the newest `keep_last` of the others.
+// What processes that died while saving left in `checkpoints`: partial directories
+// are removed; a replaced directory (step_<N>.replaced-<pid>, the old checkpoint moved
+// aside while its new version of the same step was renamed into place) is removed
+// when step_<N> is there, and renamed back to step_<N> when it is not (the process
+// died between the two renames). Only for the one process that saves into the run
+// (run.dir locked), before or after its own saves; failures are only logged.
+void remove_leftovers(const std::string& checkpoints);
+
+// After a save of `saved_step` into `checkpoints`: remove_leftovers, then removes
+// checkpoints of later steps (with a warning: they belong to a run this one resumed
+// from an earlier point) and all but the newest `keep_last` of the others.
 // Failures are only logged: the new checkpoint is in place, and an old directory left
 // behind costs disk space, not correctness.
 void remove_stale(const std::string& checkpoints, std::int64_t saved_step, int keep_last);

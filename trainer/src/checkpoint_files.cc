@@ -5,6 +5,8 @@
 #include "checkpoint_files.h"
 
 #include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <set>
 #include <string_view>
 
@@ -16,6 +18,8 @@
 namespace dufu::trainer::checkpoint_files {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 // AdamW's step count: an I64 scalar, as torch names it.
 constexpr const char* kStepTensor = "step";
@@ -142,6 +146,23 @@ void check_piece_metadata(const safetensors::File& file, const Piece& piece) {
   check_metadata(file, "num_layers", static_cast<std::uint64_t>(piece.stage.num_layers));
 }
 
+// No checkpoint holds a NaN or an infinity: resuming from it could only fail, and
+// as the newest checkpoint it would hide the good ones before it.
+void check_finite(const std::string& path, const char* what, std::span<const float> values,
+                  const std::vector<ParamTensor>& layout) {
+  const auto bad = [](float x) { return !std::isfinite(x); };
+  const auto first = std::find_if(values.begin(), values.end(), bad);
+  if (first == values.end()) return;
+  const std::size_t index = static_cast<std::size_t>(first - values.begin());
+  std::string where = str_cat("at index ", index);
+  for (const ParamTensor& tensor : layout) {
+    if (index >= tensor.offset && index < tensor.offset + tensor.size()) where = str_cat("in ", tensor.name);
+  }
+  DUFU_FAIL(fs::path(path).filename().string(), ": ", std::count_if(first, values.end(), bad), " of ", values.size(),
+            " ", what, " are not finite (the first ", where, " is ", *first,
+            "); a checkpoint with non-finite values is never published");
+}
+
 void check_size(const char* what, std::size_t got, std::size_t want) {
   if (got != want) DUFU_FAIL(what, ": a buffer of ", got, " floats for a piece of ", want);
 }
@@ -168,6 +189,7 @@ Piece piece_of(const GPTConfig& config, const CheckpointLayout& layout, int tp_r
 void write_model(const std::string& path, const Piece& piece, std::span<const float> params) {
   const std::vector<ParamTensor> layout = piece.layout();
   check_size("write_model", params.size(), layout_size(layout));
+  check_finite(path, "weights", params, layout);
   if (!piece.is_serial()) {
     std::vector<safetensors::TensorRef> refs;
     for (const ParamTensor& tensor : layout) {
@@ -237,6 +259,8 @@ void write_optimizer(const std::string& path, const Piece& piece, std::span<cons
   const std::vector<ParamTensor> layout = piece.layout();
   check_size("write_optimizer", m.size(), layout_size(layout));
   check_size("write_optimizer", v.size(), layout_size(layout));
+  check_finite(path, "AdamW first moments", m, layout);
+  check_finite(path, "AdamW second moments", v, layout);
   std::vector<safetensors::TensorRef> refs;
   for (const ParamTensor& tensor : layout) {
     refs.push_back({"exp_avg." + tensor.name, safetensors::Dtype::kF32, dufu_shape(tensor), m.data() + tensor.offset});
@@ -276,6 +300,8 @@ void write_optimizer_shard(const std::string& path, const Piece& piece, std::siz
   const std::size_t piece_parameters = layout_size(piece.layout());
   DUFU_CHECK(m.size() == v.size() && begin + m.size() <= piece_parameters, "write_optimizer_shard: shard [", begin,
              ", ", begin + m.size(), ") of a piece of ", piece_parameters);
+  check_finite(path, "AdamW first moments", m, {});
+  check_finite(path, "AdamW second moments", v, {});
   const std::vector<std::uint64_t> shape = {m.size()};
   const safetensors::TensorRef refs[] = {{"exp_avg", safetensors::Dtype::kF32, shape, m.data()},
                                          {"exp_avg_sq", safetensors::Dtype::kF32, shape, v.data()},

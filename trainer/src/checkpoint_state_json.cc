@@ -80,6 +80,17 @@ std::string state_json(const TrainingState& state, const std::map<std::string, F
     json.key(name).begin_object().key("bytes").value(record.bytes).key("sha256").value(record.sha256).end_object();
   }
   json.end_object();
+  json.key("shards").begin_array();
+  for (const ShardIdentity& shard : state.shards) {
+    json.begin_object()
+        .key("prefix").value(shard.prefix)
+        .key("bin_bytes").value(shard.bin_bytes)
+        .key("idx_bytes").value(shard.idx_bytes)
+        .key("idx_sha256").value(shard.idx_sha256)
+        .key("bin_sample_sha256").value(shard.bin_sample_sha256)
+        .end_object();
+  }
+  json.end_array();
   json.key("config_toml").value(state.config_toml);
   json.end_object();
   return json.str() + "\n";
@@ -144,6 +155,9 @@ class StateReader {
         fail("\"layout\": ", e.what());
       }
     }
+    // Optional: checkpoints written before dufu recorded the shards have none.
+    simdjson::dom::element shards;
+    if (!object.at_key("shards").get(shards)) state.shards = shards_field(shards);
     const simdjson::dom::object files = object_field(object, "", "files");
     for (const std::string& name : checkpoint_file_names(state.layout)) parsed.files[name] = file_record(files, name);
     for (const auto field : files) {
@@ -240,17 +254,43 @@ class StateReader {
     return layout;
   }
 
+  std::vector<ShardIdentity> shards_field(simdjson::dom::element value) const {
+    simdjson::dom::array array;
+    if (value.get_array().get(array)) fail("field \"shards\" is ", json_type_name(value.type()), ", expected an array");
+    std::vector<ShardIdentity> shards;
+    for (const simdjson::dom::element entry : array) {
+      const std::string where = str_cat("shards[", shards.size(), "].");
+      simdjson::dom::object object;
+      if (entry.get_object().get(object)) {
+        fail("field \"", where.substr(0, where.size() - 1), "\" is ", json_type_name(entry.type()),
+             ", expected an object");
+      }
+      ShardIdentity& shard = shards.emplace_back();
+      shard.prefix = string_field(object, where, "prefix");
+      shard.bin_bytes = integer_field(object, where, "bin_bytes", std::numeric_limits<std::uint64_t>::max());
+      shard.idx_bytes = integer_field(object, where, "idx_bytes", std::numeric_limits<std::uint64_t>::max());
+      shard.idx_sha256 = sha256_field(object, where, "idx_sha256");
+      shard.bin_sample_sha256 = sha256_field(object, where, "bin_sample_sha256");
+    }
+    return shards;
+  }
+
+  std::string sha256_field(simdjson::dom::object object, std::string_view where, std::string_view key) const {
+    std::string digest = string_field(object, where, key);
+    const bool is_hex = std::all_of(digest.begin(), digest.end(),
+                                    [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+    if (digest.size() != 64 || !is_hex) {
+      fail("field \"", where, key, "\" is \"", digest, "\", not a SHA-256 (64 lower-case hex digits)");
+    }
+    return digest;
+  }
+
   FileRecord file_record(simdjson::dom::object files, std::string_view name) const {
     const std::string where = str_cat("files.", name, ".");
     const simdjson::dom::object object = object_field(files, "files.", name);
     FileRecord record;
     record.bytes = integer_field(object, where, "bytes", std::numeric_limits<std::uint64_t>::max());
-    record.sha256 = string_field(object, where, "sha256");
-    const bool is_hex = std::all_of(record.sha256.begin(), record.sha256.end(),
-                                    [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-    if (record.sha256.size() != 64 || !is_hex) {
-      fail("field \"", where, "sha256\" is \"", record.sha256, "\", not a SHA-256 (64 lower-case hex digits)");
-    }
+    record.sha256 = sha256_field(object, where, "sha256");
     return record;
   }
 

@@ -147,8 +147,12 @@ std::string save_parallel_checkpoint(const std::string& run_dir, Communicator& w
     mine = write_rank_files(partial, place, model, optimizer, layout);
   } catch (const Error& e) {
     ok = false;
-    DUFU_LOG_ERROR(kLog, "rank ", world.rank(), ": cannot write its part of the checkpoint of step ", state.step,
-                   ": ", e.what());
+    // With several ranks the others only learn which failed; a single process says it
+    // once, in its error.
+    if (world.size() > 1) {
+      DUFU_LOG_ERROR(kLog, "rank ", world.rank(), ": cannot write its part of the checkpoint of step ", state.step,
+                     ": ", e.what());
+    }
     failure = e.what();
   }
   const std::vector<std::uint8_t> record = encode_record(ok, mine);

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -26,6 +27,7 @@
 #include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
 #include "dufu/common/file_lock.h"
+#include "dufu/common/human_units.h"
 #include "dufu/common/json_writer.h"
 #include "dufu/common/log.h"
 #include "dufu/common/topology.h"
@@ -38,7 +40,9 @@
 #include "dufu/trainer/lr_schedule.h"
 #include "dufu/trainer/parallel_checkpoint.h"
 #include "dufu/trainer/pipeline_schedule.h"
+#include "dufu/trainer/shard_identity.h"
 #include "dufu/trainer/training_config.h"
+#include "dufu/trainer/training_memory.h"
 
 namespace dufu::trainer {
 
@@ -149,6 +153,7 @@ struct Trainer::State {
   bool ready = false;  // setup() found steps to do
   std::unique_ptr<FileLock> run_lock;
   dataprep::BuiltBlend train_blend;
+  ShardWatch shard_watch;  // the training shards as this rank opened them
   std::shared_ptr<const dataprep::TokenDataset> valid_dataset;
   RankGroups groups;
   std::unique_ptr<GPT> model;
@@ -167,6 +172,9 @@ struct Trainer::State {
   ModelBatch batch;
   std::vector<ModelBatch> step_batches;
   float dloss_scale = 1.0f;
+  // What a step allocates from the user's sizes, for the message if it does not fit.
+  std::string activations_what;
+  double activations_bytes = 0.0;
 
   State(const Config& config, std::string resume, TrainingReporter& reporter_, const std::atomic<bool>* stop)
       : options(training_options(config)),
@@ -182,6 +190,9 @@ struct Trainer::State {
 
   // Loads the checkpoint and takes over its state; returns where the loader starts.
   dataprep::LoaderState resume(const std::string& checkpoint);
+  // The gradient of the step's micro-batches, accumulated; returns the sum of their
+  // losses.
+  double forward_backward();
 };
 
 Trainer::Trainer(const Config& config, std::string resume_from, TrainingReporter& reporter,
@@ -208,11 +219,31 @@ bool Trainer::setup() {
   }
   s.accumulation = options.accumulation_steps(s.dp);
   s.is_main = s.world->rank() == 0;
+  const auto coordinates = topology.coordinates();
+  const int tp = topology.tensor_parallel_size();
+  const int pp = topology.pipeline_parallel_size();
+  const std::vector<int> layer_split = pipeline_layer_split(options.model.n_layer, pp, options.pipeline_num_layers);
+  const PipelineStage stage = pp > 1 ? pipeline_stage(layer_split, coordinates.pp_rank) : PipelineStage{};
+
+  // The sizes are the user's: what cannot fit is refused before anything is allocated.
+  const double parameters = rank_parameter_count(options.model, tp, stage);
+  const double model_bytes = model_state_bytes(parameters, s.dp, options.zero_stage == 1);
+  const std::string model_what = str_cat("the model (", human_count(parameters),
+                                         " parameters on this rank, with their gradients and AdamW moments)");
+  check_memory(model_what, model_bytes);
+  const int slots = pp > 1 ? pp - coordinates.pp_rank : 1;
+  s.activations_what = str_cat("the activations of ", slots, " micro-batch", slots > 1 ? "es" : "", " of ",
+                               options.micro_batch, " x ", s.T, " tokens (train.micro_batch x model.seq_length)");
+  s.activations_bytes =
+      activation_bytes(options.model, options.micro_batch, s.T, tp, stage, slots, options.prefetch_batches);
+  check_memory(str_cat(model_what, " and ", s.activations_what), model_bytes + s.activations_bytes);
 
   if (s.is_main) {
     fs::create_directories(options.run_dir);
     s.run_lock = FileLock::try_lock((fs::path(options.run_dir) / ".lock").string());
     if (!s.run_lock) DUFU_FAIL("run.dir ", options.run_dir, " is in use by another training process");
+    // Holding the lock, every partial checkpoint there is a dead process's.
+    remove_checkpoint_leftovers(options.run_dir);
     s.reporter.effective_config(s.config_toml);
     AtomicFile saved((fs::path(options.run_dir) / "config.toml").string());
     saved.write(s.config_toml.data(), s.config_toml.size());
@@ -224,19 +255,25 @@ bool Trainer::setup() {
   s.train_blend = dataprep::build_blend(options.train_data);
   if (options.eval_interval > 0) s.valid_dataset = dataprep::build_blend(options.valid_data).dataset;
   if (s.is_main) DUFU_LOG_INFO("train", "training data: ", s.train_blend.dataset->describe());
-
-  const auto coordinates = topology.coordinates();
-  const int tp = topology.tensor_parallel_size();
-  const int pp = topology.pipeline_parallel_size();
-  s.groups = make_rank_groups(*s.world, topology);
-  const std::vector<int> layer_split = pipeline_layer_split(options.model.n_layer, pp, options.pipeline_num_layers);
-  if (s.is_main) s.reporter.layout(describe_layout(topology, options.model, layer_split));
-  s.model = std::make_unique<GPT>(options.model, tp > 1 ? s.groups.tensor.get() : nullptr,
-                                  pp > 1 ? pipeline_stage(layer_split, coordinates.pp_rank) : PipelineStage{});
-  s.optimizer = std::make_unique<DataParallelOptimizer>(*s.model, options.adamw, *s.groups.data,
-                                                        options.zero_stage == 1, s.groups.pipeline.get(),
-                                                        s.groups.tensor.get());
   TrainingState& state = s.state;
+  std::vector<std::string> prefixes;
+  for (const auto& [weight, prefix] : options.train_data.shards) prefixes.push_back(prefix);
+  s.shard_watch = ShardWatch(prefixes);
+  // What the checkpoints record of the data, to tell on resume whether it changed.
+  if (s.is_main) {
+    for (const std::string& prefix : prefixes) state.shards.push_back(shard_identity(prefix));
+  }
+
+  s.groups = make_rank_groups(*s.world, topology);
+  if (s.is_main) s.reporter.layout(describe_layout(topology, options.model, layer_split));
+  try {
+    s.model = std::make_unique<GPT>(options.model, tp > 1 ? s.groups.tensor.get() : nullptr, stage);
+    s.optimizer = std::make_unique<DataParallelOptimizer>(*s.model, options.adamw, *s.groups.data,
+                                                          options.zero_stage == 1, s.groups.pipeline.get(),
+                                                          s.groups.tensor.get());
+  } catch (const std::bad_alloc&) {
+    fail_out_of_memory(model_what, model_bytes);
+  }
   state.init_seed = options.init_seed;
   state.data_seed = options.train_data.seed;
   state.model = options.model;
@@ -294,6 +331,15 @@ bool Trainer::setup() {
 
 dataprep::LoaderState Trainer::State::resume(const std::string& checkpoint) {
   const TrainingState saved = read_checkpoint_state(checkpoint, FileCheck::kTrust);
+  if (is_main) {
+    if (const std::optional<std::string> change = shard_change(saved.shards, state.shards, checkpoint)) {
+      if (!options.allow_changed_shards) {
+        DUFU_FAIL(*change, "; HINT: resume with the shards the run was trained on, or set "
+                  "data.allow_changed_shards=true to continue on the changed data (its samples differ)");
+      }
+      reporter.warning(str_cat("resuming as data.allow_changed_shards=true says, although the ", *change));
+    }
+  }
   load_parallel_checkpoint(checkpoint, saved, place, dp, *model, *optimizer);
   if (saved.data_seed != state.data_seed) {
     DUFU_LOG_WARN("train", "data.seed is ", state.data_seed, " but the checkpoint was trained with ", saved.data_seed,
@@ -331,36 +377,44 @@ dataprep::LoaderState Trainer::State::resume(const std::string& checkpoint) {
   return loader_start;
 }
 
+double Trainer::State::forward_backward() {
+  GPT& gpt = *model;
+  gpt.zero_grad();
+  double loss_sum = 0.0;
+  if (topology->pipeline_parallel_size() == 1) {
+    for (int micro = 0; micro < accumulation; ++micro) {
+      split_batch(loader->next(), batch);
+      loss_sum += gpt.forward(batch.inputs, batch.targets, options.micro_batch, T, dloss_scale);
+      gpt.backward();
+    }
+    return loss_sum;
+  }
+  // Every stage of a pipeline reads the same batches (same data-parallel rank); the
+  // first uses the tokens, the last the targets.
+  std::vector<PipelineMicroBatch> views;
+  for (int micro = 0; micro < accumulation; ++micro) {
+    ModelBatch& micro_batch = step_batches[static_cast<std::size_t>(micro)];
+    split_batch(loader->next(), micro_batch);
+    views.push_back({micro_batch.inputs, micro_batch.targets});
+  }
+  return pipeline_train_step(gpt, *groups.pipeline, groups.embedding.get(), views, options.micro_batch, T,
+                             dloss_scale);
+}
+
 StepReport Trainer::step() {
   State& s = *s_;
   DUFU_CHECK(s.ready, "Trainer::step without a successful setup()");
   const TrainingOptions& options = s.options;
   TrainingState& state = s.state;
-  GPT& model = *s.model;
-  const int T = s.T;
   const auto start = Clock::now();
   for (Communicator* group : s.all_groups()) {
     if (group != nullptr) group->reset_traffic();
   }
-  model.zero_grad();
   double loss_sum = 0.0;
-  if (s.topology->pipeline_parallel_size() == 1) {
-    for (int micro = 0; micro < s.accumulation; ++micro) {
-      split_batch(s.loader->next(), s.batch);
-      loss_sum += model.forward(s.batch.inputs, s.batch.targets, options.micro_batch, T, s.dloss_scale);
-      model.backward();
-    }
-  } else {
-    // Every stage of a pipeline reads the same batches (same data-parallel rank);
-    // the first uses the tokens, the last the targets.
-    std::vector<PipelineMicroBatch> views;
-    for (int micro = 0; micro < s.accumulation; ++micro) {
-      ModelBatch& batch = s.step_batches[static_cast<std::size_t>(micro)];
-      split_batch(s.loader->next(), batch);
-      views.push_back({batch.inputs, batch.targets});
-    }
-    loss_sum = pipeline_train_step(model, *s.groups.pipeline, s.groups.embedding.get(), views, options.micro_batch,
-                                   T, s.dloss_scale);
+  try {
+    loss_sum = s.forward_backward();
+  } catch (const std::bad_alloc&) {
+    fail_out_of_memory(s.activations_what, s.activations_bytes);  // the first step allocates them
   }
   if (s.dp > 1) loss_sum = s.groups.data->all_reduce_value(loss_sum, ReduceOp::kSum);
   const double loss = loss_sum / (s.accumulation * s.dp);
@@ -461,6 +515,9 @@ std::string Trainer::save() {
   State& s = *s_;
   DUFU_CHECK(s.ready, "Trainer::save without a successful setup()");
   s.state.train_loader_state = s.loader->state().to_string();
+  // No checkpoint records shards that changed under the run (the identities are the
+  // ones taken at the start).
+  s.shard_watch.check();
   const std::string path = save_parallel_checkpoint(s.options.run_dir, *s.world, s.place, *s.model, *s.optimizer,
                                                     s.state, s.options.checkpoint_keep);
   if (s.is_main) s.reporter.checkpoint_saved(path);

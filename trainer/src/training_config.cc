@@ -1,6 +1,7 @@
 #include "dufu/trainer/training_config.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <string_view>
@@ -26,7 +27,10 @@ ConfigSchema training_config_schema() {
       .add_int("data.seed", 1234, "Seed of the sample shuffle (Megatron's default 1234)")
       .add_string("data.cache_dir", "", "Index cache directory (default: $DUFU_CACHE_DIR or ~/.cache/dufu)")
       .add_int("data.workers", 2, "Loader threads reading samples")
-      .add_int("data.prefetch", 4, "Batches the loader prepares ahead");
+      .add_int("data.prefetch", 4, "Batches the loader prepares ahead")
+      .add_bool("data.allow_changed_shards", false,
+                "Resume even when a shard differs from the one the checkpoint was trained on (size or index "
+                "digest); the samples then differ from the run's");
   schema.add_int("train.micro_batch", 8, "Samples per forward/backward")
       .add_int("train.global_batch", 0, "Samples per optimizer step, a multiple of the micro-batch (0 = micro_batch)")
       .add_int("train.steps", 1000, "Optimizer steps to train for")
@@ -96,6 +100,21 @@ std::vector<int> int_list(const Config& config, const char* name, const char* wh
   return values;
 }
 
+// Every float knob must be a finite number that stays finite as the float the
+// kernels compute in: a NaN or infinite learning rate, beta or epsilon turns every
+// weight into NaN at the first update.
+void check_float_knobs_finite(const Config& config) {
+  for (const ConfigKnob& knob : config.schema().knobs()) {
+    if (knob.type != ConfigType::kDouble) continue;
+    const double value = config.get_double(knob.name);
+    if (!std::isfinite(value)) DUFU_FAIL(knob.name, " must be a finite number, got ", value);
+    if (!std::isfinite(static_cast<float>(value))) {
+      DUFU_FAIL(knob.name, " is ", value, ", beyond the float range (", std::numeric_limits<float>::max(),
+                ") the trainer computes in");
+    }
+  }
+}
+
 float nonnegative_float(const Config& config, const char* name) {
   const double value = config.get_double(name);
   if (!(value >= 0.0)) DUFU_FAIL(name, " must not be negative, got ", value);
@@ -105,6 +124,7 @@ float nonnegative_float(const Config& config, const char* name) {
 }  // namespace
 
 TrainingOptions training_options(const Config& config) {
+  check_float_knobs_finite(config);
   TrainingOptions options;
   options.model.n_layer = static_cast<int>(int_in_range(config, "model.n_layer", 1));
   options.model.n_head = static_cast<int>(int_in_range(config, "model.n_head", 1));
@@ -128,6 +148,7 @@ TrainingOptions training_options(const Config& config) {
   data.cache_dir = config.get_string("data.cache_dir");
   options.loader_workers = static_cast<int>(int_in_range(config, "data.workers", 1, 256));
   options.prefetch_batches = static_cast<int>(int_in_range(config, "data.prefetch", 1, 1024));
+  options.allow_changed_shards = config.get_bool("data.allow_changed_shards");
 
   options.micro_batch = static_cast<int>(int_in_range(config, "train.micro_batch", 1));
   const std::int64_t global_batch = int_in_range(config, "train.global_batch", 0);

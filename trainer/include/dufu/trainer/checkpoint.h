@@ -42,8 +42,11 @@
 //                          the seeds, the model shape, the layout that wrote it (tensor,
 //                          pipeline and data-parallel sizes, layers per stage, whether
 //                          the optimizer state is sharded), the effective configuration
-//                          (TOML text), and the byte size and SHA-256 of every
-//                          .safetensors file, so truncation or corruption is caught.
+//                          (TOML text), the byte size and SHA-256 of every
+//                          .safetensors file, so truncation or corruption is caught, and
+//                          the identity of every shard of the training blend
+//                          ("shards": sizes and digests, shard_identity.h), compared on
+//                          resume; older checkpoints without it still read.
 //   config.toml            the same effective configuration, for people.
 //
 // Any checkpoint loads into any layout (load_checkpoint assembles the serial model
@@ -52,7 +55,7 @@
 //
 // A checkpoint (a merged one too) is written into <name>.partial-<pid>/ and renamed
 // into place once every file is synced, so a kill at any moment leaves either the
-// complete checkpoint or none (plus a partial directory that the next save removes).
+// complete checkpoint or none (plus a partial directory that the next run removes).
 // One process saves into a run directory at a time (under MPI, the ranks of one job:
 // all on a file system they share).
 //
@@ -74,7 +77,8 @@ namespace dufu::trainer {
 // checkpoints. A checkpoint of the same step already present is replaced. Checkpoints
 // of later steps are removed too, each with a warning: they come from a run that this
 // one resumed from an earlier point, and a later resume must not pick them up. Throws
-// dufu::Error naming the path on an IO failure (nothing is left under the final
+// dufu::Error naming the path on an IO failure, and naming the step and the first
+// tensor when a weight or moment is NaN or infinite (nothing is left under the final
 // name then); failing to remove an old directory is only logged as a warning, since
 // the new checkpoint is in place by then. state.model must equal model.config(), and
 // state.layout be serial (its data_parallel_size is recorded only): model and
@@ -99,13 +103,21 @@ void load_checkpoint(const std::string& checkpoint_dir, GPT& model, AdamW* optim
 
 // What a user names with --resume or --checkpoint: a checkpoint directory (returned
 // as it is once it verifies; throws otherwise), or a run directory, whose newest
-// checkpoint that verifies is returned, each newer one that does not being logged as
-// a warning with the reason. nullopt for a run directory without checkpoints; throws
-// when there are checkpoints but none verifies, `path` does not exist or is not a
-// directory, or it is no run directory but an incomplete checkpoint (a .safetensors
-// file without state.json) or a checkpoints/ directory: taking those for a run
-// without checkpoints would start training from scratch.
+// checkpoint that verifies is returned, each newer one that does not (a step_<N>
+// directory without state.json too) being logged as a warning with the reason.
+// nullopt for a run directory without step_<N> directories; throws when there are
+// some but none verifies (naming the newest and why, with a hint: training must not
+// start over them), `path` does not exist or is not a directory, or it is no run
+// directory but an incomplete checkpoint (a .safetensors file without state.json) or
+// a checkpoints/ directory: taking those for a run without checkpoints would start
+// training from scratch.
 std::optional<std::string> find_usable_checkpoint(const std::string& path);
+
+// Removes what processes that died while saving left in run_dir/checkpoints (partial
+// directories; a checkpoint moved aside to be replaced is put back if its new version
+// never arrived). For the process that holds the run directory's lock, before it
+// saves: every partial directory is then a dead process's. A save does it too.
+void remove_checkpoint_leftovers(const std::string& run_dir);
 
 // Writes the serial-layout checkpoint (model.safetensors, optimizer.safetensors) of
 // the checkpoint `source` (any layout; verified first) into the new directory

@@ -33,6 +33,20 @@ std::string model_file_name(const CheckpointLayout& layout, int tp_rank, int pp_
 std::string optimizer_file_name(const CheckpointLayout& layout, int tp_rank, int pp_rank, int dp_rank);
 std::vector<std::string> checkpoint_file_names(const CheckpointLayout& layout);
 
+// What a checkpoint records of each shard of the training blend, to tell on resume
+// whether the data is still what the run was trained on (shard_identity.h).
+struct ShardIdentity {
+  std::string prefix;  // as data.blend names it
+  std::uint64_t bin_bytes = 0;
+  std::uint64_t idx_bytes = 0;
+  std::string idx_sha256;  // of the whole .idx: every document's length and place
+  // Of 16 blocks of 4 KiB spread evenly over the .bin, the first and last included
+  // (all of a smaller file): tokens rewritten in place, at a cost that does not grow
+  // with the shard.
+  std::string bin_sample_sha256;
+  bool operator==(const ShardIdentity&) const = default;
+};
+
 struct TrainingState {
   std::int64_t step = 0;  // optimizer updates done; the next one is number `step`
   std::uint64_t consumed_samples = 0;
@@ -47,6 +61,9 @@ struct TrainingState {
   GPTConfig model;
   std::string config_toml;  // the effective configuration
   CheckpointLayout layout;  // of the run that wrote the checkpoint
+  // The training blend's shards, in blend order; empty in checkpoints written before
+  // dufu recorded them (or by code that trains without a blend).
+  std::vector<ShardIdentity> shards;
   bool operator==(const TrainingState&) const;
 };
 

@@ -28,7 +28,8 @@ struct RankPlace {
 // writes its shard. World rank 0 then writes state.json listing every file with its
 // size and SHA-256, renames the directory into place and removes old checkpoints as
 // save_checkpoint does. Returns the checkpoint's directory on every rank. If any rank
-// fails to write, every rank throws dufu::Error (the failing ones with their reason,
+// fails to write (its piece holding a NaN or an infinity counts as failing), every
+// rank throws dufu::Error (the failing ones with their reason,
 // the others naming them) and no checkpoint appears; the run directory must be on a
 // file system every rank sees.
 std::string save_parallel_checkpoint(const std::string& run_dir, Communicator& world, const RankPlace& place,

@@ -31,8 +31,11 @@ struct RunOutcome {
 // stopped (same build and thread count). `stop_requested`, when not null, is read at
 // every step boundary (a signal handler may set it): once it is set on any rank, run()
 // saves a checkpoint and stops. Throws dufu::Error for bad configuration or data, a
-// non-finite loss or gradient (with train.on_nonfinite="stop"), or a run.dir already
-// in use by another process.
+// non-finite loss or gradient (with train.on_nonfinite="stop"), a run.dir already
+// in use by another process or whose checkpoints are all unusable (never started over
+// them), a model or batch that cannot fit in memory ("not enough memory for ..."), a
+// shard that differs from the one the checkpoint was trained on (unless
+// data.allow_changed_shards), or a checkpoint that would hold non-finite weights.
 class Trainer {
  public:
   Trainer(const Config& config, std::string resume_from, TrainingReporter& reporter,
@@ -41,10 +44,12 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // Everything before the first step: locks run.dir and writes its config.toml, builds
-  // the data, the layout, the model and optimizer (initialised, or loaded from the
-  // checkpoint to resume from), the loader and metrics.jsonl, and measures the sgemm
-  // peak. Reports effective_config and layout, then run_summary; or nothing_to_do and
+  // Everything before the first step: checks that the model and a micro-batch fit in
+  // memory, locks run.dir (removing what dead processes left in its checkpoints/) and
+  // writes its config.toml, builds the data and records its shards' identity, the
+  // layout, the model and optimizer (initialised, or loaded from the checkpoint to
+  // resume from, after comparing the shards with the ones it records), the loader and
+  // metrics.jsonl, and measures the sgemm peak. Reports effective_config and layout, then run_summary; or nothing_to_do and
   // returns false when the run is already at train.steps.
   bool setup();
 
@@ -59,7 +64,8 @@ class Trainer {
   // above 0, which loads the validation split).
   EvalReport evaluate();
   // Writes the checkpoint of the current step (keeping train.checkpoint_keep of them)
-  // and returns its directory; reported.
+  // and returns its directory; reported. Throws, writing nothing, when a training shard
+  // was changed in place since setup() or a weight is not finite.
   std::string save();
 
   // The loop after setup(): steps to train.steps, evaluating and saving when due;

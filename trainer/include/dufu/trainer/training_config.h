@@ -29,6 +29,8 @@ struct TrainingOptions {
   dataprep::BlendConfig valid_data;
   int loader_workers = 2;
   int prefetch_batches = 4;
+  // Resume although a shard's identity differs from the checkpoint's (shard_identity.h).
+  bool allow_changed_shards = false;
 
   int micro_batch = 8;
   int global_batch = 8;  // a multiple of micro_batch x data-parallel size: gradient accumulation
@@ -63,7 +65,8 @@ struct TrainingOptions {
 
 // Reads and checks a Config of training_config_schema(). Throws dufu::Error naming
 // the knob for a value out of range or inconsistent with another (a global batch
-// that is not a multiple of the micro-batch, a missing data.blend, ...).
+// that is not a multiple of the micro-batch, a missing data.blend, a float knob that
+// is NaN, infinite or beyond the float range, ...).
 TrainingOptions training_options(const Config& config);
 
 }  // namespace dufu::trainer

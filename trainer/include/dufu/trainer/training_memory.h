@@ -1,0 +1,40 @@
+// What a training rank allocates for the sizes a user gives (model shape, micro-batch,
+// sequence length, prefetch), estimated before anything is allocated, so that a model
+// or batch that cannot fit is refused as "not enough memory for X (needs N)" instead
+// of ending in std::bad_alloc or the kernel's OOM killer once the pages are touched.
+// The estimates follow the buffers GPT, AdamW and the loader allocate (in double, so
+// absurd sizes do not wrap around).
+#pragma once
+
+#include <string>
+
+#include "dufu/trainer/gpt.h"
+
+namespace dufu::trainer {
+
+// This rank's parameters: its tensor-parallel share of the stage's layers and the
+// embeddings and head the stage holds.
+double rank_parameter_count(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage);
+
+// Bytes of weights, gradients and both AdamW moments for `parameters` (the moments
+// divided over `data_parallel_size` ranks when sharded, ZeRO-1).
+double model_state_bytes(double parameters, int data_parallel_size, bool moments_sharded);
+
+// Bytes of the activations and their gradients for `slots` micro-batches of B x T
+// tokens in flight on this rank's stage (1 unless pipelined), plus the loader's
+// `prefetch` batches of B x (T + 1) tokens.
+double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parallel_size, const PipelineStage& stage,
+                        int slots, int prefetch);
+
+// The memory a process can have at most: physical memory plus swap, or less under an
+// address-space or data-size limit (RLIMIT_AS, RLIMIT_DATA).
+double memory_limit_bytes();
+
+// Throws dufu::Error "not enough memory for <what> (needs N, this machine has M...)"
+// when `bytes` is above memory_limit_bytes().
+void check_memory(const std::string& what, double bytes);
+
+// The message of a std::bad_alloc caught while allocating `what` of about `bytes`.
+[[noreturn]] void fail_out_of_memory(const std::string& what, double bytes);
+
+}  // namespace dufu::trainer

@@ -1,0 +1,90 @@
+// Memory estimates of a training rank (see training_memory.h). The activation count
+// mirrors GPT::ensure_activations and ensure_activation_grads (gpt.cc) buffer by
+// buffer; it need not be exact to the byte, only to tell what cannot fit.
+#include "dufu/trainer/training_memory.h"
+
+#include <sys/resource.h>
+#include <sys/sysinfo.h>
+
+#include <algorithm>
+#include <new>
+
+#include "dufu/common/error.h"
+#include "dufu/common/human_units.h"
+
+namespace dufu::trainer {
+
+namespace {
+
+int stage_layers(const GPTConfig& config, const PipelineStage& stage) {
+  return stage.num_layers < 0 ? config.n_layer : stage.num_layers;
+}
+
+}  // namespace
+
+double rank_parameter_count(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage) {
+  const double C = config.d_model;
+  const double tp = tensor_parallel_size;
+  const double vocab = static_cast<double>(config.vocab_size) + config.vocab_multiple * tp;  // padded, at most
+  // A block: the QKV, attention-out, MLP-up and MLP-down weights and the split biases
+  // divided over the tensor group; the LayerNorms and the row-parallel biases whole.
+  const double layer = (12.0 * C * C + 7.0 * C) / tp + 6.0 * C;
+  double count = stage_layers(config, stage) * layer;
+  if (stage.is_first()) count += vocab * C / tp + static_cast<double>(config.seq_length) * C;
+  if (stage.is_last()) count += 2.0 * C + (stage.is_first() ? 0.0 : vocab * C / tp);
+  return count;
+}
+
+double model_state_bytes(double parameters, int data_parallel_size, bool moments_sharded) {
+  const double moments = moments_sharded ? 2.0 * parameters / data_parallel_size : 2.0 * parameters;
+  return 4.0 * (2.0 * parameters + moments);  // weights and gradients, then m and v: all float
+}
+
+double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parallel_size, const PipelineStage& stage,
+                        int slots, int prefetch) {
+  const double N = static_cast<double>(B) * T;
+  const double C = config.d_model;
+  const double Cl = C / tensor_parallel_size;
+  const double att = N * config.n_head / tensor_parallel_size * T;
+  const double vocab = (static_cast<double>(config.vocab_size) + config.vocab_multiple) / tensor_parallel_size;
+  // One slot: the input, per layer the LayerNorms with their statistics, QKV, the
+  // attention matrix, its output, the residuals and the MLP; the last stage's ln_f
+  // and logits; the scratch buffers; the tokens and targets.
+  double slot = N * C + stage_layers(config, stage) * (4.0 * N * C + 4.0 * N + 12.0 * N * Cl + att);
+  if (stage.is_last()) slot += N * C + 3.0 * N + N * vocab;
+  slot += 4.0 * N * Cl + N * C + 2.0 * N;
+  // The gradients of the activations, one set for every slot.
+  const double grads = 2.0 * N * C + 12.0 * N * Cl + att;
+  const double loader = static_cast<double>(prefetch) * B * (T + 1.0);
+  return 4.0 * (slots * slot + grads + loader);
+}
+
+double memory_limit_bytes() {
+  struct sysinfo info {};
+  double limit = 0.0;
+  if (::sysinfo(&info) == 0) {
+    limit = (static_cast<double>(info.totalram) + static_cast<double>(info.totalswap)) * info.mem_unit;
+  }
+  if (limit <= 0.0) return 1e300;  // unknown: nothing is refused up front
+  for (const int resource : {RLIMIT_AS, RLIMIT_DATA}) {
+    struct rlimit rlimit {};
+    if (::getrlimit(resource, &rlimit) == 0 && rlimit.rlim_cur != RLIM_INFINITY) {
+      limit = std::min(limit, static_cast<double>(rlimit.rlim_cur));
+    }
+  }
+  return limit;
+}
+
+void check_memory(const std::string& what, double bytes) {
+  const double limit = memory_limit_bytes();
+  if (bytes > limit) {
+    DUFU_FAIL("not enough memory for ", what, " (needs ", human_bytes(bytes), ", this process can have at most ",
+              human_bytes(limit), " of memory and swap)");
+  }
+}
+
+void fail_out_of_memory(const std::string& what, double bytes) {
+  DUFU_FAIL("not enough memory for ", what, " (needs about ", human_bytes(bytes), "; allocating it failed)");
+}
+
+}  // namespace dufu::trainer
