@@ -3,18 +3,28 @@
 // SIGTERM, SIGKILL mid-step or SIGKILL mid-checkpoint - gives the loss sequence and
 // final weights of the uninterrupted run bit for bit; a corrupt newest checkpoint is
 // refused and the previous one used; configuration errors and non-finite losses stop
-// with clear messages.
+// with clear messages. And what must never happen to a run (issue 15): a run
+// directory whose checkpoints are all unusable is not started over, leftovers of dead
+// processes are removed by the next run, non-finite hyper-parameters are refused and
+// no checkpoint with non-finite weights is published, a shard truncated under the run
+// or changed since its checkpoint is named in one line, a model too large for the
+// machine is refused naming what does not fit, and a bad command line is one line
+// with status 1.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -337,6 +347,235 @@ TEST_F(TrainToolTest, RunDirectoryInUseIsRefused) {
   const CommandResult result = train(shell_quote(write_config("locked")) + " run.dir=" + shell_quote(dir));
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.output.find("is in use by another training process"), std::string::npos) << result.output;
+}
+
+}  // namespace
+
+namespace {
+
+// ---- never lose a run (issue 15) ----
+
+// Every file under `dir` with its bytes, to compare a directory before and after.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file()) files[fs::relative(entry.path(), dir).string()] = read_all(entry.path().string());
+  }
+  return files;
+}
+
+// Whether `needle` is in a line of `output` that is the tool's error line.
+bool is_one_line(const std::string& output, const std::string& needle) {
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.starts_with("train: error: ") && line.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST_F(TrainToolTest, RunWhoseCheckpointsAreAllUnusableIsNotStartedOver) {
+  const std::string dir = run_dir("unusable");
+  const std::string config = shell_quote(write_config("unusable")) + " run.dir=" + shell_quote(dir);
+  const CommandResult first = train(config + " train.exit_at_step=4");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  // Both checkpoints (2 and 4) lose their state.json, as a bad copy or a damaged disk
+  // leaves them.
+  const std::string state_of_2 = read_all(checkpoint_dir(dir, 2) + "/state.json");
+  fs::remove(checkpoint_dir(dir, 2) + "/state.json");
+  fs::remove(checkpoint_dir(dir, 4) + "/state.json");
+  const auto before = snapshot(dir + "/checkpoints");
+  const CommandResult again = train(config);
+  EXPECT_EQ(again.exit_code, 1) << again.output;
+  EXPECT_TRUE(is_one_line(again.output, "none of its 2 checkpoints verifies")) << again.output;
+  EXPECT_NE(again.output.find(checkpoint_dir(dir, 4) + ": it has no state.json"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find("HINT: restore a good checkpoint there, or remove " + dir + "/checkpoints"),
+            std::string::npos)
+      << again.output;
+  EXPECT_EQ(again.output.find("step 1/8"), std::string::npos) << "started over: " << again.output;
+  EXPECT_TRUE(snapshot(dir + "/checkpoints") == before) << "the checkpoints changed";
+
+  // With one usable checkpoint the run resumes from it, naming the one skipped.
+  write_all(checkpoint_dir(dir, 2) + "/state.json", state_of_2);
+  const CommandResult resumed = train(config);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("skipping checkpoint '" + checkpoint_dir(dir, 4) + "'"), std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming from " + checkpoint_dir(dir, 2)), std::string::npos) << resumed.output;
+}
+
+TEST_F(TrainToolTest, LeftoversOfDeadProcessesAreRemovedByTheNextRun) {
+  const std::string dir = run_dir("leftovers");
+  const std::string config = shell_quote(write_config("leftovers")) + " run.dir=" + shell_quote(dir);
+  const CommandResult first = train(config);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  // What processes killed while saving leave: a partial checkpoint, and a checkpoint
+  // moved aside for a new version of its step, once with the new version in place
+  // and once without (killed between the two renames: it is put back).
+  const std::string checkpoints = dir + "/checkpoints";
+  fs::create_directories(checkpoints + "/step_00000010.partial-4194303");
+  write_all(checkpoints + "/step_00000010.partial-4194303/model.safetensors", "half a file");
+  fs::copy(checkpoint_dir(dir, 8), checkpoints + "/step_00000008.replaced-4194302");
+  fs::rename(checkpoint_dir(dir, 6), checkpoints + "/step_00000006.replaced-4194301");
+  const auto kept = snapshot(checkpoint_dir(dir, 8));
+  const auto moved = snapshot(checkpoints + "/step_00000006.replaced-4194301");
+  // The next run has nothing to do, and still cleans up.
+  const CommandResult again = train(config);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("nothing to do"), std::string::npos) << again.output;
+  std::set<std::string> names;
+  for (const auto& entry : fs::directory_iterator(checkpoints)) names.insert(entry.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"step_00000006", "step_00000008"})) << again.output;
+  EXPECT_TRUE(snapshot(checkpoint_dir(dir, 8)) == kept);
+  EXPECT_TRUE(snapshot(checkpoint_dir(dir, 6)) == moved);
+}
+
+TEST_F(TrainToolTest, NonFiniteHyperParametersAreRefusedNamingTheKnob) {
+  const std::string config = shell_quote(write_config("nonfinite"));
+  for (const std::string knob : {"optim.lr=inf", "optim.lr=nan", "optim.min_lr=-inf", "optim.beta1=nan",
+                                  "optim.eps=inf", "optim.weight_decay=nan", "optim.grad_clip=inf"}) {
+    const std::string dir = run_dir("nonfinite");
+    const CommandResult result = train(config + " run.dir=" + shell_quote(dir) + " " + knob);
+    EXPECT_EQ(result.exit_code, 1) << knob << ": " << result.output;
+    const std::string name = knob.substr(0, knob.find('='));
+    EXPECT_TRUE(is_one_line(result.output, name + " must be a finite number")) << knob << ": " << result.output;
+    EXPECT_FALSE(file_exists(dir + "/checkpoints")) << knob;
+  }
+  // Finite as a double, infinite as the float the optimizer computes in.
+  const CommandResult beyond = train(config + " run.dir=" + shell_quote(run_dir("beyond")) + " optim.lr=1e39");
+  EXPECT_EQ(beyond.exit_code, 1) << beyond.output;
+  EXPECT_TRUE(is_one_line(beyond.output, "optim.lr is 1e+39, beyond the float range")) << beyond.output;
+}
+
+TEST_F(TrainToolTest, CheckpointWithNonFiniteWeightsIsNeverPublished) {
+  // A finite but absurd rate makes every weight infinite at the first update, while
+  // the loss and gradient of that step are still finite. (A vocabulary without
+  // padding rows, so nothing else stops the save first.)
+  const std::string dir = run_dir("infinite-weights");
+  const CommandResult result =
+      train(shell_quote(write_config("infinite-weights")) + " run.dir=" + shell_quote(dir) +
+            " model.vocab_size=2048 optim.lr=1e38 optim.warmup_steps=0 optim.min_lr=0 checkpoint.interval=1");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_TRUE(is_one_line(result.output, "checkpoint of step 1: model.safetensors: ")) << result.output;
+  EXPECT_NE(result.output.find("weights are not finite (the first in wte.weight"), std::string::npos)
+      << result.output;
+  std::set<std::string> left;
+  for (const auto& entry : fs::directory_iterator(dir + "/checkpoints")) left.insert(entry.path().string());
+  EXPECT_TRUE(left.empty()) << *left.begin();
+}
+
+// A copy of the fixture shard that a test may damage.
+std::string copy_of_fixture_shard(const TempDir& dir, const std::string& name) {
+  for (const char* extension : {".bin", ".idx"}) fs::copy_file(fortunes_shard() + extension, dir.file(name) + extension);
+  return dir.file(name);
+}
+
+TEST_F(TrainToolTest, ShardTruncatedWhileTrainingEndsInOneLineNamingTheFile) {
+  const std::string shard = copy_of_fixture_shard(dir_, "truncated");
+  const std::string dir = run_dir("truncated-run");
+  const std::string log = dir_.file("truncated.log");
+  {
+    BackgroundTrain run(shell_quote(write_config("truncated")) + " run.dir=" + shell_quote(dir) + " data.blend=" +
+                            shell_quote(shard) + " train.steps=100000 checkpoint.interval=0 eval.interval=0",
+                        log);
+    while (run.running() && count_lines_with(dir + "/metrics.jsonl", "\"type\":\"train\"") < 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ASSERT_TRUE(run.running()) << read_all(log);
+    fs::resize_file(shard + ".bin", 1000);
+    const int status = run.wait();
+    ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status) << ": " << read_all(log);
+    EXPECT_EQ(WEXITSTATUS(status), 1) << read_all(log);
+  }
+  const std::string output = read_all(log);
+  EXPECT_TRUE(is_one_line(output, shard + ".bin: reading byte ")) << output;
+  EXPECT_NE(output.find("truncated while in use"), std::string::npos) << output;
+}
+
+// Token ids rewritten in place at the start of the .bin: the sizes and the index stay
+// what they were, so only the shard's identity in the checkpoint tells.
+void rewrite_first_token(const std::string& shard) {
+  std::fstream bin(shard + ".bin", std::ios::binary | std::ios::in | std::ios::out);
+  char byte = 0;
+  bin.read(&byte, 1);
+  bin.seekp(0);
+  bin.put(static_cast<char>(byte ^ 1));
+}
+
+TEST_F(TrainToolTest, ShardChangedSinceTheCheckpointIsRefusedOnResume) {
+  const std::string shard = copy_of_fixture_shard(dir_, "changing");
+  const std::string dir = run_dir("changing-run");
+  const std::string config = shell_quote(write_config("changing")) + " run.dir=" + shell_quote(dir) +
+                             " data.blend=" + shell_quote(shard);
+  const CommandResult first = train(config + " train.exit_at_step=2");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(read_all(checkpoint_dir(dir, 2) + "/state.json").find("\"shards\":[{\"prefix\":"), std::string::npos);
+
+  const std::string original = read_all(shard + ".bin");
+  rewrite_first_token(shard);
+  const CommandResult changed = train(config);
+  EXPECT_EQ(changed.exit_code, 1) << changed.output;
+  EXPECT_TRUE(is_one_line(changed.output, "data shard '" + shard + "' changed since " + checkpoint_dir(dir, 2) +
+                                              " was written: " + shard + ".bin holds other tokens"))
+      << changed.output;
+  EXPECT_NE(changed.output.find("HINT: resume with the shards the run was trained on"), std::string::npos);
+
+  // The same bytes written anew (another modification time, as a copy to another
+  // disk has) are the same shard: the run resumes.
+  fs::remove(shard + ".bin");
+  write_all(shard + ".bin", original);
+  const CommandResult resumed = train(config);
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming from " + checkpoint_dir(dir, 2)), std::string::npos) << resumed.output;
+}
+
+TEST_F(TrainToolTest, ShardChangeIsAcceptedWithTheOverrideKnob) {
+  const std::string shard = copy_of_fixture_shard(dir_, "override");
+  const std::string dir = run_dir("override-run");
+  const std::string config = shell_quote(write_config("override")) + " run.dir=" + shell_quote(dir) +
+                             " data.blend=" + shell_quote(shard);
+  ASSERT_EQ(train(config + " train.exit_at_step=2").exit_code, 0);
+  rewrite_first_token(shard);
+  const CommandResult resumed = train(config + " data.allow_changed_shards=true");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resuming as data.allow_changed_shards=true says, although the data shard"),
+            std::string::npos)
+      << resumed.output;
+}
+
+TEST_F(TrainToolTest, SizesBeyondTheMachinesMemoryAreRefusedNamingWhat) {
+  // Refused from the sizes before anything is allocated (the address-space limit,
+  // where the sanitizers allow one, keeps a regression from reaching the OOM killer).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const std::string limit;
+#else
+  const std::string limit = "ulimit -v 16000000; ";
+#endif
+  const std::string config = shell_quote(write_config("memory"));
+  const CommandResult model = run_command(limit + shell_quote(train_tool()) + " " + config + " run.dir=" +
+                                          shell_quote(run_dir("memory")) + " model.d_model=65536 model.n_head=1");
+  EXPECT_EQ(model.exit_code, 1) << model.output;
+  EXPECT_TRUE(is_one_line(model.output, "not enough memory for the model (")) << model.output;
+  EXPECT_NE(model.output.find("(needs "), std::string::npos) << model.output;
+  const CommandResult batch =
+      run_command(limit + shell_quote(train_tool()) + " " + config + " run.dir=" + shell_quote(run_dir("memory")) +
+                  " train.micro_batch=100000000 train.global_batch=0 train.steps=2");
+  EXPECT_EQ(batch.exit_code, 1) << batch.output;
+  EXPECT_TRUE(is_one_line(batch.output, "not enough memory for the model (")) << batch.output;
+  EXPECT_NE(batch.output.find("the activations of 1 micro-batch of 100000000 x 32 tokens"), std::string::npos)
+      << batch.output;
+}
+
+TEST_F(TrainToolTest, CommandLineErrorsAreOneLineWithStatus1) {
+  for (const std::string& arguments : {std::string("--bogus"), std::string("generate --max-tokens x"),
+                                       std::string("plot"), std::string("generate --top-k 1e999")}) {
+    const CommandResult result = train(arguments);
+    EXPECT_EQ(result.exit_code, 1) << arguments << ": " << result.output;
+    EXPECT_EQ(result.output.rfind("train: error: ", 0), 0u) << arguments << ": " << result.output;
+    EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << arguments << ": " << result.output;
+  }
+  EXPECT_EQ(train("--help").exit_code, 0);
+  EXPECT_EQ(train("--version").exit_code, 0);
 }
 
 }  // namespace

@@ -46,23 +46,6 @@ std::string resolve_checkpoint(const std::string& path) {
   return *found;
 }
 
-// sentencepiece refuses ids outside its vocabulary; a model with a larger vocab_size
-// may still draw them, so those print as <id N> and the rest decodes normally.
-std::string decode(const dataprep::Tokenizer& tokenizer, const std::vector<std::int32_t>& ids) {
-  std::string text;
-  std::vector<std::int32_t> run;
-  for (const auto id : ids) {
-    if (id < tokenizer.vocab_size()) {
-      run.push_back(id);
-      continue;
-    }
-    text += tokenizer.decode(run);
-    run.clear();
-    text += str_cat("<id ", id, ">");
-  }
-  return text + tokenizer.decode(run);
-}
-
 // The text the continuation adds to the prompt. Decoding prompt and continuation
 // together keeps the space that sentencepiece attaches to the first new word; if the
 // decoded prompt is not a prefix of that (it always is for BPE and unigram models)
@@ -71,10 +54,10 @@ std::string continuation_text(const dataprep::Tokenizer& tokenizer, const std::v
                               const std::vector<std::int32_t>& generated) {
   std::vector<std::int32_t> all = prompt;
   all.insert(all.end(), generated.begin(), generated.end());
-  const std::string whole = decode(tokenizer, all);
-  const std::string head = decode(tokenizer, prompt);
+  const std::string whole = tokenizer.decode(all);
+  const std::string head = tokenizer.decode(prompt);
   if (whole.compare(0, head.size(), head) == 0) return whole.substr(head.size());
-  return decode(tokenizer, generated);
+  return tokenizer.decode(generated);
 }
 
 void run(const GenerateFlags& flags) {
@@ -84,10 +67,12 @@ void run(const GenerateFlags& flags) {
       dataprep::TokenizerSpec{.model = flags.model, .merges = flags.merges, .pattern = flags.pattern});
   const std::string checkpoint = resolve_checkpoint(flags.checkpoint);
   const trainer::TrainingState state = trainer::read_checkpoint_state(checkpoint);
-  if (tokenizer.vocab_size() > state.model.vocab_size) {
+  // The model's ids are the tokenizer's: with another vocabulary the prompt's ids
+  // would mean other pieces to the model (or none), and so would its output.
+  if (tokenizer.vocab_size() != state.model.vocab_size) {
     DUFU_FAIL("the tokenizer '", flags.model, "' has ", tokenizer.vocab_size(), " pieces but the model in '",
-              checkpoint, "' only ", state.model.vocab_size,
-              " tokens (vocab_size); HINT: use the sentencepiece model the run was trained with");
+              checkpoint, "' has vocab_size ", state.model.vocab_size,
+              "; HINT: use the tokenizer the run's data was tokenized with");
   }
   trainer::GPT model(state.model);
   trainer::load_checkpoint(checkpoint, model, nullptr);

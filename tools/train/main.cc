@@ -1,16 +1,20 @@
 // `train`: the command-line face of the trainer library. Library errors arrive as
-// dufu::Error and end here as one clear line on stderr and exit status 1; under
+// dufu::Error (command-line errors as CLI11's) and end here as one clear line on
+// stderr and exit status 1; under
 // mpirun the failing rank also stops every other rank (abort_all) instead of leaving
 // them waiting in a collective.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <new>
 
+#include "bus_error.h"
 #include "commands.h"
 #include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
 
 int main(int argc, char** argv) {
+  dufu::tools::report_bus_errors();  // a shard truncated under the run: one line, not "Bus error"
   CLI::App app{
       "train: train GPT models on dataprep's shards.\n"
       "  train CONFIG.toml [key=value ...]       train (or resume the run in run.dir)\n"
@@ -25,8 +29,24 @@ int main(int argc, char** argv) {
   dufu::tools::add_training_command(app);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& request) {
+    return app.exit(request);
+  } catch (const CLI::CallForAllHelp& request) {
+    return app.exit(request);
+  } catch (const CLI::CallForVersion& request) {
+    return app.exit(request);
+  } catch (const CLI::RuntimeError& stop) {
+    return stop.get_exit_code();  // 130: stopped by a signal after a checkpoint
   } catch (const CLI::ParseError& error) {
-    return app.exit(error);
+    // A bad command line is the user's error like any other: one line, status 1.
+    std::fprintf(stderr, "train: error: %s; HINT: train --help lists the commands and options\n", error.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // The library names what did not fit where sizes come from the user; this is
+    // what is left.
+    std::fprintf(stderr, "train: error: not enough memory\n");
+    dufu::abort_all("not enough memory", 1);
+    return 1;
   } catch (const dufu::Error& error) {
     std::fprintf(stderr, "train: error: %s\n", error.what());
     dufu::abort_all(error.what(), 1);
