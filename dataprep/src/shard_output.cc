@@ -271,6 +271,13 @@ ShardOutputLock::ShardOutputLock(const std::string& prefix) : impl_(std::make_un
                 " is writing it (it holds '", lock_path, "'); wait for it or choose another output prefix");
     }
     impl_->lock->remove_file_on_unlock();
+    for (const std::string& path : {bin_path(prefix), idx_path(prefix)}) {
+      // A rename (an exchange, even) would put the directory aside, not replace it.
+      struct stat st {};
+      if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        DUFU_FAIL("cannot write '", path, "': it is a directory");
+      }
+    }
     recover_interrupted_replacement(prefix);
     remove_dead_temporaries(prefix);
   } catch (...) {

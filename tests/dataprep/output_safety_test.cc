@@ -226,6 +226,35 @@ TEST_F(OutputSafety, SigkillAtEachStepOfTheCommit) {
   }
 }
 
+// The same for merge: killed at each step of its commit, the prefix opens as the old
+// or the new pair or is refused, and the next merge completes or replaces it.
+TEST_F(OutputSafety, MergeKilledAtEachStepOfTheCommit) {
+  using dataprep::DType;
+  using dataprep::IndexLayout;
+  write_synthetic_shard(out("a"), std::vector<std::uint64_t>(400, 3), IndexLayout::kMMIDIDX, DType::kUInt16);
+  write_synthetic_shard(out("b"), std::vector<std::uint64_t>(300, 4), IndexLayout::kMMIDIDX, DType::kUInt16);
+  ASSERT_EQ(run_tool({"merge", out("a"), out("b"), "-o", out("expected")}).exit_code, 0);
+  const Pair expected = read_pair(out("expected"));
+  for (const std::string point : {"shard-pair:marked", "shard-pair:between-renames", "shard-pair:renamed"}) {
+    SCOPED_TRACE(point);
+    write_synthetic_shard(out("merged"), {1, 2, 3}, IndexLayout::kMMIDIDX, DType::kUInt16);
+    const Pair old = read_pair(out("merged"));
+    const ToolResult killed =
+        run_tool({"merge", out("a"), out("b"), "-o", out("merged")}, {.environment = {"DUFU_CRASH_POINT=" + point}});
+    EXPECT_EQ(killed.exit_code, 128 + SIGKILL) << killed.output;
+    const std::string opened = opens_as(out("merged"));
+    if (point == "shard-pair:between-renames") {
+      EXPECT_NE(opened.find("was stopped between renaming the two"), std::string::npos) << opened;
+    } else {
+      EXPECT_EQ(opened, "ok");
+      EXPECT_TRUE(read_pair(out("merged")) == (point == "shard-pair:marked" ? old : expected));
+    }
+    ASSERT_EQ(run_tool({"merge", out("a"), out("b"), "-o", out("merged")}).exit_code, 0);
+    EXPECT_TRUE(read_pair(out("merged")) == expected);
+    EXPECT_EQ(leftovers(out_dir()), std::vector<std::string>{});
+  }
+}
+
 // SIGKILL at arbitrary moments of a run: whatever the moment, the prefix opens as the
 // old pair or the new one, never anything else, and the next run leaves nothing.
 TEST_F(OutputSafety, SigkillAtAnyMomentLeavesTheOldPairOrTheNew) {
@@ -421,6 +450,13 @@ TEST_F(OutputSafety, AnOutputPrefixWithoutAFileNameIsRefused) {
   }
   const ToolResult merge = run_tool({"merge", out("x"), "-o", out_dir() + "/"});
   EXPECT_EQ(merge.exit_code, 1) << merge.output;
+  // Nor is a prefix whose .bin is a directory (an exchange would only set it aside).
+  fs::create_directories(out("corpus.bin"));
+  const ToolResult directory = preprocess(root_.file("corpus.jsonl"), out("corpus"));
+  EXPECT_EQ(directory.exit_code, 1) << directory.output;
+  EXPECT_NE(directory.output.find(out("corpus.bin") + "': it is a directory"), std::string::npos) << directory.output;
+  EXPECT_TRUE(fs::is_directory(out("corpus.bin")));
+  EXPECT_EQ(leftovers(out_dir()), std::vector<std::string>{});
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ inline std::string dataprep_under_test() {
 // True in a sanitizer build, where address-space limits cannot be used (the shadow
 // memory alone is terabytes of address space) and memory use is a few times higher.
 constexpr bool kSanitized =
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
     true;
 #else
     false;
