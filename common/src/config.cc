@@ -216,6 +216,44 @@ std::string comment_lines(std::string_view text, std::string_view prefix) {
   return out;
 }
 
+// UTF-8 as TOML (and JSON, where checkpoints keep the configuration) requires it: no
+// overlong forms, no surrogates, nothing above U+10FFFF.
+bool is_valid_utf8(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const auto lead = static_cast<unsigned char>(text[i]);
+    // Bytes in the sequence, the lead byte's payload and the least code point that
+    // needs this many bytes.
+    std::size_t length = 1;
+    char32_t code = lead, least = 0;
+    if (lead >= 0x80) {
+      if ((lead & 0xE0) == 0xC0) {
+        length = 2;
+        code = lead & 0x1F;
+        least = 0x80;
+      } else if ((lead & 0xF0) == 0xE0) {
+        length = 3;
+        code = lead & 0x0F;
+        least = 0x800;
+      } else if ((lead & 0xF8) == 0xF0) {
+        length = 4;
+        code = lead & 0x07;
+        least = 0x10000;
+      } else {
+        return false;
+      }
+    }
+    if (text.size() - i < length) return false;
+    for (std::size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xC0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3F);
+    }
+    if (code < least || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return false;
+    i += length;
+  }
+  return true;
+}
+
 std::string_view trim(std::string_view text) {
   const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
   while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
@@ -403,6 +441,9 @@ void Config::apply_override(std::string_view assignment) {
   const std::string name(trim(assignment.substr(0, equals)));
   const std::string_view text = trim(assignment.substr(equals + 1));
   if (name.empty()) DUFU_FAIL("malformed override \"", assignment, "\": the name before '=' is empty");
+  // A value taken as a bare string would otherwise carry the bytes into to_toml (and
+  // the checkpoint's state.json), which could then not be read back.
+  if (!is_valid_utf8(assignment)) DUFU_FAIL("malformed override of ", name, ": not valid UTF-8");
 
   std::vector<ConfigValue> values = values_;
   TomlLoader loader(schema_, values, where);
