@@ -125,14 +125,19 @@ class ZstdSource final : public FileSource {
         }
         input_ = ZSTD_inBuffer{block_.get(), n, 0};
       }
+      if (at_frame_start_) start_frame();
       const std::size_t input_before = input_.pos, output_before = output.pos;
       const std::size_t result = ZSTD_decompressStream(dctx_.get(), &output, &input_);
       if (ZSTD_isError(result)) {
         DUFU_FAIL("corrupt zstd stream in '", name(), "': ", ZSTD_getErrorName(result));
       }
+      frame_decoded_ += output.pos - output_before;
       // A call that moved nothing says nothing about the frame: after a frame's end,
       // it reports the size of the next frame header, which is not a truncation.
-      if (input_.pos != input_before || output.pos != output_before) last_result_ = result;
+      if (input_.pos != input_before || output.pos != output_before) {
+        last_result_ = result;
+        if (result == 0) end_frame();
+      }
       may_have_output_ = output.pos == output.size;
     }
     return output.pos;
@@ -140,6 +145,39 @@ class ZstdSource final : public FileSource {
   Compression compression() const override { return Compression::kZstd; }
 
  private:
+  // The largest zstd frame header (ZSTD_FRAMEHEADERSIZE_MAX, an experimental name).
+  static constexpr std::size_t kMaxFrameHeader = 18;
+
+  // Notes the content size a frame's header declares. The streaming decoder does not
+  // hold every frame to it: with a small output buffer, a frame whose last block is
+  // empty ends early without an error (found by fuzz/zstd_source_fuzzer.cc), so a
+  // corrupt frame would read as a shorter, valid one.
+  void start_frame() {
+    // The header may straddle two blocks: move the rest of this one to the front.
+    while (input_.size - input_.pos < kMaxFrameHeader) {
+      const std::size_t kept = input_.size - input_.pos;
+      std::memmove(block_.get(), static_cast<const char*>(input_.src) + input_.pos, kept);
+      const std::size_t n = read_raw(block_.get() + kept, kBlockSize - kept);
+      input_ = ZSTD_inBuffer{block_.get(), kept + n, 0};
+      if (n == 0) break;  // a short last frame: the decoder reports what is wrong
+    }
+    // UNKNOWN when the header does not say, ERROR when it is not a valid header
+    // (the decoder refuses it); 0 for a skippable frame, which decodes to nothing.
+    frame_content_size_ =
+        ZSTD_getFrameContentSize(static_cast<const char*>(input_.src) + input_.pos, input_.size - input_.pos);
+    frame_decoded_ = 0;
+    at_frame_start_ = false;
+  }
+
+  void end_frame() {
+    if (frame_content_size_ != ZSTD_CONTENTSIZE_UNKNOWN && frame_content_size_ != ZSTD_CONTENTSIZE_ERROR &&
+        frame_decoded_ != frame_content_size_) {
+      DUFU_FAIL("corrupt zstd stream in '", name(), "': a frame declares ", frame_content_size_,
+                " bytes of content but holds ", frame_decoded_);
+    }
+    at_frame_start_ = true;
+  }
+
   struct FreeDctx {
     void operator()(ZSTD_DCtx* dctx) const { ZSTD_freeDCtx(dctx); }
   };
@@ -147,6 +185,9 @@ class ZstdSource final : public FileSource {
   ZSTD_inBuffer input_;
   std::size_t last_result_ = 1;  // nothing decoded yet: an empty stream is truncated
   bool may_have_output_ = false;
+  bool at_frame_start_ = true;
+  unsigned long long frame_content_size_ = ZSTD_CONTENTSIZE_UNKNOWN;
+  std::uint64_t frame_decoded_ = 0;
 };
 
 class GzipSource final : public FileSource {
