@@ -149,6 +149,8 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
       return;
     }
     const std::uint64_t hash = hash_bytes(piece);
+    const bool cacheable = piece.size() <= PieceCache<7>::kMaxPiece;
+    if (cacheable) cache_.prefetch(hash);
     if (config_.ignore_merges) {
       const std::int32_t id = whole_tokens_.find(piece, hash);
       if (id >= 0) {
@@ -156,7 +158,6 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
         return;
       }
     }
-    const bool cacheable = piece.size() <= PieceCache<7>::kMaxPiece;
     if (cacheable) {
       std::size_t count = 0;
       if (const std::int32_t* cached = cache_.find(piece, hash, &count)) {

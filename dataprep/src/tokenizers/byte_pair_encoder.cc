@@ -71,17 +71,17 @@ void TokenLookup::build(const std::vector<std::string>* tokens, const std::vecto
   tokens_ = tokens;
   std::size_t capacity = 16;
   while (capacity < tokens->size() * 2) capacity *= 2;
-  slots_.assign(capacity, -1);
+  slots_.assign(capacity, Slot{});
   mask_ = capacity - 1;
   for (std::size_t id = 0; id < std::min(tokens->size(), defined.size()); ++id) {
     if (!defined[id]) continue;
     const std::string_view bytes = (*tokens)[id];
+    if (find(bytes) >= 0) continue;  // the first of equal byte strings wins
     for (std::size_t slot = hash_bytes(bytes) & mask_;; slot = (slot + 1) & mask_) {
-      if (slots_[slot] < 0) {
-        slots_[slot] = static_cast<std::int32_t>(id);
+      if (slots_[slot].id < 0) {
+        slots_[slot] = Slot{static_cast<std::int32_t>(id), static_cast<std::uint32_t>(bytes.size()), head_of(bytes)};
         break;
       }
-      if ((*tokens)[static_cast<std::size_t>(slots_[slot])] == bytes) break;
     }
   }
 }

@@ -20,6 +20,7 @@ class PieceCache {
 
   PieceCache() : slots_(kSlots) {}
 
+  void prefetch(std::uint64_t hash) const { __builtin_prefetch(&slots_[hash & (kSlots - 1)]); }
   // The cached ids of `piece` (whose hash_bytes is `hash`), or nullptr.
   const std::int32_t* find(std::string_view piece, std::uint64_t hash, std::size_t* count) const {
     const Slot& slot = slots_[hash & (kSlots - 1)];

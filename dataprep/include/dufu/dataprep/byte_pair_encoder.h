@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -60,6 +61,8 @@ class FlatU64Map {
 std::uint64_t hash_bytes(std::string_view bytes);
 
 // Token bytes -> id over a vocabulary held elsewhere (open addressing on hash_bytes).
+// A slot holds the id, the length and the first 8 bytes of its token, so a lookup of a
+// token up to 8 bytes long (most) touches one cache line, and a miss rarely two.
 class TokenLookup {
  public:
   // `tokens[id]` are the bytes of id; ids with defined[id] false are left out. The
@@ -69,16 +72,33 @@ class TokenLookup {
   std::int32_t find(std::string_view bytes) const { return find(bytes, hash_bytes(bytes)); }
   std::int32_t find(std::string_view bytes, std::uint64_t hash) const {
     if (mask_ == 0) return -1;
+    const std::uint64_t head = head_of(bytes);
     for (std::size_t slot = hash & mask_;; slot = (slot + 1) & mask_) {
-      const std::int32_t id = slots_[slot];
-      if (id < 0) return -1;
-      if ((*tokens_)[static_cast<std::size_t>(id)] == bytes) return id;
+      const Slot& entry = slots_[slot];
+      if (entry.id < 0) return -1;
+      if (entry.length == bytes.size() && entry.head == head &&
+          (bytes.size() <= 8 || (*tokens_)[static_cast<std::size_t>(entry.id)] == bytes)) {
+        return entry.id;
+      }
     }
+  }
+  void prefetch(std::uint64_t hash) const {
+    if (mask_ != 0) __builtin_prefetch(&slots_[hash & mask_]);
   }
 
  private:
+  struct Slot {
+    std::int32_t id = -1;
+    std::uint32_t length = 0;
+    std::uint64_t head = 0;
+  };
+  static std::uint64_t head_of(std::string_view bytes) {
+    std::uint64_t head = 0;
+    std::memcpy(&head, bytes.data(), std::min<std::size_t>(bytes.size(), 8));
+    return head;
+  }
   const std::vector<std::string>* tokens_ = nullptr;
-  std::vector<std::int32_t> slots_;
+  std::vector<Slot> slots_;
   std::size_t mask_ = 0;
 };
 
