@@ -16,30 +16,8 @@ namespace dufu::trainer {
 namespace cpu {
 
 const KernelTable& kernel_table() {
-  static const KernelTable table{
-      .embedding_forward = embedding_forward,
-      .embedding_backward = embedding_backward,
-      .vocab_parallel_embedding_forward = vocab_parallel_embedding_forward,
-      .vocab_parallel_embedding_backward = vocab_parallel_embedding_backward,
-      .layernorm_forward = layernorm_forward,
-      .residual_layernorm_forward = residual_layernorm_forward,
-      .layernorm_backward = layernorm_backward,
-      .matmul_forward = matmul_forward,
-      .matmul_backward = matmul_backward,
-      .bias_gelu_forward = bias_gelu_forward,
-      .bias_gelu_backward = bias_gelu_backward,
-      .attention_forward = attention_forward,
-      .attention_backward = attention_backward,
-      .classifier_forward_backward = classifier_forward_backward,
-      .vocab_parallel_classifier_max = vocab_parallel_classifier_max,
-      .vocab_parallel_classifier_exp_sum = vocab_parallel_classifier_exp_sum,
-      .vocab_parallel_classifier_finish = vocab_parallel_classifier_finish,
-      .sum_of_squares = sum_of_squares,
-      .scale_in_place = scale_in_place,
-      .adamw_update = adamw_update,
-      .add = add,
-      .masked_mean_loss = masked_mean_loss,
-  };
+  static const KernelTable table{DUFU_KERNEL_OPS(DUFU_KERNEL_TABLE_ENTRY)};
+
   return table;
 }
 

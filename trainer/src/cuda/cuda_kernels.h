@@ -16,46 +16,12 @@
 #include <span>
 
 #include "dufu/trainer/kernel_table.h"
+#include "../kernel_list.h"
 
 namespace dufu::trainer::cuda {
 
-
-void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C);
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C);
-void vocab_parallel_embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
-                                      int vocab_begin, int V_local, int B, int T, int C);
-void vocab_parallel_embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
-                                       int vocab_begin, int V_local, int B, int T, int C);
-void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
-                       int N, int C);
-void residual_layernorm_forward(float* residual_out, float* norm_out, float* mean, float* rstd, const float* residual,
-                                const float* branch, const float* weight, const float* bias, int N, int C);
-void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x, const float* weight,
-                        const float* mean, const float* rstd, int N, int C);
-void matmul_forward(float* out, const float* x, const float* weight, const float* bias, int N, int C, int OC);
-void matmul_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x, const float* weight,
-                     int N, int C, int OC);
-void bias_gelu_forward(float* out, float* pre, const float* x, const float* bias, int N, int C);
-void bias_gelu_backward(float* dx, float* dbias, const float* dout, const float* pre, int N, int C);
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-void attention_backward(float* dqkv, float* datt_scratch, const float* dout, const float* qkv, const float* att, int B,
-                        int T, int C, int NH);
-void classifier_forward_backward(float* logits, float* losses, const std::int32_t* targets, float dloss_scale, int N,
-                                 int V, int Vp);
-void vocab_parallel_classifier_max(float* row_max, const float* logits, const std::int32_t* targets, int N, int V,
-                                   int vocab_begin, int Vl);
-void vocab_parallel_classifier_exp_sum(double* stats, float* logits, const float* row_max, const std::int32_t* targets,
-                                       int N, int V, int vocab_begin, int Vl);
-void vocab_parallel_classifier_finish(float* logits, float* losses, const double* stats, const float* row_max,
-                                      const std::int32_t* targets, float dloss_scale, int N, int V, int vocab_begin,
-                                      int Vl);
-double sum_of_squares(const float* values, std::size_t n);
-void scale_in_place(float* values, float scale, std::size_t n);
-void adamw_update(float* params, const float* grads, float* m, float* v, std::span<const AdamWSegment> segments,
-                  float lr, float beta1, float beta2, float eps, int t, float grad_scale);
-void add(float* out, const float* a, const float* b, std::size_t n);
-void masked_mean_loss(float* mean_out, const float* losses, const std::int32_t* targets, int N);
-
+// One function per op of the table, with the entry's type (kernel_list.h).
+DUFU_KERNEL_OPS(DUFU_DECLARE_KERNEL)
 
 const KernelTable& kernel_table();
 
