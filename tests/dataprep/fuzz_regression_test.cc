@@ -9,6 +9,7 @@
 #include "dufu/common/error.h"
 #include "dufu/dataprep/byte_source.h"
 #include "dufu/dataprep/document_reader.h"
+#include "dufu/dataprep/tokenizer.h"
 #include "support/expect_error.h"
 #include "support/temp_dir_test.h"
 
@@ -73,6 +74,54 @@ TEST_F(FuzzRegressionTest, ZstdFrameHoldingLessThanItDeclaresStopsTheDocumentRea
         }
       },
       {path, "corrupt zstd stream", "declares 1572864 bytes of content but holds " + std::to_string(held)});
+}
+
+// tiktoken_fuzzer: a rank file whose first line is "AA== 777777777" (the other
+// lines the 256 single bytes) made the loader allocate a table of 777777778 token
+// strings, 25 GB, before anything else was checked. Ids index tables, so an id far
+// past the number of tokens the file defines is refused.
+TEST_F(FuzzRegressionTest, TiktokenRankFarPastTheTokensOfTheFileIsRefused) {
+  static const char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string ranks = "AA== 777777777\n";
+  for (int byte = 1; byte < 256; ++byte) {
+    ranks += kBase64[byte >> 2];
+    ranks += kBase64[(byte & 3) << 4];
+    ranks += "== " + std::to_string(byte) + "\n";
+  }
+  const std::string path = write("ranks.tiktoken", ranks);
+  expect_error([&] { Tokenizer::load(TokenizerSpec{.model = path, .merges = {}, .pattern = "gpt2"}); },
+               {path, "777777777", "defines only 256 tokens"});
+}
+
+// The same for HuggingFace's tokenizer.json: a vocabulary id, or an added token's,
+// far past the tokens the file defines.
+TEST_F(FuzzRegressionTest, HuggingFaceIdFarPastTheTokensOfTheFileIsRefused) {
+  const std::string vocab_id = write("vocab_id.tokenizer.json",
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 900000000}, "merges": []},)"
+      R"( "pre_tokenizer": {"type": "ByteLevel"}})");
+  expect_error([&] { Tokenizer::load(vocab_id); }, {vocab_id, "900000000", "defines only 2 tokens"});
+  // GPT-2's byte-level alphabet: printable bytes stand for themselves, the others for
+  // U+0100 onwards, in order.
+  std::string vocab;
+  int shifted = 0;
+  for (int byte = 0; byte < 256; ++byte) {
+    const bool printable = (byte >= '!' && byte <= '~') || (byte >= 0xA1 && byte <= 0xAC) || byte >= 0xAE;
+    const int code = printable ? byte : 0x100 + shifted++;
+    std::string character;
+    if (code < 0x80) {
+      character = static_cast<char>(code);
+    } else {
+      character += static_cast<char>(0xC0 | (code >> 6));
+      character += static_cast<char>(0x80 | (code & 0x3F));
+    }
+    if (character == "\"" || character == "\\") character = "\\" + character;
+    vocab += (byte == 0 ? "\"" : ", \"") + character + "\": " + std::to_string(byte);
+  }
+  const std::string added_id = write("added_id.tokenizer.json",
+      R"({"model": {"type": "BPE", "vocab": {)" + vocab + R"(}, "merges": []},)"
+      R"( "pre_tokenizer": {"type": "ByteLevel"},)"
+      R"( "added_tokens": [{"id": 800000000, "content": "<|endoftext|>", "special": true}]})");
+  expect_error([&] { Tokenizer::load(added_id); }, {added_id, "800000000", "defines only 257 tokens"});
 }
 
 }  // namespace

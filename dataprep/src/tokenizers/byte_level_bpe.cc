@@ -21,6 +21,13 @@ const char* const kO200kPattern =
 const char* const kHuggingFaceByteLevelPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
+void check_id_range(const std::string& path, std::int64_t largest_id, std::size_t tokens) {
+  if (largest_id >= static_cast<std::int64_t>(tokens) + kMaxIdGap) {
+    DUFU_FAIL("'", path, "' has the id ", largest_id, " but defines only ", tokens, " tokens: dufu keeps tables by id ",
+              "and refuses more than ", kMaxIdGap, " unused ids");
+  }
+}
+
 std::string utf8_lossy(std::string_view bytes) {
   if (is_valid_utf8(bytes)) return std::string(bytes);
   std::string text;

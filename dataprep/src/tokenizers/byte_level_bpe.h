@@ -3,6 +3,7 @@
 // stages -> pieces -> a per-encoder cache of pieces -> BytePairModel.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -51,6 +52,14 @@ extern const char* const kGpt2Pattern;
 extern const char* const kCl100kPattern;
 extern const char* const kO200kPattern;
 extern const char* const kHuggingFaceByteLevelPattern;
+
+// Token ids index dense tables (token bytes, merges), so memory follows the largest
+// id, not the file: an id more than kMaxIdGap past the number of tokens the file
+// defines is refused, naming the file (a rank file of a few lines with the rank
+// 777777777 took 25 GB; found by fuzz/tiktoken_fuzzer.cc). Real vocabularies are
+// dense, or nearly (HuggingFace's added tokens follow the vocabulary).
+inline constexpr std::int64_t kMaxIdGap = std::int64_t{1} << 20;
+void check_id_range(const std::string& path, std::int64_t largest_id, std::size_t tokens);
 
 // Replaces ill-formed UTF-8 by U+FFFD, one per maximal subpart (what Python's
 // errors="replace" and Rust's from_utf8_lossy do).

@@ -5,6 +5,7 @@
 // implement is refused by its name rather than approximated.
 #include <simdjson.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -155,9 +156,19 @@ void add_token(ByteLevelBpeConfig& config, std::int32_t id, std::string bytes) {
 Vocabulary read_vocab(const JsonFile& file, const element& vocab_value, const std::string& where,
                       ByteLevelBpeConfig& config) {
   Vocabulary vocab;
-  for (const auto [key, value] : file.object(vocab_value, where)) {
+  const simdjson::dom::object entries = file.object(vocab_value, where);
+  // The ids first: the tables they index are as large as the largest.
+  std::int64_t largest_id = -1;
+  std::size_t tokens = 0;
+  for (const auto [key, value] : entries) {
     std::int64_t id = -1;
     if (value.get(id) || id < 0 || id >= (1LL << 30)) file.fail(where, "has an id that is not a small integer");
+    largest_id = std::max(largest_id, id);
+    ++tokens;
+  }
+  check_id_range(file.path(), largest_id, tokens);
+  for (const auto [key, value] : entries) {
+    const std::int64_t id = value.get_int64().value_unsafe();
     const std::string text(key);
     const auto bytes = byte_level_bytes(text);
     add_token(config, static_cast<std::int32_t>(id), bytes ? *bytes : text);
@@ -366,6 +377,7 @@ std::unique_ptr<TokenizerModel> load_huggingface_json(const TokenizerSpec& spec)
       if (!id_value || !content_value || id_value->get(id) || id < 0 || id >= (1LL << 30)) {
         file.fail("added_tokens", "has an entry without an integer id and a content");
       }
+      check_id_range(spec.model, id, config.token_bytes.size() + array.size());
       const std::string content = file.string(*content_value, "added_tokens.content");
       if (!file.boolean(token, "special", false)) {
         file.fail("added_tokens", "has '" + content +

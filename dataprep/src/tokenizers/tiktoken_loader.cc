@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "byte_level_bpe.h"
 #include "dufu/common/error.h"
@@ -84,6 +85,13 @@ std::unique_ptr<TokenizerModel> load_tiktoken(const TokenizerSpec& spec) {
   std::string line;
   std::string bytes;
   std::size_t line_number = 0;
+  struct RankLine {
+    std::size_t line_number;
+    std::int64_t rank;
+    std::string bytes;
+  };
+  std::vector<RankLine> ranks;
+  std::int64_t largest_rank = -1;
   while (std::getline(in, line)) {
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -103,16 +111,20 @@ std::unique_ptr<TokenizerModel> load_tiktoken(const TokenizerSpec& spec) {
         !base64_decode(std::string_view(line).substr(0, space), &bytes)) {
       DUFU_FAIL(spec.model, ":", line_number, ": not a tiktoken rank line (base64 bytes, a space, a rank)");
     }
-    const auto id = static_cast<std::size_t>(rank);
-    if (id >= config.token_bytes.size()) {
-      config.token_bytes.resize(id + 1);
-      config.defined.resize(id + 1, false);
-    }
-    if (config.defined[id]) DUFU_FAIL(spec.model, ":", line_number, ": rank ", rank, " appears twice");
-    config.token_bytes[id] = bytes;
-    config.defined[id] = true;
+    ranks.push_back({line_number, rank, bytes});
+    largest_rank = std::max(largest_rank, rank);
   }
   if (in.bad()) DUFU_FAIL("cannot read '", spec.model, "'");
+  // The ranks index tables: their size follows the largest rank, not the file.
+  check_id_range(spec.model, largest_rank, ranks.size());
+  config.token_bytes.resize(static_cast<std::size_t>(largest_rank + 1));
+  config.defined.resize(config.token_bytes.size(), false);
+  for (auto& [number, rank, token] : ranks) {
+    const auto id = static_cast<std::size_t>(rank);
+    if (config.defined[id]) DUFU_FAIL(spec.model, ":", number, ": rank ", rank, " appears twice");
+    config.token_bytes[id] = std::move(token);
+    config.defined[id] = true;
+  }
   const auto num_ranks = static_cast<std::int32_t>(config.token_bytes.size());
 
   TokenLookup rank_of;
