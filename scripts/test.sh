@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The test command: installs what is needed, builds, and runs the whole suite with
 # ctest, first as a Release build and then under AddressSanitizer and
-# UndefinedBehaviorSanitizer (set DUFU_TEST_SANITIZE=0 to skip that second pass).
+# UndefinedBehaviorSanitizer (set DUFU_TEST_SANITIZE=0 to skip that second pass);
+# then the threaded tests under ThreadSanitizer (DUFU_TEST_TSAN=0 skips them) and
+# every fuzz target for DUFU_TEST_FUZZ_SECONDS (60) each, two at a time
+# (DUFU_TEST_FUZZ=0 skips them).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
@@ -14,4 +17,22 @@ if [[ "${DUFU_TEST_SANITIZE:-1}" != 0 ]]; then
     -DDUFU_BUILD_BENCHMARKS=OFF
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir "$root/build-sanitize" --output-on-failure --timeout 900 -j "$(nproc)" -LE slow
+fi
+
+# ThreadSanitizer: the tests of the threaded code that is not OpenMP (the preprocess
+# pipeline, the loader, index caches, shared-memory copies; DUFU_THREAD_SANITIZER_TESTS
+# in tests/CMakeLists.txt), so only those programs are built. The tokenizer tests'
+# reference fixture is not needed there.
+if [[ "${DUFU_TEST_TSAN:-1}" != 0 ]]; then
+  cmake -S "$root" -B "$root/build-tsan" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDUFU_WERROR=ON \
+    -DDUFU_SANITIZE_THREAD=ON -DDUFU_BUILD_BENCHMARKS=OFF
+  cmake --build "$root/build-tsan" --target dufu_tests --parallel "$(nproc)"
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    ctest --test-dir "$root/build-tsan" --output-on-failure --timeout 900 -j "$(nproc)" -LE "slow|mpi" \
+    -E "^fixture_bpe$"
+fi
+
+# libFuzzer (clang, ASan + UBSan): every parser of untrusted input for a bounded time.
+if [[ "${DUFU_TEST_FUZZ:-1}" != 0 ]]; then
+  DUFU_FUZZ_JOBS=2 "$root/scripts/fuzz.sh" "$root/build-fuzz" "${DUFU_TEST_FUZZ_SECONDS:-60}"
 fi
