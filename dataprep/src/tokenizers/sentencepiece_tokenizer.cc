@@ -5,7 +5,8 @@
 // whitespace removed, spaces escaped as U+2581) the normalized text is "▁word▁word..."
 // with one "▁" where the text had a run of spaces, and when no piece of the
 // vocabulary has a "▁" after its first byte, no token crosses a "▁": the ids of a
-// text are the ids of its space-delimited words encoded one by one, each by
+// text are the ids of its words (between spaces, and the tabs, newlines and carriage
+// returns the model's normalizer turns into spaces) encoded one by one, each by
 // sentencepiece's own Encode (BPE merges by piece score within the word: nothing
 // outside it matters; unigram's Viterbi does not qualify, its float sums over the
 // whole text break near-ties differently). A per-worker cache from word to ids then skips every
@@ -13,6 +14,8 @@
 // conditions are read from the model's NormalizerSpec, TrainerSpec and pieces; when
 // one fails, the encoder is plain Encode, and the log says so once.
 #include <sentencepiece_processor.h>
+
+#include <array>
 
 #include "byte_level_bpe.h"
 #include "dufu/common/error.h"
@@ -142,12 +145,34 @@ class SentencePiece final : public TokenizerModel {
                                    ? why_no_word_cache(facts)
                                    : "its ModelProto could not be read";
     word_cache_ = reason.empty();
-    if (!word_cache_) {
+    if (word_cache_) {
+      separators_.fill(false);
+      separators_[' '] = true;
+      // Control characters the model's normalizer turns into a space as it does ' '
+      // (nmt_nfkc does, for tab, newline and carriage return): words end there too.
+      // Tested on the model itself: alone it encodes to nothing, and between, before or
+      // after other text, once, twice or next to a space, as a space would.
+      std::vector<std::int32_t> a, b;
+      const std::pair<const char*, const char*> around[] = {{"a", "b"}, {"", "x"}, {"x", ""}, {"(", ")"}, {"1", "2"}};
+      for (const char c : {'\t', '\n', '\r', '\v', '\f'}) {
+        encode_plain(std::string(1, c), &a);
+        bool space = a.empty();
+        for (const auto& [before, after] : around) {
+          for (const std::string& run : {std::string(1, c), std::string(2, c), std::string(1, c) + " "}) {
+            encode_plain(before + run + after, &a);
+            encode_plain(std::string(before) + " " + after, &b);
+            space = space && a == b;
+          }
+        }
+        separators_[static_cast<unsigned char>(c)] = space;
+      }
+    } else {
       DUFU_LOG_INFO("tokenizer", "sentencepiece model '", path_, "': plain Encode without the word cache, because ",
                     reason);
     }
   }
   bool word_cache() const { return word_cache_; }
+  const std::array<bool, 256>& separators() const { return separators_; }
 
   std::unique_ptr<TokenEncoder> make_encoder() const override;
 
@@ -189,6 +214,7 @@ class SentencePiece final : public TokenizerModel {
   std::string path_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
   bool word_cache_ = false;
+  std::array<bool, 256> separators_{};  // bytes that end a word
 };
 
 class SentencePieceEncoder final : public TokenEncoder {
@@ -200,21 +226,25 @@ class SentencePieceEncoder final : public TokenEncoder {
   const SentencePiece& tokenizer_;
 };
 
-// The fast path: space-delimited words through the cache, misses through Encode.
+// The fast path: words (text between separators) through the cache, each missed word
+// through sentencepiece's Encode. (Encoding a document's missed words together, in one
+// Encode of "miss1 miss2 ..." split back at the pieces that start with "▁", measured
+// slower than one call per word: sentencepiece's BPE costs more per byte on longer
+// input.)
 class WordCacheEncoder final : public TokenEncoder {
  public:
   explicit WordCacheEncoder(const SentencePiece& tokenizer) : tokenizer_(tokenizer) {}
 
   void encode(std::string_view text, std::vector<std::int32_t>* ids) override {
     ids->clear();
-    std::size_t at = 0;
-    while (at < text.size()) {
-      if (text[at] == ' ') {
+    const auto& separator = tokenizer_.separators();
+    for (std::size_t at = 0; at < text.size();) {
+      if (separator[static_cast<unsigned char>(text[at])]) {
         ++at;
         continue;
       }
-      std::size_t end = text.find(' ', at);
-      if (end == std::string_view::npos) end = text.size();
+      std::size_t end = at + 1;
+      while (end < text.size() && !separator[static_cast<unsigned char>(text[end])]) ++end;
       encode_word(text.substr(at, end - at), ids);
       at = end;
     }
