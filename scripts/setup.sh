@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libsentencepiece-dev libsimdjson-dev libzstd-dev zlib1g-dev libboost-dev libssl-dev
   libcli11-dev libtomlplusplus-dev libgtest-dev libopenblas-dev libopenmpi-dev openmpi-bin
-  libpcre2-dev
+  libpcre2-dev libicu-dev
   # tests: independent references (sentencepiece's own encoder, numpy, PyTorch)
   sentencepiece python3 python3-numpy python3-sentencepiece python3-torch zstd gzip
   # fuzzing (scripts/fuzz.sh): clang with libFuzzer and its sanitizer runtimes, and

@@ -149,7 +149,7 @@ def make_corpora(out_dir):
 # ---------------------------------------------------------------- training
 
 def train_hf(corpora, out_dir, vocab_size):
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     def texts():
         for path in corpora:
@@ -181,6 +181,17 @@ def train_hf(corpora, out_dir, vocab_size):
         vocab_size=vocab_size, initial_alphabet=alphabet,
         special_tokens=["<|begin_of_text|>", "<|end_of_text|>"], show_progress=False))
     llama.save(os.path.join(out_dir, "split.tokenizer.json"))
+
+    # Qwen2's layout: the NFC normalizer, then Split and ByteLevel like Llama-3's.
+    qwen = Tokenizer(models.BPE())
+    qwen.normalizer = normalizers.NFC()
+    qwen.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(llama_pattern), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    qwen.decoder = decoders.ByteLevel()
+    qwen.train_from_iterator(texts(), trainers.BpeTrainer(
+        vocab_size=vocab_size, initial_alphabet=alphabet, special_tokens=["<|endoftext|>"], show_progress=False))
+    qwen.save(os.path.join(out_dir, "nfc.tokenizer.json"))
 
     prefix = Tokenizer.from_file(os.path.join(out_dir, "bytelevel.tokenizer.json"))
     prefix.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)

@@ -1,6 +1,9 @@
 // The byte-level BPE tokenizer and its per-worker encoder.
 #include "byte_level_bpe.h"
 
+#include <unicode/bytestream.h>
+#include <unicode/normalizer2.h>
+
 #include <filesystem>
 
 #include "dufu/common/error.h"
@@ -73,6 +76,27 @@ std::string utf8_lossy(std::string_view bytes) {
   return text;
 }
 
+void normalize_unicode(UnicodeForm form, std::string_view text, std::string* out) {
+  UErrorCode status = U_ZERO_ERROR;
+  const icu::Normalizer2* normalizer = nullptr;
+  switch (form) {
+    case UnicodeForm::kNFC: normalizer = icu::Normalizer2::getNFCInstance(status); break;
+    case UnicodeForm::kNFD: normalizer = icu::Normalizer2::getNFDInstance(status); break;
+    case UnicodeForm::kNFKC: normalizer = icu::Normalizer2::getNFKCInstance(status); break;
+    case UnicodeForm::kNFKD: normalizer = icu::Normalizer2::getNFKDInstance(status); break;
+  }
+  if (U_FAILURE(status)) DUFU_FAIL("ICU has no Unicode normalizer: ", u_errorName(status));
+  const icu::StringPiece piece(text.data(), static_cast<std::int32_t>(text.size()));
+  if (normalizer->isNormalizedUTF8(piece, status) && U_SUCCESS(status)) {
+    out->append(text);
+    return;
+  }
+  status = U_ZERO_ERROR;
+  icu::StringByteSink<std::string> sink(out);
+  normalizer->normalizeUTF8(0, piece, sink, nullptr, status);
+  if (U_FAILURE(status)) DUFU_FAIL("Unicode normalization failed: ", u_errorName(status));
+}
+
 namespace {
 
 class ByteLevelBpe final : public TokenizerModel {
@@ -124,6 +148,12 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
   void encode(std::string_view text, std::vector<std::int32_t>* ids) override {
     ids->clear();
     out_ = ids;
+    for (const UnicodeForm form : config_.normalizers) {
+      normalized_[1].clear();
+      normalize_unicode(form, text, &normalized_[1]);
+      normalized_[0].swap(normalized_[1]);
+      text = normalized_[0];
+    }
     if (!text.empty()) process(0, text);
   }
 
@@ -181,6 +211,7 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
   const TokenLookup& whole_tokens_;
   std::vector<std::unique_ptr<RegexSplitter::Matcher>> matchers_;
   std::vector<std::string> buffers_;
+  std::string normalized_[2];
   BytePairModel::Scratch scratch_;
   PieceCache<7> cache_;
   std::vector<std::int32_t>* out_ = nullptr;

@@ -23,8 +23,12 @@ struct PreTokenizerStage {
   bool matches_are_pieces = true;           // false: Split's Removed behaviour
 };
 
+// HuggingFace's Unicode normalizers (ICU's implementations of the same forms).
+enum class UnicodeForm { kNFC, kNFD, kNFKC, kNFKD };
+
 struct ByteLevelBpeConfig {
   std::string name;
+  std::vector<UnicodeForm> normalizers;  // applied in order before pre-tokenization
   BytePairModel model;
   std::vector<PreTokenizerStage> stages;
   // Token bytes by id; ids that are not defined have no entry in `defined`.
@@ -60,6 +64,9 @@ extern const char* const kHuggingFaceByteLevelPattern;
 // dense, or nearly (HuggingFace's added tokens follow the vocabulary).
 inline constexpr std::int64_t kMaxIdGap = std::int64_t{1} << 20;
 void check_id_range(const std::string& path, std::int64_t largest_id, std::size_t tokens);
+
+// `text` in Unicode normalization form `form` (ICU), appended to `out`.
+void normalize_unicode(UnicodeForm form, std::string_view text, std::string* out);
 
 // Replaces ill-formed UTF-8 by U+FFFD, one per maximal subpart (what Python's
 // errors="replace" and Rust's from_utf8_lossy do).

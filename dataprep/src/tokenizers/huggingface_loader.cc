@@ -273,6 +273,25 @@ bool add_pre_tokenizer(const JsonFile& file, const element& value, const std::st
                        ", which dufu does not implement (it implements ByteLevel, Split and Sequence of them)");
 }
 
+void add_normalizer(const JsonFile& file, const element& value, const std::string& where,
+                    ByteLevelBpeConfig& config) {
+  const std::string type = file.type_of(value, where);
+  if (type == "Sequence") {
+    const auto list = file.field(value, "normalizers");
+    simdjson::dom::array array;
+    if (!list || list->get(array)) file.fail(where, "is a Sequence without a \"normalizers\" array");
+    std::size_t index = 0;
+    for (const element item : array) add_normalizer(file, item, str_cat(where, ".normalizers[", index++, "]"), config);
+    return;
+  }
+  if (type == "NFC") return config.normalizers.push_back(UnicodeForm::kNFC);
+  if (type == "NFD") return config.normalizers.push_back(UnicodeForm::kNFD);
+  if (type == "NFKC") return config.normalizers.push_back(UnicodeForm::kNFKC);
+  if (type == "NFKD") return config.normalizers.push_back(UnicodeForm::kNFKD);
+  file.fail(where, "is the normalizer " + type +
+                       ", which dufu does not implement (it implements NFC, NFD, NFKC, NFKD and Sequence of them)");
+}
+
 std::int32_t named_eod(const std::unordered_map<std::string, std::int32_t>& tokens, const std::string& preferred) {
   if (!preferred.empty()) {
     const auto found = tokens.find(preferred);
@@ -353,8 +372,7 @@ std::unique_ptr<TokenizerModel> load_huggingface_json(const TokenizerSpec& spec)
   }
 
   if (const auto normalizer = file.field(root, "normalizer"); normalizer && !normalizer->is_null()) {
-    file.fail("normalizer", "is " + file.type_of(*normalizer, "normalizer") +
-                                ", which dufu does not implement (tokenizers without a normalizer are supported)");
+    add_normalizer(file, *normalizer, "normalizer", config);
   }
   const auto pre_tokenizer = file.field(root, "pre_tokenizer");
   if (!pre_tokenizer || pre_tokenizer->is_null() ||
