@@ -31,7 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto same_record = [](const auto& a, const auto& b) {
     return a.first == b.first && a.second.bytes == b.second.bytes && a.second.sha256 == b.second.sha256;
   };
-  fuzz_require(std::equal(copy.files.begin(), copy.files.end(), parsed->files.begin(), parsed->files.end(), same_record),
+  const auto& files = parsed->files;
+  fuzz_require(std::equal(copy.files.begin(), copy.files.end(), files.begin(), files.end(), same_record),
                "the file records written back read differently");
   return 0;
 }

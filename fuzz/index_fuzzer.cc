@@ -15,6 +15,7 @@
 namespace {
 
 using dufu::fuzz::fuzz_require;
+using dufu::fuzz::refused_cleanly_or_parsed;
 using namespace dufu::dataprep;
 
 // The largest .bin written for an index that opens.
@@ -36,9 +37,10 @@ void check_index(const Index& index) {
     previous = entry;
   }
   fuzz_require(previous == index.num_sequences(), "the last document entry is not the sequence count");
-  const bool refused = !dufu::fuzz::refused_cleanly_or_parsed([&] { (void)index.sequence_length(index.num_sequences()); }) &&
-                       !dufu::fuzz::refused_cleanly_or_parsed([&] { (void)index.sequence_offset(index.num_sequences()); }) &&
-                       !dufu::fuzz::refused_cleanly_or_parsed([&] { (void)index.document_index(index.num_document_entries()); });
+  const std::uint64_t sequences = index.num_sequences(), entries = index.num_document_entries();
+  const bool refused = !refused_cleanly_or_parsed([&] { (void)index.sequence_length(sequences); }) &&
+                       !refused_cleanly_or_parsed([&] { (void)index.sequence_offset(sequences); }) &&
+                       !refused_cleanly_or_parsed([&] { (void)index.document_index(entries); });
   fuzz_require(refused, "an out-of-range request was not refused");
 }
 
@@ -97,10 +99,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fuzz_require(dataset != nullptr, "an index that opens alone does not open beside a .bin of its size");
   const std::int32_t bias = index.layout() == IndexLayout::kFairseqTNTIDX ? 1 : 0;
   for (std::uint64_t i = 0; i < dataset->num_sequences(); ++i) {
-    // Floating-point dtypes are refused as tokens; every integer dtype must read.
+    // Floating-point dtypes are refused as tokens (but no tokens read as none); every
+    // integer dtype must read.
     std::vector<std::int32_t> tokens;
     const bool read = refused_cleanly_or_parsed([&] { tokens = dataset->sequence(i); });
-    fuzz_require(read == dtype_is_integer(dataset->dtype()), "a sequence of an open shard does not read");
+    const bool readable = dtype_is_integer(dataset->dtype()) || dataset->sequence_length(i) == 0;
+    fuzz_require(read == readable, "a sequence of an open shard does not read, or one of floats does");
     if (!read) continue;
     fuzz_require(tokens.size() == dataset->sequence_length(i), "a sequence reads with the wrong length");
     const std::uint64_t first = index.sequence_offset(i);

@@ -205,6 +205,12 @@ put("checkpoint_state", "v2_tp2_pp2_zero.json", state(2, {
     "model-tp01-pp001.safetensors"] + [f"optimizer-tp{t:02d}-pp{p:03d}-dp{d:03d}.safetensors"
                                        for p in range(2) for t in range(2) for d in range(2)]))
 put("checkpoint_state", "v2_missing_layout.json", state(2))
+# The identity of the shards of the blend, which resume compares.
+with_shards = json.loads(state(2, SERIAL))
+with_shards["shards"] = [
+    {"prefix": "/data/web", "bin_bytes": 123456, "idx_bytes": 3482, "idx_sha256": SHA, "bin_sample_sha256": SHA},
+    {"prefix": "books", "bin_bytes": 0, "idx_bytes": 34, "idx_sha256": SHA, "bin_sample_sha256": SHA}]
+put("checkpoint_state", "v2_shards.json", json.dumps(with_shards, separators=(",", ":")))
 
 # ---- training configuration ----------------------------------------------------------
 # Even sizes are read as a TOML file, odd ones as one override per line.
