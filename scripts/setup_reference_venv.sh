@@ -1,30 +1,61 @@
 #!/usr/bin/env bash
-# Creates the Python environment of the tokenizer references: tiktoken, HuggingFace
-# tokenizers, bpe-openai (whose wheel ships the cl100k_base and o200k_base rank files)
-# and openai-whisper's source distribution (which ships gpt2.tiktoken), at pinned
-# versions from PyPI, in a virtual environment outside the repository that also sees
-# Debian's numpy and sentencepiece. Copies the three rank files out of the installed
-# packages into VENV/rank-files/ as plain .tiktoken files. Idempotent: a finished
-# environment with the same pins is left as it is.
+# Creates the Python environments of the reference tests, at pinned versions from
+# PyPI, in virtual environments outside the repository that also see Debian's numpy,
+# sentencepiece and torch. Idempotent: a finished environment with the same pins is
+# left as it is.
 #
-# usage: setup_reference_venv.sh [VENV]   (prints the venv's python on the last line)
-# VENV defaults to $DUFU_REFERENCE_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv.
+# The tokenizer references (the default): tiktoken, HuggingFace tokenizers, bpe-openai
+# (whose wheel ships the cl100k_base and o200k_base rank files) and openai-whisper's
+# source distribution (which ships gpt2.tiktoken). Copies the three rank files out of
+# the installed packages into VENV/rank-files/ as plain .tiktoken files.
+#
+# --transformers: HuggingFace transformers for `train export-hf`'s test, in an
+# environment of its own: the newest transformers that runs on Debian's torch 1.13
+# (4.47.1; 4.48 requires torch >= 2.0, and 4.52 on disables torch < 2.1 at import)
+# checks at import that tokenizers is < 0.22, while the tokenizer references are
+# pinned to 0.22.1.
+#
+# usage: setup_reference_venv.sh [--transformers] [VENV]   (prints the venv's python on the last line)
+# VENV defaults to $DUFU_REFERENCE_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv;
+# with --transformers to $DUFU_REFERENCE_HF_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv-hf.
 set -euo pipefail
 
-venv=${1:-${DUFU_REFERENCE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dufu/reference-venv}}
-# --no-deps: exactly these packages; the references import nothing else from PyPI
-# (openai-whisper only ships the data file, it is never imported).
-pins=(
-  tiktoken==0.12.0
-  regex==2026.11.15
-  tokenizers==0.22.1
-  bpe-openai==0.1.4
-  openai-whisper==20250625
-)
-# The benchmark also measures these when they install; the tests never need them.
-optional_pins=(quicktok-v1==0.4.0)
+cache=${XDG_CACHE_HOME:-$HOME/.cache}/dufu
+if [[ ${1:-} == --transformers ]]; then
+  shift
+  venv=${1:-${DUFU_REFERENCE_HF_VENV:-$cache/reference-venv-hf}}
+  # --no-deps: exactly these packages (transformers' import-time requirements and
+  # huggingface-hub's); torch, numpy, sentencepiece, requests and pyyaml are Debian's.
+  pins=(
+    transformers==4.47.1
+    tokenizers==0.21.4
+    safetensors==0.5.3
+    huggingface-hub==0.27.1
+    regex==2026.11.15
+    filelock==3.16.1
+    fsspec==2024.10.0
+    packaging==24.2
+    tqdm==4.67.1
+  )
+  optional_pins=()
+  rank_files=""
+else
+  venv=${1:-${DUFU_REFERENCE_VENV:-$cache/reference-venv}}
+  # --no-deps: exactly these packages; the references import nothing else from PyPI
+  # (openai-whisper only ships the data file, it is never imported).
+  pins=(
+    tiktoken==0.12.0
+    regex==2026.11.15
+    tokenizers==0.22.1
+    bpe-openai==0.1.4
+    openai-whisper==20250625
+  )
+  # The benchmark also measures these when they install; the tests never need them.
+  optional_pins=(quicktok-v1==0.4.0)
+  rank_files=rank-files-v1
+fi
 stamp="$venv/.dufu-reference-pins"
-wanted="${pins[*]} ${optional_pins[*]} rank-files-v1"
+wanted="${pins[*]} ${optional_pins[*]} $rank_files"
 
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$wanted" && -x "$venv/bin/python" ]]; then
   echo "$venv/bin/python"
@@ -49,8 +80,15 @@ if ! "$python" -m venv --system-site-packages "$venv" >&2; then
   exit 1
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${pins[@]}" >&2
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${optional_pins[@]}" >&2 ||
-  echo "setup_reference_venv: ${optional_pins[*]} did not install; the benchmark leaves it out" >&2
+if ((${#optional_pins[@]} > 0)); then
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${optional_pins[@]}" >&2 ||
+    echo "setup_reference_venv: ${optional_pins[*]} did not install; the benchmark leaves it out" >&2
+fi
+if [[ -z $rank_files ]]; then
+  echo "$wanted" > "$stamp"
+  echo "$venv/bin/python"
+  exit 0
+fi
 
 mkdir -p "$venv/rank-files"
 "$venv/bin/python" - "$venv/rank-files" <<'EOF' >&2
