@@ -5,13 +5,14 @@
 #include "dufu/dataprep/document_reader.h"
 
 #include <glob.h>
+#include <simdjson.h>
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <simdjson.h>
 
 #include "dufu/common/error.h"
 #include "dufu/dataprep/byte_source.h"
+#include "dufu/dataprep/line_range_source.h"
 
 namespace dufu::dataprep {
 namespace {
@@ -94,17 +95,36 @@ struct DocumentReader::State {
   // Kept across inputs so its buffers, sized for the longest line so far, are reused.
   simdjson::dom::parser parser;
   std::unique_ptr<LineReader> reader;
+  LineRangeSource* range = nullptr;  // the reader's source when the input is a byte range
   InputFormat format = InputFormat::kTxt;
   std::string path;
   bool whole_file_done = false;
 };
 
-DocumentReader::DocumentReader(std::vector<std::string> inputs, ReaderOptions options)
+namespace {
+
+std::vector<InputRange> whole_files(const std::vector<std::string>& paths) {
+  std::vector<InputRange> inputs;
+  inputs.reserve(paths.size());
+  for (const std::string& path : paths) inputs.push_back(InputRange{.path = path});
+  return inputs;
+}
+
+}  // namespace
+
+DocumentReader::DocumentReader(const std::vector<std::string>& inputs, ReaderOptions options)
+    : DocumentReader(whole_files(inputs), std::move(options)) {}
+
+DocumentReader::DocumentReader(std::vector<InputRange> inputs, ReaderOptions options)
     : inputs_(std::move(inputs)), options_(std::move(options)), state_(std::make_unique<State>()) {
-  for (const std::string& input : inputs_) {
+  for (const InputRange& input : inputs_) {
+    if (!input.whole) {
+      total_input_bytes_ += input.end - input.begin;
+      continue;
+    }
     struct stat st {};
     // Unreadable inputs are reported when opened, with the reason.
-    if (input != "-" && ::stat(input.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    if (input.path != "-" && ::stat(input.path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
       total_input_bytes_ += static_cast<std::uint64_t>(st.st_size);
     }
   }
@@ -122,10 +142,19 @@ std::uint64_t DocumentReader::total_input_bytes() const { return total_input_byt
 
 bool DocumentReader::open_next_input() {
   if (next_input_ >= inputs_.size()) return false;
-  const std::string& path = inputs_[next_input_++];
+  const InputRange& input = inputs_[next_input_++];
+  const std::string& path = input.path;
   State& s = *state_;
-  s.reader = std::make_unique<LineReader>(open_byte_source(path), simdjson::SIMDJSON_PADDING,
-                                          options_.max_document_bytes);
+  std::unique_ptr<ByteSource> source;
+  s.range = nullptr;
+  if (input.whole) {
+    source = open_byte_source(path);
+  } else {
+    auto range = std::make_unique<LineRangeSource>(path, input.begin, input.end);
+    s.range = range.get();
+    source = std::move(range);
+  }
+  s.reader = std::make_unique<LineReader>(std::move(source), simdjson::SIMDJSON_PADDING, options_.max_document_bytes);
   s.format = detect_input_format(path, options_.stdin_format);
   s.path = path;
   s.whole_file_done = false;
@@ -135,6 +164,11 @@ bool DocumentReader::open_next_input() {
 std::string DocumentReader::too_long_message(const std::string& where, std::uint64_t line) const {
   return str_cat(where, ":", line, ": line longer than ", options_.max_document_bytes,
                  " bytes, the limit of one document (--max-document-bytes)");
+}
+
+std::uint64_t DocumentReader::line_number() const {
+  const State& s = *state_;
+  return s.reader->line_number() + (s.range != nullptr ? s.range->lines_before() : 0);
 }
 
 void DocumentReader::record_bad(const std::string& message) {
@@ -171,25 +205,25 @@ bool DocumentReader::next(Document* doc) {
       std::string_view line;
       while (reader.next_line(&line)) {
         if (reader.too_long()) {
-          record_bad(too_long_message(where, reader.line_number()));
+          record_bad(too_long_message(where, line_number()));
           continue;
         }
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         if (!simdjson::validate_utf8(line.data(), line.size())) {
-          record_bad(str_cat(where, ":", reader.line_number(), ": invalid UTF-8"));
+          record_bad(str_cat(where, ":", line_number(), ": invalid UTF-8"));
           continue;
         }
         doc->fields.resize(1);
         doc->fields[0].assign(line);
         doc->source = s.path;
-        doc->line = reader.line_number();
+        doc->line = s.range == nullptr ? reader.line_number() : 0;
         return true;
       }
     } else {
       std::string_view line;
       while (reader.next_line(&line)) {
         if (reader.too_long()) {
-          record_bad(too_long_message(where, reader.line_number()));
+          record_bad(too_long_message(where, line_number()));
           continue;
         }
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
@@ -201,15 +235,14 @@ bool DocumentReader::next(Document* doc) {
         const simdjson::error_code parse_error =
             s.parser.parse(line.data(), line.size(), false).get(root);
         if (parse_error) {
-          record_bad(parse_error == simdjson::UTF8_ERROR
-                         ? str_cat(where, ":", reader.line_number(), ": invalid UTF-8")
-                         : str_cat(where, ":", reader.line_number(), ": malformed JSON (",
-                                   simdjson::error_message(parse_error), ")"));
+          record_bad(parse_error == simdjson::UTF8_ERROR ? str_cat(where, ":", line_number(), ": invalid UTF-8")
+                                                         : str_cat(where, ":", line_number(), ": malformed JSON (",
+                                                                   simdjson::error_message(parse_error), ")"));
           continue;
         }
         simdjson::dom::object object;
         if (root.get_object().get(object)) {
-          record_bad(str_cat(where, ":", reader.line_number(), ": expected a JSON object"));
+          record_bad(str_cat(where, ":", line_number(), ": expected a JSON object"));
           continue;
         }
         doc->fields.resize(options_.json_keys.size());
@@ -219,11 +252,11 @@ bool DocumentReader::next(Document* doc) {
           simdjson::dom::element value;
           std::string_view text;
           if (object.at_key(key).get(value)) {
-            record_bad(str_cat(where, ":", reader.line_number(), ": missing key '", key, "'"));
+            record_bad(str_cat(where, ":", line_number(), ": missing key '", key, "'"));
             good = false;
           } else if (value.get_string().get(text)) {
-            record_bad(str_cat(where, ":", reader.line_number(), ": key '", key,
-                               "' is not a string (it is ", json_type_name(value.type()), ")"));
+            record_bad(str_cat(where, ":", line_number(), ": key '", key, "' is not a string (it is ",
+                               json_type_name(value.type()), ")"));
             good = false;
           } else {
             doc->fields[i].assign(text);
@@ -231,7 +264,7 @@ bool DocumentReader::next(Document* doc) {
         }
         if (!good) continue;
         doc->source = s.path;
-        doc->line = reader.line_number();
+        doc->line = s.range == nullptr ? reader.line_number() : 0;
         return true;
       }
     }

@@ -1,13 +1,62 @@
 // `dataprep merge`: concatenates shards into one, keeping every document boundary
-// (older merge tools dropped the document indices of all but the first input).
+// (older merge tools dropped the document indices of all but the first input). The
+// parts of a divided preprocess job (each with its manifest) are checked as a set
+// first, then joined by part_join.h, the code MPI ranks use, one part after another.
 #include "dufu/common/error.h"
+#include "dufu/common/log.h"
 #include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/part_join.h"
+#include "dufu/dataprep/part_manifest.h"
 #include "dufu/dataprep/shard_output.h"
 
 namespace dufu::dataprep {
+namespace {
 
-MergeStats merge_datasets(const std::vector<std::string>& input_prefixes,
-                          const std::string& output_prefix, IndexLayout output_layout) {
+MergeStats merge_parts(const std::vector<std::string>& input_prefixes, const std::string& output_prefix,
+                       std::optional<IndexLayout> output_layout) {
+  std::vector<PartManifest> manifests;
+  for (const auto& prefix : input_prefixes) {
+    if (!has_part_manifest(prefix)) {
+      DUFU_FAIL("'", prefix, "' has no manifest ('", manifest_path(prefix), "') but '", input_prefixes.front(),
+                "' is a part of a divided preprocess job: merge the parts of one job only, all of them");
+    }
+    manifests.push_back(read_part_manifest(prefix));
+  }
+  const std::vector<std::string> parts = check_job_parts(input_prefixes, manifests);
+  const PartManifest& job = manifests.front();
+  const IndexLayout layout = output_layout.value_or(job.layout);
+  std::vector<PartShape> shapes;
+  for (const auto& prefix : parts) shapes.push_back(read_part_shape(prefix, nullptr, nullptr));
+  const JoinLayout join(shapes, layout, job.dtype);
+
+  const ShardOutputLock lock(output_prefix);
+  AtomicFile bin(bin_path(output_prefix)), idx(idx_path(output_prefix));
+  {
+    JoinTarget target(bin.temp_path(), idx.temp_path());
+    target.set_sizes(join);
+    target.write_header(join);
+    for (std::size_t k = 0; k < parts.size(); ++k) target.write_part(join, k, parts[k]);
+    target.finish();
+  }
+  commit_shard_pair(bin, idx, output_prefix);
+  MergeStats stats;
+  stats.parts = parts.size();
+  stats.sequences = join.total().sequences;
+  stats.documents = join.total().documents;
+  stats.tokens = join.total().tokens;
+  stats.output_bytes = join.bin_bytes() + join.idx_bytes();
+  for (const PartManifest& m : manifests) {
+    stats.records += m.records;
+    stats.bad_skipped += m.bad_skipped;
+    stats.empty_skipped += m.empty_skipped;
+  }
+  return stats;
+}
+
+}  // namespace
+
+MergeStats merge_datasets(const std::vector<std::string>& input_prefixes, const std::string& output_prefix,
+                          std::optional<IndexLayout> output_layout) {
   if (input_prefixes.empty()) DUFU_FAIL("merge into '", output_prefix, "' needs an input");
   check_output_prefix(output_prefix);
   std::vector<std::string> input_files;
@@ -16,6 +65,9 @@ MergeStats merge_datasets(const std::vector<std::string>& input_prefixes,
     input_files.push_back(idx_path(prefix));
   }
   refuse_output_that_is_an_input(output_prefix, input_files);
+  for (const auto& prefix : input_prefixes) {
+    if (has_part_manifest(prefix)) return merge_parts(input_prefixes, output_prefix, output_layout);
+  }
   // Open and check everything before the output exists, so a bad input costs nothing.
   std::vector<std::unique_ptr<IndexedDataset>> inputs;
   inputs.reserve(input_prefixes.size());
@@ -27,7 +79,7 @@ MergeStats merge_datasets(const std::vector<std::string>& input_prefixes,
                 "): all inputs must have the same dtype");
     }
   }
-  IndexedDatasetWriter writer(output_prefix, output_layout, inputs.front()->dtype());
+  IndexedDatasetWriter writer(output_prefix, output_layout.value_or(IndexLayout::kMMIDIDX), inputs.front()->dtype());
   for (const auto& input : inputs) writer.append(*input);
   MergeStats stats;
   stats.sequences = writer.num_sequences();

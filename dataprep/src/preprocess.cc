@@ -5,6 +5,8 @@
 // memory in flight, so peak RSS is independent of the corpus size.
 #include "dufu/dataprep/preprocess.h"
 
+#include "preprocess_pipeline.h"
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -86,19 +88,26 @@ class Pipeline {
     results_.emplace(sequence, std::move(batch));
     result_ready_.notify_all();
   }
-  // Writer side: the batch with `sequence`, or false when all were written.
-  bool pop_result(std::uint64_t sequence, TokenBatch* batch) {
+  enum class Popped { kBatch, kAllDone, kTimedOut };
+  // Writer side: the batch with `sequence`; kAllDone when all were written (or the run
+  // is aborting); kTimedOut when `deadline` passed first.
+  Popped pop_result(std::uint64_t sequence, TokenBatch* batch,
+                    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max()) {
     std::unique_lock lock(mutex_);
-    result_ready_.wait(lock, [&] {
-      return aborted_ || results_.contains(sequence) ||
-             (reading_done_ && sequence >= total_batches_);
-    });
-    if (aborted_) return false;
+    const auto ready = [&] {
+      return aborted_ || results_.contains(sequence) || (reading_done_ && sequence >= total_batches_);
+    };
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      result_ready_.wait(lock, ready);
+    } else if (!result_ready_.wait_until(lock, deadline, ready)) {
+      return Popped::kTimedOut;
+    }
+    if (aborted_) return Popped::kAllDone;
     auto found = results_.find(sequence);
-    if (found == results_.end()) return false;
+    if (found == results_.end()) return Popped::kAllDone;
     *batch = std::move(found->second);
     results_.erase(found);
-    return true;
+    return Popped::kBatch;
   }
   void release_slot() {
     std::lock_guard lock(mutex_);
@@ -222,8 +231,11 @@ std::vector<std::string> output_prefixes_for(const std::string& prefix,
   return prefixes;
 }
 
-PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress) {
-  const auto start = std::chrono::steady_clock::now();
+IndexLayout output_layout(const PreprocessOptions& options) {
+  return layout_for_impl(options.impl);
+}
+
+PreprocessSetup set_up_preprocess(const PreprocessOptions& options) {
   if (options.inputs.empty()) DUFU_FAIL("no input files given");
   if (options.output_prefix.empty()) DUFU_FAIL("no output prefix given");
   check_output_prefix(options.output_prefix);
@@ -240,10 +252,9 @@ PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress)
   if (options.batch_bytes == 0 || options.batch_bytes > kMaxBatchBytes) {
     DUFU_FAIL("--batch-bytes ", options.batch_bytes, " is out of range: use 1 to ", kMaxBatchBytes);
   }
-  PreprocessStats stats;
-  stats.output_prefixes = output_prefixes_for(options.output_prefix, options.reader.json_keys);
-  const std::vector<std::string> inputs = expand_inputs(options.inputs);
-  for (const auto& prefix : stats.output_prefixes) refuse_output_that_is_an_input(prefix, inputs);
+  std::vector<std::string> output_prefixes = output_prefixes_for(options.output_prefix, options.reader.json_keys);
+  std::vector<std::string> inputs = expand_inputs(options.inputs);
+  for (const auto& prefix : output_prefixes) refuse_output_that_is_an_input(prefix, inputs);
 
   const Tokenizer tokenizer = Tokenizer::load(TokenizerSpec{
       .model = options.tokenizer_model, .merges = options.tokenizer_merges, .pattern = options.tokenizer_pattern});
@@ -260,23 +271,25 @@ PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress)
                 "' has no end-of-document token (</s>, <|endoftext|>); pass --eod-id to choose its id");
     }
   }
-  stats.dtype = options.dtype ? *options.dtype : token_dtype_for_vocab(tokenizer.vocab_size());
-  stats.workers = options.workers > 0
-                      ? options.workers
-                      : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1U,
-                                                    static_cast<unsigned>(kMaxWorkers)));
+  const DType dtype = options.dtype ? *options.dtype : token_dtype_for_vocab(tokenizer.vocab_size());
+  const int workers = options.workers > 0
+                          ? options.workers
+                          : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1U,
+                                                        static_cast<unsigned>(kMaxWorkers)));
+  return PreprocessSetup{.inputs = std::move(inputs),
+                         .output_prefixes = std::move(output_prefixes),
+                         .tokenizer = tokenizer,
+                         .eod = eod,
+                         .dtype = dtype,
+                         .workers = workers};
+}
 
-  DocumentReader reader(inputs, options.reader);
-  if (progress) progress->set_total(reader.total_input_bytes());
-
+void run_pipeline(const PreprocessOptions& options, const PreprocessSetup& setup, DocumentReader& reader,
+                  std::vector<std::unique_ptr<IndexedDatasetWriter>>& writers, Progress* progress,
+                  PreprocessStats* stats, const PipelineTick* tick) {
   const std::size_t num_keys = options.reader.json_keys.size();
-  std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
-  for (const auto& prefix : stats.output_prefixes) {
-    writers.push_back(std::make_unique<IndexedDatasetWriter>(
-        prefix, layout_for_impl(options.impl), stats.dtype));
-  }
-
-  Pipeline pipeline(static_cast<std::size_t>(2 * stats.workers + 2));
+  stats->workers = setup.workers;
+  Pipeline pipeline(static_cast<std::size_t>(2 * setup.workers + 2));
   ReaderTotals totals;
   std::thread reader_thread([&] {
     try {
@@ -286,11 +299,11 @@ PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress)
     }
   });
   std::vector<std::thread> workers;
-  for (int i = 0; i < stats.workers; ++i) {
+  for (int i = 0; i < setup.workers; ++i) {
     try {
       workers.emplace_back([&] {
         try {
-          tokenize_batches(tokenizer, num_keys, eod, pipeline);
+          tokenize_batches(setup.tokenizer, num_keys, setup.eod, pipeline);
         } catch (...) {
           pipeline.abort(std::current_exception());
         }
@@ -298,7 +311,7 @@ PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress)
     } catch (const std::system_error& error) {
       // Out of threads (ulimit -u, memory): stop cleanly rather than with terminate().
       pipeline.abort(std::make_exception_ptr(Error(str_cat(
-          "cannot start tokenizer thread ", i + 1, " of ", stats.workers, ": ", error.what(),
+          "cannot start tokenizer thread ", i + 1, " of ", setup.workers, ": ", error.what(),
           "; use fewer --workers"))));
       break;
     }
@@ -306,13 +319,23 @@ PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress)
 
   try {
     TokenBatch batch;
-    for (std::uint64_t sequence = 0; pipeline.pop_result(sequence, &batch); ++sequence) {
+    auto next_tick = std::chrono::steady_clock::now() + (tick ? tick->interval : std::chrono::milliseconds(0));
+    for (std::uint64_t sequence = 0;;) {
+      const auto deadline = tick ? next_tick : std::chrono::steady_clock::time_point::max();
+      const Pipeline::Popped popped = pipeline.pop_result(sequence, &batch, deadline);
+      if (tick && (popped != Pipeline::Popped::kBatch || std::chrono::steady_clock::now() >= next_tick)) {
+        tick->call();
+        next_tick = std::chrono::steady_clock::now() + tick->interval;
+      }
+      if (popped == Pipeline::Popped::kAllDone) break;
+      if (popped == Pipeline::Popped::kTimedOut) continue;
+      ++sequence;
       std::uint64_t documents = 0, tokens = 0;
       for (std::size_t key = 0; key < num_keys; ++key) {
         const std::int32_t* next = batch.tokens[key].data();
         for (const std::uint64_t length : batch.lengths[key]) {
           if (length == 0) {
-            ++stats.empty_skipped;
+            ++stats->empty_skipped;
             continue;
           }
           writers[key]->add_document({next, static_cast<std::size_t>(length)});
@@ -321,9 +344,9 @@ PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress)
           ++documents;
         }
       }
-      stats.documents += documents;
-      stats.tokens += tokens;
-      stats.text_bytes += batch.text_bytes;
+      stats->documents += documents;
+      stats->tokens += tokens;
+      stats->text_bytes += batch.text_bytes;
       if (progress) {
         progress->add(kDocumentsCounter, documents);
         progress->add(kTokensCounter, tokens);
@@ -336,13 +359,28 @@ PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress)
   reader_thread.join();
   for (auto& worker : workers) worker.join();
   if (auto error = pipeline.first_error()) std::rethrow_exception(error);
+  stats->records = totals.records;
+  stats->input_bytes = totals.input_bytes;
+  stats->bad_skipped = totals.bad_records;
+  stats->first_errors = totals.first_errors;
+}
 
+PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress) {
+  const auto start = std::chrono::steady_clock::now();
+  const PreprocessSetup setup = set_up_preprocess(options);
+  PreprocessStats stats;
+  stats.output_prefixes = setup.output_prefixes;
+  stats.dtype = setup.dtype;
+
+  DocumentReader reader(setup.inputs, options.reader);
+  if (progress) progress->set_total(reader.total_input_bytes());
+  std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
+  for (const auto& prefix : stats.output_prefixes) {
+    writers.push_back(std::make_unique<IndexedDatasetWriter>(prefix, output_layout(options), stats.dtype));
+  }
+  run_pipeline(options, setup, reader, writers, progress, &stats);
   for (auto& writer : writers) stats.output_bytes += writer->commit();
   if (progress) progress->finish();
-  stats.records = totals.records;
-  stats.input_bytes = totals.input_bytes;
-  stats.bad_skipped = totals.bad_records;
-  stats.first_errors = totals.first_errors;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

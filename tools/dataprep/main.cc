@@ -1,7 +1,7 @@
 // `dataprep`: the command-line face of the dataprep library. Every error a user can
 // cause (a bad flag, a bad file, a size that does not fit in memory) ends here as one
 // line on stderr and exit status 1; temporaries are removed on SIGINT, SIGTERM and
-// SIGHUP as well.
+// SIGHUP as well. Under mpirun one rank's error stops every rank.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -10,7 +10,9 @@
 
 #include "commands.h"
 #include "dufu/common/atomic_file.h"
+#include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
+#include "dufu/dataprep/distributed_preprocess.h"
 
 namespace {
 
@@ -59,12 +61,24 @@ int main(int argc, char** argv) {
     // --help and --version are "errors" with exit code 0: let CLI11 print them.
     if (error.get_exit_code() == 0) return app.exit(error);
     return fail(std::string(error.what()) + " (see --help)");
+  } catch (const dufu::dataprep::RanksStopped& stopped) {
+    // Every rank of a divided job agreed to stop and cleaned up: one of them reports.
+    if (stopped.report()) fail(stopped.what());
+    return 1;
   } catch (const dufu::Error& error) {
-    return fail(error.what());
+    // Under mpirun an error of this rank alone also ends the others (they may be
+    // waiting for it); without MPI abort_all does nothing.
+    fail(error.what());
+    dufu::abort_all(error.what(), 1);
+    return 1;
   } catch (const std::bad_alloc&) {
-    return fail("not enough memory (an allocation failed); lower the sizes asked for, or --workers");
+    fail("not enough memory (an allocation failed); lower the sizes asked for, or --workers");
+    dufu::abort_all("not enough memory", 1);
+    return 1;
   } catch (const std::exception& error) {
-    return fail(std::string("unexpected error: ") + error.what());
+    fail(std::string("unexpected error: ") + error.what());
+    dufu::abort_all(error.what(), 1);
+    return 1;
   }
   return 0;
 }

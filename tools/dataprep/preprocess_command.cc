@@ -6,7 +6,9 @@
 
 #include "cli_checks.h"
 #include "commands.h"
+#include "dufu/common/launch_environment.h"
 #include "dufu/common/progress.h"
+#include "dufu/dataprep/distributed_preprocess.h"
 #include "dufu/dataprep/preprocess.h"
 #include "dufu/common/human_units.h"
 
@@ -26,6 +28,7 @@ struct PreprocessFlags {
   std::string dtype;
   int eod_id = -1;
   bool quiet = false;
+  std::string shard;
 };
 
 void run(PreprocessFlags& flags, const CLI::App& command) {
@@ -39,11 +42,22 @@ void run(PreprocessFlags& flags, const CLI::App& command) {
   if (command.count("--eod-id") > 0) options.eod_id = flags.eod_id;
   if (!flags.dtype.empty()) options.dtype = dataprep::parse_dtype(flags.dtype);
 
+  // Under mpirun or srun the ranks work together and rank 0 alone reports.
+  const LaunchEnvironment launch = detect_launch_environment();
   Progress progress("preprocess", {{"MB", 1e6}, {"docs", 1}, {"tokens", 1}},
-                    ProgressOptions{.quiet = flags.quiet});
-  const auto stats = dataprep::preprocess(options, &progress);
+                    ProgressOptions{.quiet = flags.quiet || launch.rank != 0});
+  std::optional<dataprep::ShardSpec> shard;
+  if (!flags.shard.empty()) shard = dataprep::parse_shard(flags.shard);
+  const auto stats = dataprep::run_preprocess(options, shard, &progress);
+  if (launch.rank != 0) return;
 
-  std::printf("preprocess: done in %.1f s with %d workers\n", stats.seconds, stats.workers);
+  if (launch.world_size > 1) {
+    std::printf("preprocess: done in %.1f s with %d ranks of %d workers\n", stats.seconds, launch.world_size,
+                stats.workers);
+  } else {
+    std::printf("preprocess: done in %.1f s with %d workers%s\n", stats.seconds, stats.workers,
+                shard ? (" (part " + flags.shard + ")").c_str() : "");
+  }
   std::printf("  records    %llu read\n", static_cast<unsigned long long>(stats.records));
   std::printf("  documents  %llu written, %llu empty skipped, %llu bad skipped (%s docs/s)\n",
               static_cast<unsigned long long>(stats.documents),
@@ -129,6 +143,10 @@ void add_preprocess_command(CLI::App& app) {
                       "about 55 bytes per byte of a document")
       ->check(whole_number_in(1, std::uint64_t{1} << 32))
       ->capture_default_str();
+  command->add_option("--shard", flags->shard,
+                      "K/N: write only part K (from 0) of the job divided N ways, as PREFIX.part-K-of-N with a "
+                      "manifest; `dataprep merge` of all N parts gives the undivided output (under mpirun or "
+                      "srun the ranks divide the job themselves)");
   command->add_flag("--quiet,-q", flags->quiet, "No progress output");
   command->callback([flags, command] { run(*flags, *command); });
 }

@@ -46,13 +46,27 @@ struct Document {
   // One entry per JSON key (a single entry for txt), UTF-8 validated.
   std::vector<std::string> fields;
   std::string source;        // input path
-  std::uint64_t line = 0;    // 1-based line (0 for whole-file documents)
+  // 1-based line; 0 for whole-file documents and for those of a byte range that starts
+  // inside its file (whose line numbers are counted only for messages).
+  std::uint64_t line = 0;
+};
+
+// One input of a reader: a whole file (or "-"), or the lines of a byte range of a
+// plain file that start in [begin, end) (line_range_source.h).
+struct InputRange {
+  std::string path;
+  bool whole = true;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
 };
 
 class DocumentReader {
  public:
   // `inputs` are already expanded paths (or "-").
-  DocumentReader(std::vector<std::string> inputs, ReaderOptions options);
+  DocumentReader(const std::vector<std::string>& inputs, ReaderOptions options);
+  // Whole files and byte ranges, read in this order. Messages about a range name the
+  // file and the line in the file.
+  DocumentReader(std::vector<InputRange> inputs, ReaderOptions options);
   ~DocumentReader();
 
   // Fills `doc` with the next good document; false at the end of all inputs.
@@ -61,7 +75,7 @@ class DocumentReader {
   bool next(Document* doc);
 
   std::uint64_t raw_bytes_read() const;     // real bytes consumed from all inputs so far
-  std::uint64_t total_input_bytes() const;  // sum of regular-file sizes (0 for stdin)
+  std::uint64_t total_input_bytes() const;  // sum of regular-file sizes and ranges (0 for stdin)
   std::uint64_t bad_records() const { return bad_records_; }
   // The first max_reported_errors messages of skipped records.
   const std::vector<std::string>& reported_errors() const { return reported_errors_; }
@@ -71,8 +85,9 @@ class DocumentReader {
   bool open_next_input();
   void record_bad(const std::string& message);
   std::string too_long_message(const std::string& where, std::uint64_t line) const;
+  std::uint64_t line_number() const;  // of the current line in its file
 
-  std::vector<std::string> inputs_;
+  std::vector<InputRange> inputs_;
   ReaderOptions options_;
   std::unique_ptr<State> state_;
   std::size_t next_input_ = 0;

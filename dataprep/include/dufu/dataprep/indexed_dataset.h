@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -160,14 +161,20 @@ class IndexedDatasetWriter {
 };
 
 // `dataprep merge`: concatenates shards of one dtype into `output_prefix` with the
-// layout of `output_layout`. Throws if dtypes differ. Returns the merged counts.
+// layout of `output_layout` (default MMIDIDX). Throws if dtypes differ. Inputs with a
+// manifest are the parts of a divided preprocess job (part_manifest.h): they must be
+// all the parts of one job, each once, and are joined in part order, in the job's
+// layout by default, into what the undivided job writes. Returns the merged counts.
 struct MergeStats {
   std::uint64_t sequences = 0;
   std::uint64_t documents = 0;
   std::uint64_t tokens = 0;
   std::uint64_t output_bytes = 0;
+  // For parts: how many, and their runs' record counts summed.
+  std::uint64_t parts = 0;
+  std::uint64_t records = 0, empty_skipped = 0, bad_skipped = 0;
 };
-MergeStats merge_datasets(const std::vector<std::string>& input_prefixes,
-                          const std::string& output_prefix, IndexLayout output_layout);
+MergeStats merge_datasets(const std::vector<std::string>& input_prefixes, const std::string& output_prefix,
+                          std::optional<IndexLayout> output_layout = std::nullopt);
 
 }  // namespace dufu::dataprep

@@ -1,0 +1,58 @@
+// `dataprep preprocess` divided among processes, with the output of the undivided job:
+// under mpirun or srun (one part per rank, joined into the final shard by the ranks
+// together), or one part per `--shard K/N` run (a job-array task, another machine),
+// joined later by `dataprep merge`. The division is preprocess_plan.h's, the parts are
+// ordinary shards written by the same pipeline, and the join is part_join.h's.
+//
+// Under MPI every rank writes its part beside the output (hidden names), then copies
+// it to its offset in the output's temporaries, which rank 0 renames as a pair. The
+// ranks meet every 200 ms (a small all-reduce of progress counters and failure flags),
+// so a bad record on one rank stops all of them within about that, each removing its
+// files; rank 0 then reports that rank's message. The output directory must be one
+// file system that all ranks see; a rank that does not see a file rank 0 created there
+// stops the job at start.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "dufu/common/communicator.h"
+#include "dufu/common/error.h"
+#include "dufu/dataprep/preprocess.h"
+
+namespace dufu::dataprep {
+
+struct ShardSpec {
+  int part = 0;   // K, 0-based
+  int parts = 1;  // N
+};
+// "K/N" with 0 <= K < N; throws naming the text otherwise.
+ShardSpec parse_shard(std::string_view text);
+
+// Thrown on every rank of a divided job that stopped because some rank failed, after
+// every rank removed its files. Only one rank (rank 0) should print it.
+class RanksStopped : public Error {
+ public:
+  RanksStopped(const std::string& message, bool report) : Error(message), report_(report) {}
+  bool report() const { return report_; }
+
+ private:
+  bool report_;
+};
+
+// Writes part K of the job's N-way division as PREFIX.part-K-of-N (per JSON key, as
+// output_prefixes_for names them) and its manifest (part_manifest.h). Stats are the
+// part's.
+PreprocessStats preprocess_part(const PreprocessOptions& options, ShardSpec shard, Progress* progress);
+
+// Every rank of `world` calls it; the job's output is the undivided job's. Stats are
+// the whole job's (every rank gets them); `progress` is used on rank 0 only.
+PreprocessStats preprocess_distributed(const PreprocessOptions& options, Communicator& world, Progress* progress);
+
+// What the tool runs: preprocess_part with a shard, preprocess_distributed under a
+// launcher of several processes, else preprocess().
+PreprocessStats run_preprocess(const PreprocessOptions& options, const std::optional<ShardSpec>& shard,
+                               Progress* progress);
+
+}  // namespace dufu::dataprep

@@ -1,0 +1,131 @@
+// `dataprep preprocess --shard K/N`: one part of a divided job, written with its
+// manifest, and the choice between the undivided, sharded and MPI runs.
+#include <unistd.h>
+
+#include <charconv>
+#include <chrono>
+
+#include "dufu/common/digest.h"
+#include "dufu/common/json_writer.h"
+#include "dufu/common/launch_environment.h"
+#include "dufu/dataprep/distributed_preprocess.h"
+#include "dufu/dataprep/part_manifest.h"
+#include "dufu/dataprep/preprocess_plan.h"
+#include "preprocess_pipeline.h"
+
+namespace dufu::dataprep {
+namespace {
+
+// What makes two parts' outputs belong together, besides the inputs: every option
+// that changes the bytes written (not --workers, --batch-bytes or --on-error).
+std::string options_text(const PreprocessOptions& options, const PreprocessSetup& setup) {
+  std::string keys;
+  for (const auto& key : options.reader.json_keys) {
+    if (!keys.empty()) keys += ',';
+    keys += quote_json_string(key);
+  }
+  return str_cat("keys=", keys, " layout=", layout_name(output_layout(options)), " dtype=", dtype_name(setup.dtype),
+                 " eod=", setup.eod ? std::to_string(*setup.eod) : "none",
+                 " txt_document=", options.reader.txt_document == TxtDocument::kFile ? "file" : "line",
+                 " max_document_bytes=", options.reader.max_document_bytes);
+}
+
+}  // namespace
+
+ShardSpec parse_shard(std::string_view text) {
+  ShardSpec shard;
+  const auto slash = text.find('/');
+  const auto number = [](std::string_view digits, int* value) {
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), *value);
+    return !digits.empty() && error == std::errc() && end == digits.data() + digits.size();
+  };
+  if (slash == std::string_view::npos || !number(text.substr(0, slash), &shard.part) ||
+      !number(text.substr(slash + 1), &shard.parts) || shard.parts < 1 || shard.part < 0 || shard.part >= shard.parts) {
+    DUFU_FAIL("--shard '", text, "' is not K/N with 0 <= K < N (part K of N, counted from 0)");
+  }
+  return shard;
+}
+
+PreprocessStats preprocess_part(const PreprocessOptions& options, ShardSpec shard, Progress* progress) {
+  const auto start = std::chrono::steady_clock::now();
+  const PreprocessSetup setup = set_up_preprocess(options);
+  const PreprocessPlan plan = divide_inputs(describe_inputs(setup.inputs, options.reader, shard.parts), shard.parts);
+  PreprocessStats stats;
+  stats.dtype = setup.dtype;
+  for (const auto& prefix : setup.output_prefixes) {
+    stats.output_prefixes.push_back(part_prefix(prefix, shard.part, shard.parts));
+    refuse_output_that_is_an_input(stats.output_prefixes.back(), setup.inputs);
+  }
+
+  PartManifest manifest;
+  manifest.part = shard.part;
+  manifest.parts = shard.parts;
+  manifest.inputs_sha256 = sha256_hex(plan.inputs_text());
+  manifest.options = options_text(options, setup);
+  manifest.tokenizer = options.tokenizer_model;
+  std::string tokenizer_identity = str_cat("model ", sha256_of_file(options.tokenizer_model));
+  if (!options.tokenizer_merges.empty()) {
+    manifest.tokenizer += " + " + options.tokenizer_merges;
+    tokenizer_identity += str_cat(" merges ", sha256_of_file(options.tokenizer_merges));
+  }
+  tokenizer_identity += str_cat(" pattern ", options.tokenizer_pattern);
+  manifest.tokenizer_sha256 = sha256_hex(tokenizer_identity);
+  manifest.job_sha256 = sha256_hex(
+      str_cat(manifest.inputs_sha256, "\n", manifest.options, "\n", manifest.tokenizer_sha256, "\n", shard.parts));
+  manifest.layout = output_layout(options);
+  manifest.dtype = setup.dtype;
+  manifest.covers = plan.part_inputs(shard.part);
+
+  DocumentReader reader(manifest.covers, options.reader);
+  if (progress) progress->set_total(reader.total_input_bytes());
+  std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
+  for (const auto& prefix : stats.output_prefixes) {
+    writers.push_back(std::make_unique<IndexedDatasetWriter>(prefix, manifest.layout, stats.dtype));
+    // A manifest left by an earlier run of this part must not describe the new pair
+    // even for a moment: without one, merge refuses the part until it is complete.
+    ::unlink(manifest_path(prefix).c_str());
+  }
+  run_pipeline(options, setup, reader, writers, progress, &stats);
+  manifest.records = stats.records;
+  manifest.empty_skipped = stats.empty_skipped;
+  manifest.bad_skipped = stats.bad_skipped;
+  manifest.input_bytes = stats.input_bytes;
+  manifest.text_bytes = stats.text_bytes;
+  manifest.first_errors = stats.first_errors;
+  for (std::size_t key = 0; key < writers.size(); ++key) {
+    IndexedDatasetWriter& writer = *writers[key];
+    const std::string& prefix = stats.output_prefixes[key];
+    manifest.key = options.reader.json_keys[key];
+    manifest.sequences = writer.num_sequences();
+    manifest.documents = writer.num_documents();
+    manifest.tokens = writer.tokens();
+    manifest.bin_bytes = writer.bin_bytes();
+    const std::uint64_t bytes = writer.commit();
+    stats.output_bytes += bytes;
+    manifest.idx_bytes = bytes - manifest.bin_bytes;
+    manifest.idx_sha256 = sha256_of_file(idx_path(prefix));
+    write_part_manifest(prefix, manifest);
+  }
+  if (progress) progress->finish();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+PreprocessStats run_preprocess(const PreprocessOptions& options, const std::optional<ShardSpec>& shard,
+                               Progress* progress) {
+  const LaunchEnvironment launch = detect_launch_environment();
+  if (shard) {
+    if (launch.world_size > 1) {
+      DUFU_FAIL("--shard ", shard->part, "/", shard->parts, " under ", launch.describe(),
+                ": the launcher already divides the job among its ranks; use one or the other");
+    }
+    return preprocess_part(options, *shard, progress);
+  }
+  if (launch.world_size > 1) {
+    const auto world = make_communicator(launch);
+    return preprocess_distributed(options, *world, progress);
+  }
+  return preprocess(options, progress);
+}
+
+}  // namespace dufu::dataprep
