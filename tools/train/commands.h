@@ -15,5 +15,7 @@ void add_plot_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 // `train merge-checkpoint SOURCE DESTINATION`: a sharded checkpoint as a serial one.
 void add_merge_command(CLI::App& app);
+// `train export-hf CHECKPOINT DIR --tokenizer-model M`: a HuggingFace model directory.
+void add_export_hf_command(CLI::App& app);
 
 }  // namespace dufu::tools

@@ -21,11 +21,13 @@ int main(int argc, char** argv) {
       "  train --resume DIR [key=value ...]       resume from a run or checkpoint directory\n"
       "  train plot RUN_DIR [-o loss.png]          plot the loss curves\n"
       "  train generate --checkpoint DIR --model M.model --prompt TEXT\n"
-      "  train merge-checkpoint SOURCE DESTINATION  one serial checkpoint from a sharded one"};
+      "  train merge-checkpoint SOURCE DESTINATION  one serial checkpoint from a sharded one\n"
+      "  train export-hf CHECKPOINT DIR -m M.model  a directory transformers loads"};
   app.set_version_flag("--version", "train 0.1.0");
   dufu::tools::add_plot_command(app);
   dufu::tools::add_generate_command(app);
   dufu::tools::add_merge_command(app);
+  dufu::tools::add_export_hf_command(app);
   dufu::tools::add_training_command(app);
   try {
     app.parse(argc, argv);

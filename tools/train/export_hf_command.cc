@@ -1,0 +1,71 @@
+// `train export-hf CHECKPOINT DIR --tokenizer-model M`: a checkpoint as a directory
+// that transformers' GPT2LMHeadModel.from_pretrained and AutoTokenizer.from_pretrained
+// load as they are (trainer::export_hf), so a user does not write config.json by hand.
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "commands.h"
+#include "dufu/dataprep/tokenizer.h"
+#include "dufu/trainer/hf_export.h"
+
+namespace dufu::tools {
+namespace {
+
+struct ExportFlags {
+  std::string checkpoint;
+  std::string destination;
+  std::string model;
+  std::string merges;
+};
+
+std::string id_text(std::int32_t id) { return id >= 0 ? std::to_string(id) : "none"; }
+
+void run(const ExportFlags& flags) {
+  const auto start = std::chrono::steady_clock::now();
+  const trainer::HfExport exported =
+      trainer::export_hf(flags.checkpoint, flags.destination,
+                         dataprep::TokenizerSpec{.model = flags.model, .merges = flags.merges, .pattern = {}});
+  const trainer::GPTConfig& model = exported.model;
+  std::fprintf(stderr, "checkpoint %s: step %lld, %d layers, %d heads, d_model %d, vocab %d, seq_length %d\n",
+               exported.checkpoint.c_str(), static_cast<long long>(exported.step), model.n_layer, model.n_head,
+               model.d_model, model.vocab_size, model.seq_length);
+  std::string files;
+  for (const std::string& name : exported.files) files += (files.empty() ? "" : ", ") + name;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("exported to %s in %.1f s: %s\n", exported.directory.c_str(), seconds, files.c_str());
+  std::printf("tokenizer %s: bos %s, eos %s, pad %s\n", exported.tokenizer_class.c_str(),
+              id_text(exported.bos_token_id).c_str(), id_text(exported.eos_token_id).c_str(),
+              id_text(exported.pad_token_id).c_str());
+  if (exported.tokenizer_class == "LlamaTokenizer") {
+    std::printf(
+        "load with GPT2LMHeadModel.from_pretrained(DIR) and AutoTokenizer.from_pretrained(DIR, "
+        "use_fast=False)\n");
+  } else {
+    std::printf("load with GPT2LMHeadModel.from_pretrained(DIR) and AutoTokenizer.from_pretrained(DIR)\n");
+  }
+}
+
+}  // namespace
+
+void add_export_hf_command(CLI::App& app) {
+  auto flags = std::make_shared<ExportFlags>();
+  auto* command = app.add_subcommand(
+      "export-hf",
+      "Write a checkpoint as a HuggingFace directory (config.json, generation_config.json, model.safetensors and "
+      "the tokenizer) that GPT2LMHeadModel.from_pretrained loads; sharded checkpoints are merged on the way");
+  command->add_option("CHECKPOINT", flags->checkpoint, "Checkpoint directory, or a run directory (its newest)")
+      ->required();
+  command->add_option("DIR", flags->destination, "New directory for the export")->required();
+  command
+      ->add_option("--tokenizer-model,-m", flags->model,
+                   "Tokenizer the run's data was tokenized with: sentencepiece .model, tokenizer.json or "
+                   "vocab.json (a .tiktoken file has no form transformers reads)")
+      ->required();
+  command->add_option("--tokenizer-merges", flags->merges, "merges.txt of a GPT-2 vocab.json");
+  command->callback([flags] { run(*flags); });
+}
+
+}  // namespace dufu::tools
