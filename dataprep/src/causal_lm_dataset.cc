@@ -409,6 +409,8 @@ std::uint64_t CausalLMDataset::size() const { return arrays_->num_samples; }
 
 std::uint64_t CausalLMDataset::num_epochs() const { return arrays_->num_epochs; }
 
+std::uint64_t CausalLMDataset::document_index_size() const { return arrays_->document.size(); }
+
 std::int64_t CausalLMDataset::document_index_at(std::uint64_t i) const {
   if (i >= arrays_->document.size()) {
     DUFU_FAIL("document index entry ", i, " is out of range (", arrays_->document.size(), " entries)");

@@ -89,6 +89,7 @@ class CausalLMDataset : public TokenDataset {
   const std::string& description() const { return description_; }
 
   // Raw index access, for tests and tools.
+  std::uint64_t document_index_size() const;  // entries: epochs x sequences of the split
   std::int64_t document_index_at(std::uint64_t i) const;
   std::pair<std::int64_t, std::int64_t> sample_index_at(std::uint64_t i) const;
   std::int64_t shuffle_index_at(std::uint64_t i) const;
