@@ -19,6 +19,8 @@ packages=(
   # tokenizer tests: the reference venv (scripts/setup_reference_venv.sh) and
   # translated manual pages (Cyrillic, CJK and accented Latin text)
   python3-venv manpages-de manpages-ru manpages-ja manpages-zh
+  # the Python package (python/) and its pytest suite
+  pybind11-dev python3-pytest
 )
 
 missing=()

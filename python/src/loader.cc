@@ -1,0 +1,93 @@
+// dufu._Loader: the infinite prefetching loader (C++ worker threads fill a bounded
+// queue). next() waits without the GIL, so Python threads (and the training step,
+// when torch releases the GIL) run meanwhile. Each batch's token buffer is moved into
+// the numpy array that Python owns: no copy, writable, never reused by the loader, so
+// torch.from_numpy takes it as is. dufu.DataLoader (python/dufu/__init__.py) wraps it.
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "dufu/common/error.h"
+#include "dufu/dataprep/data_loader.h"
+#include "samplers.h"
+
+namespace dufu::python {
+namespace {
+
+using dataprep::InfiniteDataLoader;
+using dataprep::LoaderState;
+
+// A vector moved to the heap and owned by a capsule: the base of a numpy array.
+template <typename T>
+py::array_t<T> owned_array(std::vector<T>&& values, std::vector<py::ssize_t> shape) {
+  auto* owner = new std::vector<T>(std::move(values));
+  py::capsule base(owner, [](void* pointer) { delete static_cast<std::vector<T>*>(pointer); });
+  return py::array_t<T>(std::move(shape), owner->data(), base);
+}
+
+py::dict state_dict(const LoaderState& state) {
+  py::dict out;
+  out["epoch"] = state.next.epoch;
+  out["position"] = state.next.position;
+  out["batches_served"] = state.batches_served;
+  return out;
+}
+
+LoaderState state_from_dict(const py::dict& state) {
+  for (const char* key : {"epoch", "position", "batches_served"}) {
+    if (!state.contains(key)) DUFU_FAIL("loader state_dict has no '", key, "' (keys: epoch, position, batches_served)");
+  }
+  LoaderState out;
+  out.next.epoch = state["epoch"].cast<std::uint64_t>();
+  out.next.position = state["position"].cast<std::uint64_t>();
+  out.batches_served = state["batches_served"].cast<std::uint64_t>();
+  return out;
+}
+
+std::unique_ptr<InfiniteDataLoader> make_loader(std::shared_ptr<dataprep::TokenDataset> dataset,
+                                                const SamplerRecipe& sampler, std::uint64_t micro_batch, int workers,
+                                                int prefetch_batches, const std::optional<py::dict>& state) {
+  if (micro_batch == 0) DUFU_FAIL("micro_batch must be at least 1");
+  if (workers < 1) DUFU_FAIL("workers must be at least 1, got ", workers);
+  if (prefetch_batches < 1) DUFU_FAIL("prefetch_batches must be at least 1, got ", prefetch_batches);
+  LoaderState start;
+  start.next.epoch = sampler.instance->epoch();  // a set_epoch() before the loader counts
+  if (state) start = state_from_dict(*state);
+  auto made = sampler.make();
+  if (made->size() == 0) DUFU_FAIL("the sampler yields no index per epoch (", sampler.description, ")");
+  const dataprep::LoaderOptions options{micro_batch, workers, prefetch_batches};
+  py::gil_scoped_release release;
+  return std::make_unique<InfiniteDataLoader>(std::move(dataset), std::move(made), options, start);
+}
+
+py::tuple next_batch(InfiniteDataLoader& loader) {
+  dataprep::Batch batch;
+  {
+    py::gil_scoped_release release;
+    batch = loader.next();
+  }
+  std::vector<std::int64_t> indices(batch.indices.begin(), batch.indices.end());
+  const auto rows = static_cast<py::ssize_t>(batch.rows);
+  return py::make_tuple(
+      owned_array(std::move(batch.tokens), {rows, static_cast<py::ssize_t>(batch.columns)}),
+      owned_array(std::move(indices), {rows}));
+}
+
+}  // namespace
+
+void bind_loader(py::module_& module) {
+  py::class_<InfiniteDataLoader>(module, "_Loader", "The C++ loader behind dufu.DataLoader.")
+      .def(py::init(&make_loader), py::arg("dataset"), py::arg("sampler"), py::arg("micro_batch"),
+           py::arg("workers") = 2, py::arg("prefetch_batches") = 4, py::arg("state") = py::none())
+      .def("next", &next_batch, "(tokens [micro_batch, seq_length + 1] int32, dataset indices int64)")
+      .def("state_dict", [](const InfiniteDataLoader& loader) { return state_dict(loader.state()); })
+      .def(
+          "load_state_dict",
+          [](InfiniteDataLoader& loader, const py::dict& state) {
+            const LoaderState restored = state_from_dict(state);
+            py::gil_scoped_release release;
+            loader.restore(restored);
+          },
+          py::arg("state"));
+}
+
+}  // namespace dufu::python

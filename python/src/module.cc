@@ -1,0 +1,50 @@
+// The _dufu extension module: dufu's errors as one Python exception type, then the
+// bindings of each topic. The Python package (python/dufu) re-exports everything.
+#include <pybind11/pybind11.h>
+
+#include "bindings.h"
+#include "dufu/common/error.h"
+
+namespace dufu::python {
+
+py::dtype numpy_dtype(dataprep::DType dtype) {
+  switch (dtype) {
+    case dataprep::DType::kUInt8: return py::dtype("<u1");
+    case dataprep::DType::kInt8: return py::dtype("<i1");
+    case dataprep::DType::kInt16: return py::dtype("<i2");
+    case dataprep::DType::kInt32: return py::dtype("<i4");
+    case dataprep::DType::kInt64: return py::dtype("<i8");
+    case dataprep::DType::kFloat64: return py::dtype("<f8");
+    case dataprep::DType::kFloat32: return py::dtype("<f4");
+    case dataprep::DType::kUInt16: return py::dtype("<u2");
+    case dataprep::DType::kUInt32: return py::dtype("<u4");
+    case dataprep::DType::kUInt64: return py::dtype("<u8");
+  }
+  DUFU_FAIL("unknown token dtype code ", static_cast<int>(dtype));
+}
+
+std::uint64_t python_index(std::int64_t index, std::uint64_t size, const char* what) {
+  const std::int64_t signed_size = static_cast<std::int64_t>(size);
+  const std::int64_t resolved = index < 0 ? index + signed_size : index;
+  if (resolved < 0 || resolved >= signed_size) {
+    throw py::index_error(str_cat(what, " index ", index, " is out of range (", size, " items)"));
+  }
+  return static_cast<std::uint64_t>(resolved);
+}
+
+dataprep::IndexImpl impl_from_name(const std::string& name) { return dataprep::parse_impl(name); }
+
+}  // namespace dufu::python
+
+PYBIND11_MODULE(_dufu, module) {
+  namespace py = pybind11;
+  module.doc() = "dufu's datasets, blends, samplers, loader and preprocess (C++ bindings; import dufu instead)";
+  // Every dufu::Error (bad input, IO) arrives in Python as dufu.DufuError carrying
+  // dufu's one-line message; it derives from RuntimeError.
+  py::register_exception<dufu::Error>(module, "DufuError", PyExc_RuntimeError);
+  dufu::python::bind_shards(module);
+  dufu::python::bind_datasets(module);
+  dufu::python::bind_samplers(module);
+  dufu::python::bind_loader(module);
+  dufu::python::bind_preprocess(module);
+}

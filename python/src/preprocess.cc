@@ -1,0 +1,145 @@
+// dufu.preprocess: `dataprep preprocess` from Python, with the tool's options. The job
+// runs on its own thread without the GIL; progress goes to the terminal (the tool's
+// bar or lines on stderr), nowhere, or to a Python callable that the calling thread
+// invokes about every `progress_interval` seconds with the counters so far.
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "bindings.h"
+#include "dufu/common/error.h"
+#include "dufu/common/progress.h"
+#include "dufu/dataprep/distributed_preprocess.h"
+#include "dufu/dataprep/preprocess.h"
+
+namespace dufu::python {
+namespace {
+
+using dataprep::PreprocessOptions;
+using dataprep::PreprocessStats;
+
+py::dict stats_dict(const PreprocessStats& stats) {
+  py::dict out;
+  out["documents"] = stats.documents;
+  out["records"] = stats.records;
+  out["empty_skipped"] = stats.empty_skipped;
+  out["bad_skipped"] = stats.bad_skipped;
+  out["first_errors"] = stats.first_errors;
+  out["tokens"] = stats.tokens;
+  out["input_bytes"] = stats.input_bytes;
+  out["text_bytes"] = stats.text_bytes;
+  out["output_bytes"] = stats.output_bytes;
+  out["seconds"] = stats.seconds;
+  out["workers"] = stats.workers;
+  out["dtype"] = std::string(dataprep::dtype_name(stats.dtype));
+  out["output_prefixes"] = stats.output_prefixes;
+  return out;
+}
+
+py::dict progress_dict(const Progress& progress) {
+  py::dict out;
+  out["input_bytes"] = progress.value(0);
+  out["documents"] = progress.value(1);
+  out["tokens"] = progress.value(2);
+  out["seconds"] = progress.elapsed_seconds();
+  return out;
+}
+
+PreprocessStats run(const PreprocessOptions& options, const std::optional<std::string>& shard, Progress* progress) {
+  if (shard) return dataprep::preprocess_part(options, dataprep::parse_shard(*shard), progress);
+  return dataprep::preprocess(options, progress);
+}
+
+py::dict preprocess(std::vector<std::string> inputs, std::string output_prefix, std::string tokenizer_model,
+                    std::string tokenizer_merges, std::string tokenizer_pattern, std::vector<std::string> json_keys,
+                    const std::string& impl, bool append_eod, std::optional<int> eod_id,
+                    std::optional<std::string> dtype, int workers, std::size_t batch_bytes,
+                    std::size_t max_document_bytes, const std::string& on_error, const std::string& txt_document,
+                    const std::string& stdin_format, std::optional<std::string> shard, const py::object& progress,
+                    double progress_interval) {
+  PreprocessOptions options;
+  options.inputs = std::move(inputs);
+  options.output_prefix = std::move(output_prefix);
+  options.tokenizer_model = std::move(tokenizer_model);
+  options.tokenizer_merges = std::move(tokenizer_merges);
+  options.tokenizer_pattern = std::move(tokenizer_pattern);
+  options.reader.json_keys = std::move(json_keys);
+  options.reader.max_document_bytes = max_document_bytes;
+  options.impl = impl_from_name(impl);
+  options.append_eod = append_eod;
+  options.eod_id = eod_id;
+  if (dtype) options.dtype = dataprep::parse_dtype(*dtype);
+  options.workers = workers;
+  options.batch_bytes = batch_bytes;
+  // The tool's flags accept exactly these names.
+  if (on_error != "fail" && on_error != "skip") DUFU_FAIL("on_error must be 'fail' or 'skip', got '", on_error, "'");
+  options.reader.skip_bad_records = on_error == "skip";
+  if (txt_document != "line" && txt_document != "file") {
+    DUFU_FAIL("txt_document must be 'line' or 'file', got '", txt_document, "'");
+  }
+  options.reader.txt_document = txt_document == "file" ? dataprep::TxtDocument::kFile : dataprep::TxtDocument::kLine;
+  if (stdin_format != "jsonl" && stdin_format != "txt") {
+    DUFU_FAIL("stdin_format must be 'jsonl' or 'txt', got '", stdin_format, "'");
+  }
+  options.reader.stdin_format = stdin_format == "txt" ? dataprep::InputFormat::kTxt : dataprep::InputFormat::kJsonl;
+
+  const bool callback = PyCallable_Check(progress.ptr()) != 0;
+  const bool terminal = !callback && progress.is(py::bool_(true));
+  if (!callback && !terminal && !progress.is_none() && !progress.is(py::bool_(false))) {
+    throw py::type_error("progress must be True (terminal), False or None (quiet) or a callable taking a dict");
+  }
+  Progress meter("preprocess", {{"MB", 1e6}, {"docs", 1}, {"tokens", 1}}, ProgressOptions{.quiet = !terminal});
+  if (!callback) {
+    py::gil_scoped_release release;
+    return stats_dict(run(options, shard, &meter));
+  }
+
+  // The job on a thread; this thread calls back with the GIL between waits.
+  std::future<PreprocessStats> job =
+      std::async(std::launch::async, [&options, &shard, &meter] { return run(options, shard, &meter); });
+  const auto interval = std::chrono::duration<double>(std::max(progress_interval, 0.01));
+  std::optional<py::error_already_set> callback_error;
+  while (true) {
+    bool done = false;
+    {
+      py::gil_scoped_release release;
+      done = job.wait_for(interval) == std::future_status::ready;
+    }
+    if (done) break;
+    if (callback_error) continue;
+    // A failing callback cannot stop the job (it has no cancel); its error is raised
+    // once the job has finished, so no thread outlives this call.
+    try {
+      progress(progress_dict(meter));
+    } catch (py::error_already_set& e) {
+      callback_error.emplace(std::move(e));
+    }
+  }
+  PreprocessStats stats;
+  {
+    py::gil_scoped_release release;
+    stats = job.get();  // rethrows the job's dufu::Error
+  }
+  meter.finish();
+  if (callback_error) throw std::move(*callback_error);
+  progress(progress_dict(meter));
+  return stats_dict(stats);
+}
+
+}  // namespace
+
+void bind_preprocess(py::module_& module) {
+  module.def("preprocess", &preprocess, py::arg("inputs"), py::arg("output_prefix"), py::arg("tokenizer_model"),
+             py::kw_only(), py::arg("tokenizer_merges") = "", py::arg("tokenizer_pattern") = "",
+             py::arg("json_keys") = std::vector<std::string>{"text"}, py::arg("impl") = "mmap",
+             py::arg("append_eod") = false, py::arg("eod_id") = py::none(), py::arg("dtype") = py::none(),
+             py::arg("workers") = 0, py::arg("batch_bytes") = std::size_t{1} << 20,
+             py::arg("max_document_bytes") = dataprep::kDefaultMaxDocumentBytes, py::arg("on_error") = "fail",
+             py::arg("txt_document") = "line", py::arg("stdin_format") = "jsonl", py::arg("shard") = py::none(),
+             py::arg("progress") = false, py::arg("progress_interval") = 0.5);
+}
+
+}  // namespace dufu::python

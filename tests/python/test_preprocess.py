@@ -1,0 +1,71 @@
+"""dufu.preprocess against `dataprep preprocess` with the same options on the real-text
+fixture (fortunes and its sentencepiece model): byte-identical shards, the stats the
+tool reports, progress to a callback, and the tool's error messages."""
+
+import filecmp
+import os
+
+import pytest
+
+import dufu
+from conftest import FIXTURE_DIR, run_dataprep
+
+
+@pytest.fixture
+def corpus():
+    model, jsonl = os.path.join(FIXTURE_DIR, "fortunes.model"), os.path.join(FIXTURE_DIR, "fortunes.jsonl")
+    if not (os.path.exists(model) and os.path.exists(jsonl)):
+        pytest.skip("the tokenizer fixture (fortunes.model, fortunes.jsonl) is missing: run through ctest")
+    return model, jsonl
+
+
+@pytest.mark.parametrize("impl", ["mmap", "lazy"])
+def test_preprocess_writes_what_the_tool_writes(corpus, tmp_path, impl):
+    model, jsonl = corpus
+    status, stdout, stderr = run_dataprep("preprocess", "-i", jsonl, "-o", str(tmp_path / "tool"), "-m", model,
+                                          "--append-eod", "--impl", impl, "--workers", "2", "--quiet")
+    assert status == 0, stderr
+    calls = []
+    stats = dufu.preprocess([jsonl], str(tmp_path / "py"), model, append_eod=True, impl=impl, workers=2,
+                            batch_bytes=1 << 16, progress=calls.append, progress_interval=0.01)
+    for suffix in (".bin", ".idx"):
+        assert filecmp.cmp(str(tmp_path / "tool") + suffix, str(tmp_path / "py") + suffix, shallow=False)
+    assert f"documents  {stats['documents']} written" in stdout
+    assert f"tokens     {stats['tokens']} " in stdout
+    assert stats["output_prefixes"] == [str(tmp_path / "py")] and stats["dtype"] == "uint16"
+    # The last call reports the finished job; counters only grow.
+    assert calls and calls[-1]["documents"] == stats["documents"] and calls[-1]["tokens"] == stats["tokens"]
+    assert calls[-1]["input_bytes"] == os.path.getsize(jsonl)
+    assert all(a["tokens"] <= b["tokens"] for a, b in zip(calls, calls[1:]))
+    shard = dufu.IndexedDataset(str(tmp_path / "py"), impl)
+    assert len(shard) == stats["documents"] and shard.total_tokens == stats["tokens"]
+
+
+def test_preprocess_errors_carry_the_tools_message(corpus, tmp_path):
+    model, jsonl = corpus
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": 5}\n')
+    status, _, stderr = run_dataprep("preprocess", "-i", str(bad), "-o", str(tmp_path / "tool"), "-m", model, "-q")
+    with pytest.raises(dufu.DufuError) as caught:
+        dufu.preprocess([str(bad)], str(tmp_path / "py"), model)
+    assert status == 1 and str(caught.value) in stderr and "bad.jsonl:2" in str(caught.value)
+    assert not os.path.exists(str(tmp_path / "py") + ".bin")
+    skipped = dufu.preprocess([str(bad)], str(tmp_path / "py"), model, on_error="skip")
+    assert skipped["bad_skipped"] == 1 and skipped["documents"] == 1
+    with pytest.raises(dufu.DufuError, match="on_error"):
+        dufu.preprocess([str(bad)], str(tmp_path / "py"), model, on_error="ignore")
+    with pytest.raises(TypeError, match="progress"):
+        dufu.preprocess([str(bad)], str(tmp_path / "py"), model, progress="yes")
+
+
+def test_a_failing_callback_stops_nothing_and_raises(corpus, tmp_path):
+    model, jsonl = corpus
+
+    def callback(counters):
+        raise KeyError("from the callback")
+
+    with pytest.raises(KeyError, match="from the callback"):
+        dufu.preprocess([jsonl], str(tmp_path / "py"), model, workers=1, batch_bytes=1 << 12, progress=callback,
+                        progress_interval=0.01)
+    # The job itself finished: its outputs exist.
+    assert os.path.exists(str(tmp_path / "py") + ".idx")
