@@ -81,6 +81,9 @@ put("zstd_source", "skippable_first.zst", skippable_frame(b"metadata", 7) + zstd
 put("zstd_source", "empty_content.zst", zstd(b""))
 put("zstd_source", "repetitive.zst", zstd(b"abcabcabc\n" * 200, "-3"))
 put("zstd_source", "truncated.zst", zstd(text)[:-3])
+# Found by the target: match offsets past the 1 KiB window the frame declares, which
+# ZSTD_decompress decodes and the streaming decoder refuses.
+put("zstd_source", "window_exceeded.zst", bytes.fromhex("28b52ffd04006d000020616263 0a0200c3b77c21e6869cb02c98".replace(" ", "")))
 
 def gzip_member(data, name=None, mtime=0, level=9):
     buffer = io.BytesIO()

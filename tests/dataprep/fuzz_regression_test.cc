@@ -50,6 +50,21 @@ TEST_F(FuzzRegressionTest, ZstdFrameEndingBeforeItsDeclaredSizeIsRefusedForAnyRe
   }
 }
 
+// zstd_source_fuzzer: a frame declaring a 1 KiB window (window descriptor 0) whose
+// compressed block repeats "abcabcabc\n" with match offsets reaching 2000 bytes back.
+// The format forbids offsets past the window; libzstd's one-shot ZSTD_decompress,
+// which holds the whole output, decodes it anyway, its streaming decoder (and the
+// zstd tool) report corruption. The source streams, so it must refuse it too, for
+// any read size, rather than read what a different reader of the same file refuses.
+TEST_F(FuzzRegressionTest, ZstdMatchesBeyondTheDeclaredWindowAreRefusedForAnyReadSize) {
+  const std::string frame(
+      "\x28\xb5\x2f\xfd\x04\x00\x6d\x00\x00\x20\x61\x62\x63\x0a\x02\x00\xc3\xb7\x7c\x21\xe6\x86\x9c\xb0\x2c\x98", 26);
+  const std::string path = write("input.jsonl.zst", frame);
+  for (const std::size_t chunk : {std::size_t{1}, std::size_t{100}, std::size_t{1} << 20}) {
+    expect_error([&] { read_in_chunks(path, chunk); }, {path, "corrupt zstd stream"});
+  }
+}
+
 // The same through the document reader, whose reads are 1 MiB: a frame that declares
 // 1.5 MiB of records but ends after its first 100 KB of whole records (an empty last
 // block, no checksum) was read as those records, a silently truncated input.
