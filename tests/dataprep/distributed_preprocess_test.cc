@@ -1,0 +1,283 @@
+// Issue 14: `dataprep preprocess` under mpirun (1 to 4 ranks) and as `--shard K/N`
+// parts joined by `dataprep merge` must write exactly the bytes of the single
+// process, over a mix of txt, jsonl, .zst, .gz and empty inputs with one file large
+// enough to be cut among ranks, in both index layouts; a bad record on one rank, a
+// killed rank and an output directory one rank cannot see must stop the job leaving
+// nothing under the final names; merge must refuse incomplete or mixed parts.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dufu/common/json_writer.h"
+#include "support/compression.h"
+#include "support/temp_dir.h"
+#include "support/tool_runner.h"
+
+namespace {
+
+using dufu::testing::CommandResult;
+using dufu::testing::fixture_path;
+using dufu::testing::read_all;
+using dufu::testing::run_command;
+using dufu::testing::shell_quote;
+using dufu::testing::TempDir;
+using dufu::testing::write_all;
+
+std::string tool() { return shell_quote(dufu::testing::dataprep_tool()); }
+std::string model() { return shell_quote(fixture_path("fortunes.model")); }
+
+// Lines [first, first + count) of a fixture file.
+std::string lines_of(const std::string& name, std::size_t first, std::size_t count) {
+  const std::string all = read_all(fixture_path(name));
+  std::size_t begin = 0;
+  for (std::size_t i = 0; i < first && begin != std::string::npos; ++i) begin = all.find('\n', begin) + 1;
+  std::size_t end = begin;
+  for (std::size_t i = 0; i < count && end < all.size(); ++i) end = all.find('\n', end) + 1;
+  return all.substr(begin, end - begin);
+}
+
+CommandResult mpirun(int ranks, const std::string& arguments, const std::string& wrapper = "") {
+  return run_command(std::string("timeout -k 5 120 ") + DUFU_MPIRUN + " -np " + std::to_string(ranks) + " " + wrapper +
+                     tool() + " " + arguments + " 2>&1");
+}
+
+CommandResult dataprep(const std::string& arguments) { return run_command(tool() + " " + arguments + " 2>&1"); }
+
+// Every file of a directory, by name.
+std::set<std::string> listing(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) names.insert(entry.path().filename().string());
+  return names;
+}
+
+class DistributedPreprocess : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(in_);
+    std::filesystem::create_directories(out_);
+    // In sorted order: a txt, an empty jsonl, a zstd jsonl, the large plain jsonl (the
+    // interval boundaries of 2 to 4 ranks fall inside it), an empty txt, a gzip txt.
+    write_all(in_ + "/a.txt", lines_of("fortunes.txt", 0, 600));
+    write_all(in_ + "/b.jsonl", "");
+    write_all(in_ + "/c.jsonl.zst", dufu::testing::zstd_bytes(lines_of("fortunes.jsonl", 600, 500)));
+    write_all(in_ + "/d.jsonl", lines_of("fortunes.jsonl", 1100, 6000));
+    write_all(in_ + "/e.txt", "");
+    write_all(in_ + "/f.txt.gz", dufu::testing::gzip_bytes(lines_of("fortunes.txt", 7100, 400)));
+  }
+
+  std::string preprocess_flags(const std::string& prefix, const std::string& impl) const {
+    return "preprocess -i " + shell_quote(in_ + "/*") + " -o " + shell_quote(prefix) + " -m " + model() +
+           " --append-eod -j 1 -q --impl " + impl;
+  }
+
+  // Both files of `prefix` are byte for byte those of `expected`.
+  static void expect_same_shard(const std::string& prefix, const std::string& expected, const std::string& what) {
+    ASSERT_TRUE(std::filesystem::exists(prefix + ".bin")) << what;
+    EXPECT_TRUE(read_all(prefix + ".bin") == read_all(expected + ".bin")) << what << ": .bin differs";
+    EXPECT_TRUE(read_all(prefix + ".idx") == read_all(expected + ".idx")) << what << ": .idx differs";
+  }
+
+  TempDir dir_;
+  std::string in_ = dir_.file("in");
+  std::string out_ = dir_.file("out");
+};
+
+TEST_F(DistributedPreprocess, EveryRankCountAndEveryShardingWritesTheSingleProcessBytes) {
+  for (const std::string impl : {"mmap", "lazy"}) {
+    const std::string single = out_ + "/single-" + impl;
+    const CommandResult reference = dataprep(preprocess_flags(single, impl));
+    ASSERT_EQ(reference.exit_code, 0) << reference.output;
+    // mmap: every rank count; lazy (TNTIDX): one, to cover the other index layout.
+    const std::vector<int> rank_counts = impl == "mmap" ? std::vector<int>{1, 2, 3, 4} : std::vector<int>{3};
+    for (const int ranks : rank_counts) {
+      const std::string prefix = out_ + "/np" + std::to_string(ranks) + "-" + impl;
+      const CommandResult run = mpirun(ranks, preprocess_flags(prefix, impl));
+      ASSERT_EQ(run.exit_code, 0) << run.output;
+      expect_same_shard(prefix, single, impl + " at " + std::to_string(ranks) + " ranks");
+      if (ranks > 1) {
+        EXPECT_NE(run.output.find("with " + std::to_string(ranks) + " ranks of 1 workers"), std::string::npos)
+            << run.output;
+      }
+      // The summary counts the whole job, as the single process does.
+      const std::regex documents("documents +[0-9]+ written");
+      std::smatch mine, theirs;
+      ASSERT_TRUE(std::regex_search(run.output, mine, documents)) << run.output;
+      ASSERT_TRUE(std::regex_search(reference.output, theirs, documents)) << reference.output;
+      EXPECT_EQ(mine.str(), theirs.str());
+    }
+    // Parts written separately (as job-array tasks would), merged in any order.
+    const int parts = impl == "mmap" ? 4 : 2;
+    std::string part_list;
+    for (int k = parts - 1; k >= 0; --k) {
+      const std::string sharded = out_ + "/sharded-" + impl;
+      const CommandResult part =
+          dataprep(preprocess_flags(sharded, impl) + " --shard " + std::to_string(k) + "/" + std::to_string(parts));
+      ASSERT_EQ(part.exit_code, 0) << part.output;
+      part_list += " " + shell_quote(sharded + ".part-" + std::to_string(k) + "-of-" + std::to_string(parts));
+    }
+    const CommandResult merge = dataprep("merge" + part_list + " -o " + shell_quote(out_ + "/merged-" + impl));
+    ASSERT_EQ(merge.exit_code, 0) << merge.output;
+    expect_same_shard(out_ + "/merged-" + impl, single, impl + " from " + std::to_string(parts) + " shards");
+  }
+  // The large file was cut: a middle part of 4 covers a byte range of it, not all of it.
+  const std::string manifest = read_all(out_ + "/sharded-mmap.part-2-of-4.manifest");
+  EXPECT_NE(manifest.find("\"path\":" + dufu::quote_json_string(in_ + "/d.jsonl") + ",\"whole\":false"),
+            std::string::npos)
+      << manifest;
+  // Only finished outputs remain: no rank's part, temporary or lock.
+  for (const std::string& name : listing(out_)) {
+    EXPECT_TRUE(name.ends_with(".bin") || name.ends_with(".idx") || name.ends_with(".manifest")) << name;
+  }
+}
+
+TEST_F(DistributedPreprocess, ABadRecordOnOneRankStopsEveryRankOrIsCountedWhenSkipping) {
+  // Four inputs of about the same size, one per rank; rank 2's has a bad line 77.
+  std::filesystem::remove_all(in_);
+  std::filesystem::create_directories(in_);
+  for (int i = 0; i < 4; ++i) {
+    std::string text = lines_of("fortunes.jsonl", static_cast<std::size_t>(i) * 1500, 1500);
+    if (i == 2) {
+      std::size_t at = 0;
+      for (int line = 1; line < 77; ++line) at = text.find('\n', at) + 1;
+      text.replace(at, text.find('\n', at) - at, "{\"text\": 12}");
+    }
+    write_all(in_ + "/p" + std::to_string(i) + ".jsonl", text);
+  }
+  const std::string prefix = out_ + "/corpus";
+  const CommandResult failed = mpirun(4, preprocess_flags(prefix, "mmap"));
+  EXPECT_NE(failed.exit_code, 0);
+  EXPECT_NE(failed.output.find(in_ + "/p2.jsonl:77: key 'text' is not a string (it is a number)"), std::string::npos)
+      << failed.output;
+  EXPECT_NE(failed.output.find("rank 2 of 4; every rank stopped"), std::string::npos) << failed.output;
+  EXPECT_TRUE(listing(out_).empty()) << "left behind: " << *listing(out_).begin();
+
+  const CommandResult single = dataprep(preprocess_flags(out_ + "/single", "mmap") + " --on-error skip");
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  const CommandResult skipped = mpirun(4, preprocess_flags(prefix, "mmap") + " --on-error skip");
+  ASSERT_EQ(skipped.exit_code, 0) << skipped.output;
+  EXPECT_NE(skipped.output.find("5999 written, 0 empty skipped, 1 bad skipped"), std::string::npos) << skipped.output;
+  EXPECT_NE(skipped.output.find("skipped: " + in_ + "/p2.jsonl:77: key 'text'"), std::string::npos) << skipped.output;
+  expect_same_shard(prefix, out_ + "/single", "skipping at 4 ranks");
+
+  // In a file cut among the ranks, the message gives the line in the file.
+  std::filesystem::remove_all(in_);
+  std::filesystem::create_directories(in_);
+  std::string text = lines_of("fortunes.jsonl", 0, 6000);
+  std::size_t at = 0;
+  for (int line = 1; line < 4321; ++line) at = text.find('\n', at) + 1;
+  text.replace(at, text.find('\n', at) - at, "[\"not an object\"]");
+  write_all(in_ + "/one.jsonl", text);
+  const CommandResult cut = mpirun(4, preprocess_flags(out_ + "/cut", "mmap"));
+  EXPECT_NE(cut.exit_code, 0);
+  EXPECT_NE(cut.output.find(in_ + "/one.jsonl:4321: expected a JSON object (rank 2 of 4"), std::string::npos)
+      << cut.output;
+  EXPECT_FALSE(std::filesystem::exists(out_ + "/cut.bin"));
+}
+
+TEST_F(DistributedPreprocess, AKilledRankEndsTheJobAndLeavesNothingUnderTheFinalNames) {
+  // Rank 2 is killed (SIGKILL, as the OOM killer would) at its first meeting with the
+  // others, 200 ms into its part or when it finished it, whichever comes first.
+  std::string line = lines_of("fortunes.jsonl", 0, 200);
+  std::string text;
+  while (text.size() < (std::size_t{8} << 20)) text += line;
+  std::filesystem::remove_all(in_);
+  std::filesystem::create_directories(in_);
+  write_all(in_ + "/big.jsonl", text);
+  const std::string killer = dir_.file("kill_rank_2.sh");
+  write_all(killer,
+            "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 2 ]; then export DUFU_CRASH_POINT=preprocess:heartbeat; fi\n"
+            "exec \"$@\"\n");
+  const auto start = std::chrono::steady_clock::now();
+  const CommandResult killed = mpirun(4, preprocess_flags(out_ + "/corpus", "mmap"), "sh " + shell_quote(killer) + " ");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(killed.exit_code, 0);
+  EXPECT_NE(killed.exit_code, 124) << "the job hung until timeout killed it";
+  EXPECT_NE(killed.output.find("signal 9"), std::string::npos) << killed.output;
+  EXPECT_LT(seconds, 60.0);
+  std::printf("a killed rank ended the 4-rank job after %.1f s\n", seconds);
+  // The ranks that were stopped removed their files; only the killed one's remain,
+  // and the next job on the prefix removes them.
+  for (const std::string& name : listing(out_)) EXPECT_NE(name.find(".corpus.rank-2-of-4"), std::string::npos) << name;
+  write_all(in_ + "/big.jsonl", line);
+  const CommandResult again = mpirun(2, preprocess_flags(out_ + "/corpus", "mmap"));
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(listing(out_), (std::set<std::string>{"corpus.bin", "corpus.idx"}));
+}
+
+TEST_F(DistributedPreprocess, AnOutputDirectoryOneRankDoesNotSeeIsRefusedAtStart) {
+  if (run_command("unshare -m true 2>&1").exit_code != 0) {
+    GTEST_SKIP() << "no mount namespaces here (unshare -m), so no rank can be given its own view of a directory";
+  }
+  // Rank 1 sees an empty file system of its own over the output directory, as a
+  // node-local directory of the same name on another machine would look.
+  const std::string wrapper = dir_.file("hide_output.sh");
+  write_all(wrapper,
+            "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then\n"
+            "  exec unshare -m sh -c 'mount -t tmpfs tmpfs \"$0\" && exec \"$@\"' " +
+                shell_quote(out_) + " \"$@\"\nfi\nexec \"$@\"\n");
+  const CommandResult run = mpirun(2, preprocess_flags(out_ + "/corpus", "mmap"), "sh " + shell_quote(wrapper) + " ");
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_NE(run.output.find("rank 1 (on "), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("the output directory must be on a file system that every rank shares"), std::string::npos)
+      << run.output;
+  EXPECT_TRUE(listing(out_).empty()) << "left behind: " << *listing(out_).begin();
+}
+
+TEST_F(DistributedPreprocess, MergeRefusesMissingRepeatedAndMismatchedParts) {
+  const std::string sharded = out_ + "/s";
+  auto part = [&](int k, int n) { return sharded + ".part-" + std::to_string(k) + "-of-" + std::to_string(n); };
+  for (int k = 0; k < 3; ++k) {
+    const CommandResult run = dataprep(preprocess_flags(sharded, "mmap") + " --shard " + std::to_string(k) + "/3");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+  }
+  const std::string merged = " -o " + shell_quote(out_ + "/merged");
+  const CommandResult missing = dataprep("merge " + shell_quote(part(0, 3)) + " " + shell_quote(part(2, 3)) + merged);
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.output.find("part 1 of 3 is missing"), std::string::npos) << missing.output;
+  const CommandResult twice = dataprep("merge " + shell_quote(part(0, 3)) + " " + shell_quote(part(1, 3)) + " " +
+                                       shell_quote(part(1, 3)) + " " + shell_quote(part(2, 3)) + merged);
+  EXPECT_NE(twice.exit_code, 0);
+  EXPECT_NE(twice.output.find("part 1 of 3 is given twice: '" + part(1, 3) + "' and '" + part(1, 3) + "'"),
+            std::string::npos)
+      << twice.output;
+
+  // Part 1 again with another tokenizer (trained on other text) into another prefix.
+  const std::string other_model = dir_.file("other");
+  write_all(dir_.file("other.txt"), lines_of("fortunes.txt", 3000, 3000));
+  const CommandResult trained = dataprep("train-tokenizer -i " + shell_quote(dir_.file("other.txt")) +
+                                         " --model-prefix " + shell_quote(other_model) + " --vocab-size 1000");
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const std::string other = out_ + "/other";
+  std::string flags = preprocess_flags(other, "mmap") + " --shard 1/3";
+  flags.replace(flags.find(model()), model().size(), shell_quote(other_model + ".model"));
+  const CommandResult other_part = dataprep(flags);
+  ASSERT_EQ(other_part.exit_code, 0) << other_part.output;
+  const CommandResult mixed = dataprep("merge " + shell_quote(part(0, 3)) + " " + shell_quote(other + ".part-1-of-3") +
+                                       " " + shell_quote(part(2, 3)) + merged);
+  EXPECT_NE(mixed.exit_code, 0);
+  EXPECT_NE(mixed.output.find("'" + other + ".part-1-of-3' and '" + part(0, 3) +
+                              "' are not parts of one job: their tokenizers differ"),
+            std::string::npos)
+      << mixed.output;
+  EXPECT_NE(mixed.output.find("other.model"), std::string::npos) << mixed.output;
+
+  // A part whose files were replaced after its manifest was written.
+  const std::string stale = part(1, 3);
+  std::filesystem::copy_file(part(0, 3) + ".idx", stale + ".idx", std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(part(0, 3) + ".bin", stale + ".bin", std::filesystem::copy_options::overwrite_existing);
+  const CommandResult replaced =
+      dataprep("merge " + shell_quote(part(0, 3)) + " " + shell_quote(stale) + " " + shell_quote(part(2, 3)) + merged);
+  EXPECT_NE(replaced.exit_code, 0);
+  EXPECT_NE(replaced.output.find("'" + stale + ".{bin,idx}' are not the files its manifest"), std::string::npos)
+      << replaced.output;
+  EXPECT_FALSE(std::filesystem::exists(out_ + "/merged.bin"));
+  EXPECT_FALSE(std::filesystem::exists(out_ + "/merged.idx"));
+}
+
+}  // namespace
