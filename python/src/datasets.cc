@@ -45,8 +45,10 @@ py::array_t<std::int32_t> sample(const TokenDataset& dataset, std::int64_t index
   const std::uint64_t position = python_index(index, dataset.size(), "sample");
   py::array_t<std::int32_t> out(static_cast<py::ssize_t>(dataset.sample_length()));
   std::span<std::int32_t> tokens(out.mutable_data(), dataset.sample_length());
-  py::gil_scoped_release release;
-  dataset.get(position, tokens);
+  {
+    py::gil_scoped_release release;
+    dataset.get(position, tokens);
+  }
   return out;
 }
 
@@ -58,9 +60,11 @@ py::array_t<std::int32_t> samples(const TokenDataset& dataset, const std::vector
   const std::uint64_t columns = dataset.sample_length();
   py::array_t<std::int32_t> out({static_cast<py::ssize_t>(indices.size()), static_cast<py::ssize_t>(columns)});
   std::int32_t* data = out.mutable_data();
-  py::gil_scoped_release release;
-  for (std::size_t row = 0; row < positions.size(); ++row) {
-    dataset.get(positions[row], std::span<std::int32_t>(data + row * columns, columns));
+  {
+    py::gil_scoped_release release;
+    for (std::size_t row = 0; row < positions.size(); ++row) {
+      dataset.get(positions[row], std::span<std::int32_t>(data + row * columns, columns));
+    }
   }
   return out;
 }

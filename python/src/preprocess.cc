@@ -93,8 +93,12 @@ py::dict preprocess(std::vector<std::string> inputs, std::string output_prefix, 
   }
   Progress meter("preprocess", {{"MB", 1e6}, {"docs", 1}, {"tokens", 1}}, ProgressOptions{.quiet = !terminal});
   if (!callback) {
-    py::gil_scoped_release release;
-    return stats_dict(run(options, shard, &meter));
+    PreprocessStats stats;
+    {
+      py::gil_scoped_release release;
+      stats = run(options, shard, &meter);
+    }
+    return stats_dict(stats);
   }
 
   // The job on a thread; this thread calls back with the GIL between waits.

@@ -72,6 +72,7 @@ def test_resumed_training_sees_the_same_batches(shard, tmp_path, sampler):
     assert len(dataset) < STEPS * RANKS * MICRO // 2
     model, optimizer, ranks = make_run(dataset, sampler)
     straight = train(model, optimizer, ranks, streams_of(ranks), STEPS)
+    assert ranks[0].state_dict()["epoch"] >= 2  # the run crosses epochs
 
     model, optimizer, ranks = make_run(dataset, sampler)
     first = train(model, optimizer, ranks, streams_of(ranks), STOP_AT)
@@ -90,7 +91,6 @@ def test_resumed_training_sees_the_same_batches(shard, tmp_path, sampler):
         rank.load_state_dict(state)
     resumed = first + train(model, optimizer, ranks, streams_of(ranks), STEPS - STOP_AT)
 
-    assert len({tuple(b.flatten().tolist()) for step in straight for b in step[0]}) > 10
     for (batches, loss), (resumed_batches, resumed_loss) in zip(straight, resumed):
         for batch, resumed_batch in zip(batches, resumed_batches):
             assert torch.equal(batch, resumed_batch)
