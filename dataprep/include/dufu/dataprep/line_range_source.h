@@ -40,7 +40,6 @@ class LineRangeSource final : public ByteSource {
   std::uint64_t position_ = 0;  // next file offset to deliver
   std::uint64_t start_ = 0;     // offset of the first owned line
   bool started_ = false;
-  bool last_was_newline_ = false;
   bool done_ = false;
   std::uint64_t delivered_ = 0;
   std::int64_t lines_before_ = -1;
