@@ -15,13 +15,31 @@
 # checks at import that tokenizers is < 0.22, while the tokenizer references are
 # pinned to 0.22.1.
 #
-# usage: setup_reference_venv.sh [--transformers] [VENV]   (prints the venv's python on the last line)
+# --readers: the index readers of Megatron-core and fairseq for the index layout test
+# (tests/reference/index_readers_reference.py). megatron-core's wheel installs with
+# --no-deps: its reader needs only Debian's numpy and torch. fairseq 0.12.2 does not
+# install here (its C++ extensions do not build against Debian's CPU-only torch), so
+# its source distribution is downloaded, checked against its SHA-256, and its Python
+# package unpacked into VENV/fairseq-src/fairseq, from which the reference imports
+# fairseq's reader modules.
+#
+# usage: setup_reference_venv.sh [--transformers|--readers] [VENV]   (prints the venv's python on the last line)
 # VENV defaults to $DUFU_REFERENCE_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv;
-# with --transformers to $DUFU_REFERENCE_HF_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv-hf.
+# with --transformers to $DUFU_REFERENCE_HF_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv-hf;
+# with --readers to $DUFU_REFERENCE_READERS_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv-readers.
 set -euo pipefail
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/dufu
-if [[ ${1:-} == --transformers ]]; then
+fairseq_sdist=""
+if [[ ${1:-} == --readers ]]; then
+  shift
+  venv=${1:-${DUFU_REFERENCE_READERS_VENV:-$cache/reference-venv-readers}}
+  pins=(megatron-core==0.16.1)
+  optional_pins=()
+  rank_files=""
+  fairseq_sdist=fairseq==0.12.2
+  fairseq_sha256=34f1b18426bf3844714534162f065ab733e049597476daa35fffb4d06a92b524
+elif [[ ${1:-} == --transformers ]]; then
   shift
   venv=${1:-${DUFU_REFERENCE_HF_VENV:-$cache/reference-venv-hf}}
   # --no-deps: exactly these packages (transformers' import-time requirements and
@@ -55,7 +73,7 @@ else
   rank_files=rank-files-v1
 fi
 stamp="$venv/.dufu-reference-pins"
-wanted="${pins[*]} ${optional_pins[*]} $rank_files"
+wanted="${pins[*]} ${optional_pins[*]} $rank_files${fairseq_sdist:+ $fairseq_sdist-src}"
 
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$wanted" && -x "$venv/bin/python" ]]; then
   echo "$venv/bin/python"
@@ -83,6 +101,19 @@ fi
 if ((${#optional_pins[@]} > 0)); then
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "${optional_pins[@]}" >&2 ||
     echo "setup_reference_venv: ${optional_pins[*]} did not install; the benchmark leaves it out" >&2
+fi
+if [[ -n $fairseq_sdist ]]; then
+  download=$(mktemp -d)
+  trap 'rm -rf "$download"' EXIT
+  "$venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary fairseq \
+    -d "$download" "$fairseq_sdist" >&2
+  archive=$(echo "$download"/fairseq-*.tar.gz)
+  if [[ "$(sha256sum "$archive" | cut -d' ' -f1)" != "$fairseq_sha256" ]]; then
+    echo "setup_reference_venv: $archive is not the $fairseq_sdist source distribution (SHA-256 differs)" >&2
+    exit 1
+  fi
+  mkdir -p "$venv/fairseq-src"
+  tar -xzf "$archive" -C "$venv/fairseq-src" --strip-components=1 "$(basename "$archive" .tar.gz)/fairseq"
 fi
 if [[ -z $rank_files ]]; then
   echo "$wanted" > "$stamp"

@@ -1,7 +1,8 @@
 // Opens and validates .idx files: MMIDIDX (Megatron-core), TNTIDX (Megatron-legacy /
-// OSLO) and fairseq's TNTIDX without doc_idx. Everything a reader later trusts (array
-// bounds, contiguous sequences, closed documents) is checked here, once, so that the
-// accessors can stay cheap.
+// OSLO) and fairseq's variants of both without a document index; a file in any other
+// layout is refused by name. Everything a reader later trusts (array bounds,
+// contiguous sequences, closed documents) is checked here, once, so that the accessors
+// can stay cheap.
 #include "dufu/dataprep/indexed_dataset.h"
 
 #include <fcntl.h>
@@ -36,7 +37,10 @@ namespace {
 
 constexpr char kMMIDIDXMagic[] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr char kTNTIDXMagic[] = {'T', 'N', 'T', 'I', 'D', 'X', '\0', '\0'};
+// fairseq's Huffman-coded layout (fairseq/data/huffman), which dufu does not read.
+constexpr char kHuffmanMagic[] = {'H', 'U', 'F', 'F', 'I', 'D', 'X', '\0', '\0'};
 constexpr std::uint64_t kMMIDIDXHeaderBytes = 34;
+constexpr std::uint64_t kFairseqMMIDIDXHeaderBytes = 26;
 constexpr std::uint64_t kTNTIDXHeaderBytes = 56;
 constexpr std::uint64_t kFairseqHeaderBytes = 48;
 
@@ -70,14 +74,25 @@ class CheckedSize {
   DUFU_FAIL("corrupt index '", path, "': ", what);
 }
 
-std::string hex_prefix(const std::byte* data, std::uint64_t size) {
-  std::ostringstream out;
+[[noreturn]] void unknown_layout(const std::string& path, const std::string& what) {
+  DUFU_FAIL("unknown index layout '", path, "': ", what);
+}
+
+// The first bytes as hex and, where printable, as text: "54455354 ("TEST")".
+std::string describe_prefix(const std::byte* data, std::uint64_t size) {
+  std::ostringstream hex;
+  std::string text;
   for (std::uint64_t i = 0; i < std::min<std::uint64_t>(size, 9); ++i) {
     constexpr char kDigits[] = "0123456789abcdef";
     const auto byte = static_cast<unsigned>(data[i]);
-    out << kDigits[byte >> 4] << kDigits[byte & 15];
+    hex << kDigits[byte >> 4] << kDigits[byte & 15];
+    text += byte >= 0x20 && byte < 0x7f ? static_cast<char>(byte) : '.';
   }
-  return out.str();
+  return str_cat(hex.str(), " (\"", text, "\")");
+}
+
+bool starts_with(const std::byte* data, std::uint64_t size, const char* magic, std::size_t magic_size) {
+  return size >= magic_size && std::memcmp(data, magic, magic_size) == 0;
 }
 
 // What the header says; Index::open copies it into the Index once it is validated.
@@ -97,25 +112,48 @@ void check_version(const std::string& path, std::uint64_t version) {
   }
 }
 
+// Megatron-core's MMIDIDX has D after S and the document index after the pointers;
+// fairseq's has neither. The file size tells them apart: both cannot match, since
+// Megatron's is 8(D + 1) bytes longer for the same S.
 Header parse_mmidx(const std::string& path, const std::byte* data, std::uint64_t size) {
-  if (size < kMMIDIDXHeaderBytes) {
-    corrupt(path, str_cat("file is ", size, " bytes, shorter than the ", kMMIDIDXHeaderBytes,
-                          "-byte MMIDIDX header"));
+  if (size < kFairseqMMIDIDXHeaderBytes) {
+    corrupt(path, str_cat("file is ", size, " bytes, shorter than the ", kFairseqMMIDIDXHeaderBytes,
+                          "-byte header of fairseq's MMIDIDX (Megatron-core's is ", kMMIDIDXHeaderBytes, ")"));
   }
   Header h;
-  h.layout = IndexLayout::kMMIDIDX;
   h.version = load<std::uint64_t>(data + 9);
   check_version(path, h.version);
   h.dtype = dtype_from_code(load<std::uint8_t>(data + 17), path);
   h.sequences = load<std::uint64_t>(data + 18);
-  h.document_entries = load<std::uint64_t>(data + 26);
-  CheckedSize expected(kMMIDIDXHeaderBytes);
-  expected.add(h.sequences, 4).add(h.sequences, 8).add(h.document_entries, 8);
-  if (!expected.equals(size)) {
-    corrupt(path, str_cat("file is ", size, " bytes but its header (S=", h.sequences,
-                          ", D=", h.document_entries, ") needs ", expected.str()));
+  CheckedSize fairseq_size(kFairseqMMIDIDXHeaderBytes);
+  fairseq_size.add(h.sequences, 12);
+  std::optional<std::uint64_t> document_entries;
+  CheckedSize megatron_size(kMMIDIDXHeaderBytes);
+  CheckedSize multimodal_size(kMMIDIDXHeaderBytes);
+  if (size >= kMMIDIDXHeaderBytes) {
+    document_entries = load<std::uint64_t>(data + 26);
+    megatron_size.add(h.sequences, 12).add(*document_entries, 8);
+    multimodal_size.add(h.sequences, 13).add(*document_entries, 8);
   }
-  h.lengths_at = kMMIDIDXHeaderBytes;
+  if (document_entries && megatron_size.equals(size)) {
+    h.layout = IndexLayout::kMMIDIDX;
+    h.document_entries = *document_entries;
+    h.lengths_at = kMMIDIDXHeaderBytes;
+  } else if (fairseq_size.equals(size)) {
+    h.layout = IndexLayout::kFairseqMMIDIDX;
+    h.document_entries = h.sequences + 1;
+    h.lengths_at = kFairseqMMIDIDXHeaderBytes;
+  } else if (document_entries && h.sequences > 0 && multimodal_size.equals(size)) {
+    unknown_layout(path, str_cat("its size (", size,
+                                 " bytes) is that of Megatron-core's multimodal MMIDIDX "
+                                 "(one sequence mode byte per sequence after the document index), "
+                                 "which dufu does not read"));
+  } else {
+    corrupt(path, str_cat("file is ", size, " bytes but its header (S=", h.sequences,
+                          document_entries ? str_cat(", D=", *document_entries) : std::string(), ") needs ",
+                          document_entries ? megatron_size.str() : str_cat("at least ", kMMIDIDXHeaderBytes),
+                          " (Megatron-core layout) or ", fairseq_size.str(), " (fairseq layout, no document index)"));
+  }
   h.pointers_at = h.lengths_at + 4 * h.sequences;
   h.documents_at = h.pointers_at + 8 * h.sequences;
   return h;
@@ -267,28 +305,28 @@ Index Index::open(const std::string& path, bool map) {
   const std::uint64_t size = storage.size;
 
   Header h;
-  if (size >= sizeof(kMMIDIDXMagic) &&
-      std::memcmp(data, kMMIDIDXMagic, sizeof(kMMIDIDXMagic)) == 0) {
+  if (starts_with(data, size, kMMIDIDXMagic, sizeof(kMMIDIDXMagic))) {
     h = parse_mmidx(path, data, size);
-  } else if (size >= sizeof(kTNTIDXMagic) &&
-             std::memcmp(data, kTNTIDXMagic, sizeof(kTNTIDXMagic)) == 0) {
+  } else if (starts_with(data, size, kTNTIDXMagic, sizeof(kTNTIDXMagic))) {
     h = parse_tntidx(path, data, size);
-  } else if (size < kMMIDIDXHeaderBytes) {
-    corrupt(path, str_cat("file is ", size, " bytes, too short for any index header (",
-                          kMMIDIDXHeaderBytes, " bytes at least)"));
+  } else if (starts_with(data, size, kHuffmanMagic, sizeof(kHuffmanMagic))) {
+    unknown_layout(path, "its magic \"HUFFIDX\" is fairseq's Huffman-coded layout, which dufu does not read");
+  } else if (size < kFairseqMMIDIDXHeaderBytes) {
+    corrupt(path, str_cat("file is ", size, " bytes, too short for any index header (", kFairseqMMIDIDXHeaderBytes,
+                          " bytes at least)"));
   } else {
-    corrupt(path, str_cat("bad magic ", hex_prefix(data, size),
-                          ": expected \"MMIDIDX\\0\\0\" (Megatron mmap) or \"TNTIDX\\0\\0\" "
-                          "(lazy/cached, fairseq)"));
+    unknown_layout(path, str_cat("its magic ", describe_prefix(data, size),
+                                 ", which is neither \"MMIDIDX\\0\\0\" (Megatron-core; fairseq mmap) nor "
+                                 "\"TNTIDX\\0\\0\" (Megatron-legacy; fairseq lazy/cached)"));
   }
 
-  if (h.layout == IndexLayout::kMMIDIDX) {
+  if (h.layout == IndexLayout::kMMIDIDX || h.layout == IndexLayout::kFairseqMMIDIDX) {
     index.total_tokens_ = check_sequences<std::int32_t>(path, data, h, dtype_size(h.dtype), "byte");
   } else {
     index.total_tokens_ = check_sequences<std::int64_t>(path, data, h, 1, "element");
     check_tntidx_offsets(path, data, h, index.total_tokens_);
   }
-  if (h.layout != IndexLayout::kFairseqTNTIDX) check_documents(path, data, h);
+  if (layout_has_document_index(h.layout)) check_documents(path, data, h);
 
   index.layout_ = h.layout;
   index.dtype_ = h.dtype;
@@ -298,7 +336,6 @@ Index Index::open(const std::string& path, bool map) {
   index.lengths_at_ = h.lengths_at;
   index.pointers_at_ = h.pointers_at;
   index.documents_at_ = h.documents_at;
-  index.fairseq_ = h.layout == IndexLayout::kFairseqTNTIDX;
   return index;
 }
 
@@ -308,7 +345,7 @@ std::uint64_t Index::sequence_length(std::uint64_t i) const {
   }
   const std::byte* data = storage_->data;
   // Lengths were checked non-negative on open.
-  if (layout_ == IndexLayout::kMMIDIDX) {
+  if (layout_ == IndexLayout::kMMIDIDX || layout_ == IndexLayout::kFairseqMMIDIDX) {
     return static_cast<std::uint64_t>(load<std::int32_t>(data + lengths_at_ + 4 * i));
   }
   return static_cast<std::uint64_t>(load<std::int64_t>(data + lengths_at_ + 8 * i));
@@ -321,7 +358,8 @@ std::uint64_t Index::sequence_offset(std::uint64_t i) const {
   const auto pointer =
       static_cast<std::uint64_t>(load<std::int64_t>(storage_->data + pointers_at_ + 8 * i));
   // MMIDIDX stores byte offsets, TNTIDX element offsets.
-  return layout_ == IndexLayout::kMMIDIDX ? pointer / dtype_size(dtype_) : pointer;
+  const bool bytes = layout_ == IndexLayout::kMMIDIDX || layout_ == IndexLayout::kFairseqMMIDIDX;
+  return bytes ? pointer / dtype_size(dtype_) : pointer;
 }
 
 std::uint64_t Index::document_index(std::uint64_t entry) const {
@@ -329,7 +367,7 @@ std::uint64_t Index::document_index(std::uint64_t entry) const {
     DUFU_FAIL("document index entry ", entry, " is out of range: '", path_, "' has ",
               num_document_entries_, " entries");
   }
-  if (fairseq_) return entry;
+  if (!layout_has_document_index(layout_)) return entry;
   return static_cast<std::uint64_t>(load<std::int64_t>(storage_->data + documents_at_ + 8 * entry));
 }
 

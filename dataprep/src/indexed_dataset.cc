@@ -48,13 +48,34 @@ std::string_view layout_name(IndexLayout layout) {
       return "TNTIDX";
     case IndexLayout::kFairseqTNTIDX:
       return "TNTIDX (fairseq)";
+    case IndexLayout::kFairseqMMIDIDX:
+      return "MMIDIDX (fairseq)";
   }
   DUFU_FAIL("internal error: unknown index layout ", static_cast<int>(layout));
 }
 
-IndexLayout layout_for_impl(IndexImpl impl) {
+LayoutFamily parse_layout_family(std::string_view name) {
+  if (name == "megatron") return LayoutFamily::kMegatron;
+  if (name == "fairseq") return LayoutFamily::kFairseq;
+  DUFU_FAIL("unknown index layout family '", name, "' (expected megatron or fairseq)");
+}
+
+std::string_view layout_family_name(LayoutFamily family) {
+  return family == LayoutFamily::kFairseq ? "fairseq" : "megatron";
+}
+
+IndexLayout layout_for_impl(IndexImpl impl, LayoutFamily family) {
+  if (family == LayoutFamily::kFairseq) {
+    return impl == IndexImpl::kMmap ? IndexLayout::kFairseqMMIDIDX : IndexLayout::kFairseqTNTIDX;
+  }
   return impl == IndexImpl::kMmap ? IndexLayout::kMMIDIDX : IndexLayout::kTNTIDX;
 }
+
+bool layout_has_document_index(IndexLayout layout) {
+  return layout == IndexLayout::kMMIDIDX || layout == IndexLayout::kTNTIDX;
+}
+
+std::int32_t stored_id_offset(IndexLayout layout) { return layout == IndexLayout::kFairseqTNTIDX ? 1 : 0; }
 
 std::string bin_path(const std::string& prefix) { return prefix + ".bin"; }
 std::string idx_path(const std::string& prefix) { return prefix + ".idx"; }
@@ -245,8 +266,8 @@ void IndexedDataset::read_tokens(std::uint64_t seq, std::uint64_t offset, std::u
   }
   const std::uint64_t item = dtype_size(dtype);
   const std::uint64_t first = index_.sequence_offset(seq) + offset;
-  // fairseq's builder stored every id as id+1.
-  const std::int64_t bias = index_.layout() == IndexLayout::kFairseqTNTIDX ? 1 : 0;
+  // fairseq's TNTIDX builder stores every id as id + 1.
+  const std::int64_t bias = stored_id_offset(index_.layout());
   if (dtype == DType::kInt32 && bias == 0) {
     read_bytes(first * item, count * item, reinterpret_cast<std::byte*>(out));
     return;

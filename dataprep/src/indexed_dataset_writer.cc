@@ -1,6 +1,7 @@
 // Writes indexed token shards: tokens stream into the .bin as they arrive, the small
-// per-sequence index stays in memory until commit() writes the .idx (MMIDIDX or
-// Megatron-legacy TNTIDX, docs/formats.md sections 3-4) and replaces both as a pair.
+// per-sequence index stays in memory until commit() writes the .idx (Megatron's MMIDIDX
+// or TNTIDX, or fairseq's variants of both without a document index, docs/formats.md
+// sections 3-5) and replaces both as a pair.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -22,18 +23,18 @@ constexpr char kMMIDIDXMagic[] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'}
 constexpr char kTNTIDXMagic[] = {'T', 'N', 'T', 'I', 'D', 'X', '\0', '\0'};
 constexpr std::uint64_t kVersion = 1;
 
-IndexLayout writable_layout(IndexLayout layout) {
-  if (layout == IndexLayout::kFairseqTNTIDX) {
-    DUFU_FAIL(
-        "writing the fairseq TNTIDX layout is not supported (it stores tokens as id+1 "
-        "and has no document index); write MMIDIDX or TNTIDX instead");
-  }
-  return layout;
-}
-
-DType writable_dtype(DType dtype) {
+DType writable_dtype(DType dtype, IndexLayout layout) {
   if (!dtype_is_integer(dtype)) {
     DUFU_FAIL("cannot write tokens as ", dtype_name(dtype), ": token dtypes are integers");
+  }
+  // fairseq's IndexedDataset turns each item into a tensor with torch.from_numpy, which
+  // refuses these (torch 1.13: "can't convert np.ndarray of type numpy.uint16"); its
+  // mmap reader widens to int64 first and reads them all.
+  if (layout == IndexLayout::kFairseqTNTIDX &&
+      (dtype == DType::kUInt16 || dtype == DType::kUInt32 || dtype == DType::kUInt64)) {
+    DUFU_FAIL("cannot write fairseq's TNTIDX as ", dtype_name(dtype),
+              ": fairseq's lazy/cached reader converts items with torch.from_numpy, which has no ", dtype_name(dtype),
+              "; use int32 (what fairseq's own builder writes) or int64");
   }
   return dtype;
 }
@@ -61,8 +62,8 @@ void write_vector(AtomicFile& file, const Vector& values) {
 
 IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, IndexLayout layout, DType dtype)
     : prefix_(std::move(prefix)),
-      layout_(writable_layout(layout)),
-      dtype_(writable_dtype(dtype)),
+      layout_(layout),
+      dtype_(writable_dtype(dtype, layout)),
       lock_(std::make_unique<ShardOutputLock>(prefix_)),
       bin_(bin_path(prefix_)) {}
 
@@ -79,72 +80,78 @@ void IndexedDatasetWriter::add_sequence(std::span<const std::int32_t> tokens) {
     DUFU_FAIL("a sequence of ", n, " tokens is too long for '", prefix_,
               "': index lengths are int32; split it into several sequences");
   }
-  // Validate the whole sequence before writing any byte, so a bad token leaves the
-  // writer consistent (the caller may skip the document and go on).
-  auto encode = [&]<typename T>(T) {
-    if constexpr (std::is_same_v<T, std::int32_t>) {
-      if (n > 0) bin_.write(tokens.data(), n * sizeof(T));
-    } else {
-      std::int32_t lo = 0, hi = 0;
-      if (n > 0) lo = hi = tokens[0];
-      for (const std::int32_t token : tokens) {
-        lo = std::min(lo, token);
-        hi = std::max(hi, token);
-      }
-      if (!std::in_range<T>(lo) || !std::in_range<T>(hi)) {
-        const auto bad = std::find_if(tokens.begin(), tokens.end(),
-                                      [](std::int32_t t) { return !std::in_range<T>(t); });
-        DUFU_FAIL(
-            "token ", *bad, " (position ", bad - tokens.begin(),
-            " of its sequence) does not fit dtype ", dtype_name(dtype_), " of '", bin_path(prefix_),
-            "'",
-            dtype_ == DType::kUInt16 ? ". HINT: vocabularies of 65500 or more need int32" : "");
-      }
-      if (encode_buffer_.size() < n * sizeof(T)) encode_buffer_.resize(n * sizeof(T));
-      std::byte* out = encode_buffer_.data();
-      for (std::size_t i = 0; i < n; ++i) {
-        const T value = static_cast<T>(tokens[i]);
-        std::memcpy(out + i * sizeof(T), &value, sizeof(T));
-      }
-      if (n > 0) bin_.write(out, n * sizeof(T));
-    }
-  };
-  switch (dtype_) {
-    case DType::kUInt8:
-      encode(std::uint8_t{});
-      break;
-    case DType::kInt8:
-      encode(std::int8_t{});
-      break;
-    case DType::kInt16:
-      encode(std::int16_t{});
-      break;
-    case DType::kUInt16:
-      encode(std::uint16_t{});
-      break;
-    case DType::kInt32:
-      encode(std::int32_t{});
-      break;
-    case DType::kUInt32:
-      encode(std::uint32_t{});
-      break;
-    case DType::kInt64:
-      encode(std::int64_t{});
-      break;
-    case DType::kUInt64:
-      encode(std::uint64_t{});
-      break;
-    case DType::kFloat32:
-    case DType::kFloat64:
-      DUFU_FAIL("internal error: float dtype in writer");
-  }
+  encode(tokens);
   lengths_.push_back(static_cast<std::int32_t>(n));
   tokens_ += n;
 }
 
+// Validates the whole sequence before writing any byte, so a bad token leaves the
+// writer consistent (the caller may skip the document and go on).
+void IndexedDatasetWriter::encode(std::span<const std::int32_t> tokens) {
+  const std::size_t n = tokens.size();
+  const std::int64_t offset = stored_id_offset(layout_);
+  auto encode_as = [&]<typename T>(T) {
+    if constexpr (std::is_same_v<T, std::int32_t>) {
+      if (offset == 0) {
+        if (n > 0) bin_.write(tokens.data(), n * sizeof(T));
+        return;
+      }
+    }
+    std::int64_t lo = 0, hi = 0;
+    if (n > 0) lo = hi = tokens[0];
+    for (const std::int32_t token : tokens) {
+      lo = std::min<std::int64_t>(lo, token);
+      hi = std::max<std::int64_t>(hi, token);
+    }
+    if (!std::in_range<T>(lo + offset) || !std::in_range<T>(hi + offset)) {
+      const auto bad = std::find_if(tokens.begin(), tokens.end(),
+                                    [&](std::int32_t t) { return !std::in_range<T>(std::int64_t{t} + offset); });
+      DUFU_FAIL("token ", *bad, " (position ", bad - tokens.begin(), " of its sequence) does not fit dtype ",
+                dtype_name(dtype_), " of '", bin_path(prefix_), "'",
+                offset != 0 ? str_cat(" as id + ", offset, ", which fairseq's TNTIDX stores") : std::string(),
+                dtype_ == DType::kUInt16 ? ". HINT: vocabularies of 65500 or more need int32" : "");
+    }
+    if (encode_buffer_.size() < n * sizeof(T)) encode_buffer_.resize(n * sizeof(T));
+    std::byte* out = encode_buffer_.data();
+    for (std::size_t i = 0; i < n; ++i) {
+      const T value = static_cast<T>(std::int64_t{tokens[i]} + offset);
+      std::memcpy(out + i * sizeof(T), &value, sizeof(T));
+    }
+    if (n > 0) bin_.write(out, n * sizeof(T));
+  };
+  switch (dtype_) {
+    case DType::kUInt8:
+      return encode_as(std::uint8_t{});
+    case DType::kInt8:
+      return encode_as(std::int8_t{});
+    case DType::kInt16:
+      return encode_as(std::int16_t{});
+    case DType::kUInt16:
+      return encode_as(std::uint16_t{});
+    case DType::kInt32:
+      return encode_as(std::int32_t{});
+    case DType::kUInt32:
+      return encode_as(std::uint32_t{});
+    case DType::kInt64:
+      return encode_as(std::int64_t{});
+    case DType::kUInt64:
+      return encode_as(std::uint64_t{});
+    case DType::kFloat32:
+    case DType::kFloat64:
+      break;
+  }
+  DUFU_FAIL("internal error: float dtype in writer");
+}
+
 void IndexedDatasetWriter::end_document() {
   if (committed_) DUFU_FAIL("cannot add to '", prefix_, "': it was already committed");
-  document_indices_.push_back(static_cast<std::int64_t>(lengths_.size()));
+  const auto sequences = static_cast<std::int64_t>(lengths_.size());
+  if (!layout_has_document_index(layout_) && sequences - document_indices_.back() != 1) {
+    DUFU_FAIL("cannot end a document of ", sequences - document_indices_.back(), " sequences in '", prefix_,
+              "': fairseq's layout ", layout_name(layout_),
+              " has no document index, so each document must be exactly one sequence");
+  }
+  document_indices_.push_back(sequences);
 }
 
 void IndexedDatasetWriter::append(const IndexedDataset& other) {
@@ -159,10 +166,25 @@ void IndexedDatasetWriter::append(const IndexedDataset& other) {
               "' while a document is open; call end_document() first");
   }
   const Index& index = other.index();
-  if (index.layout() == IndexLayout::kFairseqTNTIDX) {
-    // Its bytes hold id+1, so they cannot be copied as they are: go through tokens.
-    for (std::uint64_t i = 0; i < index.num_sequences(); ++i) {
-      add_document(other.sequence(i));
+  if (!layout_has_document_index(layout_)) {
+    for (std::uint64_t k = 0; k + 1 < index.num_document_entries(); ++k) {
+      const std::uint64_t sequences = index.document_index(k + 1) - index.document_index(k);
+      if (sequences != 1) {
+        DUFU_FAIL("cannot append '", other.prefix(), "' to '", prefix_, "': its document ", k, " has ", sequences,
+                  " sequences, and fairseq's layout ", layout_name(layout_),
+                  " has no document index to keep them together");
+      }
+    }
+  }
+  if (stored_id_offset(index.layout()) != stored_id_offset(layout_)) {
+    // One side stores id + 1 and the other not, so the bytes cannot be copied as they
+    // are: go through tokens. (A token that does not fit leaves the writer partly
+    // appended; merge then discards it.)
+    for (std::uint64_t k = 0; k + 1 < index.num_document_entries(); ++k) {
+      for (std::uint64_t i = index.document_index(k); i < index.document_index(k + 1); ++i) {
+        add_sequence(other.sequence(i));
+      }
+      end_document();
     }
     return;
   }
@@ -201,7 +223,7 @@ std::uint64_t IndexedDatasetWriter::commit() {
               " sequence(s) are not closed by end_document()");
   }
   AtomicFile idx(idx_path(prefix_));
-  if (layout_ == IndexLayout::kMMIDIDX) {
+  if (layout_ == IndexLayout::kMMIDIDX || layout_ == IndexLayout::kFairseqMMIDIDX) {
     write_mmidx(idx);
   } else {
     write_tntidx(idx);
@@ -213,12 +235,14 @@ std::uint64_t IndexedDatasetWriter::commit() {
   return bytes;
 }
 
+// MMIDIDX, and fairseq's MMIDIDX without D and without the document index.
 void IndexedDatasetWriter::write_mmidx(AtomicFile& idx) const {
+  const bool documents = layout_has_document_index(layout_);
   idx.write(kMMIDIDXMagic, sizeof(kMMIDIDXMagic));
   idx.write_value(kVersion);
   idx.write_value(static_cast<std::uint8_t>(dtype_));
   idx.write_value(static_cast<std::uint64_t>(lengths_.size()));
-  idx.write_value(static_cast<std::uint64_t>(document_indices_.size()));
+  if (documents) idx.write_value(static_cast<std::uint64_t>(document_indices_.size()));
   write_vector(idx, lengths_);
   // Byte offsets accumulate in 64 bits: int32 pointers broke Megatron merges.
   const std::uint64_t item = dtype_size(dtype_);
@@ -228,10 +252,12 @@ void IndexedDatasetWriter::write_mmidx(AtomicFile& idx) const {
     pointer += static_cast<std::uint64_t>(lengths_[i]) * item;
     return at;
   });
-  write_vector(idx, document_indices_);
+  if (documents) write_vector(idx, document_indices_);
 }
 
+// Megatron-legacy's TNTIDX, and fairseq's without doc_count and doc_idx.
 void IndexedDatasetWriter::write_tntidx(AtomicFile& idx) const {
+  const bool documents = layout_has_document_index(layout_);
   const std::uint64_t n = lengths_.size();
   idx.write(kTNTIDXMagic, sizeof(kTNTIDXMagic));
   idx.write_value(kVersion);
@@ -239,7 +265,7 @@ void IndexedDatasetWriter::write_tntidx(AtomicFile& idx) const {
   idx.write_value(static_cast<std::uint64_t>(dtype_size(dtype_)));
   idx.write_value(n);                                                     // N items
   idx.write_value(n);                                                     // s: one size per item
-  idx.write_value(static_cast<std::uint64_t>(document_indices_.size()));  // doc_count
+  if (documents) idx.write_value(static_cast<std::uint64_t>(document_indices_.size()));  // doc_count
   write_int64s(idx, n + 1, [](std::uint64_t i) { return static_cast<std::int64_t>(i); });
   std::int64_t elements = 0;  // data_offsets count elements, not bytes
   write_int64s(idx, n + 1, [&](std::uint64_t i) {
@@ -248,7 +274,7 @@ void IndexedDatasetWriter::write_tntidx(AtomicFile& idx) const {
     return at;
   });
   write_int64s(idx, n, [&](std::uint64_t i) { return static_cast<std::int64_t>(lengths_[i]); });
-  write_vector(idx, document_indices_);
+  if (documents) write_vector(idx, document_indices_);
 }
 
 }  // namespace dufu::dataprep

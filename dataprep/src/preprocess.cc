@@ -232,7 +232,7 @@ std::vector<std::string> output_prefixes_for(const std::string& prefix,
 }
 
 IndexLayout output_layout(const PreprocessOptions& options) {
-  return layout_for_impl(options.impl);
+  return layout_for_impl(options.impl, options.layout);
 }
 
 PreprocessSetup set_up_preprocess(const PreprocessOptions& options) {

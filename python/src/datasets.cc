@@ -151,8 +151,8 @@ using BlendSpec = std::variant<std::string, std::vector<std::pair<double, std::s
 
 dataprep::BuiltBlend build(const BlendSpec& data_path, const std::string& impl, std::uint64_t seq_length,
                            std::optional<std::uint64_t> num_samples, std::uint32_t seed,
-                           std::optional<std::string> split, const std::string& split_part, const std::string& cache_dir,
-                           bool use_cache) {
+                           std::optional<std::string> split, const std::string& split_part,
+                           const std::string& cache_dir, bool use_cache) {
   dataprep::BlendConfig config;
   config.shards = std::holds_alternative<std::string>(data_path)
                       ? dataprep::parse_blend_spec(std::get<std::string>(data_path))
@@ -195,7 +195,8 @@ None, split_range is OSLO's [start, end) fraction of the documents.)doc")
            py::arg("split_range") = std::pair<double, double>{0.0, 1.0}, py::arg("cache_dir") = "",
            py::arg("use_cache") = true)
       .def_property_readonly("num_epochs", &CausalLMDataset::num_epochs)
-      .def_property_readonly("cache_path", &CausalLMDataset::cache_path, "The cache key directory ('' when not cached).")
+      .def_property_readonly("cache_path", &CausalLMDataset::cache_path,
+                             "The cache key directory ('' when not cached).")
       .def_property_readonly("description", &CausalLMDataset::description, "The canonical text the cache key hashes.")
       .def_property_readonly("document_index", &document_index, "Megatron's document index (int32; a copy).")
       .def_property_readonly("sample_index", &sample_index, "Megatron's sample index, [len + 1, 2] (int64; a copy).")

@@ -67,9 +67,8 @@ py::tuple next_batch(InfiniteDataLoader& loader) {
   }
   std::vector<std::int64_t> indices(batch.indices.begin(), batch.indices.end());
   const auto rows = static_cast<py::ssize_t>(batch.rows);
-  return py::make_tuple(
-      owned_array(std::move(batch.tokens), {rows, static_cast<py::ssize_t>(batch.columns)}),
-      owned_array(std::move(indices), {rows}));
+  return py::make_tuple(owned_array(std::move(batch.tokens), {rows, static_cast<py::ssize_t>(batch.columns)}),
+                        owned_array(std::move(indices), {rows}));
 }
 
 }  // namespace

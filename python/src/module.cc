@@ -9,16 +9,26 @@ namespace dufu::python {
 
 py::dtype numpy_dtype(dataprep::DType dtype) {
   switch (dtype) {
-    case dataprep::DType::kUInt8: return py::dtype("<u1");
-    case dataprep::DType::kInt8: return py::dtype("<i1");
-    case dataprep::DType::kInt16: return py::dtype("<i2");
-    case dataprep::DType::kInt32: return py::dtype("<i4");
-    case dataprep::DType::kInt64: return py::dtype("<i8");
-    case dataprep::DType::kFloat64: return py::dtype("<f8");
-    case dataprep::DType::kFloat32: return py::dtype("<f4");
-    case dataprep::DType::kUInt16: return py::dtype("<u2");
-    case dataprep::DType::kUInt32: return py::dtype("<u4");
-    case dataprep::DType::kUInt64: return py::dtype("<u8");
+    case dataprep::DType::kUInt8:
+      return py::dtype("<u1");
+    case dataprep::DType::kInt8:
+      return py::dtype("<i1");
+    case dataprep::DType::kInt16:
+      return py::dtype("<i2");
+    case dataprep::DType::kInt32:
+      return py::dtype("<i4");
+    case dataprep::DType::kInt64:
+      return py::dtype("<i8");
+    case dataprep::DType::kFloat64:
+      return py::dtype("<f8");
+    case dataprep::DType::kFloat32:
+      return py::dtype("<f4");
+    case dataprep::DType::kUInt16:
+      return py::dtype("<u2");
+    case dataprep::DType::kUInt32:
+      return py::dtype("<u4");
+    case dataprep::DType::kUInt64:
+      return py::dtype("<u8");
   }
   DUFU_FAIL("unknown token dtype code ", static_cast<int>(dtype));
 }

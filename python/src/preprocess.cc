@@ -2,6 +2,8 @@
 // runs on its own thread without the GIL; progress goes to the terminal (the tool's
 // bar or lines on stderr), nowhere, or to a Python callable that the calling thread
 // invokes about every `progress_interval` seconds with the counters so far.
+#include "dufu/dataprep/preprocess.h"
+
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
@@ -13,7 +15,6 @@
 #include "dufu/common/error.h"
 #include "dufu/common/progress.h"
 #include "dufu/dataprep/distributed_preprocess.h"
-#include "dufu/dataprep/preprocess.h"
 
 namespace dufu::python {
 namespace {

@@ -29,9 +29,11 @@ void bind_samplers(py::module_& module) {
   py::class_<SamplerRecipe, std::shared_ptr<SamplerRecipe>>(module, "Sampler", R"doc(
 Which dataset indices a rank reads, epoch by epoch; random access within an epoch.
 Iterating yields the current epoch's indices; set_epoch(e) picks epoch e's order.)doc")
-      .def("__len__", [](const SamplerRecipe& self) { return self.instance->size(); }, "Indices per epoch.")
-      .def("set_epoch", [](SamplerRecipe& self, std::uint64_t epoch) { self.instance->set_epoch(epoch); },
-           py::arg("epoch"))
+      .def(
+          "__len__", [](const SamplerRecipe& self) { return self.instance->size(); }, "Indices per epoch.")
+      .def(
+          "set_epoch", [](SamplerRecipe& self, std::uint64_t epoch) { self.instance->set_epoch(epoch); },
+          py::arg("epoch"))
       .def_property_readonly("epoch", [](const SamplerRecipe& self) { return self.instance->epoch(); })
       .def(
           "at",

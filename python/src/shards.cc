@@ -92,7 +92,8 @@ py::array_t<std::int64_t> sequence_lengths(const Shard& shard) {
   const auto& index = shard.dataset->index();
   py::array_t<std::int64_t> out(static_cast<py::ssize_t>(index.num_sequences()));
   auto* data = out.mutable_data();
-  for (std::uint64_t i = 0; i < index.num_sequences(); ++i) data[i] = static_cast<std::int64_t>(index.sequence_length(i));
+  for (std::uint64_t i = 0; i < index.num_sequences(); ++i)
+    data[i] = static_cast<std::int64_t>(index.sequence_length(i));
   return out;
 }
 
@@ -143,8 +144,9 @@ number of sequences.)doc")
       .def_property_readonly("num_sequences", [](const Shard& shard) { return shard.dataset->num_sequences(); })
       .def_property_readonly("num_documents", [](const Shard& shard) { return shard.dataset->num_documents(); })
       .def_property_readonly("total_tokens", [](const Shard& shard) { return shard.dataset->index().total_tokens(); })
-      .def_property_readonly("dtype", [](const Shard& shard) { return numpy_dtype(shard.dataset->dtype()); },
-                             "numpy dtype of the stored tokens.")
+      .def_property_readonly(
+          "dtype", [](const Shard& shard) { return numpy_dtype(shard.dataset->dtype()); },
+          "numpy dtype of the stored tokens.")
       .def_property_readonly("impl", [](const Shard& shard) { return std::string(impl_name(shard.dataset->impl())); })
       .def_property_readonly(
           "layout", [](const Shard& shard) { return std::string(layout_name(shard.dataset->index().layout())); },

@@ -177,13 +177,7 @@ TEST(FairseqTest, ReadsTokensMinusOneAndOneDocumentPerSequence) {
   }
 }
 
-TEST(FairseqTest, WritingTheFairseqLayoutIsRefused) {
-  TempDir dir;
-  expect_error(
-      [&] { IndexedDatasetWriter(dir.file("x"), IndexLayout::kFairseqTNTIDX, DType::kUInt16); },
-      {"fairseq"});
-  EXPECT_TRUE(dir.list().empty());
-}
+// Writing fairseq's layouts: tests/dataprep/fairseq_layout_test.cc.
 
 // --- round trips ----------------------------------------------------------------
 

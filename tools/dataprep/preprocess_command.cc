@@ -22,6 +22,7 @@ double per_second(std::uint64_t amount, double seconds) {
 struct PreprocessFlags {
   dataprep::PreprocessOptions options;
   std::string impl = "mmap";
+  std::string layout = "megatron";
   std::string on_error = "fail";
   std::string txt_document = "line";
   std::string stdin_format = "jsonl";
@@ -34,6 +35,7 @@ struct PreprocessFlags {
 void run(PreprocessFlags& flags, const CLI::App& command) {
   auto& options = flags.options;
   options.impl = dataprep::parse_impl(flags.impl);
+  options.layout = dataprep::parse_layout_family(flags.layout);
   options.reader.skip_bad_records = flags.on_error == "skip";
   options.reader.txt_document =
       flags.txt_document == "file" ? dataprep::TxtDocument::kFile : dataprep::TxtDocument::kLine;
@@ -41,6 +43,12 @@ void run(PreprocessFlags& flags, const CLI::App& command) {
       flags.stdin_format == "txt" ? dataprep::InputFormat::kTxt : dataprep::InputFormat::kJsonl;
   if (command.count("--eod-id") > 0) options.eod_id = flags.eod_id;
   if (!flags.dtype.empty()) options.dtype = dataprep::parse_dtype(flags.dtype);
+  // fairseq's lazy/cached reader cannot take uint16 (the writer says why): default to
+  // int32, as fairseq's own builder for that layout does.
+  if (dataprep::layout_for_impl(options.impl, options.layout) == dataprep::IndexLayout::kFairseqTNTIDX &&
+      !options.dtype) {
+    options.dtype = dataprep::DType::kInt32;
+  }
 
   // Under mpirun or srun the ranks work together and rank 0 alone reports.
   const LaunchEnvironment launch = detect_launch_environment();
@@ -109,8 +117,19 @@ void add_preprocess_command(CLI::App& app) {
                       "JSON keys holding the text; one output per key")
       ->capture_default_str()
       ->expected(1, -1);
-  command->add_option("--impl", flags->impl, "Index layout: mmap (MMIDIDX) or lazy/cached (TNTIDX)")
+  command
+      ->add_option("--impl", flags->impl,
+                   "The reader's dataset impl the index is for: mmap writes an MMIDIDX index, lazy or "
+                   "cached a TNTIDX index (the reader's --dataset-impl / --data-impl of the same name)")
       ->check(CLI::IsMember({"mmap", "lazy", "cached"}))
+      ->capture_default_str();
+  command
+      ->add_option("--layout", flags->layout,
+                   "Whose variant of that index: megatron (with a document index; Megatron-core reads "
+                   "mmap, Megatron-LM's legacy reader all three) or fairseq (no document index, one "
+                   "document per sequence; fairseq reads it; with lazy/cached the .bin stores id + 1 "
+                   "and the dtype defaults to int32)")
+      ->check(CLI::IsMember({"megatron", "fairseq"}))
       ->capture_default_str();
   command->add_flag("--append-eod", options.append_eod,
                     "Append the end-of-document id to every non-empty document");
@@ -130,8 +149,10 @@ void add_preprocess_command(CLI::App& app) {
   command->add_option("--stdin-format", flags->stdin_format, "Format of - (stdin): jsonl or txt")
       ->check(CLI::IsMember({"jsonl", "txt"}))
       ->capture_default_str();
-  command->add_option("--dtype", flags->dtype,
-                      "Token dtype (default: uint16 if vocab < 65500, else int32)")
+  command
+      ->add_option(
+          "--dtype", flags->dtype,
+          "Token dtype (default: uint16 if vocab < 65500, else int32; int32 for --layout fairseq with lazy/cached)")
       ->check(CLI::IsMember({"uint16", "int32", "uint32", "int64"}));
   command->add_option("--batch-bytes", options.batch_bytes,
                       "Text bytes per work item handed to a worker (tuning; output unchanged)")

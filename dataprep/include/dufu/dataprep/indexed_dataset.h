@@ -1,6 +1,6 @@
-// Readers and writer for indexed token shards: `.bin` (raw tokens) plus `.idx`, in the
-// MMIDIDX layout (Megatron-core, impl "mmap") or the TNTIDX layout (Megatron-legacy /
-// OSLO, impls "lazy" and "cached"; fairseq's variant without doc_idx is read too).
+// Readers and writer for indexed token shards: `.bin` (raw tokens) plus `.idx`, in
+// Megatron's layouts (MMIDIDX for impl "mmap", TNTIDX for "lazy" and "cached") or
+// fairseq's (the same two without a document index; its TNTIDX stores id + 1).
 // Byte layouts: docs/formats.md sections 1-6. All counts and offsets are 64-bit.
 #pragma once
 
@@ -24,10 +24,22 @@ enum class IndexImpl { kMmap, kLazy, kCached };
 IndexImpl parse_impl(std::string_view name);  // "mmap" | "lazy" | "cached"; throws otherwise
 std::string_view impl_name(IndexImpl impl);
 
-enum class IndexLayout { kMMIDIDX, kTNTIDX, kFairseqTNTIDX };
+enum class IndexLayout { kMMIDIDX, kTNTIDX, kFairseqTNTIDX, kFairseqMMIDIDX };
 std::string_view layout_name(IndexLayout layout);
-// mmap writes MMIDIDX; lazy and cached write TNTIDX.
-IndexLayout layout_for_impl(IndexImpl impl);
+
+// Whose layouts a writer uses: Megatron's (with a document index) or fairseq's
+// (without one; each sequence is a document). The impl then picks one of the two.
+enum class LayoutFamily { kMegatron, kFairseq };
+LayoutFamily parse_layout_family(std::string_view name);  // "megatron" | "fairseq"; throws otherwise
+std::string_view layout_family_name(LayoutFamily family);
+// mmap writes MMIDIDX; lazy and cached write TNTIDX (fairseq's `make_builder` makes
+// the same choice for its `--dataset-impl`).
+IndexLayout layout_for_impl(IndexImpl impl, LayoutFamily family = LayoutFamily::kMegatron);
+// False for fairseq's layouts, which store no document index.
+bool layout_has_document_index(IndexLayout layout);
+// What the .bin stores for token id t is t + stored_id_offset: 1 in fairseq's TNTIDX
+// (its builder's Lua convention, which its reader undoes with fix_lua_indexing), else 0.
+std::int32_t stored_id_offset(IndexLayout layout);
 
 std::string bin_path(const std::string& prefix);  // prefix + ".bin"
 std::string idx_path(const std::string& prefix);  // prefix + ".idx"
@@ -45,8 +57,8 @@ class Index {
   DType dtype() const { return dtype_; }
   std::uint64_t version() const { return version_; }
   std::uint64_t num_sequences() const { return num_sequences_; }
-  // Entries of document_indices (documents + 1). fairseq files have none stored:
-  // every sequence is its own document.
+  // Entries of document_indices (documents + 1). fairseq's layouts store none: every
+  // sequence is its own document.
   std::uint64_t num_document_entries() const { return num_document_entries_; }
   std::uint64_t num_documents() const { return num_document_entries_ - 1; }
   std::uint64_t sequence_length(std::uint64_t i) const;      // tokens
@@ -73,7 +85,6 @@ class Index {
   std::uint64_t total_tokens_ = 0;
   // Byte offsets of the arrays inside the file.
   std::uint64_t lengths_at_ = 0, pointers_at_ = 0, documents_at_ = 0;
-  bool fairseq_ = false;
 };
 
 // A readable shard. The .idx layout is detected from its magic; `impl` only decides
@@ -93,7 +104,8 @@ class IndexedDataset {
   const std::string& prefix() const { return prefix_; }
 
   // Copies `count` tokens of sequence `seq` starting at token `offset`, converted to
-  // int32 (fairseq's stored id+1 is undone). Throws on out-of-range requests.
+  // int32 (the stored id + 1 of fairseq's TNTIDX is undone). Throws on out-of-range
+  // requests.
   void read_tokens(std::uint64_t seq, std::uint64_t offset, std::uint64_t count,
                    std::int32_t* out) const;
   std::vector<std::int32_t> sequence(std::uint64_t seq) const;
@@ -122,16 +134,20 @@ class IndexedDatasetWriter {
   IndexedDatasetWriter(std::string prefix, IndexLayout layout, DType dtype);
   ~IndexedDatasetWriter();  // without commit(): both temporaries are removed
 
-  // Appends one sequence; throws if a token does not fit the dtype.
+  // Appends one sequence; throws if a token (plus stored_id_offset) does not fit the
+  // dtype.
   void add_sequence(std::span<const std::int32_t> tokens);
   // Closes the current document (document_indices gets the current sequence count).
+  // fairseq's layouts cannot record documents, so there each document must be exactly
+  // one sequence, or this throws.
   void end_document();
   void add_document(std::span<const std::int32_t> tokens) {
     add_sequence(tokens);
     end_document();
   }
   // Appends every sequence and document of `other` (same dtype required): .bin bytes
-  // copied in chunks, lengths appended, document indices shifted. Used by merge.
+  // copied in chunks where both store ids alike (else token by token), lengths
+  // appended, document indices shifted. Used by merge.
   void append(const IndexedDataset& other);
 
   // Writes the .idx, then replaces the pair. Returns bytes of .bin + .idx.
@@ -146,6 +162,7 @@ class IndexedDatasetWriter {
  private:
   void write_mmidx(AtomicFile& idx) const;
   void write_tntidx(AtomicFile& idx) const;
+  void encode(std::span<const std::int32_t> tokens);
 
   std::string prefix_;
   IndexLayout layout_;

@@ -29,6 +29,7 @@ struct PreprocessOptions {
   std::string tokenizer_pattern;    // for .tiktoken: gpt2, cl100k, o200k or a regex
   ReaderOptions reader;
   IndexImpl impl = IndexImpl::kMmap;
+  LayoutFamily layout = LayoutFamily::kMegatron;  // with impl, picks the .idx layout
   bool append_eod = false;
   std::optional<int> eod_id;        // default: the tokenizer's own (</s>, <|endoftext|>)
   std::optional<DType> dtype;       // default: Megatron's rule from the vocab size
