@@ -221,6 +221,7 @@ PreprocessStats preprocess_distributed(const PreprocessOptions& options, Communi
   std::vector<std::unique_ptr<ShardOutputLock>> locks;
   std::string inputs_text;
   agree(world, [&] {
+    check_joinable_layout(output_layout(options));
     setup.emplace(set_up_preprocess(options));
     if (rank != 0) return;
     for (const auto& prefix : setup->output_prefixes) {

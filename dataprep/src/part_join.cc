@@ -59,11 +59,16 @@ int open_for_writing(const std::string& path) {
 
 }  // namespace
 
+void check_joinable_layout(IndexLayout layout) {
+  if (layout != IndexLayout::kMMIDIDX && layout != IndexLayout::kTNTIDX) {
+    DUFU_FAIL("the ", layout_name(layout), " layout cannot be written by a divided job (parts are joined into ",
+              "Megatron's MMIDIDX or TNTIDX only); run it as one process");
+  }
+}
+
 JoinLayout::JoinLayout(std::vector<PartShape> parts, IndexLayout layout, DType dtype)
     : parts_(std::move(parts)), layout_(layout), dtype_(dtype), item_bytes_(dtype_size(dtype)) {
-  if (layout != IndexLayout::kMMIDIDX && layout != IndexLayout::kTNTIDX) {
-    DUFU_FAIL("parts can be joined into MMIDIDX or TNTIDX only, not ", layout_name(layout));
-  }
+  check_joinable_layout(layout);
   for (const PartShape& part : parts_) {
     before_.push_back(total_);
     total_.sequences += part.sequences;

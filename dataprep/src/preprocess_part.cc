@@ -9,6 +9,7 @@
 #include "dufu/common/json_writer.h"
 #include "dufu/common/launch_environment.h"
 #include "dufu/dataprep/distributed_preprocess.h"
+#include "dufu/dataprep/part_join.h"
 #include "dufu/dataprep/part_manifest.h"
 #include "dufu/dataprep/preprocess_plan.h"
 #include "preprocess_pipeline.h"
@@ -48,6 +49,7 @@ ShardSpec parse_shard(std::string_view text) {
 
 PreprocessStats preprocess_part(const PreprocessOptions& options, ShardSpec shard, Progress* progress) {
   const auto start = std::chrono::steady_clock::now();
+  check_joinable_layout(output_layout(options));
   const PreprocessSetup setup = set_up_preprocess(options);
   const PreprocessPlan plan = divide_inputs(describe_inputs(setup.inputs, options.reader, shard.parts), shard.parts);
   PreprocessStats stats;

@@ -22,6 +22,10 @@ struct PartShape {
   std::uint64_t tokens = 0;
 };
 
+// Throws, naming the layout, unless parts can be joined into it (MMIDIDX, TNTIDX):
+// divided runs check this before any work.
+void check_joinable_layout(IndexLayout layout);
+
 // Where everything goes.
 class JoinLayout {
  public:
