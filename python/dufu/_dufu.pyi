@@ -164,6 +164,7 @@ def preprocess(
     tokenizer_pattern: str = "",
     json_keys: Sequence[str] = ("text",),
     impl: str = "mmap",
+    layout: str = "megatron",
     append_eod: bool = False,
     eod_id: Optional[int] = None,
     dtype: Optional[str] = None,

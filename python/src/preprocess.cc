@@ -56,7 +56,7 @@ PreprocessStats run(const PreprocessOptions& options, const std::optional<std::s
 
 py::dict preprocess(std::vector<std::string> inputs, std::string output_prefix, std::string tokenizer_model,
                     std::string tokenizer_merges, std::string tokenizer_pattern, std::vector<std::string> json_keys,
-                    const std::string& impl, bool append_eod, std::optional<int> eod_id,
+                    const std::string& impl, const std::string& layout, bool append_eod, std::optional<int> eod_id,
                     std::optional<std::string> dtype, int workers, std::size_t batch_bytes,
                     std::size_t max_document_bytes, const std::string& on_error, const std::string& txt_document,
                     const std::string& stdin_format, std::optional<std::string> shard, const py::object& progress,
@@ -70,9 +70,16 @@ py::dict preprocess(std::vector<std::string> inputs, std::string output_prefix, 
   options.reader.json_keys = std::move(json_keys);
   options.reader.max_document_bytes = max_document_bytes;
   options.impl = impl_from_name(impl);
+  options.layout = dataprep::parse_layout_family(layout);
   options.append_eod = append_eod;
   options.eod_id = eod_id;
   if (dtype) options.dtype = dataprep::parse_dtype(*dtype);
+  // The tool's default (preprocess_command.cc): fairseq's lazy/cached reader cannot
+  // take uint16, so int32, as fairseq's own builder writes.
+  if (dataprep::layout_for_impl(options.impl, options.layout) == dataprep::IndexLayout::kFairseqTNTIDX &&
+      !options.dtype) {
+    options.dtype = dataprep::DType::kInt32;
+  }
   options.workers = workers;
   options.batch_bytes = batch_bytes;
   // The tool's flags accept exactly these names.
@@ -140,8 +147,8 @@ void bind_preprocess(py::module_& module) {
   module.def("preprocess", &preprocess, py::arg("inputs"), py::arg("output_prefix"), py::arg("tokenizer_model"),
              py::kw_only(), py::arg("tokenizer_merges") = "", py::arg("tokenizer_pattern") = "",
              py::arg("json_keys") = std::vector<std::string>{"text"}, py::arg("impl") = "mmap",
-             py::arg("append_eod") = false, py::arg("eod_id") = py::none(), py::arg("dtype") = py::none(),
-             py::arg("workers") = 0, py::arg("batch_bytes") = std::size_t{1} << 20,
+             py::arg("layout") = "megatron", py::arg("append_eod") = false, py::arg("eod_id") = py::none(),
+             py::arg("dtype") = py::none(), py::arg("workers") = 0, py::arg("batch_bytes") = std::size_t{1} << 20,
              py::arg("max_document_bytes") = dataprep::kDefaultMaxDocumentBytes, py::arg("on_error") = "fail",
              py::arg("txt_document") = "line", py::arg("stdin_format") = "jsonl", py::arg("shard") = py::none(),
              py::arg("progress") = false, py::arg("progress_interval") = 0.5);

@@ -1,8 +1,8 @@
 // dufu.IndexedDataset: a shard (.bin + .idx) whose items are numpy arrays of the
 // stored dtype. With impl "mmap" an item is a read-only view into a mapping of the
 // .bin, with no copy; the view's base object holds the mapping, so items stay valid
-// after the dataset is gone. "lazy" and "cached" items, and fairseq's TNTIDX (which
-// stores id + 1), are fresh arrays.
+// after the dataset is gone. "lazy" and "cached" items, and those of fairseq's TNTIDX
+// (which stores id + 1, undone here), are fresh arrays.
 //
 // The view needs the mapping's address, which IndexedDataset does not expose; the
 // binding maps the .bin a second time (read-only, the same page-cache pages) instead
@@ -33,7 +33,7 @@ std::shared_ptr<Shard> open_shard(const std::string& prefix, const std::string& 
   {
     py::gil_scoped_release release;
     shard->dataset = IndexedDataset::open(prefix, impl);
-    const bool ids_as_stored = shard->dataset->index().layout() != dataprep::IndexLayout::kFairseqTNTIDX;
+    const bool ids_as_stored = dataprep::stored_id_offset(shard->dataset->index().layout()) == 0;
     if (impl == dataprep::IndexImpl::kMmap && ids_as_stored) {
       auto bin = std::make_shared<MappedFile>(MappedFile::open(dataprep::bin_path(prefix)));
       if (bin->size() != shard->dataset->bin_size()) {
@@ -71,7 +71,7 @@ py::array read_item(const Shard& shard, std::uint64_t sequence, std::uint64_t of
   const std::uint64_t item_size = dataprep::dtype_size(dataset.dtype());
   const std::uint64_t byte_offset = (dataset.index().sequence_offset(sequence) + offset) * item_size;
   if (shard.bin) return mapped_view(shard.bin, dtype, shard.bin->data() + byte_offset, count);
-  if (dataset.index().layout() == dataprep::IndexLayout::kFairseqTNTIDX) {
+  if (dataprep::stored_id_offset(dataset.index().layout()) != 0) {
     // read_tokens undoes the stored id + 1; the result is given back in the shard's dtype.
     py::array_t<std::int32_t> tokens(static_cast<py::ssize_t>(count));
     {

@@ -19,26 +19,34 @@ def corpus():
     return model, jsonl
 
 
-@pytest.mark.parametrize("impl", ["mmap", "lazy"])
-def test_preprocess_writes_what_the_tool_writes(corpus, tmp_path, impl):
+@pytest.mark.parametrize("impl,layout", [("mmap", "megatron"), ("lazy", "megatron"), ("lazy", "fairseq")])
+def test_preprocess_writes_what_the_tool_writes(corpus, tmp_path, impl, layout):
     model, jsonl = corpus
     status, stdout, stderr = run_dataprep("preprocess", "-i", jsonl, "-o", str(tmp_path / "tool"), "-m", model,
-                                          "--append-eod", "--impl", impl, "--workers", "2", "--quiet")
+                                          "--append-eod", "--impl", impl, "--layout", layout, "--workers", "2",
+                                          "--quiet")
     assert status == 0, stderr
     calls = []
-    stats = dufu.preprocess([jsonl], str(tmp_path / "py"), model, append_eod=True, impl=impl, workers=2,
-                            batch_bytes=1 << 16, progress=calls.append, progress_interval=0.01)
+    stats = dufu.preprocess([jsonl], str(tmp_path / "py"), model, append_eod=True, impl=impl, layout=layout,
+                            workers=2, batch_bytes=1 << 16, progress=calls.append, progress_interval=0.01)
     for suffix in (".bin", ".idx"):
         assert filecmp.cmp(str(tmp_path / "tool") + suffix, str(tmp_path / "py") + suffix, shallow=False)
     assert f"documents  {stats['documents']} written" in stdout
     assert f"tokens     {stats['tokens']} " in stdout
-    assert stats["output_prefixes"] == [str(tmp_path / "py")] and stats["dtype"] == "uint16"
+    assert f"dtype {stats['dtype']}" in stdout and stats["output_prefixes"] == [str(tmp_path / "py")]
     # The last call reports the finished job; counters only grow.
     assert calls and calls[-1]["documents"] == stats["documents"] and calls[-1]["tokens"] == stats["tokens"]
     assert calls[-1]["input_bytes"] == os.path.getsize(jsonl)
     assert all(a["tokens"] <= b["tokens"] for a, b in zip(calls, calls[1:]))
     shard = dufu.IndexedDataset(str(tmp_path / "py"), impl)
     assert len(shard) == stats["documents"] and shard.total_tokens == stats["tokens"]
+    if layout == "fairseq":
+        # fairseq's TNTIDX stores id + 1; items are the ids, as in Megatron's layout.
+        dufu.preprocess([jsonl], str(tmp_path / "megatron"), model, append_eod=True, dtype=stats["dtype"])
+        megatron = dufu.IndexedDataset(str(tmp_path / "megatron"))
+        assert shard.layout != megatron.layout and shard.dtype == megatron.dtype
+        for i in range(0, len(shard), 97):
+            assert shard[i].tolist() == megatron[i].tolist()
 
 
 def test_preprocess_errors_carry_the_tools_message(corpus, tmp_path):
