@@ -3,12 +3,13 @@
 // due, so reporting never slows down or blocks the work it reports on.
 #include "dufu/common/progress.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "dufu/common/error.h"
-#include "dufu/common/human_units.h"
 
 namespace dufu {
 
@@ -16,19 +17,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string format(const char* fmt, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof(buffer), fmt, value);
-  return buffer;
-}
-
-std::string elapsed_clock(double seconds) {
-  const auto total = static_cast<long long>(seconds);
-  char buffer[48];
-  std::snprintf(buffer, sizeof(buffer), "%lld:%02lld:%02lld", total / 3600, total / 60 % 60,
-                total % 60);
-  return buffer;
-}
+// Rates on the bar, and the ETA, are over this much recent time: long enough to smooth
+// out work that arrives in batches, short enough to follow a change of pace.
+constexpr double kRateWindowSeconds = 10.0;
+constexpr std::size_t kDefaultColumns = 80;
 
 std::int64_t nanoseconds(std::chrono::milliseconds interval) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(interval).count();
@@ -44,6 +36,7 @@ Progress::Progress(std::string label, std::vector<ProgressCounter> counters,
       values_(std::make_unique<std::atomic<std::uint64_t>[]>(counters_.size())),
       start_(Clock::now()),
       last_print_(start_) {
+  samples_.push_back({0.0, std::vector<std::uint64_t>(counters_.size(), 0)});
   if (options_.stream == nullptr) options_.quiet = true;
   switch (options_.mode) {
     case ProgressOptions::Mode::kBar: bar_ = true; break;
@@ -74,6 +67,13 @@ void Progress::add(std::size_t counter, std::uint64_t delta) {
   maybe_print();
 }
 
+void Progress::add_each(std::initializer_list<std::uint64_t> deltas) {
+  DUFU_CHECK(deltas.size() <= counters_.size(), deltas.size(), " progress deltas for ", counters_.size(), " counters");
+  std::size_t counter = 0;
+  for (const std::uint64_t delta : deltas) values_[counter++].fetch_add(delta, std::memory_order_relaxed);
+  maybe_print();
+}
+
 std::uint64_t Progress::value(std::size_t counter) const {
   DUFU_CHECK(counter < counters_.size(), "progress counter ", counter, " of ", counters_.size());
   return values_[counter].load(std::memory_order_relaxed);
@@ -96,15 +96,78 @@ void Progress::maybe_print() {
   const auto interval = bar_ ? options_.bar_interval : options_.line_interval;
   next_print_ns_.store(now_ns + nanoseconds(interval), std::memory_order_relaxed);
   last_print_ = Clock::now();
+  record_sample();
 
-  const std::string line = render_line();
   if (bar_) {
-    // Erase-to-end-of-line clears what a longer previous line left behind.
-    std::fprintf(options_.stream, "\r%s\033[K", line.c_str());
+    // Erase-to-end-of-line clears what a longer previous line left behind; the width
+    // is asked again each time, so a resized terminal gets a line that fits.
+    std::fprintf(options_.stream, "\r%s\033[K", render_bar(columns()).c_str());
   } else {
-    std::fprintf(options_.stream, "%s\n", line.c_str());
+    std::fprintf(options_.stream, "%s\n", render_line().c_str());
   }
   std::fflush(options_.stream);
+}
+
+void Progress::record_sample() {
+  Sample sample{elapsed_seconds(), std::vector<std::uint64_t>(counters_.size())};
+  for (std::size_t i = 0; i < counters_.size(); ++i) sample.values[i] = value(i);
+  std::lock_guard<std::mutex> lock(samples_mutex_);
+  samples_.push_back(std::move(sample));
+  // Keep one sample at or before the window's start, as the base of the rates.
+  const double window_start = samples_.back().seconds - kRateWindowSeconds;
+  std::size_t drop = 0;
+  while (drop + 1 < samples_.size() && samples_[drop + 1].seconds <= window_start) ++drop;
+  samples_.erase(samples_.begin(), samples_.begin() + static_cast<std::ptrdiff_t>(drop));
+}
+
+std::size_t Progress::columns() const {
+  if (options_.columns > 0) return options_.columns;
+  winsize size{};
+  if (::ioctl(::fileno(options_.stream), TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  if (const char* env = std::getenv("COLUMNS")) {
+    char* end = nullptr;
+    const long value = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && value > 0 && value < 100000) return static_cast<std::size_t>(value);
+  }
+  return kDefaultColumns;
+}
+
+ProgressSnapshot Progress::snapshot(bool windowed_rates, bool finished) const {
+  ProgressSnapshot snapshot;
+  snapshot.label = label_;
+  snapshot.total = total_.load(std::memory_order_relaxed);
+  snapshot.elapsed_seconds = elapsed_seconds();
+  snapshot.finished = finished;
+  Sample base;
+  {
+    // The newest sample at least a window old, else the oldest (the start).
+    std::lock_guard<std::mutex> lock(samples_mutex_);
+    const double window_start = snapshot.elapsed_seconds - kRateWindowSeconds;
+    std::size_t at = 0;
+    while (at + 1 < samples_.size() && samples_[at + 1].seconds <= window_start) ++at;
+    base = samples_[at];
+  }
+  const double window_seconds = snapshot.elapsed_seconds - base.seconds;
+  std::vector<double> windowed(counters_.size(), 0.0);
+  for (std::size_t i = 0; i < counters_.size(); ++i) {
+    ProgressCounterState counter{counters_[i].name, counters_[i].scale, value(i), 0.0};
+    // Counters only grow, but a value read before the sample was taken can be older.
+    const double recent = static_cast<double>(counter.value) - static_cast<double>(base.values[i]);
+    windowed[i] = window_seconds > 0 ? std::max(0.0, recent) / window_seconds : 0.0;
+    const double average =
+        snapshot.elapsed_seconds > 0 ? static_cast<double>(counter.value) / snapshot.elapsed_seconds : 0.0;
+    counter.rate = windowed_rates && !finished ? windowed[i] : average;
+    snapshot.counters.push_back(std::move(counter));
+  }
+  if (snapshot.total > 0 && !snapshot.counters.empty()) {
+    const std::uint64_t done = snapshot.counters[0].value;
+    if (done >= snapshot.total) {
+      snapshot.eta_seconds = 0.0;
+    } else if (windowed[0] > 0) {
+      snapshot.eta_seconds = static_cast<double>(snapshot.total - done) / windowed[0];
+    }
+  }
+  return snapshot;
 }
 
 void Progress::finish() {
@@ -112,42 +175,22 @@ void Progress::finish() {
   if (finished_) return;
   finished_ = true;
   if (options_.quiet) return;
-  const std::string line = render_line();
   if (bar_) {
+    const std::string line = render_progress_bar(snapshot(/*windowed_rates=*/false, /*finished=*/true), columns());
     std::fprintf(options_.stream, "\r%s\033[K\n", line.c_str());
   } else {
+    const std::string line = render_progress_line(snapshot(/*windowed_rates=*/false, /*finished=*/true));
     std::fprintf(options_.stream, "%s\n", line.c_str());
   }
   std::fflush(options_.stream);
 }
 
 std::string Progress::render_line() const {
-  const double seconds = elapsed_seconds();
-  std::string line = label_.empty() ? std::string() : label_ + ":";
-  for (std::size_t i = 0; i < counters_.size(); ++i) {
-    const ProgressCounter& counter = counters_[i];
-    const double scale = counter.scale > 0 ? counter.scale : 1.0;
-    const double shown = static_cast<double>(value(i)) / scale;
-    const double rate = seconds > 0 ? shown / seconds : 0.0;
-    if (i > 0) line += " |";
-    if (!line.empty()) line += ' ';
-    if (scale == 1.0) {
-      // Plain counts: "1.23M docs (45.6k docs/s)".
-      line += str_cat(human_count(shown, true), ' ', counter.name, " (", human_count(rate, false), ' ',
-                      counter.name, "/s)");
-    } else {
-      // Scaled units already carry their magnitude: "123.4 MB (5.6 MB/s)".
-      line += str_cat(format("%.1f", shown), ' ', counter.name, " (", format("%.1f", rate), ' ',
-                      counter.name, "/s)");
-    }
-  }
-  const std::uint64_t total = total_.load(std::memory_order_relaxed);
-  if (total > 0 && !counters_.empty()) {
-    const double percent = 100.0 * static_cast<double>(value(0)) / static_cast<double>(total);
-    line += str_cat(" | ", format("%.1f", percent), "%");
-  }
-  line += str_cat(" | ", elapsed_clock(seconds));
-  return line;
+  return render_progress_line(snapshot(/*windowed_rates=*/false, /*finished=*/false));
+}
+
+std::string Progress::render_bar(std::size_t columns) const {
+  return render_progress_bar(snapshot(/*windowed_rates=*/true, /*finished=*/false), columns);
 }
 
 }  // namespace dufu
