@@ -18,6 +18,7 @@
 #include <set>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include "dufu/common/error.h"
 #include "dufu/common/human_units.h"
@@ -37,7 +38,6 @@ struct TextBatch {
   std::size_t num_records = 0;
   // fields[record * num_keys + key]
   std::vector<std::string> fields;
-  std::uint64_t raw_bytes_delta = 0;
 };
 
 struct TokenBatch {
@@ -48,6 +48,28 @@ struct TokenBatch {
   std::vector<std::vector<std::int32_t>> tokens;
   std::vector<std::vector<std::uint64_t>> lengths;
   std::uint64_t text_bytes = 0;
+};
+
+// How far reading is: input bytes read and text bytes handed out in batches so far.
+// The input bytes run ahead of the batches (a line reader's buffer, a decoder's: up
+// to a few MiB), so the writer counts as done the input bytes read times the share
+// of the text it has written: the percentage of progress follows the work done.
+class ReadPosition {
+ public:
+  void set(std::uint64_t raw_bytes, std::uint64_t text_bytes) {
+    std::lock_guard lock(mutex_);
+    raw_bytes_ = raw_bytes;
+    text_bytes_ = text_bytes;
+  }
+  std::uint64_t raw_bytes_done(std::uint64_t text_bytes_written) const {
+    std::lock_guard lock(mutex_);
+    if (text_bytes_ == 0 || text_bytes_written >= text_bytes_) return raw_bytes_;
+    return static_cast<std::uint64_t>(static_cast<long double>(raw_bytes_) * text_bytes_written / text_bytes_);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::uint64_t raw_bytes_ = 0, text_bytes_ = 0;
 };
 
 // Shared state of one run: the work queue, the reorder buffer, the slot count and
@@ -147,18 +169,16 @@ struct ReaderTotals {
   std::vector<std::string> first_errors;
 };
 
-void read_batches(DocumentReader& reader, std::size_t num_keys, std::size_t batch_bytes,
-                  Pipeline& pipeline, Progress* progress, ReaderTotals* totals) {
+void read_batches(DocumentReader& reader, std::size_t num_keys, std::size_t batch_bytes, Pipeline& pipeline,
+                  ReadPosition* position, ReaderTotals* totals) {
   std::uint64_t sequence = 0;
-  std::uint64_t reported_bytes = 0;
+  std::uint64_t text_read = 0;
   Document document;
   TextBatch batch;
   std::size_t batch_text = 0;
   auto flush = [&] {
-    const auto raw = reader.raw_bytes_read();
-    batch.raw_bytes_delta = raw - reported_bytes;
-    reported_bytes = raw;
-    if (progress) progress->add(kBytesCounter, batch.raw_bytes_delta);
+    text_read += batch_text;
+    position->set(reader.raw_bytes_read(), text_read);
     batch.sequence = sequence++;
     const bool accepted = pipeline.push_work(std::move(batch));
     batch = TextBatch{};
@@ -176,9 +196,7 @@ void read_batches(DocumentReader& reader, std::size_t num_keys, std::size_t batc
   }
   if (batch.num_records > 0 && !flush()) return;
   totals->input_bytes = reader.raw_bytes_read();
-  if (progress && totals->input_bytes > reported_bytes) {
-    progress->add(kBytesCounter, totals->input_bytes - reported_bytes);
-  }
+  position->set(totals->input_bytes, text_read);
   totals->bad_records = reader.bad_records();
   totals->first_errors = reader.reported_errors();
   pipeline.finish_reading(sequence);
@@ -291,9 +309,15 @@ void run_pipeline(const PreprocessOptions& options, const PreprocessSetup& setup
   stats->workers = setup.workers;
   Pipeline pipeline(static_cast<std::size_t>(2 * setup.workers + 2));
   ReaderTotals totals;
+  ReadPosition position;
+  std::uint64_t bytes_reported = 0;  // of the progress's bytes counter
+  auto bytes_done_since_last = [&] {
+    const std::uint64_t done = std::max(bytes_reported, position.raw_bytes_done(stats->text_bytes));
+    return done - std::exchange(bytes_reported, done);
+  };
   std::thread reader_thread([&] {
     try {
-      read_batches(reader, num_keys, options.batch_bytes, pipeline, progress, &totals);
+      read_batches(reader, num_keys, options.batch_bytes, pipeline, &position, &totals);
     } catch (...) {
       pipeline.abort(std::current_exception());
     }
@@ -347,10 +371,8 @@ void run_pipeline(const PreprocessOptions& options, const PreprocessSetup& setup
       stats->documents += documents;
       stats->tokens += tokens;
       stats->text_bytes += batch.text_bytes;
-      if (progress) {
-        progress->add(kDocumentsCounter, documents);
-        progress->add(kTokensCounter, tokens);
-      }
+      static_assert(kBytesCounter == 0 && kDocumentsCounter == 1 && kTokensCounter == 2);
+      if (progress) progress->add_each({bytes_done_since_last(), documents, tokens});
       pipeline.release_slot();
     }
   } catch (...) {
@@ -359,6 +381,7 @@ void run_pipeline(const PreprocessOptions& options, const PreprocessSetup& setup
   reader_thread.join();
   for (auto& worker : workers) worker.join();
   if (auto error = pipeline.first_error()) std::rethrow_exception(error);
+  if (progress) progress->add(kBytesCounter, bytes_done_since_last());  // input after the last document
   stats->records = totals.records;
   stats->input_bytes = totals.input_bytes;
   stats->bad_skipped = totals.bad_records;

@@ -65,7 +65,9 @@ std::vector<std::string> output_prefixes_for(const std::string& prefix,
 // Refuses out-of-range options (workers, batch bytes, an --eod-id outside the
 // vocabulary, a JSON key given twice) and an output that is one of the inputs.
 // `progress` may be null; its counters are input bytes, documents and tokens, in
-// that order (the percentage is of input bytes).
+// that order, counted as batches are written: input bytes are those read, scaled by
+// the share of the text read that is written, so the percentage (of input bytes) is
+// of work done, not of input read ahead.
 PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress);
 
 }  // namespace dufu::dataprep
