@@ -35,8 +35,8 @@ int fail(const std::string& message) {
 int main(int argc, char** argv) {
   dufu::install_cleanup_signal_handlers();
   CLI::App app{
-      "dataprep: tokenize corpora into indexed binary shards (Megatron-LM / fairseq "
-      "compatible) and inspect, merge and train tokenizers for them."};
+      "dataprep: tokenize corpora into indexed binary shards (Megatron-LM's layouts, or fairseq's "
+      "with preprocess --layout fairseq) and inspect, merge and train tokenizers for them."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "dataprep 0.1.0");
   dufu::tools::add_preprocess_command(app);
