@@ -136,6 +136,39 @@ TEST_F(DistributedPreprocess, EveryRankCountAndEveryShardingWritesTheSingleProce
   }
 }
 
+TEST_F(DistributedPreprocess, SeveralJsonKeysWriteOnePairPerKeyAsTheSingleProcessDoes) {
+  // Two keys per record: the text and a line of its own, so the two outputs differ.
+  std::filesystem::remove_all(in_);
+  std::filesystem::create_directories(in_);
+  const std::string text = lines_of("fortunes.jsonl", 0, 3000);
+  std::string two_keys;
+  std::size_t number = 0;
+  for (std::size_t at = 0; at < text.size(); at = text.find('\n', at) + 1) {
+    const std::string line = text.substr(at, text.find('\n', at) - at);
+    two_keys += line.substr(0, line.rfind('}')) + ", \"title\": \"cookie " + std::to_string(++number) + "\"}\n";
+  }
+  write_all(in_ + "/two.jsonl", two_keys);
+  const std::string keys = " --json-keys text title";
+  ASSERT_EQ(dataprep(preprocess_flags(out_ + "/single", "mmap") + keys).exit_code, 0);
+  const CommandResult run = mpirun(2, preprocess_flags(out_ + "/np2", "mmap") + keys);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (int k = 0; k < 2; ++k) {
+    const CommandResult part =
+        dataprep(preprocess_flags(out_ + "/s", "mmap") + keys + " --shard " + std::to_string(k) + "/2");
+    ASSERT_EQ(part.exit_code, 0) << part.output;
+  }
+  for (const std::string key : {"text", "title"}) {
+    const std::string suffix = "_" + key + "_document";
+    expect_same_shard(out_ + "/np2" + suffix, out_ + "/single" + suffix, key + " at 2 ranks");
+    const CommandResult merge =
+        dataprep("merge " + shell_quote(out_ + "/s" + suffix + ".part-1-of-2") + " " +
+                 shell_quote(out_ + "/s" + suffix + ".part-0-of-2") + " -o " + shell_quote(out_ + "/merged" + suffix));
+    ASSERT_EQ(merge.exit_code, 0) << merge.output;
+    expect_same_shard(out_ + "/merged" + suffix, out_ + "/single" + suffix, key + " from 2 shards");
+  }
+  EXPECT_FALSE(read_all(out_ + "/single_text_document.bin") == read_all(out_ + "/single_title_document.bin"));
+}
+
 TEST_F(DistributedPreprocess, ABadRecordOnOneRankStopsEveryRankOrIsCountedWhenSkipping) {
   // Four inputs of about the same size, one per rank; rank 2's has a bad line 77.
   std::filesystem::remove_all(in_);
