@@ -102,7 +102,11 @@ struct Part {
 }  // namespace
 
 std::string format_clock(double seconds) {
-  const auto total = static_cast<long long>(std::max(0.0, std::round(seconds)));
+  // An ETA from a rate near zero can be any size; past 99999 hours it says no more
+  // (and the conversion to an integer stays defined).
+  constexpr double kLongest = 99999.0 * 3600 + 3599;
+  const double bounded = std::isnan(seconds) ? 0.0 : std::clamp(std::round(seconds), 0.0, kLongest);
+  const auto total = static_cast<long long>(bounded);
   char buffer[48];
   std::snprintf(buffer, sizeof(buffer), "%lld:%02lld:%02lld", total / 3600, total / 60 % 60, total % 60);
   return buffer;

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -137,6 +138,9 @@ TEST(ProgressRender, ClockRoundsToSeconds) {
   EXPECT_EQ(format_clock(59.6), "0:01:00");
   EXPECT_EQ(format_clock(3 * 3600 + 25 * 60 + 7), "3:25:07");
   EXPECT_EQ(format_clock(-5), "0:00:00");
+  EXPECT_EQ(format_clock(1e30), "99999:59:59");
+  EXPECT_EQ(format_clock(std::numeric_limits<double>::infinity()), "99999:59:59");
+  EXPECT_EQ(format_clock(std::numeric_limits<double>::quiet_NaN()), "0:00:00");
 }
 
 // Progress feeds the renderer: rates over the recent window, the ETA from them, and
