@@ -145,8 +145,9 @@ class Heartbeat {
     world_.all_reduce(sums);
     const std::int32_t marker = failed ? world_.size() - world_.rank() : 0;
     const std::int32_t highest = world_.all_reduce_value(marker, ReduceOp::kMax);
-    if (shown_ != nullptr) {
-      for (std::size_t c = 0; c < 3; ++c) shown_->add(c, static_cast<std::uint64_t>(sums[c + 1]));
+    if (shown_ != nullptr) {  // one redraw for the three
+      shown_->add_each({static_cast<std::uint64_t>(sums[1]), static_cast<std::uint64_t>(sums[2]),
+                        static_cast<std::uint64_t>(sums[3])});
     }
     return Round{highest > 0 ? world_.size() - highest : -1, sums[0] == world_.size()};
   }
