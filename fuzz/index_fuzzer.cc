@@ -97,7 +97,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   fuzz_require(dataset != nullptr, "an index that opens alone does not open beside a .bin of its size");
-  const std::int32_t bias = index.layout() == IndexLayout::kFairseqTNTIDX ? 1 : 0;
+  const std::int32_t bias = stored_id_offset(index.layout());
   for (std::uint64_t i = 0; i < dataset->num_sequences(); ++i) {
     // Floating-point dtypes are refused as tokens (but no tokens read as none); every
     // integer dtype must read.

@@ -102,7 +102,7 @@ put("gzip_source", "truncated.gz", gzip_member(text)[:-5])
 
 # ---- shard indices -----------------------------------------------------------------
 golden = os.path.join(ROOT, "tests", "data", "golden")
-for layout in ("mmidx", "tntidx", "fairseq"):
+for layout in ("mmidx", "tntidx", "fairseq", "fairseq_int32", "fairseq_mmidx"):
     shutil.copyfile(os.path.join(golden, f"{layout}_example.idx"), os.path.join(CORPUS, "index", f"{layout}.idx"))
 
 
