@@ -29,21 +29,34 @@ char first_non_blank(const std::string& path) {
 
 }  // namespace
 
+TokenizerFileKind tokenizer_file_kind(const TokenizerSpec& spec) {
+  if (ends_with(spec.model, ".tiktoken")) return TokenizerFileKind::kTiktoken;
+  if (first_non_blank(spec.model) == '{') {
+    // tokenizer.json has a "model"; vocab.json is a flat map and needs merges.txt.
+    return spec.merges.empty() ? TokenizerFileKind::kHuggingFaceJson : TokenizerFileKind::kGpt2Vocab;
+  }
+  return TokenizerFileKind::kSentencePiece;
+}
+
 Tokenizer Tokenizer::load(const TokenizerSpec& spec) {
   struct stat info {};
   if (::stat(spec.model.c_str(), &info) != 0) {
     DUFU_FAIL("cannot open tokenizer model '", spec.model, "': ", errno_message(errno));
   }
   if (!S_ISREG(info.st_mode)) DUFU_FAIL("tokenizer model '", spec.model, "' is not a regular file");
-  const bool tiktoken = ends_with(spec.model, ".tiktoken");
-  if (!spec.pattern.empty() && !tiktoken) {
+  const TokenizerFileKind kind = tokenizer_file_kind(spec);
+  if (!spec.pattern.empty() && kind != TokenizerFileKind::kTiktoken) {
     DUFU_FAIL("--tokenizer-pattern is for .tiktoken rank files; '", spec.model, "' is not one");
   }
-  if (tiktoken) return Tokenizer(spec.model, tokenizers::load_tiktoken(spec));
-  if (first_non_blank(spec.model) == '{') {
-    // tokenizer.json has a "model"; vocab.json is a flat map and needs merges.txt.
-    if (!spec.merges.empty()) return Tokenizer(spec.model, tokenizers::load_gpt2_vocab(spec));
-    return Tokenizer(spec.model, tokenizers::load_huggingface_json(spec));
+  switch (kind) {
+    case TokenizerFileKind::kTiktoken:
+      return Tokenizer(spec.model, tokenizers::load_tiktoken(spec));
+    case TokenizerFileKind::kGpt2Vocab:
+      return Tokenizer(spec.model, tokenizers::load_gpt2_vocab(spec));
+    case TokenizerFileKind::kHuggingFaceJson:
+      return Tokenizer(spec.model, tokenizers::load_huggingface_json(spec));
+    case TokenizerFileKind::kSentencePiece:
+      break;
   }
   if (!spec.merges.empty()) {
     DUFU_FAIL("--tokenizer-merges goes with a GPT-2 vocab.json; '", spec.model, "' is not JSON");

@@ -11,7 +11,6 @@
 
 #include <sentencepiece_processor.h>
 
-#include <fstream>
 #include <iterator>
 #include <memory>
 #include <string_view>
@@ -25,24 +24,7 @@ namespace dufu::trainer::hf_tokenizer_files {
 
 namespace {
 
-enum class Kind { kSentencePiece, kTokenizerJson, kGpt2Vocab, kTiktoken };
-
-char first_non_blank(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char c = 0;
-  while (in.get(c)) {
-    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') return c;
-  }
-  return 0;
-}
-
-// The same rule as dataprep::Tokenizer::load, which has accepted the file by then.
-Kind kind_of(const dataprep::TokenizerSpec& spec) {
-  if (std::string_view(spec.model).ends_with(".tiktoken")) return Kind::kTiktoken;
-  if (!spec.merges.empty()) return Kind::kGpt2Vocab;
-  if (first_non_blank(spec.model) == '{') return Kind::kTokenizerJson;
-  return Kind::kSentencePiece;
-}
+using Kind = dataprep::TokenizerFileKind;
 
 std::string path_in(const std::string& dir, const std::string& name) { return dir + "/" + name; }
 
@@ -117,7 +99,7 @@ TokenizerFiles write_byte_level(const std::string& dir, const dataprep::Tokenize
   files.pad_id = files.eos_id;
   JsonWriter json;
   json.begin_object();
-  if (kind == Kind::kTokenizerJson) {
+  if (kind == Kind::kHuggingFaceJson) {
     files.tokenizer_class = "PreTrainedTokenizerFast";
     copy_file(spec.model, path_in(dir, "tokenizer.json"));
     files.files = {"tokenizer.json"};
@@ -144,7 +126,7 @@ TokenizerFiles write_byte_level(const std::string& dir, const dataprep::Tokenize
 }  // namespace
 
 void check_exportable(const dataprep::TokenizerSpec& spec) {
-  if (kind_of(spec) == Kind::kTiktoken) {
+  if (dataprep::tokenizer_file_kind(spec) == Kind::kTiktoken) {
     DUFU_FAIL("the tokenizer '", spec.model, "' is a tiktoken rank file, which transformers does not read; ",
               "HINT: give the same tokenizer as a HuggingFace tokenizer.json (or GPT-2's vocab.json with ",
               "--tokenizer-merges merges.txt)");
@@ -154,7 +136,7 @@ void check_exportable(const dataprep::TokenizerSpec& spec) {
 TokenizerFiles write(const std::string& dir, const dataprep::TokenizerSpec& spec, const dataprep::Tokenizer& tokenizer,
                      int model_max_length) {
   check_exportable(spec);
-  const Kind kind = kind_of(spec);
+  const Kind kind = dataprep::tokenizer_file_kind(spec);
   if (kind == Kind::kSentencePiece) return write_sentencepiece(dir, spec, tokenizer, model_max_length);
   return write_byte_level(dir, spec, tokenizer, model_max_length, kind);
 }

@@ -29,6 +29,13 @@ struct TokenizerSpec {
   std::string pattern;
 };
 
+// What kind of tokenizer file a spec names, by the rule Tokenizer::load follows: a
+// .tiktoken name, else JSON (its first non-blank byte '{') is a vocab.json when merges
+// are given and a tokenizer.json otherwise, else a sentencepiece model. It only looks;
+// load() is what refuses a file or a combination.
+enum class TokenizerFileKind { kSentencePiece, kTiktoken, kHuggingFaceJson, kGpt2Vocab };
+TokenizerFileKind tokenizer_file_kind(const TokenizerSpec& spec);
+
 // One worker's encoder. Not thread-safe: each thread makes its own. It may keep a
 // bounded cache of the pieces it has seen, which never changes its output.
 class TokenEncoder {
