@@ -191,7 +191,8 @@ void recover_interrupted_replacement(const std::string& prefix) {
 // with our own pid are leftovers of an earlier process that had our pid.
 void remove_dead_temporaries(const std::string& prefix) {
   const SplitPrefix parts = split_prefix(prefix);
-  const std::string finals[] = {parts.name + ".bin", parts.name + ".idx", parts.name + ".replacing"};
+  // The marker's own name is hidden (see shard_replacing_path).
+  const std::string finals[] = {parts.name + ".bin", parts.name + ".idx", "." + parts.name + ".replacing"};
   DIR* dir = ::opendir(parts.dir.c_str());
   if (dir == nullptr) return;
   int removed = 0;

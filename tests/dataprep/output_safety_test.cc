@@ -404,11 +404,13 @@ TEST_F(OutputSafety, TheNextRunRemovesWhatKilledRunsLeft) {
   ASSERT_FALSE(leftovers(out_dir()).empty()) << "SIGKILL cannot be caught: something must be left";
 
   // A leftover of an earlier process (pid 1 never writes here, but is alive: keep),
-  // and idx/marker temporaries of the killed one.
+  // and idx/marker temporaries of the killed one. The marker is itself hidden
+  // (.corpus.replacing), so its temporary starts with two dots; SIGKILL while it was
+  // written left one that no later run removed.
   const std::string live = ".corpus.bin.tmp.1.0";
   write_all(out(live), "live");
   write_all(out(".corpus.idx.tmp." + std::to_string(killed.pid()) + ".3"), "dead");
-  write_all(out(".corpus.replacing.tmp." + std::to_string(killed.pid()) + ".4"), "dead");
+  write_all(out("..corpus.replacing.tmp." + std::to_string(killed.pid()) + ".4"), "dead");
   write_all(out(".other.bin.tmp." + std::to_string(killed.pid()) + ".5"), "another prefix");
 
   const ToolResult next = preprocess(root_.file("corpus.jsonl"), out("corpus"));
