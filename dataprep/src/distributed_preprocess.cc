@@ -270,7 +270,9 @@ PreprocessStats preprocess_distributed(const PreprocessOptions& options, Communi
                               }
                             }};
     run_pipeline(options, *setup, reader, writers, &local, &stats, &tick);
-    for (auto& writer : writers) writer->commit();
+    // Not commit(): the pair commit holds SIGTERM back for its renames and fsyncs,
+    // longer than mpirun waits before its SIGKILL when another rank died.
+    for (auto& writer : writers) writer->commit_scratch();
   } catch (const StopRequested&) {
     stopped = true;
   } catch (const std::bad_alloc&) {

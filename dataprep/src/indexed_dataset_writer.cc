@@ -215,7 +215,7 @@ void IndexedDatasetWriter::append(const IndexedDataset& other) {
   tokens_ += index.total_tokens();
 }
 
-std::uint64_t IndexedDatasetWriter::commit() {
+AtomicFile IndexedDatasetWriter::finish_index() const {
   if (committed_) DUFU_FAIL("'", prefix_, "' was already committed");
   const auto sequences = static_cast<std::int64_t>(lengths_.size());
   if (document_indices_.back() != sequences) {
@@ -228,8 +228,23 @@ std::uint64_t IndexedDatasetWriter::commit() {
   } else {
     write_tntidx(idx);
   }
+  return idx;
+}
+
+std::uint64_t IndexedDatasetWriter::commit() {
+  AtomicFile idx = finish_index();
   const std::uint64_t bytes = bin_.bytes_written() + idx.bytes_written();
   commit_shard_pair(bin_, idx, prefix_);
+  committed_ = true;
+  lock_.reset();
+  return bytes;
+}
+
+std::uint64_t IndexedDatasetWriter::commit_scratch() {
+  AtomicFile idx = finish_index();
+  const std::uint64_t bytes = bin_.bytes_written() + idx.bytes_written();
+  bin_.commit();
+  idx.commit();
   committed_ = true;
   lock_.reset();
   return bytes;

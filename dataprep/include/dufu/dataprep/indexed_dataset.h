@@ -152,6 +152,12 @@ class IndexedDatasetWriter {
 
   // Writes the .idx, then replaces the pair. Returns bytes of .bin + .idx.
   std::uint64_t commit();
+  // For a pair that only the running job reads and then removes (a rank's part of a
+  // divided preprocess): each file renamed into place on its own, without the pair's
+  // marker and without holding SIGINT/SIGTERM back meanwhile, so that a signal at any
+  // moment (mpirun's SIGTERM, with SIGKILL a second later) removes what the caller
+  // registered for cleanup. Returns bytes of .bin + .idx.
+  std::uint64_t commit_scratch();
 
   std::uint64_t num_sequences() const { return lengths_.size(); }
   std::uint64_t num_documents() const { return document_indices_.size() - 1; }
@@ -160,6 +166,8 @@ class IndexedDatasetWriter {
   const std::string& prefix() const { return prefix_; }
 
  private:
+  // Checks every document is closed and writes the .idx into its temporary.
+  AtomicFile finish_index() const;
   void write_mmidx(AtomicFile& idx) const;
   void write_tntidx(AtomicFile& idx) const;
   void encode(std::span<const std::int32_t> tokens);
