@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "dufu/common/communicator.h"
+#include "dufu/common/environment_seconds.h"
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
 
@@ -89,14 +90,7 @@ Runtime& runtime() {
 }
 
 double exit_timeout_from_environment() {
-  const char* value = std::getenv("DUFU_MPI_EXIT_TIMEOUT");
-  if (value == nullptr || value[0] == '\0') return kDefaultExitTimeoutSeconds;
-  char* end = nullptr;
-  const double seconds = std::strtod(value, &end);
-  if (end == value || *end != '\0' || !(seconds > 0.0)) {
-    DUFU_FAIL("environment variable DUFU_MPI_EXIT_TIMEOUT='", value, "' is not a positive number of seconds");
-  }
-  return seconds;
+  return positive_seconds_from_environment("DUFU_MPI_EXIT_TIMEOUT", kDefaultExitTimeoutSeconds);
 }
 
 // Registered with atexit once MPI is up: waits (bounded) for every rank to arrive,

@@ -126,6 +126,44 @@ TEST(Progress, LinesModePrintsAgainAfterInterval) {
   EXPECT_EQ(count(stream.text(), "\n"), 2u);
 }
 
+// Sets an environment variable for one scope, restoring the absence after.
+class ScopedEnvironment {
+ public:
+  ScopedEnvironment(const char* name, const char* value) : name_(name) { ::setenv(name, value, 1); }
+  ~ScopedEnvironment() { ::unsetenv(name_); }
+  ScopedEnvironment(const ScopedEnvironment&) = delete;
+  ScopedEnvironment& operator=(const ScopedEnvironment&) = delete;
+
+ private:
+  const char* name_;
+};
+
+TEST(Progress, EnvironmentIntervalOverridesTheCallers) {
+  ScopedEnvironment interval("DUFU_PROGRESS_INTERVAL", "0.05");
+  Stream stream;
+  Progress progress("job", docs_and_mb(),
+                    options_for(stream, ProgressOptions::Mode::kLines, milliseconds(3'600'000)));
+  progress.add(0, 1);
+  EXPECT_EQ(stream.text(), "");
+  std::this_thread::sleep_for(milliseconds(60));
+  progress.add(0, 1);
+  EXPECT_EQ(count(stream.text(), "\n"), 1u) << stream.text();
+}
+
+TEST(Progress, EnvironmentIntervalThatIsNotPositiveSecondsIsRefusedByName) {
+  for (const char* bad : {"0", "-1", "fast", "1s", "nan", "inf"}) {
+    ScopedEnvironment interval("DUFU_PROGRESS_INTERVAL", bad);
+    Stream stream;
+    try {
+      Progress progress("job", docs_and_mb(), options_for(stream, ProgressOptions::Mode::kLines, milliseconds(50)));
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("DUFU_PROGRESS_INTERVAL='" + std::string(bad) + "'"), std::string::npos)
+          << error.what();
+    }
+  }
+}
+
 TEST(Progress, BarModeRedrawsOneLine) {
   Stream stream;
   {
