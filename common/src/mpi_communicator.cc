@@ -13,7 +13,6 @@
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
-
 #include <unistd.h>
 
 #include <chrono>

@@ -53,7 +53,8 @@ Progress::Progress(std::string label, std::vector<ProgressCounter> counters,
   auto& interval = bar_ ? options_.bar_interval : options_.line_interval;
   const double seconds = positive_seconds_from_environment("DUFU_PROGRESS_INTERVAL", 0.0);
   if (seconds > 0.0) {
-    interval = std::max(std::chrono::milliseconds(1), std::chrono::milliseconds(std::llround(std::min(seconds, 1e6) * 1000.0)));
+    interval = std::max(std::chrono::milliseconds(1),
+                        std::chrono::milliseconds(std::llround(std::min(seconds, 1e6) * 1000.0)));
   }
   next_print_ns_.store(nanoseconds(interval), std::memory_order_relaxed);
 }

@@ -141,8 +141,7 @@ class ScopedEnvironment {
 TEST(Progress, EnvironmentIntervalOverridesTheCallers) {
   ScopedEnvironment interval("DUFU_PROGRESS_INTERVAL", "0.05");
   Stream stream;
-  Progress progress("job", docs_and_mb(),
-                    options_for(stream, ProgressOptions::Mode::kLines, milliseconds(3'600'000)));
+  Progress progress("job", docs_and_mb(), options_for(stream, ProgressOptions::Mode::kLines, milliseconds(3'600'000)));
   progress.add(0, 1);
   EXPECT_EQ(stream.text(), "");
   std::this_thread::sleep_for(milliseconds(60));
