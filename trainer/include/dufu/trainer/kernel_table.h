@@ -77,8 +77,10 @@ struct KernelTable {
 
   // Causal multi-head self-attention on qkv [B, T, 3C] (q, k, v each C = NH·hs):
   // out [B, T, C]; att [B, NH, T, T] keeps the softmax probabilities of row t in its
-  // first t+1 entries (the masked rest is never written or read). Scale 1/sqrt(hs),
-  // mask and softmax are fused in one pass per row.
+  // first t+1 entries (the CPU kernel never writes or reads the masked rest; the CUDA
+  // kernel writes zeros there and its backward reads them, so att must come from the
+  // same device's forward). Scale 1/sqrt(hs), mask and softmax are fused in one pass
+  // per row.
   void (*attention_forward)(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
   // dqkv (overwritten) from dout, using the saved att and qkv; datt_scratch is
   // [B, NH, T, T] of scratch space (contents on entry ignored; the CPU kernel keeps its
