@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
 #include <new>
 #include <optional>
@@ -19,9 +19,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "metrics_log.h"
-#include "training_batches.h"
 
 #include "dufu/common/atomic_file.h"
 #include "dufu/common/communicator.h"
@@ -35,6 +32,7 @@
 #include "dufu/dataprep/data_loader.h"
 #include "dufu/trainer/checkpoint.h"
 #include "dufu/trainer/data_parallel_optimizer.h"
+#include "dufu/trainer/device.h"
 #include "dufu/trainer/flops.h"
 #include "dufu/trainer/gpt.h"
 #include "dufu/trainer/lr_schedule.h"
@@ -43,6 +41,8 @@
 #include "dufu/trainer/shard_identity.h"
 #include "dufu/trainer/training_config.h"
 #include "dufu/trainer/training_memory.h"
+#include "metrics_log.h"
+#include "training_batches.h"
 
 namespace dufu::trainer {
 
@@ -50,6 +50,19 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+// train.device = "cuda", with the reason it cannot run: no CUDA backend in this build
+// or no GPU here, or else that the trainer does not drive the CUDA device yet (its
+// kernels are compiled but have never run, and checkpoints and the optimizer's host
+// steps still read parameters as host memory). One line, before anything is created.
+[[noreturn]] void refuse_cuda_training() {
+  const DeviceAvailability cuda = device_availability(DeviceKind::kCuda);
+  if (!cuda.available) DUFU_FAIL("train.device = \"cuda\": ", cuda.reason);
+  DUFU_FAIL(
+      "train.device = \"cuda\": training on a CUDA device is not supported yet (its kernels are compiled "
+      "but untested on a GPU, and checkpoints still read parameters as host memory); use train.device = "
+      "\"cpu\"");
+}
 
 // The groups a rank trains in (docs/rank-layout.md): the other tensor-parallel
 // shards of its stage, the other data-parallel replicas of its shard, the stages of
@@ -206,6 +219,7 @@ std::int64_t Trainer::completed_steps() const { return s_->state.step; }
 bool Trainer::setup() {
   State& s = *s_;
   const TrainingOptions& options = s.options;
+  if (options.device == DeviceKind::kCuda) refuse_cuda_training();
   if (options.threads > 0) omp_set_num_threads(options.threads);
   s.T = options.model.seq_length;
 

@@ -31,6 +31,8 @@ ConfigSchema training_config_schema() {
       .add_bool("data.allow_changed_shards", false,
                 "Resume even when a shard differs from the one the checkpoint was trained on (size or index "
                 "digest); the samples then differ from the run's");
+  schema.add_string("train.device", "cpu",
+                    "Where the model runs: cpu, or cuda (not yet usable for training: issue 11)");
   schema.add_int("train.micro_batch", 8, "Samples per forward/backward")
       .add_int("train.global_batch", 0, "Samples per optimizer step, a multiple of the micro-batch (0 = micro_batch)")
       .add_int("train.steps", 1000, "Optimizer steps to train for")
@@ -168,6 +170,11 @@ TrainingOptions training_options(const Config& config) {
   }
   options.exit_at_step = int_in_range(config, "train.exit_at_step", 0, std::numeric_limits<std::int64_t>::max());
   options.threads = static_cast<int>(int_in_range(config, "train.threads", 0, 4096));
+  try {
+    options.device = parse_device_kind(config.get_string("train.device"));
+  } catch (const Error& e) {
+    DUFU_FAIL("train.device: ", e.what());
+  }
 
   options.schedule.max_lr = config.get_double("optim.lr");
   options.schedule.min_lr = config.get_double("optim.min_lr");

@@ -10,6 +10,7 @@
 
 #include "dufu/common/config.h"
 #include "dufu/dataprep/blend_builder.h"
+#include "dufu/trainer/device.h"
 #include "dufu/trainer/gpt.h"
 #include "dufu/trainer/lr_schedule.h"
 #include "dufu/trainer/optimizer.h"
@@ -38,6 +39,7 @@ struct TrainingOptions {
   std::int64_t exit_at_step = 0;  // stop after this step with a checkpoint; 0 = never
   NonFiniteAction on_nonfinite = NonFiniteAction::kStop;
   int threads = 0;  // OpenMP threads; 0 = OpenMP's default (OMP_NUM_THREADS or all cores)
+  DeviceKind device = DeviceKind::kCpu;
 
   LrSchedule schedule;
   AdamWOptions adamw;
