@@ -19,7 +19,9 @@ class AnonymousFile {
  public:
   // An empty anonymous file in `dir` (empty: the working directory) that messages call
   // `description`. std::nullopt where the file system cannot make one (EOPNOTSUPP,
-  // EISDIR); any other failure throws dufu::Error naming the directory.
+  // EISDIR), and wherever the environment sets DUFU_NO_ANONYMOUS_FILES (not 0), so
+  // tests can take the named path of callers; any other failure throws dufu::Error
+  // naming the directory.
   static std::optional<AnonymousFile> create(const std::string& dir, std::string description);
 
   AnonymousFile(const AnonymousFile&) = delete;
