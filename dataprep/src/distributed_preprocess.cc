@@ -161,7 +161,9 @@ class RankPart {
       writer.commit_scratch();
     }
   }
-  PartShape shape() const { return anonymous_ ? anonymous_shard_shape(*anonymous_) : read_part_shape(named_, nullptr, nullptr); }
+  PartShape shape() const {
+    return anonymous_ ? anonymous_shard_shape(*anonymous_) : read_part_shape(named_, nullptr, nullptr);
+  }
   // Copies the part to its place in `target`, then lets it go.
   void join_into(JoinTarget& target, const JoinLayout& join) {
     if (anonymous_) {

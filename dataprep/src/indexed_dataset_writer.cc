@@ -68,8 +68,7 @@ IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, IndexLayout layou
       lock_(std::make_unique<ShardOutputLock>(prefix_)),
       bin_(std::in_place_type<AtomicFile>, bin_path(prefix_)) {}
 
-IndexedDatasetWriter::IndexedDatasetWriter(AnonymousFile bin, std::string description, IndexLayout layout,
-                                           DType dtype)
+IndexedDatasetWriter::IndexedDatasetWriter(AnonymousFile bin, std::string description, IndexLayout layout, DType dtype)
     : prefix_(std::move(description)),
       layout_(layout),
       dtype_(writable_dtype(dtype, layout)),
