@@ -262,7 +262,8 @@ TEST_F(DistributedPreprocess, AKilledRankEndsTheJobAndLeavesNothingUnderTheFinal
       EXPECT_TRUE(name.starts_with(".corpus.rank-") || name.starts_with("..corpus.rank-")) << name;
     }
   }
-  std::printf("files of rank parts left (%s parts): %d\n", anonymous ? "anonymous" : "named", left);
+  std::printf("files of rank parts left (%s parts): %d; rank 0's lock left: %s\n", anonymous ? "anonymous" : "named",
+              left, listing(out_).contains(".corpus.lock") ? "yes" : "no");
   EXPECT_FALSE(std::filesystem::exists(out_ + "/corpus.bin"));
   EXPECT_FALSE(std::filesystem::exists(out_ + "/corpus.idx"));
   write_all(in_ + "/big.jsonl", line);
