@@ -18,7 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "dufu/common/atomic_file.h"
+#include "dufu/common/error.h"
 #include "dufu/common/json_writer.h"
+#include "dufu/dataprep/anonymous_file.h"
+#include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/part_join.h"
 #include "support/compression.h"
 #include "support/temp_dir.h"
 #include "support/tool_runner.h"
@@ -65,6 +70,60 @@ std::set<std::string> listing(const std::string& dir) {
   std::set<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) names.insert(entry.path().filename().string());
   return names;
+}
+
+// The join of anonymous parts (index from memory, .bin from a file without a name)
+// writes the bytes one named writer commits for the same documents, in both layouts;
+// an anonymous writer has no name to commit to, and leaves nothing in its directory.
+TEST(AnonymousParts, JoinIntoTheBytesOfOneWriterOfAllTheirDocuments) {
+  using namespace dufu::dataprep;
+  const TempDir dir;
+  if (!anonymous_files_supported(dir.path())) GTEST_SKIP() << dir.path() << " cannot hold O_TMPFILE files";
+  // Documents of one to three sequences; part 0 gets the first three documents.
+  const std::vector<std::vector<std::vector<std::int32_t>>> documents = {
+      {{1, 2, 3}}, {{4}, {5, 6}}, {{7, 8, 9, 10}}, {{11}, {12, 13}, {}}, {{14, 15}}};
+  auto add = [](IndexedDatasetWriter& writer, const std::vector<std::vector<std::int32_t>>& document) {
+    for (const auto& sequence : document) writer.add_sequence(sequence);
+    writer.end_document();
+  };
+  for (const IndexLayout layout : {IndexLayout::kMMIDIDX, IndexLayout::kTNTIDX}) {
+    const std::string name(layout_name(layout));
+    IndexedDatasetWriter whole(dir.file("whole-" + name), layout, DType::kUInt16);
+    for (const auto& document : documents) add(whole, document);
+    whole.commit();
+
+    std::vector<AnonymousShard> parts;
+    std::vector<PartShape> shapes;
+    for (const auto& [first, end] : {std::pair{0, 3}, std::pair{3, 5}}) {
+      std::optional<AnonymousFile> bin = AnonymousFile::create(dir.path(), "part " + std::to_string(first));
+      ASSERT_TRUE(bin.has_value());
+      IndexedDatasetWriter writer(std::move(*bin), "part", layout, DType::kUInt16);
+      for (int d = first; d < end; ++d) add(writer, documents[static_cast<std::size_t>(d)]);
+      EXPECT_THROW(writer.commit(), dufu::Error);
+      parts.push_back(writer.finish_anonymous());
+      shapes.push_back(anonymous_shard_shape(parts.back()));
+    }
+    EXPECT_EQ(shapes[0].sequences, 4u);
+    EXPECT_EQ(shapes[1].documents, 2u);
+    EXPECT_EQ(shapes[1].tokens, 5u);  // 1 + 2 + 0 + 2
+    const std::string joined = dir.file("joined-" + name);
+    const JoinLayout join(shapes, layout, DType::kUInt16);
+    dufu::AtomicFile bin(bin_path(joined)), idx(idx_path(joined));
+    {
+      JoinTarget target(bin.temp_path(), idx.temp_path());
+      target.set_sizes(join);
+      target.write_header(join);
+      target.write_part(join, 1, parts[1]);  // in any order, as the ranks do
+      target.write_part(join, 0, parts[0]);
+      target.finish();
+    }
+    commit_shard_pair(bin, idx, joined);
+    EXPECT_TRUE(read_all(bin_path(joined)) == read_all(bin_path(dir.file("whole-" + name)))) << name;
+    EXPECT_TRUE(read_all(idx_path(joined)) == read_all(idx_path(dir.file("whole-" + name)))) << name;
+  }
+  EXPECT_EQ(listing(dir.path()), (std::set<std::string>{"whole-MMIDIDX.bin", "whole-MMIDIDX.idx", "joined-MMIDIDX.bin",
+                                                         "joined-MMIDIDX.idx", "whole-TNTIDX.bin", "whole-TNTIDX.idx",
+                                                         "joined-TNTIDX.bin", "joined-TNTIDX.idx"}));
 }
 
 class DistributedPreprocess : public ::testing::Test {
