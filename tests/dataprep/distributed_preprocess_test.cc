@@ -121,9 +121,9 @@ TEST(AnonymousParts, JoinIntoTheBytesOfOneWriterOfAllTheirDocuments) {
     EXPECT_TRUE(read_all(bin_path(joined)) == read_all(bin_path(dir.file("whole-" + name)))) << name;
     EXPECT_TRUE(read_all(idx_path(joined)) == read_all(idx_path(dir.file("whole-" + name)))) << name;
   }
-  EXPECT_EQ(listing(dir.path()), (std::set<std::string>{"whole-MMIDIDX.bin", "whole-MMIDIDX.idx", "joined-MMIDIDX.bin",
-                                                         "joined-MMIDIDX.idx", "whole-TNTIDX.bin", "whole-TNTIDX.idx",
-                                                         "joined-TNTIDX.bin", "joined-TNTIDX.idx"}));
+  EXPECT_EQ(listing(dir.path()),
+            (std::set<std::string>{"whole-MMIDIDX.bin", "whole-MMIDIDX.idx", "joined-MMIDIDX.bin", "joined-MMIDIDX.idx",
+                                   "whole-TNTIDX.bin", "whole-TNTIDX.idx", "joined-TNTIDX.bin", "joined-TNTIDX.idx"}));
 }
 
 class DistributedPreprocess : public ::testing::Test {
