@@ -126,8 +126,8 @@ class RemovedAtEnd {
 };
 
 // This rank's part of one output: written into an anonymous file in the output's
-// directory, which the kernel frees however the rank ends (mpirun's SIGKILL a second
-// after its SIGTERM catches ranks blocked in a write, whose handlers never ran). Where
+// directory, which the kernel frees however the rank ends (mpirun's SIGKILL, a second
+// after its SIGTERM, ends ranks whose signal handlers have not run yet). Where
 // the file system refuses anonymous files, under the hidden name rank_part_prefix(),
 // removed at the end or by the signal handlers, and otherwise by the next job.
 class RankPart {
@@ -140,7 +140,7 @@ class RankPart {
     std::optional<AnonymousFile> bin =
         AnonymousFile::create(split_name(prefix_).dir, str_cat("'", bin_path(prefix_), "'", part));
     if (bin) return std::make_unique<IndexedDatasetWriter>(std::move(*bin), prefix_ + part, layout, dtype);
-    static std::once_flag warned;
+    static std::once_flag warned;  // once per process: a rank runs one job
     std::call_once(warned, [&] {
       DUFU_LOG_WARN("DATA", "the directory of '", prefix_, "' cannot hold anonymous files (O_TMPFILE): ranks write ",
                     "their parts under hidden names there, which a rank killed without warning leaves behind until ",
