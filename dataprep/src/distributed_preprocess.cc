@@ -1,7 +1,8 @@
 // `dataprep preprocess` under mpirun or srun (distributed_preprocess.h): rank 0 locks
 // the output and describes the inputs, every rank writes its part beside the output
-// under a hidden name while the ranks meet every 200 ms, then the ranks copy their
-// parts into the output's temporaries at their offsets and rank 0 renames the pair.
+// into an anonymous file (a hidden name where the file system has none) while the
+// ranks meet every 200 ms, then the ranks copy their parts into the output's
+// temporaries at their offsets and rank 0 renames the pair.
 // Every step that can fail on one rank ends in an agreement (settle), so all ranks
 // stop together, remove what they wrote, and rank 0 names the first failing rank's
 // error. Nothing of the job is left under the final names unless it all succeeded.
@@ -16,12 +17,14 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <span>
 #include <thread>
 
 #include "dufu/common/atomic_file.h"
 #include "dufu/common/log.h"
+#include "dufu/dataprep/anonymous_file.h"
 #include "dufu/dataprep/part_join.h"
 #include "dufu/dataprep/preprocess_plan.h"
 #include "dufu/dataprep/shard_output.h"
@@ -43,14 +46,16 @@ SplitName split_name(const std::string& prefix) {
   return {prefix.substr(0, slash + 1), prefix.substr(slash + 1)};
 }
 
-// Where rank R of N writes its part of output prefix DIR/NAME: DIR/.NAME.rank-R-of-N.
+// Where rank R of N writes its part of output prefix DIR/NAME on a file system without
+// anonymous files: DIR/.NAME.rank-R-of-N.
 std::string rank_part_prefix(const std::string& prefix, int rank, int ranks) {
   const SplitName parts = split_name(prefix);
   return str_cat(parts.dir, ".", parts.name, ".rank-", rank, "-of-", ranks);
 }
 
 // Under the output's lock no job writes there, so every rank part's file (finished,
-// temporary, lock, marker) is a leftover of a job that was killed.
+// temporary, lock, marker) is a leftover of a job that was killed (named parts only
+// exist where the file system has no anonymous files, or were left by older versions).
 void remove_rank_leftovers(const std::string& prefix) {
   const SplitName parts = split_name(prefix);
   const std::string heads[] = {"." + parts.name + ".rank-", ".." + parts.name + ".rank-"};
@@ -118,6 +123,64 @@ class RemovedAtEnd {
 
  private:
   std::vector<std::pair<std::string, int>> slots_;
+};
+
+// This rank's part of one output: written into an anonymous file in the output's
+// directory, which the kernel frees however the rank ends (mpirun's SIGKILL, a second
+// after its SIGTERM, ends ranks whose signal handlers have not run yet). Where
+// the file system refuses anonymous files, under the hidden name rank_part_prefix(),
+// removed at the end or by the signal handlers, and otherwise by the next job.
+class RankPart {
+ public:
+  RankPart(const std::string& prefix, int rank, int ranks) : prefix_(prefix), rank_(rank), ranks_(ranks) {}
+
+  // The writer of the part (only one per part).
+  std::unique_ptr<IndexedDatasetWriter> writer(IndexLayout layout, DType dtype, RemovedAtEnd& removed) {
+    const std::string part = str_cat(" (rank ", rank_, "'s part)");
+    std::optional<AnonymousFile> bin =
+        AnonymousFile::create(split_name(prefix_).dir, str_cat("'", bin_path(prefix_), "'", part));
+    if (bin) return std::make_unique<IndexedDatasetWriter>(std::move(*bin), prefix_ + part, layout, dtype);
+    static std::once_flag warned;  // once per process: a rank runs one job
+    std::call_once(warned, [&] {
+      DUFU_LOG_WARN("DATA", "the directory of '", prefix_, "' cannot hold anonymous files (O_TMPFILE): ranks write ",
+                    "their parts under hidden names there, which a rank killed without warning leaves behind until ",
+                    "the next job on the output removes them");
+    });
+    named_ = rank_part_prefix(prefix_, rank_, ranks_);
+    removed.add(bin_path(named_));
+    removed.add(idx_path(named_));
+    return std::make_unique<IndexedDatasetWriter>(named_, layout, dtype);
+  }
+  // After the pipeline: the writer's part is complete.
+  void finish(IndexedDatasetWriter& writer) {
+    if (named_.empty()) {
+      anonymous_.emplace(writer.finish_anonymous());
+    } else {
+      // Not commit(): the pair commit holds SIGTERM back for its renames and fsyncs,
+      // longer than mpirun waits before its SIGKILL when another rank died.
+      writer.commit_scratch();
+    }
+  }
+  PartShape shape() const {
+    return anonymous_ ? anonymous_shard_shape(*anonymous_) : read_part_shape(named_, nullptr, nullptr);
+  }
+  // Copies the part to its place in `target`, then lets it go.
+  void join_into(JoinTarget& target, const JoinLayout& join) {
+    if (anonymous_) {
+      target.write_part(join, static_cast<std::size_t>(rank_), *anonymous_);
+      anonymous_.reset();
+    } else {
+      target.write_part(join, static_cast<std::size_t>(rank_), named_);
+      ::unlink(bin_path(named_).c_str());
+      ::unlink(idx_path(named_).c_str());
+    }
+  }
+
+ private:
+  std::string prefix_;
+  int rank_, ranks_;
+  std::string named_;  // the hidden prefix, where the part has a name
+  std::optional<AnonymousShard> anonymous_;
 };
 
 // Thrown by the heartbeat into this rank's pipeline when another rank failed.
@@ -242,15 +305,11 @@ PreprocessStats preprocess_distributed(const PreprocessOptions& options, Communi
     shown->set_total(total);
   }
 
-  // Each rank's part, written under hidden names with the ranks meeting meanwhile.
+  // Each rank's part, written without names with the ranks meeting meanwhile.
   PreprocessStats stats;
-  std::vector<std::string> parts;
   RemovedAtEnd removed;
-  for (const auto& prefix : setup->output_prefixes) {
-    parts.push_back(rank_part_prefix(prefix, rank, ranks));
-    removed.add(bin_path(parts.back()));
-    removed.add(idx_path(parts.back()));
-  }
+  std::vector<RankPart> parts;
+  for (const auto& prefix : setup->output_prefixes) parts.emplace_back(prefix, rank, ranks);
   const IndexLayout layout = output_layout(options);
   Progress local("rank", {{"bytes", 1}, {"docs", 1}, {"tokens", 1}}, ProgressOptions{.quiet = true});
   Heartbeat heartbeat(world, local, shown);
@@ -260,8 +319,7 @@ PreprocessStats preprocess_distributed(const PreprocessOptions& options, Communi
   try {
     DocumentReader reader(plan.part_inputs(rank), options.reader);
     std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
-    for (const auto& part : parts)
-      writers.push_back(std::make_unique<IndexedDatasetWriter>(part, layout, setup->dtype));
+    for (auto& part : parts) writers.push_back(part.writer(layout, setup->dtype, removed));
     const PipelineTick tick{.interval = kHeartbeat, .call = [&] {
                               const Heartbeat::Round round = heartbeat.beat(false, false);
                               if (round.failed_rank >= 0) {
@@ -270,9 +328,7 @@ PreprocessStats preprocess_distributed(const PreprocessOptions& options, Communi
                               }
                             }};
     run_pipeline(options, *setup, reader, writers, &local, &stats, &tick);
-    // Not commit(): the pair commit holds SIGTERM back for its renames and fsyncs,
-    // longer than mpirun waits before its SIGKILL when another rank died.
-    for (auto& writer : writers) writer->commit_scratch();
+    for (std::size_t key = 0; key < parts.size(); ++key) parts[key].finish(*writers[key]);
   } catch (const StopRequested&) {
     stopped = true;
   } catch (const std::bad_alloc&) {
@@ -300,7 +356,7 @@ PreprocessStats preprocess_distributed(const PreprocessOptions& options, Communi
   std::vector<std::int64_t> my_shapes;
   agree(world, [&] {
     for (const auto& part : parts) {
-      const PartShape shape = read_part_shape(part, nullptr, nullptr);
+      const PartShape shape = part.shape();
       for (const std::uint64_t value : {shape.sequences, shape.documents, shape.tokens}) {
         my_shapes.push_back(static_cast<std::int64_t>(value));
       }
@@ -333,10 +389,8 @@ PreprocessStats preprocess_distributed(const PreprocessOptions& options, Communi
     agree(world, [&] {
       const std::string bin_temp = temps.substr(0, temps.find('\n'));
       JoinTarget target(bin_temp, temps.substr(bin_temp.size() + 1));
-      target.write_part(join, static_cast<std::size_t>(rank), parts[key]);
+      parts[key].join_into(target, join);
       target.finish();
-      ::unlink(bin_path(parts[key]).c_str());
-      ::unlink(idx_path(parts[key]).c_str());
     });
     agree(world, [&] {
       if (rank == 0) commit_shard_pair(*bin, *idx, prefix);

@@ -1,7 +1,8 @@
 // Writes indexed token shards: tokens stream into the .bin as they arrive, the small
 // per-sequence index stays in memory until commit() writes the .idx (Megatron's MMIDIDX
 // or TNTIDX, or fairseq's variants of both without a document index, docs/formats.md
-// sections 3-5) and replaces both as a pair.
+// sections 3-5) and replaces both as a pair. In anonymous mode (a divided job's parts)
+// the .bin has no name and the index is handed over in memory instead.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -65,10 +66,16 @@ IndexedDatasetWriter::IndexedDatasetWriter(std::string prefix, IndexLayout layou
       layout_(layout),
       dtype_(writable_dtype(dtype, layout)),
       lock_(std::make_unique<ShardOutputLock>(prefix_)),
-      bin_(bin_path(prefix_)) {}
+      bin_(std::in_place_type<AtomicFile>, bin_path(prefix_)) {}
+
+IndexedDatasetWriter::IndexedDatasetWriter(AnonymousFile bin, std::string description, IndexLayout layout, DType dtype)
+    : prefix_(std::move(description)),
+      layout_(layout),
+      dtype_(writable_dtype(dtype, layout)),
+      bin_(std::in_place_type<AnonymousFile>, std::move(bin)) {}
 
 // AtomicFile's destructor removes the uncommitted .bin temporary; the .idx temporary
-// only ever exists inside commit().
+// only ever exists inside commit(). An anonymous .bin is freed when it is closed.
 IndexedDatasetWriter::~IndexedDatasetWriter() = default;
 
 std::uint64_t IndexedDatasetWriter::bin_bytes() const { return tokens_ * dtype_size(dtype_); }
@@ -93,7 +100,7 @@ void IndexedDatasetWriter::encode(std::span<const std::int32_t> tokens) {
   auto encode_as = [&]<typename T>(T) {
     if constexpr (std::is_same_v<T, std::int32_t>) {
       if (offset == 0) {
-        if (n > 0) bin_.write(tokens.data(), n * sizeof(T));
+        if (n > 0) write_bin(tokens.data(), n * sizeof(T));
         return;
       }
     }
@@ -107,7 +114,7 @@ void IndexedDatasetWriter::encode(std::span<const std::int32_t> tokens) {
       const auto bad = std::find_if(tokens.begin(), tokens.end(),
                                     [&](std::int32_t t) { return !std::in_range<T>(std::int64_t{t} + offset); });
       DUFU_FAIL("token ", *bad, " (position ", bad - tokens.begin(), " of its sequence) does not fit dtype ",
-                dtype_name(dtype_), " of '", bin_path(prefix_), "'",
+                dtype_name(dtype_), " of ", bin_name(),
                 offset != 0 ? str_cat(" as id + ", offset, ", which fairseq's TNTIDX stores") : std::string(),
                 dtype_ == DType::kUInt16 ? ". HINT: vocabularies of 65500 or more need int32" : "");
     }
@@ -117,7 +124,7 @@ void IndexedDatasetWriter::encode(std::span<const std::int32_t> tokens) {
       const T value = static_cast<T>(std::int64_t{tokens[i]} + offset);
       std::memcpy(out + i * sizeof(T), &value, sizeof(T));
     }
-    if (n > 0) bin_.write(out, n * sizeof(T));
+    if (n > 0) write_bin(out, n * sizeof(T));
   };
   switch (dtype_) {
     case DType::kUInt8:
@@ -206,7 +213,7 @@ void IndexedDatasetWriter::append(const IndexedDataset& other) {
   for (std::uint64_t done = 0; done < other.bin_size();) {
     const std::uint64_t n = std::min<std::uint64_t>(chunk.size(), other.bin_size() - done);
     other.read_bytes(done, n, chunk.data());
-    bin_.write(chunk.data(), n);
+    write_bin(chunk.data(), n);
     done += n;
   }
   for (std::uint64_t k = 1; k < index.num_document_entries(); ++k) {
@@ -215,13 +222,31 @@ void IndexedDatasetWriter::append(const IndexedDataset& other) {
   tokens_ += index.total_tokens();
 }
 
-AtomicFile IndexedDatasetWriter::finish_index() const {
+void IndexedDatasetWriter::write_bin(const void* data, std::size_t size) {
+  std::visit([&](auto& file) { file.write(data, size); }, bin_);
+}
+
+std::string IndexedDatasetWriter::bin_name() const {
+  if (const AnonymousFile* file = std::get_if<AnonymousFile>(&bin_)) return file->description();
+  return str_cat("'", bin_path(prefix_), "'");
+}
+
+AtomicFile& IndexedDatasetWriter::named_bin() {
+  if (AtomicFile* file = std::get_if<AtomicFile>(&bin_)) return *file;
+  DUFU_FAIL("'", prefix_, "' has no name to commit to: it was written anonymously (use finish_anonymous())");
+}
+
+void IndexedDatasetWriter::check_documents_closed() const {
   if (committed_) DUFU_FAIL("'", prefix_, "' was already committed");
   const auto sequences = static_cast<std::int64_t>(lengths_.size());
   if (document_indices_.back() != sequences) {
     DUFU_FAIL("cannot commit '", prefix_, "': its last ", sequences - document_indices_.back(),
               " sequence(s) are not closed by end_document()");
   }
+}
+
+AtomicFile IndexedDatasetWriter::finish_index() const {
+  check_documents_closed();
   AtomicFile idx(idx_path(prefix_));
   if (layout_ == IndexLayout::kMMIDIDX || layout_ == IndexLayout::kFairseqMMIDIDX) {
     write_mmidx(idx);
@@ -232,22 +257,37 @@ AtomicFile IndexedDatasetWriter::finish_index() const {
 }
 
 std::uint64_t IndexedDatasetWriter::commit() {
+  AtomicFile& bin = named_bin();
   AtomicFile idx = finish_index();
-  const std::uint64_t bytes = bin_.bytes_written() + idx.bytes_written();
-  commit_shard_pair(bin_, idx, prefix_);
+  const std::uint64_t bytes = bin.bytes_written() + idx.bytes_written();
+  commit_shard_pair(bin, idx, prefix_);
   committed_ = true;
   lock_.reset();
   return bytes;
 }
 
 std::uint64_t IndexedDatasetWriter::commit_scratch() {
+  AtomicFile& bin = named_bin();
   AtomicFile idx = finish_index();
-  const std::uint64_t bytes = bin_.bytes_written() + idx.bytes_written();
-  bin_.commit();
+  const std::uint64_t bytes = bin.bytes_written() + idx.bytes_written();
+  bin.commit();
   idx.commit();
   committed_ = true;
   lock_.reset();
   return bytes;
+}
+
+AnonymousShard IndexedDatasetWriter::finish_anonymous() {
+  AnonymousFile* bin = std::get_if<AnonymousFile>(&bin_);
+  if (bin == nullptr) DUFU_FAIL("'", prefix_, "' is written under its name: commit it instead");
+  check_documents_closed();
+  bin->flush();
+  committed_ = true;
+  AnonymousShard shard{.bin = std::move(*bin),
+                       .lengths = std::exchange(lengths_, {}),
+                       .document_indices = std::exchange(document_indices_, {0}),
+                       .tokens = std::exchange(tokens_, 0)};
+  return shard;
 }
 
 // MMIDIDX, and fairseq's MMIDIDX without D and without the document index.

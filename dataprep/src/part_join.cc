@@ -1,5 +1,6 @@
 // Writes the parts of a divided job into one shard at their final offsets
-// (part_join.h). The index arrays are streamed in bounded chunks; the .bin goes over
+// (part_join.h), from a part's files or from an anonymous part. The index arrays are
+// streamed in bounded chunks; the .bin goes over
 // with copy_file_range (in the kernel, or on the server for NFS 4.2), else read/write.
 #include "dufu/dataprep/part_join.h"
 
@@ -146,6 +147,83 @@ void JoinTarget::write_header(const JoinLayout& layout) {
   pwrite_all(idx_fd_, idx_path_, &first_document, 8, a.documents);
 }
 
+// The part's index entries, a chunk at a time. Sequences are contiguous in a part's
+// .bin (Index checks it of a file; a writer makes them so), so their offsets are the
+// running sum of their lengths.
+template <typename LengthAt, typename DocumentAt>
+void JoinTarget::write_entries(const JoinLayout& layout, std::size_t k, LengthAt length_at, DocumentAt document_at) {
+  const PartShape& shape = layout.part(k);
+  const PartShape& before = layout.before(k);
+  const IdxArrays a = idx_arrays(layout.layout(), layout.total().sequences, layout.total().documents);
+  const std::uint64_t item = layout.item_bytes();
+  std::vector<std::int64_t> wide(kChunkEntries);
+  std::vector<std::int32_t> narrow(kChunkEntries);
+  std::vector<std::uint64_t> offsets(kChunkEntries);  // tokens from the start of the part
+  std::uint64_t tokens = 0;
+  for (std::uint64_t i = 0; i < shape.sequences; i += kChunkEntries) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkEntries, shape.sequences - i));
+    const std::uint64_t at = before.sequences + i;  // entry in the output
+    for (std::size_t j = 0; j < n; ++j) {
+      offsets[j] = tokens;
+      tokens += length_at(i + j);
+    }
+    if (layout.layout() == IndexLayout::kMMIDIDX) {
+      for (std::size_t j = 0; j < n; ++j) narrow[j] = static_cast<std::int32_t>(length_at(i + j));
+      pwrite_all(idx_fd_, idx_path_, narrow.data(), 4 * n, a.lengths + 4 * at);
+      for (std::size_t j = 0; j < n; ++j) wide[j] = static_cast<std::int64_t>((before.tokens + offsets[j]) * item);
+      pwrite_all(idx_fd_, idx_path_, wide.data(), 8 * n, a.pointers + 8 * at);
+    } else {
+      for (std::size_t j = 0; j < n; ++j) wide[j] = static_cast<std::int64_t>(at + j);
+      pwrite_all(idx_fd_, idx_path_, wide.data(), 8 * n, a.dims + 8 * at);
+      for (std::size_t j = 0; j < n; ++j) wide[j] = static_cast<std::int64_t>(before.tokens + offsets[j]);
+      pwrite_all(idx_fd_, idx_path_, wide.data(), 8 * n, a.offsets + 8 * at);
+      for (std::size_t j = 0; j < n; ++j) wide[j] = static_cast<std::int64_t>(length_at(i + j));
+      pwrite_all(idx_fd_, idx_path_, wide.data(), 8 * n, a.sizes + 8 * at);
+    }
+  }
+  // Document index entries 1..documents of the part, shifted by the earlier sequences.
+  for (std::uint64_t d = 0; d < shape.documents; d += kChunkEntries) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkEntries, shape.documents - d));
+    for (std::size_t j = 0; j < n; ++j) wide[j] = static_cast<std::int64_t>(before.sequences + document_at(d + j + 1));
+    pwrite_all(idx_fd_, idx_path_, wide.data(), 8 * n, a.documents + 8 * (1 + before.documents + d));
+  }
+}
+
+void JoinTarget::copy_bin(const JoinLayout& layout, std::size_t k, int in, const std::string& source) {
+  const std::uint64_t item = layout.item_bytes();
+  const std::uint64_t bytes = layout.part(k).tokens * item;
+  off_t in_offset = 0;
+  auto out_offset = static_cast<off_t>(layout.before(k).tokens * item);
+  std::uint64_t done = 0;
+  bool kernel_copy = true;
+  std::vector<char> buffer;
+  while (done < bytes) {
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(bytes - done, std::uint64_t{1} << 30));
+    ssize_t n = -1;
+    if (kernel_copy) {
+      n = ::copy_file_range(in, &in_offset, bin_fd_, &out_offset, want, 0);
+      if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
+        kernel_copy = false;  // not between these file systems: copy through memory
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) DUFU_FAIL("cannot copy ", source, " into '", bin_path_, "': ", errno_message(errno));
+    } else {
+      buffer.resize(std::size_t{4} << 20);
+      n = ::pread(in, buffer.data(), std::min(want, buffer.size()), in_offset);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) DUFU_FAIL("error reading ", source, ": ", errno_message(errno));
+      if (n > 0)
+        pwrite_all(bin_fd_, bin_path_, buffer.data(), static_cast<std::size_t>(n),
+                   static_cast<std::uint64_t>(out_offset));
+      in_offset += n;
+      out_offset += n;
+    }
+    if (n == 0) DUFU_FAIL(source, " ended after ", done, " of its ", bytes, " bytes while it was copied");
+    done += static_cast<std::uint64_t>(n);
+  }
+}
+
 void JoinTarget::write_part(const JoinLayout& layout, std::size_t k, const std::string& part_prefix) {
   const Index index = Index::open(idx_path(part_prefix), /*map=*/true);
   const PartShape& shape = layout.part(k);
@@ -157,84 +235,32 @@ void JoinTarget::write_part(const JoinLayout& layout, std::size_t k, const std::
     DUFU_FAIL("'", idx_path(part_prefix), "' changed while its parts were joined (", index.num_sequences(),
               " sequences, expected ", shape.sequences, ")");
   }
-  const PartShape& before = layout.before(k);
-  const IdxArrays a = idx_arrays(layout.layout(), layout.total().sequences, layout.total().documents);
-  const std::uint64_t item = layout.item_bytes();
-
-  // Index entries, a chunk at a time.
-  std::vector<std::int64_t> wide(kChunkEntries);
-  std::vector<std::int32_t> narrow(kChunkEntries);
-  for (std::uint64_t i = 0; i < shape.sequences; i += kChunkEntries) {
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkEntries, shape.sequences - i));
-    const std::uint64_t at = before.sequences + i;  // entry in the output
-    if (layout.layout() == IndexLayout::kMMIDIDX) {
-      for (std::size_t j = 0; j < n; ++j) narrow[j] = static_cast<std::int32_t>(index.sequence_length(i + j));
-      pwrite_all(idx_fd_, idx_path_, narrow.data(), 4 * n, a.lengths + 4 * at);
-      for (std::size_t j = 0; j < n; ++j) {
-        wide[j] = static_cast<std::int64_t>((before.tokens + index.sequence_offset(i + j)) * item);
-      }
-      pwrite_all(idx_fd_, idx_path_, wide.data(), 8 * n, a.pointers + 8 * at);
-    } else {
-      for (std::size_t j = 0; j < n; ++j) wide[j] = static_cast<std::int64_t>(at + j);
-      pwrite_all(idx_fd_, idx_path_, wide.data(), 8 * n, a.dims + 8 * at);
-      for (std::size_t j = 0; j < n; ++j) {
-        wide[j] = static_cast<std::int64_t>(before.tokens + index.sequence_offset(i + j));
-      }
-      pwrite_all(idx_fd_, idx_path_, wide.data(), 8 * n, a.offsets + 8 * at);
-      for (std::size_t j = 0; j < n; ++j) wide[j] = static_cast<std::int64_t>(index.sequence_length(i + j));
-      pwrite_all(idx_fd_, idx_path_, wide.data(), 8 * n, a.sizes + 8 * at);
-    }
-  }
-  // Document index entries 1..documents of the part, shifted by the earlier sequences.
-  for (std::uint64_t d = 0; d < shape.documents; d += kChunkEntries) {
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkEntries, shape.documents - d));
-    for (std::size_t j = 0; j < n; ++j) {
-      wide[j] = static_cast<std::int64_t>(before.sequences + index.document_index(d + j + 1));
-    }
-    pwrite_all(idx_fd_, idx_path_, wide.data(), 8 * n, a.documents + 8 * (1 + before.documents + d));
-  }
-
-  // The tokens.
+  write_entries(
+      layout, k, [&](std::uint64_t i) { return index.sequence_length(i); },
+      [&](std::uint64_t entry) { return index.document_index(entry); });
   const std::string source = bin_path(part_prefix);
   const int in = ::open(source.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) DUFU_FAIL("cannot open '", source, "': ", errno_message(errno));
-  const std::uint64_t bytes = shape.tokens * item;
-  off_t in_offset = 0;
-  auto out_offset = static_cast<off_t>(before.tokens * item);
-  std::uint64_t done = 0;
-  bool kernel_copy = true;
-  std::vector<char> buffer;
   try {
-    while (done < bytes) {
-      const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(bytes - done, std::uint64_t{1} << 30));
-      ssize_t n = -1;
-      if (kernel_copy) {
-        n = ::copy_file_range(in, &in_offset, bin_fd_, &out_offset, want, 0);
-        if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP)) {
-          kernel_copy = false;  // not between these file systems: copy through memory
-          continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) DUFU_FAIL("cannot copy '", source, "' into '", bin_path_, "': ", errno_message(errno));
-      } else {
-        buffer.resize(std::size_t{4} << 20);
-        n = ::pread(in, buffer.data(), std::min(want, buffer.size()), in_offset);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) DUFU_FAIL("error reading '", source, "': ", errno_message(errno));
-        if (n > 0)
-          pwrite_all(bin_fd_, bin_path_, buffer.data(), static_cast<std::size_t>(n),
-                     static_cast<std::uint64_t>(out_offset));
-        in_offset += n;
-        out_offset += n;
-      }
-      if (n == 0) DUFU_FAIL("'", source, "' ended after ", done, " of its ", bytes, " bytes while it was copied");
-      done += static_cast<std::uint64_t>(n);
-    }
+    copy_bin(layout, k, in, "'" + source + "'");
   } catch (...) {
     ::close(in);
     throw;
   }
   ::close(in);
+}
+
+void JoinTarget::write_part(const JoinLayout& layout, std::size_t k, const AnonymousShard& part) {
+  const PartShape& shape = layout.part(k);
+  const PartShape own = anonymous_shard_shape(part);
+  if (own.sequences != shape.sequences || own.documents != shape.documents || own.tokens != shape.tokens) {
+    DUFU_FAIL("internal error: ", part.bin.description(), " has ", own.sequences, " sequences, but the join expects ",
+              shape.sequences);
+  }
+  write_entries(
+      layout, k, [&](std::uint64_t i) { return static_cast<std::uint64_t>(part.lengths[i]); },
+      [&](std::uint64_t entry) { return static_cast<std::uint64_t>(part.document_indices[entry]); });
+  copy_bin(layout, k, part.bin.fd(), part.bin.description());
 }
 
 void JoinTarget::finish() {
@@ -251,6 +277,12 @@ PartShape read_part_shape(const std::string& part_prefix, DType* dtype, IndexLay
   if (layout) *layout = index.layout();
   return PartShape{
       .sequences = index.num_sequences(), .documents = index.num_documents(), .tokens = index.total_tokens()};
+}
+
+PartShape anonymous_shard_shape(const AnonymousShard& part) {
+  return PartShape{.sequences = part.lengths.size(),
+                   .documents = part.document_indices.empty() ? 0 : part.document_indices.size() - 1,
+                   .tokens = part.tokens};
 }
 
 }  // namespace dufu::dataprep

@@ -3,8 +3,12 @@
 // process, over a mix of txt, jsonl, .zst, .gz and empty inputs with one file large
 // enough to be cut among ranks, in both index layouts; a bad record on one rank, a
 // killed rank and an output directory one rank cannot see must stop the job leaving
-// nothing under the final names; merge must refuse incomplete or mixed parts.
+// nothing under the final names (and a killed job no rank's part, which are anonymous
+// files; named hidden ones where the file system has none); merge must refuse
+// incomplete or mixed parts.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -14,7 +18,12 @@
 #include <string>
 #include <vector>
 
+#include "dufu/common/atomic_file.h"
+#include "dufu/common/error.h"
 #include "dufu/common/json_writer.h"
+#include "dufu/dataprep/anonymous_file.h"
+#include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/part_join.h"
 #include "support/compression.h"
 #include "support/temp_dir.h"
 #include "support/tool_runner.h"
@@ -47,6 +56,13 @@ CommandResult mpirun(int ranks, const std::string& arguments, const std::string&
                      tool() + " " + arguments + " 2>&1");
 }
 
+// Whether `dir` can hold O_TMPFILE files, which a divided job's parts are where it can.
+bool anonymous_files_supported(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) ::close(fd);
+  return fd >= 0;
+}
+
 CommandResult dataprep(const std::string& arguments) { return run_command(tool() + " " + arguments + " 2>&1"); }
 
 // Every file of a directory, by name.
@@ -54,6 +70,60 @@ std::set<std::string> listing(const std::string& dir) {
   std::set<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) names.insert(entry.path().filename().string());
   return names;
+}
+
+// The join of anonymous parts (index from memory, .bin from a file without a name)
+// writes the bytes one named writer commits for the same documents, in both layouts;
+// an anonymous writer has no name to commit to, and leaves nothing in its directory.
+TEST(AnonymousParts, JoinIntoTheBytesOfOneWriterOfAllTheirDocuments) {
+  using namespace dufu::dataprep;
+  const TempDir dir;
+  if (!anonymous_files_supported(dir.path())) GTEST_SKIP() << dir.path() << " cannot hold O_TMPFILE files";
+  // Documents of one to three sequences; part 0 gets the first three documents.
+  const std::vector<std::vector<std::vector<std::int32_t>>> documents = {
+      {{1, 2, 3}}, {{4}, {5, 6}}, {{7, 8, 9, 10}}, {{11}, {12, 13}, {}}, {{14, 15}}};
+  auto add = [](IndexedDatasetWriter& writer, const std::vector<std::vector<std::int32_t>>& document) {
+    for (const auto& sequence : document) writer.add_sequence(sequence);
+    writer.end_document();
+  };
+  for (const IndexLayout layout : {IndexLayout::kMMIDIDX, IndexLayout::kTNTIDX}) {
+    const std::string name(layout_name(layout));
+    IndexedDatasetWriter whole(dir.file("whole-" + name), layout, DType::kUInt16);
+    for (const auto& document : documents) add(whole, document);
+    whole.commit();
+
+    std::vector<AnonymousShard> parts;
+    std::vector<PartShape> shapes;
+    for (const auto& [first, end] : {std::pair{0, 3}, std::pair{3, 5}}) {
+      std::optional<AnonymousFile> bin = AnonymousFile::create(dir.path(), "part " + std::to_string(first));
+      ASSERT_TRUE(bin.has_value());
+      IndexedDatasetWriter writer(std::move(*bin), "part", layout, DType::kUInt16);
+      for (int d = first; d < end; ++d) add(writer, documents[static_cast<std::size_t>(d)]);
+      EXPECT_THROW(writer.commit(), dufu::Error);
+      parts.push_back(writer.finish_anonymous());
+      shapes.push_back(anonymous_shard_shape(parts.back()));
+    }
+    EXPECT_EQ(shapes[0].sequences, 4u);
+    EXPECT_EQ(shapes[1].documents, 2u);
+    EXPECT_EQ(shapes[1].tokens, 5u);  // 1 + 2 + 0 + 2
+    const std::string joined = dir.file("joined-" + name);
+    const JoinLayout join(shapes, layout, DType::kUInt16);
+    dufu::AtomicFile bin(bin_path(joined)), idx(idx_path(joined));
+    {
+      JoinTarget target(bin.temp_path(), idx.temp_path());
+      target.set_sizes(join);
+      target.write_header(join);
+      target.write_part(join, 1, parts[1]);  // in any order, as the ranks do
+      target.write_part(join, 0, parts[0]);
+      target.finish();
+    }
+    commit_shard_pair(bin, idx, joined);
+    EXPECT_TRUE(read_all(bin_path(joined)) == read_all(bin_path(dir.file("whole-" + name)))) << name;
+    EXPECT_TRUE(read_all(idx_path(joined)) == read_all(idx_path(dir.file("whole-" + name)))) << name;
+  }
+  EXPECT_EQ(listing(dir.path()),
+            (std::set<std::string>{"whole-MMIDIDX.bin", "whole-MMIDIDX.idx", "joined-MMIDIDX.bin", "joined-MMIDIDX.idx",
+                                   "whole-TNTIDX.bin", "whole-TNTIDX.idx", "joined-TNTIDX.bin", "joined-TNTIDX.idx"}));
 }
 
 class DistributedPreprocess : public ::testing::Test {
@@ -234,24 +304,48 @@ TEST_F(DistributedPreprocess, AKilledRankEndsTheJobAndLeavesNothingUnderTheFinal
   EXPECT_NE(killed.output.find("signal 9"), std::string::npos) << killed.output;
   EXPECT_LT(seconds, 60.0);
   std::printf("a killed rank ended the 4-rank job after %.1f s\n", seconds);
-  // Nothing under the final names. The killed rank's part stays. mpirun ends the
-  // others (SIGCONT, SIGTERM, SIGKILL a second later); their handlers remove their
-  // parts (commit_scratch holds no signal back), but under heavy disk load a stopped
-  // rank's files were still seen once in nine runs. So: only files of the job's hidden
-  // rank parts and the output's lock, and the next job on the prefix removes them all.
-  int stopped_ranks_files = 0;
+  // Nothing under the final names, and no rank's part: a part is an anonymous file,
+  // which the kernel frees however its rank ends (the killed one, and the others that
+  // mpirun stops with SIGTERM and SIGKILL a second later). Only rank 0's lock on the
+  // output may stay, when that SIGKILL came before its handler ran; the next job on
+  // the prefix removes it. (Where the file system has no anonymous files the parts
+  // have hidden names, which the next job removes too.)
+  const bool anonymous = anonymous_files_supported(out_);
+  int left = 0;
   for (const std::string& name : listing(out_)) {
-    EXPECT_TRUE(name.starts_with(".corpus.rank-") || name.starts_with("..corpus.rank-") || name == ".corpus.lock")
-        << name;
-    if (name.find("rank-2-of-4") == std::string::npos) ++stopped_ranks_files;
+    if (name == ".corpus.lock") continue;
+    ++left;
+    if (anonymous) {
+      ADD_FAILURE() << "left behind: " << name;
+    } else {
+      EXPECT_TRUE(name.starts_with(".corpus.rank-") || name.starts_with("..corpus.rank-")) << name;
+    }
   }
-  std::printf("files left by the ranks that were stopped: %d\n", stopped_ranks_files);
+  std::printf("files of rank parts left (%s parts): %d; rank 0's lock left: %s\n", anonymous ? "anonymous" : "named",
+              left, listing(out_).contains(".corpus.lock") ? "yes" : "no");
   EXPECT_FALSE(std::filesystem::exists(out_ + "/corpus.bin"));
   EXPECT_FALSE(std::filesystem::exists(out_ + "/corpus.idx"));
   write_all(in_ + "/big.jsonl", line);
   const CommandResult again = mpirun(2, preprocess_flags(out_ + "/corpus", "mmap"));
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_EQ(listing(out_), (std::set<std::string>{"corpus.bin", "corpus.idx"}));
+}
+
+TEST_F(DistributedPreprocess, WithoutAnonymousFilesTheRanksWriteHiddenNamedPartsAndSaySo) {
+  // As on a file system that refuses O_TMPFILE (some NFS versions): the parts get
+  // hidden names beside the output, the bytes stay those of the single process, each
+  // rank warns once, and a finished job leaves only its output.
+  ASSERT_EQ(dataprep(preprocess_flags(out_ + "/single", "mmap")).exit_code, 0);
+  const CommandResult run = mpirun(3, preprocess_flags(out_ + "/named", "mmap"), "env DUFU_NO_ANONYMOUS_FILES=1 ");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  expect_same_shard(out_ + "/named", out_ + "/single", "named parts at 3 ranks");
+  const std::string warning = "cannot hold anonymous files (O_TMPFILE): ranks write their parts under hidden names";
+  std::size_t warnings = 0;
+  for (std::size_t at = run.output.find(warning); at != std::string::npos; at = run.output.find(warning, at + 1)) {
+    ++warnings;
+  }
+  EXPECT_EQ(warnings, 3u) << run.output;
+  EXPECT_EQ(listing(out_), (std::set<std::string>{"single.bin", "single.idx", "named.bin", "named.idx"}));
 }
 
 TEST_F(DistributedPreprocess, AnOutputDirectoryOneRankDoesNotSeeIsRefusedAtStart) {

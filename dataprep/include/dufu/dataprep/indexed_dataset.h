@@ -11,9 +11,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "dufu/common/atomic_file.h"
+#include "dufu/dataprep/anonymous_file.h"
 #include "dufu/dataprep/dtype.h"
 #include "dufu/dataprep/shard_output.h"
 
@@ -123,6 +125,17 @@ class IndexedDataset {
   std::uint64_t bin_size_;
 };
 
+// A shard written without a name (IndexedDatasetWriter's anonymous mode): its tokens,
+// as the .bin would hold them, in an anonymous file, and its index in memory. The
+// parts of a divided preprocess job are these where the file system allows, so that
+// a rank killed at any moment leaves no file of its part.
+struct AnonymousShard {
+  AnonymousFile bin;                           // every byte written (flushed)
+  std::vector<std::int32_t> lengths;           // tokens per sequence
+  std::vector<std::int64_t> document_indices;  // documents + 1 entries, the first 0
+  std::uint64_t tokens = 0;
+};
+
 // Streams a shard to disk. The .bin is written as sequences arrive; the per-sequence
 // index (12-24 bytes per sequence) is kept in memory and written on commit. Both
 // files appear under their final names only after commit(), as a pair (an earlier
@@ -132,6 +145,10 @@ class IndexedDataset {
 class IndexedDatasetWriter {
  public:
   IndexedDatasetWriter(std::string prefix, IndexLayout layout, DType dtype);
+  // Anonymous mode: tokens go into `bin`, and finish_anonymous() hands the shard over
+  // instead of a commit. No file is named and no lock taken (a divided job's rank 0
+  // holds the output's); `description` names the shard in messages.
+  IndexedDatasetWriter(AnonymousFile bin, std::string description, IndexLayout layout, DType dtype);
   ~IndexedDatasetWriter();  // without commit(): both temporaries are removed
 
   // Appends one sequence; throws if a token (plus stored_id_offset) does not fit the
@@ -158,6 +175,9 @@ class IndexedDatasetWriter {
   // moment (mpirun's SIGTERM, with SIGKILL a second later) removes what the caller
   // registered for cleanup. Returns bytes of .bin + .idx.
   std::uint64_t commit_scratch();
+  // Anonymous mode's end: checks every document is closed, flushes the .bin and
+  // hands over the shard; the writer takes nothing more.
+  AnonymousShard finish_anonymous();
 
   std::uint64_t num_sequences() const { return lengths_.size(); }
   std::uint64_t num_documents() const { return document_indices_.size() - 1; }
@@ -166,6 +186,12 @@ class IndexedDatasetWriter {
   const std::string& prefix() const { return prefix_; }
 
  private:
+  // Throws if committed or if a document is still open.
+  void check_documents_closed() const;
+  // The named .bin; throws in anonymous mode, which has no name to commit to.
+  AtomicFile& named_bin();
+  std::string bin_name() const;  // quoted, for messages
+  void write_bin(const void* data, std::size_t size);
   // Checks every document is closed and writes the .idx into its temporary.
   AtomicFile finish_index() const;
   void write_mmidx(AtomicFile& idx) const;
@@ -177,7 +203,7 @@ class IndexedDatasetWriter {
   DType dtype_;
   // Before bin_: the lock is taken before any file is made; released by commit().
   std::unique_ptr<ShardOutputLock> lock_;
-  AtomicFile bin_;
+  std::variant<AtomicFile, AnonymousFile> bin_;
   std::vector<std::int32_t> lengths_;
   std::vector<std::int64_t> document_indices_{0};
   std::uint64_t tokens_ = 0;

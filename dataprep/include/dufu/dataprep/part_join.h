@@ -67,12 +67,21 @@ class JoinTarget {
   void write_header(const JoinLayout& layout);
   // Copies part k (opened from its prefix; its shape must be layout.part(k)).
   void write_part(const JoinLayout& layout, std::size_t k, const std::string& part_prefix);
+  // Copies part k from a part written without a name (its index from memory, its
+  // .bin from its descriptor).
+  void write_part(const JoinLayout& layout, std::size_t k, const AnonymousShard& part);
   // fdatasync both and close: what this process wrote is on the file system (for a
   // network file system, visible to the process that renames the files).
   void finish();
 
  private:
   void pwrite_all(int fd, const std::string& path, const void* data, std::size_t size, std::uint64_t offset);
+  // Part k's index entries: length_at(i) tokens of its sequence i, document_at(e) its
+  // document index entry e.
+  template <typename LengthAt, typename DocumentAt>
+  void write_entries(const JoinLayout& layout, std::size_t k, LengthAt length_at, DocumentAt document_at);
+  // Part k's .bin bytes from `in` (which messages call `source`) to their offset.
+  void copy_bin(const JoinLayout& layout, std::size_t k, int in, const std::string& source);
 
   std::string bin_path_, idx_path_;
   int bin_fd_ = -1, idx_fd_ = -1;
@@ -80,5 +89,7 @@ class JoinTarget {
 
 // The shape of a finished part on disk (its .idx).
 PartShape read_part_shape(const std::string& part_prefix, DType* dtype, IndexLayout* layout);
+// The shape of a finished anonymous part.
+PartShape anonymous_shard_shape(const AnonymousShard& part);
 
 }  // namespace dufu::dataprep
