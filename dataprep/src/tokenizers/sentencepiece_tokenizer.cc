@@ -21,6 +21,7 @@
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
 #include "piece_cache.h"
+#include "sentencepiece_word_bpe.h"
 
 namespace dufu::dataprep::tokenizers {
 namespace {
@@ -37,6 +38,8 @@ struct ModelFacts {
   bool remove_extra_whitespaces = true;
   bool escape_whitespaces = true;
   std::string inner_space_piece;  // a piece with "▁" after its first byte, if any
+  bool user_defined_pieces = false;
+  std::string charsmap;  // NormalizerSpec.precompiled_charsmap
 };
 
 class WireReader {
@@ -102,6 +105,10 @@ bool read_model_facts(std::string_view model, ModelFacts* facts) {
         if (d.find(kSpace, 1) != std::string_view::npos && facts->inner_space_piece.empty()) {
           facts->inner_space_piece = std::string(d);
         }
+      } else if (field == 1 && f == 3 && t == 0) {      // SentencePiece.type
+        if (v == 4) facts->user_defined_pieces = true;  // USER_DEFINED
+      } else if (field == 3 && f == 2 && t == 2) {
+        facts->charsmap = std::string(d);
       } else if (field == 2 && t == 0) {  // TrainerSpec
         if (f == 3) facts->model_type = static_cast<int>(v);
         if (f == 22) facts->split_by_whitespace = v != 0;
@@ -166,6 +173,12 @@ class SentencePiece final : public TokenizerModel {
         }
         separators_[static_cast<unsigned char>(c)] = space;
       }
+      if (facts.user_defined_pieces) {
+        DUFU_LOG_INFO("tokenizer", "sentencepiece model '", path_,
+                      "': missed words through sentencepiece's Encode, because it has user-defined symbols");
+      } else {
+        word_bpe_ = std::make_unique<SentencePieceWordBpe>(*processor_, facts.charsmap);
+      }
     } else {
       DUFU_LOG_INFO("tokenizer", "sentencepiece model '", path_, "': plain Encode without the word cache, because ",
                     reason);
@@ -173,6 +186,7 @@ class SentencePiece final : public TokenizerModel {
   }
   bool word_cache() const { return word_cache_; }
   const std::array<bool, 256>& separators() const { return separators_; }
+  const SentencePieceWordBpe* word_bpe() const { return word_bpe_.get(); }
 
   std::unique_ptr<TokenEncoder> make_encoder() const override;
 
@@ -215,6 +229,7 @@ class SentencePiece final : public TokenizerModel {
   std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
   bool word_cache_ = false;
   std::array<bool, 256> separators_{};  // bytes that end a word
+  std::unique_ptr<SentencePieceWordBpe> word_bpe_;  // null: every missed word through Encode
 };
 
 class SentencePieceEncoder final : public TokenEncoder {
@@ -264,7 +279,8 @@ class WordCacheEncoder final : public TokenEncoder {
         return;
       }
     }
-    tokenizer_.encode_plain(word, &word_ids_);
+    const SentencePieceWordBpe* word_bpe = tokenizer_.word_bpe();
+    if (word_bpe == nullptr || !word_bpe->encode(word, &word_ids_)) tokenizer_.encode_plain(word, &word_ids_);
     ids->insert(ids->end(), word_ids_.begin(), word_ids_.end());
     if (cacheable) cache_.insert(word, hash, word_ids_.data(), word_ids_.size());
   }
