@@ -233,6 +233,53 @@ TEST(TokenizerFacts, SentencePieceWordCacheEqualsEncodeOnRearrangedWords) {
   }
 }
 
+// Words the cache misses and that are made of ASCII bytes go through dufu's own BPE
+// merge loop (sentencepiece_word_bpe.cc), the rest through Encode: random words over
+// every printable ASCII byte (runs of one byte, as in "=====" rules, and words longer
+// than the loop takes), with characters the normalizer changes or composes inside or
+// after them (NBSP, fullwidth letters, combining marks after "a", "<" and "="), other
+// scripts, and characters only byte fallback encodes, each text against one Encode.
+TEST(TokenizerFacts, SentencePieceAsciiWordsEqualEncode) {
+  const std::vector<std::string> others = {"\xC2\xA0", "\xEF\xBD\x81",     "\xCC\x81",     "\xCC\xB8",     "\xCE\xBB",
+                                           "日本",     "\xF0\x9F\x98\x80", "\xE2\x96\x81", "\xEA\xB0\x80", "\t",
+                                           "\n"};
+  std::uint64_t state = 987654321;
+  const auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<std::size_t>(state >> 33);
+  };
+  const auto random_word = [&] {
+    std::string word;
+    const std::size_t length = next() % 8 == 0 ? 1 + next() % 300 : 1 + next() % 12;
+    const bool one_byte_run = next() % 6 == 0;
+    const char run_byte = static_cast<char>(0x21 + next() % 94);
+    const std::string letters = "etaoinshrdlucmfwyp";
+    for (std::size_t i = 0; i < length; ++i) {
+      if (one_byte_run) {
+        word += run_byte;
+      } else if (next() % 3 == 0) {
+        word += static_cast<char>(0x21 + next() % 94);  // any printable ASCII byte
+      } else {
+        word += letters[next() % letters.size()];  // letters, so that merges happen
+      }
+    }
+    if (next() % 10 == 0) word.insert(next() % (word.size() + 1), others[next() % others.size()]);
+    return word;
+  };
+  for (const char* model : {"spm-bpe-fallback-true", "spm-bpe-fallback-false"}) {
+    const auto tokenizer = dataprep::Tokenizer::load(bpe_fixture(std::string("models/") + model + ".model"));
+    for (int round = 0; round < 300; ++round) {
+      auto encoder = tokenizer.make_encoder();  // fresh: every word a miss
+      std::string text;
+      for (std::size_t i = next() % 20; i > 0; --i) text += random_word() + std::string(1 + next() % 2, ' ');
+      Ids fast, whole;
+      encoder->encode(text, &fast);
+      tokenizer.encode_uncached(text, &whole);
+      ASSERT_EQ(fast, whole) << model << ": '" << printable(text) << "'";
+    }
+  }
+}
+
 TEST(TokenizerFacts, DecodeOfASplitCharacterGivesReplacementCharacters) {
   const auto tokenizer = dataprep::Tokenizer::load(bpe_fixture("models/cl100k_base.tiktoken"));
   Ids ids;
