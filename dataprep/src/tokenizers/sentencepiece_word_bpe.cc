@@ -4,6 +4,7 @@
 #include <sentencepiece_processor.h>
 
 #include <cstring>
+#include <unordered_map>
 
 namespace dufu::dataprep::tokenizers {
 namespace {
@@ -50,12 +51,20 @@ SentencePieceWordBpe::SentencePieceWordBpe(const sentencepiece::SentencePiecePro
   const auto mergeable = [&](int id) {
     return !processor.IsControl(id) && !processor.IsUnknown(id) && !processor.IsByte(id);
   };
-  const auto piece_id = [&](std::string_view piece) -> std::int64_t {
-    const int id = processor.PieceToId(piece);
-    return processor.IdToPiece(id) == piece && mergeable(id) ? id : -1;
-  };
+  // The mergeable pieces by text: one copy of each piece, looked up here rather than
+  // through the processor (which copies a piece per IdToPiece), about 200k times.
+  std::vector<std::string> piece_text(vocab_size_);
+  std::unordered_map<std::string_view, std::uint32_t> ids_of_pieces;
   unused_.resize(vocab_size_);
-  for (std::uint32_t id = 0; id < vocab_size_; ++id) unused_[id] = processor.IsUnused(static_cast<int>(id));
+  for (std::uint32_t id = 0; id < vocab_size_; ++id) {
+    piece_text[id] = processor.IdToPiece(static_cast<int>(id));
+    unused_[id] = processor.IsUnused(static_cast<int>(id));
+    if (mergeable(static_cast<int>(id))) ids_of_pieces.emplace(piece_text[id], id);
+  }
+  const auto piece_id = [&](std::string_view piece) -> std::int64_t {
+    const auto found = ids_of_pieces.find(piece);
+    return found == ids_of_pieces.end() ? -1 : found->second;
+  };
 
   // A byte is an identity byte when the model itself encodes it, alone, as "▁" and the
   // byte (so its single-byte rule, if any, maps it to itself), and no longer rule starts
@@ -90,13 +99,12 @@ SentencePieceWordBpe::SentencePieceWordBpe(const sentencepiece::SentencePiecePro
     return -1;
   };
   std::vector<Merge> pending;
-  for (std::uint32_t id = 0; id < vocab_size_; ++id) {
-    if (!mergeable(static_cast<int>(id))) continue;
-    const std::string piece = processor.IdToPiece(static_cast<int>(id));
+  for (const auto& [piece, id] : ids_of_pieces) {
     for (std::size_t split = 1; split < piece.size(); ++split) {
-      const auto left = symbol_of(std::string_view(piece).substr(0, split));
-      const auto right = symbol_of(std::string_view(piece).substr(split));
-      if (left < 0 || right < 0) continue;
+      const auto left = symbol_of(piece.substr(0, split));
+      if (left < 0) continue;
+      const auto right = symbol_of(piece.substr(split));
+      if (right < 0) continue;
       pending.push_back({static_cast<std::uint64_t>(left) << 32 | static_cast<std::uint64_t>(right),
                          static_cast<std::int32_t>(id), processor.GetScore(static_cast<int>(id))});
     }
