@@ -6,6 +6,8 @@
 // cases and random Unicode. The references' ids come from
 // tests/fixtures/make_bpe_fixture.sh (tests/reference/tokenizer_reference.py); end to
 // end, `dataprep preprocess` must write the shards that script built with numpy.
+#include "dufu/dataprep/tokenizer.h"
+
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
@@ -16,7 +18,8 @@
 
 #include "dufu/common/error.h"
 #include "dufu/dataprep/indexed_dataset.h"
-#include "dufu/dataprep/tokenizer.h"
+#include "dufu/dataprep/train_tokenizer.h"
+#include "support/temp_dir.h"
 #include "support/tool_runner.h"
 
 namespace dufu::testing {
@@ -276,6 +279,55 @@ TEST(TokenizerFacts, SentencePieceAsciiWordsEqualEncode) {
       encoder->encode(text, &fast);
       tokenizer.encode_uncached(text, &whole);
       ASSERT_EQ(fast, whole) << model << ": '" << printable(text) << "'";
+    }
+  }
+}
+
+// ASCII characters that are not in the vocabulary (a model trained on lowercase words
+// and digits meets capitals and punctuation) must come out as sentencepiece's unknown or
+// byte pieces, never merged: the fast BPE loop refuses such words to Encode.
+TEST(TokenizerFacts, SentencePieceAsciiOutsideTheVocabularyEqualsEncode) {
+  TempDir dir;
+  std::uint64_t state = 4242;
+  const auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<std::size_t>(state >> 33);
+  };
+  {
+    std::ofstream corpus(dir.file("lower.jsonl"));
+    const std::string trained = "etaoinshrdlu0123";
+    for (int line = 0; line < 3000; ++line) {
+      std::string text;
+      for (std::size_t word = 1 + next() % 8; word > 0; --word) {
+        for (std::size_t i = 1 + next() % 7; i > 0; --i) text += trained[next() % trained.size()];
+        text += ' ';
+      }
+      corpus << "{\"text\": \"" << text << "\"}\n";
+    }
+  }
+  for (const bool byte_fallback : {false, true}) {
+    dataprep::TrainTokenizerOptions options;
+    options.inputs = {dir.file("lower.jsonl")};
+    options.model_prefix = dir.file(byte_fallback ? "fallback" : "plain");
+    options.vocab_size = byte_fallback ? 400 : 150;
+    options.character_coverage = 1.0;
+    options.threads = 1;
+    options.extra_args = {std::string("--byte_fallback=") + (byte_fallback ? "true" : "false")};
+    dataprep::train_tokenizer(options);
+    const auto tokenizer = dataprep::Tokenizer::load(options.model_prefix + ".model");
+    ASSERT_NE(tokenizer.name().find("word cache"), std::string::npos) << tokenizer.name();
+    const std::string letters = "etaoinshrdlu0123JQZ#~!Xetaoin";
+    for (int round = 0; round < 200; ++round) {
+      auto encoder = tokenizer.make_encoder();
+      std::string text;
+      for (std::size_t word = next() % 10; word > 0; --word) {
+        for (std::size_t i = 1 + next() % 9; i > 0; --i) text += letters[next() % letters.size()];
+        text += ' ';
+      }
+      Ids fast, whole;
+      encoder->encode(text, &fast);
+      tokenizer.encode_uncached(text, &whole);
+      ASSERT_EQ(fast, whole) << "byte_fallback " << byte_fallback << ": '" << text << "'";
     }
   }
 }

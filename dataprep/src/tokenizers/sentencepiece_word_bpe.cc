@@ -63,7 +63,7 @@ SentencePieceWordBpe::SentencePieceWordBpe(const sentencepiece::SentencePiecePro
   }
   const auto piece_id = [&](std::string_view piece) -> std::int64_t {
     const auto found = ids_of_pieces.find(piece);
-    return found == ids_of_pieces.end() ? -1 : found->second;
+    return found == ids_of_pieces.end() ? std::int64_t{-1} : std::int64_t{found->second};
   };
 
   // A byte is an identity byte when the model itself encodes it, alone, as "▁" and the
