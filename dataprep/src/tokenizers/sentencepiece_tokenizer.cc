@@ -10,7 +10,9 @@
 // sentencepiece's own Encode (BPE merges by piece score within the word: nothing
 // outside it matters; unigram's Viterbi does not qualify, its float sums over the
 // whole text break near-ties differently). A per-worker cache from word to ids then skips every
-// repeated word (code repeats each distinct word ~2.6 times, prose ~17 times). The
+// repeated word (code repeats each distinct word ~2.6 times, prose ~17 times), and a
+// missed word of ASCII bytes the normalizer leaves alone goes through dufu's copy of
+// sentencepiece's BPE merge loop (sentencepiece_word_bpe.h), the rest through Encode. The
 // conditions are read from the model's NormalizerSpec, TrainerSpec and pieces; when
 // one fails, the encoder is plain Encode, and the log says so once.
 #include <sentencepiece_processor.h>
@@ -242,7 +244,7 @@ class SentencePieceEncoder final : public TokenEncoder {
 };
 
 // The fast path: words (text between separators) through the cache, each missed word
-// through sentencepiece's Encode. (Encoding a document's missed words together, in one
+// through the BPE merge loop where it applies, else sentencepiece's Encode. (Encoding a document's missed words together, in one
 // Encode of "miss1 miss2 ..." split back at the pieces that start with "▁", measured
 // slower than one call per word: sentencepiece's BPE costs more per byte on longer
 // input.)
