@@ -332,6 +332,36 @@ TEST(TokenizerFacts, SentencePieceAsciiOutsideTheVocabularyEqualsEncode) {
   }
 }
 
+// A normalization rule from ASCII to ASCII ("ab" -> "x", "q" -> "k") keeps the bytes it
+// starts from out of the BPE merge loop (read from the model's charsmap trie, and from
+// its own Encode of each byte), so those words still normalize through Encode.
+TEST(TokenizerFacts, SentencePieceAsciiNormalizationRulesEqualEncode) {
+  TempDir dir;
+  {
+    std::ofstream rules(dir.file("rules.tsv"));
+    rules << "61 62\t78\n71\t6B\n";
+    std::ofstream corpus(dir.file("words.jsonl"));
+    for (int line = 0; line < 500; ++line) corpus << "{\"text\": \"cab abba xa kx qa bb ac ca " << line << "\"}\n";
+  }
+  dataprep::TrainTokenizerOptions options;
+  options.inputs = {dir.file("words.jsonl")};
+  options.model_prefix = dir.file("rules");
+  options.vocab_size = 60;
+  options.character_coverage = 1.0;
+  options.threads = 1;
+  options.extra_args = {"--normalization_rule_tsv=" + dir.file("rules.tsv")};
+  dataprep::train_tokenizer(options);
+  const auto tokenizer = dataprep::Tokenizer::load(options.model_prefix + ".model");
+  ASSERT_NE(tokenizer.name().find("word cache"), std::string::npos) << tokenizer.name();
+  for (const std::string text : {"ab", "cab abba", "aab bab", "qq aq qa", "xab abx", "a b ab", "1ab2 c"}) {
+    auto encoder = tokenizer.make_encoder();
+    Ids fast, whole;
+    encoder->encode(text, &fast);
+    tokenizer.encode_uncached(text, &whole);
+    ASSERT_EQ(fast, whole) << "'" << text << "'";
+  }
+}
+
 TEST(TokenizerFacts, DecodeOfASplitCharacterGivesReplacementCharacters) {
   const auto tokenizer = dataprep::Tokenizer::load(bpe_fixture("models/cl100k_base.tiktoken"));
   Ids ids;
