@@ -77,7 +77,8 @@ measure() {  # measure NAME CORPUS_NAME CORPUS KIND MODEL [PATTERN]
   checksum=$(field checksum "$cold")
   local refs
   if [[ $kind == spm ]]; then
-    refs="reference sentencepiece-c++ $(sed 's/.*\(text_mb_per_s=[^ ]*\).*/\1/' <<<"$("$encode" -m "$model" -i "$corpus" --uncached)") checksum=$checksum"
+    # The reference's checksum is its own: sentencepiece's Encode of each whole document.
+    refs="reference sentencepiece-c++ $("$encode" -m "$model" -i "$corpus" --uncached)"
   else
     refs=$("$python" "$reference" "$kind" "$model" "$corpus" "${ref_flags[@]}" 2>/dev/null)
   fi

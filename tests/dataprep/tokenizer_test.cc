@@ -6,6 +6,8 @@
 // cases and random Unicode. The references' ids come from
 // tests/fixtures/make_bpe_fixture.sh (tests/reference/tokenizer_reference.py); end to
 // end, `dataprep preprocess` must write the shards that script built with numpy.
+#include "dufu/dataprep/tokenizer.h"
+
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
@@ -16,7 +18,8 @@
 
 #include "dufu/common/error.h"
 #include "dufu/dataprep/indexed_dataset.h"
-#include "dufu/dataprep/tokenizer.h"
+#include "dufu/dataprep/train_tokenizer.h"
+#include "support/temp_dir.h"
 #include "support/tool_runner.h"
 
 namespace dufu::testing {
@@ -230,6 +233,132 @@ TEST(TokenizerFacts, SentencePieceWordCacheEqualsEncodeOnRearrangedWords) {
       tokenizer.encode_uncached(text, &whole);  // one Encode of the whole text
       ASSERT_EQ(cached, whole) << model << ": '" << printable(text) << "'";
     }
+  }
+}
+
+// Words the cache misses and that are made of ASCII bytes go through dufu's own BPE
+// merge loop (sentencepiece_word_bpe.cc), the rest through Encode: random words over
+// every printable ASCII byte (runs of one byte, as in "=====" rules, and words longer
+// than the loop takes), with characters the normalizer changes or composes inside or
+// after them (NBSP, fullwidth letters, combining marks after "a", "<" and "="), other
+// scripts, and characters only byte fallback encodes, each text against one Encode.
+TEST(TokenizerFacts, SentencePieceAsciiWordsEqualEncode) {
+  const std::vector<std::string> others = {"\xC2\xA0", "\xEF\xBD\x81",     "\xCC\x81",     "\xCC\xB8",     "\xCE\xBB",
+                                           "日本",     "\xF0\x9F\x98\x80", "\xE2\x96\x81", "\xEA\xB0\x80", "\t",
+                                           "\n"};
+  std::uint64_t state = 987654321;
+  const auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<std::size_t>(state >> 33);
+  };
+  const auto random_word = [&] {
+    std::string word;
+    const std::size_t length = next() % 8 == 0 ? 1 + next() % 300 : 1 + next() % 12;
+    const bool one_byte_run = next() % 6 == 0;
+    const char run_byte = static_cast<char>(0x21 + next() % 94);
+    const std::string letters = "etaoinshrdlucmfwyp";
+    for (std::size_t i = 0; i < length; ++i) {
+      if (one_byte_run) {
+        word += run_byte;
+      } else if (next() % 3 == 0) {
+        word += static_cast<char>(0x21 + next() % 94);  // any printable ASCII byte
+      } else {
+        word += letters[next() % letters.size()];  // letters, so that merges happen
+      }
+    }
+    if (next() % 10 == 0) word.insert(next() % (word.size() + 1), others[next() % others.size()]);
+    return word;
+  };
+  for (const char* model : {"spm-bpe-fallback-true", "spm-bpe-fallback-false"}) {
+    const auto tokenizer = dataprep::Tokenizer::load(bpe_fixture(std::string("models/") + model + ".model"));
+    for (int round = 0; round < 300; ++round) {
+      auto encoder = tokenizer.make_encoder();  // fresh: every word a miss
+      std::string text;
+      for (std::size_t i = next() % 20; i > 0; --i) text += random_word() + std::string(1 + next() % 2, ' ');
+      Ids fast, whole;
+      encoder->encode(text, &fast);
+      tokenizer.encode_uncached(text, &whole);
+      ASSERT_EQ(fast, whole) << model << ": '" << printable(text) << "'";
+    }
+  }
+}
+
+// ASCII characters that are not in the vocabulary (a model trained on lowercase words
+// and digits meets capitals and punctuation) must come out as sentencepiece's unknown or
+// byte pieces, never merged: the fast BPE loop refuses such words to Encode.
+TEST(TokenizerFacts, SentencePieceAsciiOutsideTheVocabularyEqualsEncode) {
+  TempDir dir;
+  std::uint64_t state = 4242;
+  const auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<std::size_t>(state >> 33);
+  };
+  {
+    std::ofstream corpus(dir.file("lower.jsonl"));
+    const std::string trained = "etaoinshrdlu0123";
+    for (int line = 0; line < 3000; ++line) {
+      std::string text;
+      for (std::size_t word = 1 + next() % 8; word > 0; --word) {
+        for (std::size_t i = 1 + next() % 7; i > 0; --i) text += trained[next() % trained.size()];
+        text += ' ';
+      }
+      corpus << "{\"text\": \"" << text << "\"}\n";
+    }
+  }
+  for (const bool byte_fallback : {false, true}) {
+    dataprep::TrainTokenizerOptions options;
+    options.inputs = {dir.file("lower.jsonl")};
+    options.model_prefix = dir.file(byte_fallback ? "fallback" : "plain");
+    options.vocab_size = byte_fallback ? 400 : 150;
+    options.character_coverage = 1.0;
+    options.threads = 1;
+    options.extra_args = {std::string("--byte_fallback=") + (byte_fallback ? "true" : "false")};
+    dataprep::train_tokenizer(options);
+    const auto tokenizer = dataprep::Tokenizer::load(options.model_prefix + ".model");
+    ASSERT_NE(tokenizer.name().find("word cache"), std::string::npos) << tokenizer.name();
+    const std::string letters = "etaoinshrdlu0123JQZ#~!Xetaoin";
+    for (int round = 0; round < 200; ++round) {
+      auto encoder = tokenizer.make_encoder();
+      std::string text;
+      for (std::size_t word = next() % 10; word > 0; --word) {
+        for (std::size_t i = 1 + next() % 9; i > 0; --i) text += letters[next() % letters.size()];
+        text += ' ';
+      }
+      Ids fast, whole;
+      encoder->encode(text, &fast);
+      tokenizer.encode_uncached(text, &whole);
+      ASSERT_EQ(fast, whole) << "byte_fallback " << byte_fallback << ": '" << text << "'";
+    }
+  }
+}
+
+// A normalization rule from ASCII to ASCII ("ab" -> "x", "q" -> "k") keeps the bytes it
+// starts from out of the BPE merge loop (read from the model's charsmap trie, and from
+// its own Encode of each byte), so those words still normalize through Encode.
+TEST(TokenizerFacts, SentencePieceAsciiNormalizationRulesEqualEncode) {
+  TempDir dir;
+  {
+    std::ofstream rules(dir.file("rules.tsv"));
+    rules << "61 62\t78\n71\t6B\n";
+    std::ofstream corpus(dir.file("words.jsonl"));
+    for (int line = 0; line < 500; ++line) corpus << "{\"text\": \"cab abba xa kx qa bb ac ca " << line << "\"}\n";
+  }
+  dataprep::TrainTokenizerOptions options;
+  options.inputs = {dir.file("words.jsonl")};
+  options.model_prefix = dir.file("rules");
+  options.vocab_size = 60;
+  options.character_coverage = 1.0;
+  options.threads = 1;
+  options.extra_args = {"--normalization_rule_tsv=" + dir.file("rules.tsv")};
+  dataprep::train_tokenizer(options);
+  const auto tokenizer = dataprep::Tokenizer::load(options.model_prefix + ".model");
+  ASSERT_NE(tokenizer.name().find("word cache"), std::string::npos) << tokenizer.name();
+  for (const std::string text : {"ab", "cab abba", "aab bab", "qq aq qa", "xab abx", "a b ab", "1ab2 c"}) {
+    auto encoder = tokenizer.make_encoder();
+    Ids fast, whole;
+    encoder->encode(text, &fast);
+    tokenizer.encode_uncached(text, &whole);
+    ASSERT_EQ(fast, whole) << "'" << text << "'";
   }
 }
 

@@ -10,7 +10,9 @@
 // sentencepiece's own Encode (BPE merges by piece score within the word: nothing
 // outside it matters; unigram's Viterbi does not qualify, its float sums over the
 // whole text break near-ties differently). A per-worker cache from word to ids then skips every
-// repeated word (code repeats each distinct word ~2.6 times, prose ~17 times). The
+// repeated word (code repeats each distinct word ~2.6 times, prose ~17 times), and a
+// missed word of ASCII bytes the normalizer leaves alone goes through dufu's copy of
+// sentencepiece's BPE merge loop (sentencepiece_word_bpe.h), the rest through Encode. The
 // conditions are read from the model's NormalizerSpec, TrainerSpec and pieces; when
 // one fails, the encoder is plain Encode, and the log says so once.
 #include <sentencepiece_processor.h>
@@ -21,6 +23,7 @@
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
 #include "piece_cache.h"
+#include "sentencepiece_word_bpe.h"
 
 namespace dufu::dataprep::tokenizers {
 namespace {
@@ -37,6 +40,8 @@ struct ModelFacts {
   bool remove_extra_whitespaces = true;
   bool escape_whitespaces = true;
   std::string inner_space_piece;  // a piece with "▁" after its first byte, if any
+  bool user_defined_pieces = false;
+  std::string charsmap;  // NormalizerSpec.precompiled_charsmap
 };
 
 class WireReader {
@@ -102,6 +107,10 @@ bool read_model_facts(std::string_view model, ModelFacts* facts) {
         if (d.find(kSpace, 1) != std::string_view::npos && facts->inner_space_piece.empty()) {
           facts->inner_space_piece = std::string(d);
         }
+      } else if (field == 1 && f == 3 && t == 0) {      // SentencePiece.type
+        if (v == 4) facts->user_defined_pieces = true;  // USER_DEFINED
+      } else if (field == 3 && f == 2 && t == 2) {
+        facts->charsmap = std::string(d);
       } else if (field == 2 && t == 0) {  // TrainerSpec
         if (f == 3) facts->model_type = static_cast<int>(v);
         if (f == 22) facts->split_by_whitespace = v != 0;
@@ -166,6 +175,12 @@ class SentencePiece final : public TokenizerModel {
         }
         separators_[static_cast<unsigned char>(c)] = space;
       }
+      if (facts.user_defined_pieces) {
+        DUFU_LOG_INFO("tokenizer", "sentencepiece model '", path_,
+                      "': missed words through sentencepiece's Encode, because it has user-defined symbols");
+      } else {
+        word_bpe_ = std::make_unique<SentencePieceWordBpe>(*processor_, facts.charsmap);
+      }
     } else {
       DUFU_LOG_INFO("tokenizer", "sentencepiece model '", path_, "': plain Encode without the word cache, because ",
                     reason);
@@ -173,6 +188,7 @@ class SentencePiece final : public TokenizerModel {
   }
   bool word_cache() const { return word_cache_; }
   const std::array<bool, 256>& separators() const { return separators_; }
+  const SentencePieceWordBpe* word_bpe() const { return word_bpe_.get(); }
 
   std::unique_ptr<TokenEncoder> make_encoder() const override;
 
@@ -215,6 +231,7 @@ class SentencePiece final : public TokenizerModel {
   std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
   bool word_cache_ = false;
   std::array<bool, 256> separators_{};  // bytes that end a word
+  std::unique_ptr<SentencePieceWordBpe> word_bpe_;  // null: every missed word through Encode
 };
 
 class SentencePieceEncoder final : public TokenEncoder {
@@ -227,7 +244,7 @@ class SentencePieceEncoder final : public TokenEncoder {
 };
 
 // The fast path: words (text between separators) through the cache, each missed word
-// through sentencepiece's Encode. (Encoding a document's missed words together, in one
+// through the BPE merge loop where it applies, else sentencepiece's Encode. (Encoding a document's missed words together, in one
 // Encode of "miss1 miss2 ..." split back at the pieces that start with "▁", measured
 // slower than one call per word: sentencepiece's BPE costs more per byte on longer
 // input.)
@@ -264,7 +281,8 @@ class WordCacheEncoder final : public TokenEncoder {
         return;
       }
     }
-    tokenizer_.encode_plain(word, &word_ids_);
+    const SentencePieceWordBpe* word_bpe = tokenizer_.word_bpe();
+    if (word_bpe == nullptr || !word_bpe->encode(word, &word_ids_)) tokenizer_.encode_plain(word, &word_ids_);
     ids->insert(ids->end(), word_ids_.begin(), word_ids_.end());
     if (cacheable) cache_.insert(word, hash, word_ids_.data(), word_ids_.size());
   }
