@@ -38,6 +38,7 @@ struct TrainingOptions {
   std::int64_t exit_at_step = 0;  // stop after this step with a checkpoint; 0 = never
   NonFiniteAction on_nonfinite = NonFiniteAction::kStop;
   int threads = 0;  // OpenMP threads; 0 = OpenMP's default (OMP_NUM_THREADS or all cores)
+  Precision precision = Precision::kFp32;  // train.precision: fp32, or the bf16 recipe (gpt.h)
 
   LrSchedule schedule;
   AdamWOptions adamw;
