@@ -21,13 +21,14 @@ namespace dufu::trainer {
 DUFU_HOST_DEVICE inline std::uint16_t float_to_bf16_bits(float value) {
   std::uint32_t bits;
   std::memcpy(&bits, &value, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x0040u);
   // Adding 0x7fff rounds the upper half up when the lower half is above one half, and
   // the upper half's lowest bit breaks an exact tie towards even. A carry out of the
   // fraction correctly bumps the exponent (and up to infinity).
-  const std::uint32_t lsb = (bits >> 16) & 1u;
-  bits += 0x7fffu + lsb;
-  return static_cast<std::uint16_t>(bits >> 16);
+  const std::uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const std::uint32_t quiet_nan = (bits >> 16) | 0x0040u;
+  // A select rather than an early return, so loops over arrays vectorize.
+  const bool is_nan = (bits & 0x7fffffffu) > 0x7f800000u;
+  return static_cast<std::uint16_t>(is_nan ? quiet_nan : rounded);
 }
 
 DUFU_HOST_DEVICE inline float bf16_bits_to_float(std::uint16_t bits) {
