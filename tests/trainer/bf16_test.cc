@@ -3,6 +3,8 @@
 // kernel against the helper, and the GPT under train.precision = bf16 without data:
 // fp32 untouched by the knob, bf16 close to fp32 but not equal, deterministic, and
 // its working copy of the weights following the fp32 masters.
+#include "dufu/trainer/bf16.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,7 +17,6 @@
 
 #include "dufu/common/config.h"
 #include "dufu/common/error.h"
-#include "dufu/trainer/bf16.h"
 #include "dufu/trainer/device.h"
 #include "dufu/trainer/gpt.h"
 #include "dufu/trainer/optimizer.h"
@@ -47,8 +48,8 @@ struct TorchConversion {
 
 // Every line the reference prints: a float's bits and torch's bf16 bits for it.
 std::vector<TorchConversion> torch_conversions() {
-  const std::string command = dufu::str_cat(DUFU_REFERENCE_PYTHON, " ", DUFU_SOURCE_DIR,
-                                             "/tests/reference/bf16_reference.py");
+  const std::string command =
+      dufu::str_cat(DUFU_REFERENCE_PYTHON, " ", DUFU_SOURCE_DIR, "/tests/reference/bf16_reference.py");
   const dufu::testing::CommandResult result = dufu::testing::run_command(command);
   EXPECT_EQ(result.exit_code, 0) << command << "\n" << result.output;
   std::vector<TorchConversion> conversions;
@@ -84,8 +85,7 @@ TEST(Bf16Rounding, MatchesTorchBitForBit) {
     }
     ASSERT_EQ(ours, c.bf16_bits) << std::hex << "float 0x" << c.float_bits << " (" << value << "): ours 0x" << ours
                                  << ", torch 0x" << c.bf16_bits;
-    ASSERT_EQ(bits_of(round_to_bf16(value)), static_cast<std::uint32_t>(c.bf16_bits) << 16) << std::hex
-                                                                                           << c.float_bits;
+    ASSERT_EQ(bits_of(round_to_bf16(value)), static_cast<std::uint32_t>(c.bf16_bits) << 16) << std::hex << c.float_bits;
   }
   EXPECT_GE(nans, 6);  // the listed NaNs, signalling ones among them
   // The CPU kernel (what the model calls) gives the helper's floats, NaN included.

@@ -40,12 +40,14 @@ class Bf16TrainingTest : public ::testing::Test {
   std::string write_config(int steps, int eval_interval) {
     const std::string text =
         "[model]\nn_layer = 4\nn_head = 4\nd_model = 192\nvocab_size = 2000\nseq_length = 128\n"
-        "[data]\nblend = \"" + fortunes_shard() + "\"\n" + "cache_dir = \"" + fortunes_shard_dir() + "/cache" +
+        "[data]\nblend = \"" +
+        fortunes_shard() + "\"\n" + "cache_dir = \"" + fortunes_shard_dir() + "/cache" +
         "\"\nsplit = \"90,10,0\"\nworkers = 2\n"
-        "[train]\nmicro_batch = 8\nglobal_batch = 16\nthreads = 2\nsteps = " + std::to_string(steps) + "\n" +
+        "[train]\nmicro_batch = 8\nglobal_batch = 16\nthreads = 2\nsteps = " +
+        std::to_string(steps) + "\n" +
         "[optim]\nlr = 1e-3\nmin_lr = 1e-4\nwarmup_steps = 5\n"
-        "[eval]\nbatches = 4\ninterval = " + std::to_string(eval_interval) + "\n" +
-        "[checkpoint]\ninterval = 0\nkeep = 2\n";
+        "[eval]\nbatches = 4\ninterval = " +
+        std::to_string(eval_interval) + "\n" + "[checkpoint]\ninterval = 0\nkeep = 2\n";
     const std::string path = dir_.file("config_" + std::to_string(steps) + ".toml");
     write_all(path, text);
     return path;
@@ -53,9 +55,8 @@ class Bf16TrainingTest : public ::testing::Test {
 
   // Runs `train CONFIG run.dir=DIR OVERRIDES` and fails the test unless it succeeds.
   void train(const std::string& config, const std::string& run_dir, const std::string& overrides) {
-    const CommandResult result =
-        run_command(shell_quote(train_tool()) + " " + shell_quote(config) + " run.dir=" + shell_quote(run_dir) + " " +
-                    overrides);
+    const CommandResult result = run_command(shell_quote(train_tool()) + " " + shell_quote(config) +
+                                             " run.dir=" + shell_quote(run_dir) + " " + overrides);
     ASSERT_EQ(result.exit_code, 0) << result.output;
   }
 
@@ -108,7 +109,8 @@ TEST_F(Bf16TrainingTest, RepeatsAndResumesBitForBit) {
   const std::string whole = dir_.file("whole");
   const std::string split = dir_.file("split");
   ASSERT_NO_FATAL_FAILURE(train(config, whole, "train.precision=bf16"));
-  ASSERT_NO_FATAL_FAILURE(train(config, split, "train.precision=bf16 train.exit_at_step=" + std::to_string(kSteps / 2)));
+  ASSERT_NO_FATAL_FAILURE(
+      train(config, split, "train.precision=bf16 train.exit_at_step=" + std::to_string(kSteps / 2)));
   const std::vector<std::string> expected = loss_sequence(whole);
   ASSERT_EQ(expected.size(), static_cast<std::size_t>(kSteps) * 3 + 2 * 2);  // steps x 3 fields + 2 evals x 2
   const std::vector<std::string> first_half = loss_sequence(split);

@@ -421,8 +421,8 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
     if (l + 1 < L) {
       const GPTLayerTensors& next_w = p_.h[static_cast<std::size_t>(l + 1)];
       LayerActivations& next_a = acts.layers[static_cast<std::size_t>(l + 1)];
-      residual_layernorm(a.residual_out, next_a.ln_1, next_a.ln_1_mean, next_a.ln_1_rstd, a.residual_mid,
-                         acts.branch, next_w.ln_1_weight, next_w.ln_1_bias, N, C);
+      residual_layernorm(a.residual_out, next_a.ln_1, next_a.ln_1_mean, next_a.ln_1_rstd, a.residual_mid, acts.branch,
+                         next_w.ln_1_weight, next_w.ln_1_bias, N, C);
     } else if (stage_.is_last()) {
       residual_layernorm(a.residual_out, acts.ln_f, acts.ln_f_mean, acts.ln_f_rstd, a.residual_mid, acts.branch,
                          p_.ln_f_weight, p_.ln_f_bias, N, C);
