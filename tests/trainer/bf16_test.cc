@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "dufu/common/communicator.h"
 #include "dufu/common/config.h"
 #include "dufu/common/error.h"
 #include "dufu/trainer/device.h"
@@ -193,6 +194,38 @@ TEST(Bf16Model, WorkingCopyFollowsTheMasters) {
   EXPECT_NE(model.forward(batch.tokens, batch.targets, 2, 16), base);
   std::copy(masters.begin(), masters.end(), model.params().begin());
   EXPECT_EQ(model.forward(batch.tokens, batch.targets, 2, 16), base);
+}
+
+// The CPU device with a kernel table that leaves round_to_bf16 null, as a backend
+// without the recipe's kernel does.
+class DeviceWithoutBf16 final : public Device {
+ public:
+  DeviceWithoutBf16() : table_(cpu_device().kernels()) { table_.round_to_bf16 = nullptr; }
+  DeviceKind kind() const override { return cpu().kind(); }
+  std::string describe() const override { return "cpu without bf16"; }
+  dufu::MemorySpace memory_space() const override { return cpu().memory_space(); }
+  const KernelTable& kernels() const override { return table_; }
+  void* allocate(std::size_t bytes) override { return cpu().allocate(bytes); }
+  void release(void* memory) noexcept override { cpu().release(memory); }
+  void upload(void* to, const void* from, std::size_t bytes) override { cpu().upload(to, from, bytes); }
+  void download(void* to, const void* from, std::size_t bytes) override { cpu().download(to, from, bytes); }
+  void copy(void* to, const void* from, std::size_t bytes) override { cpu().copy(to, from, bytes); }
+  void fill(float* to, float value, std::size_t count) override { cpu().fill(to, value, count); }
+  void zero(void* to, std::size_t bytes) override { cpu().zero(to, bytes); }
+  void synchronize() override {}
+
+ private:
+  static Device& cpu() { return cpu_device(); }
+  KernelTable table_;
+};
+
+TEST(Bf16Model, RefusedOnADeviceWithoutTheRoundingKernel) {
+  DeviceWithoutBf16 device;
+  GPT model(small_model(), nullptr, {}, &device);
+  model.set_precision(Precision::kFp32);  // fp32 needs nothing new
+  dufu::testing::expect_error([&] { model.set_precision(Precision::kBf16); },
+                              {"train.precision = bf16", "cpu without bf16", "no bf16 rounding kernel"});
+  EXPECT_EQ(model.precision(), Precision::kFp32);
 }
 
 dufu::Config config_with(std::vector<std::string> overrides) {
