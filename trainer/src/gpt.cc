@@ -124,6 +124,7 @@ void GPT::load_full_parameters(std::span<const float> full) {
   std::vector<float> host(num_parameters());
   shard_full(full, host);
   params_.upload(host);
+  working_weights_stale_ = true;
 }
 
 double GPT::full_sum_of_squares(std::span<const float> local) const {
@@ -342,6 +343,7 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
   if (!std::isfinite(dloss_scale)) DUFU_FAIL("GPT::forward: dloss_scale ", dloss_scale, " is not finite");
   ActivationSlot& slot = activation_slot(slot_index);
   ensure_activations(slot, B, T);
+  refresh_working_weights();
   Activations& acts = slot.acts;
   const KernelTable& k = *kernels_;
   // The batch goes to the device once; everything below runs there.
@@ -377,9 +379,13 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
                                        vocab_begin(), Vl, B, T, C);
     reduce_over_tensor_group(acts.encoded, stream);
   }
+  // Under bf16 each activation is rounded where a GPU would store it in bf16 (the
+  // table in docs/architecture.md); round_if_bf16 does nothing under fp32.
+  round_if_bf16(acts.encoded, stream);
   LayerActivations& first = acts.layers[0];
   k.layernorm_forward(first.ln_1, first.ln_1_mean, first.ln_1_rstd, acts.encoded, p_.h[0].ln_1_weight,
                       p_.h[0].ln_1_bias, N, C);
+  round_if_bf16(first.ln_1, stream);
   for (int l = 0; l < L; ++l) {
     const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
     LayerActivations& a = acts.layers[static_cast<std::size_t>(l)];
@@ -388,18 +394,26 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
     // The local qkv is [q, k, v] of this rank's heads, so attention runs unchanged on
     // Cl channels and NHl heads.
     k.matmul_forward(a.qkv, a.ln_1, w.attn_c_attn_weight, w.attn_c_attn_bias, N, C, 3 * Cl);
+    round_if_bf16(a.qkv, rows * 3 * static_cast<std::size_t>(Cl));
     k.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
+    round_if_bf16(a.atty, rows * static_cast<std::size_t>(Cl));
     k.matmul_forward(acts.branch, a.atty, w.attn_c_proj_weight, adds_replicated ? w.attn_c_proj_bias : nullptr, N, Cl,
                      C);
     if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);
-    k.residual_layernorm_forward(a.residual_mid, a.ln_2, a.ln_2_mean, a.ln_2_rstd, residual_in, acts.branch,
-                                 w.ln_2_weight, w.ln_2_bias, N, C);
+    round_if_bf16(acts.branch, stream);
+    residual_layernorm(a.residual_mid, a.ln_2, a.ln_2_mean, a.ln_2_rstd, residual_in, acts.branch, w.ln_2_weight,
+                       w.ln_2_bias, N, C);
 
+    // fc_out stays unrounded: a GPU fuses the bias and GELU into the matmul's epilogue
+    // and stores only fc_pre and fc_gelu.
     k.matmul_forward(acts.fc_out, a.ln_2, w.mlp_c_fc_weight, nullptr, N, C, 4 * Cl);
     k.bias_gelu_forward(a.fc_gelu, a.fc_pre, acts.fc_out, w.mlp_c_fc_bias, N, 4 * Cl);
+    round_if_bf16(a.fc_pre, rows * 4 * static_cast<std::size_t>(Cl));
+    round_if_bf16(a.fc_gelu, rows * 4 * static_cast<std::size_t>(Cl));
     k.matmul_forward(acts.branch, a.fc_gelu, w.mlp_c_proj_weight, adds_replicated ? w.mlp_c_proj_bias : nullptr, N,
                      4 * Cl, C);
     if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);
+    round_if_bf16(acts.branch, stream);
 
     // The block's output goes straight into the next LayerNorm: the next layer's
     // ln_1, or ln_f after the model's last layer. A stage before the last ends in the
@@ -407,13 +421,14 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
     if (l + 1 < L) {
       const GPTLayerTensors& next_w = p_.h[static_cast<std::size_t>(l + 1)];
       LayerActivations& next_a = acts.layers[static_cast<std::size_t>(l + 1)];
-      k.residual_layernorm_forward(a.residual_out, next_a.ln_1, next_a.ln_1_mean, next_a.ln_1_rstd, a.residual_mid,
-                                   acts.branch, next_w.ln_1_weight, next_w.ln_1_bias, N, C);
+      residual_layernorm(a.residual_out, next_a.ln_1, next_a.ln_1_mean, next_a.ln_1_rstd, a.residual_mid, acts.branch,
+                         next_w.ln_1_weight, next_w.ln_1_bias, N, C);
     } else if (stage_.is_last()) {
-      k.residual_layernorm_forward(a.residual_out, acts.ln_f, acts.ln_f_mean, acts.ln_f_rstd, a.residual_mid,
-                                   acts.branch, p_.ln_f_weight, p_.ln_f_bias, N, C);
+      residual_layernorm(a.residual_out, acts.ln_f, acts.ln_f_mean, acts.ln_f_rstd, a.residual_mid, acts.branch,
+                         p_.ln_f_weight, p_.ln_f_bias, N, C);
     } else {
       k.add(a.residual_out, a.residual_mid, acts.branch, stream);
+      round_if_bf16(a.residual_out, stream);
     }
   }
   if (!stage_.is_last()) {
@@ -525,14 +540,20 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
   // rank computes bitwise the same gradients for the replicated parameters (wpe, the
   // LayerNorms, the c_proj biases): they need no reduction over the group.
 
+  // Under bf16 the activation gradients are rounded where they are stored, as the
+  // activations are; parameter gradients accumulate in fp32.
+  const std::size_t hidden = rows * 4 * static_cast<std::size_t>(Cl);
   if (stage_.is_last()) {
     // The classifier left dloss/dlogits in the logits buffer.
+    round_if_bf16(acts.logits, rows * static_cast<std::size_t>(Vl));
     k.matmul_backward(d.ln, g_.wte, nullptr, acts.logits, acts.ln_f, p_.wte, N, C, Vl);
     if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
+    round_if_bf16(d.ln, stream);
     const LayerActivations& last = acts.layers.back();
     device_->fill(d.residual, 0.0f, stream);
     k.layernorm_backward(d.residual, g_.ln_f_weight, g_.ln_f_bias, d.ln, last.residual_out, p_.ln_f_weight,
                          acts.ln_f_mean, acts.ln_f_rstd, N, C);
+    round_if_bf16(d.residual, stream);
   } else {
     // The next stage's input gradient is this stage's output gradient.
     device_->copy(d.residual, d_output.data(), d_output.size_bytes());
@@ -549,20 +570,28 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
 
     k.matmul_backward(d.fc_gelu, dw.mlp_c_proj_weight, dw.mlp_c_proj_bias, d.residual, a.fc_gelu, w.mlp_c_proj_weight,
                       N, 4 * Cl, C);
+    round_if_bf16(d.fc_gelu, hidden);
     k.bias_gelu_backward(d.fc_pre, dw.mlp_c_fc_bias, d.fc_gelu, a.fc_pre, N, 4 * Cl);
+    round_if_bf16(d.fc_pre, hidden);
     k.matmul_backward(d.ln, dw.mlp_c_fc_weight, nullptr, d.fc_pre, a.ln_2, w.mlp_c_fc_weight, N, C, 4 * Cl);
     if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
+    round_if_bf16(d.ln, stream);
     k.layernorm_backward(d.residual, dw.ln_2_weight, dw.ln_2_bias, d.ln, a.residual_mid, w.ln_2_weight, a.ln_2_mean,
                          a.ln_2_rstd, N, C);
+    round_if_bf16(d.residual, stream);
 
     k.matmul_backward(d.atty, dw.attn_c_proj_weight, dw.attn_c_proj_bias, d.residual, a.atty, w.attn_c_proj_weight, N,
                       Cl, C);
+    round_if_bf16(d.atty, rows * static_cast<std::size_t>(Cl));
     k.attention_backward(d.qkv, d.att, d.atty, a.qkv, a.att, B, T, Cl, NHl);
+    round_if_bf16(d.qkv, rows * 3 * static_cast<std::size_t>(Cl));
     k.matmul_backward(d.ln, dw.attn_c_attn_weight, dw.attn_c_attn_bias, d.qkv, a.ln_1, w.attn_c_attn_weight, N, C,
                       3 * Cl);
     if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
+    round_if_bf16(d.ln, stream);
     k.layernorm_backward(d.residual, dw.ln_1_weight, dw.ln_1_bias, d.ln, residual_in, w.ln_1_weight, a.ln_1_mean,
                          a.ln_1_rstd, N, C);
+    round_if_bf16(d.residual, stream);
   }
   if (!stage_.is_first()) return {d.residual, stream};  // the previous stage's output gradient
   if (tp_ == 1) {

@@ -90,6 +90,7 @@ void GPT::init_gpt2(std::uint32_t seed) {
     shard_full(full, host);
   }
   params_.upload(host);
+  working_weights_stale_ = true;
 }
 
 }  // namespace dufu::trainer

@@ -241,7 +241,10 @@ bool Trainer::setup() {
 
   // The sizes are the user's: what cannot fit is refused before anything is allocated.
   const double parameters = rank_parameter_count(options.model, tp, stage);
-  const double model_bytes = model_state_bytes(parameters, s.dp, options.zero_stage == 1);
+  // bf16 adds the working copy of the weights (floats on the cpu device).
+  const double working_copy_bytes =
+      options.precision == Precision::kBf16 ? parameters * static_cast<double>(sizeof(float)) : 0.0;
+  const double model_bytes = model_state_bytes(parameters, s.dp, options.zero_stage == 1) + working_copy_bytes;
   const std::string model_what = str_cat("the model (", human_count(parameters),
                                          " parameters on this rank, with their gradients and AdamW moments)");
   check_memory(model_what, model_bytes);
@@ -282,6 +285,7 @@ bool Trainer::setup() {
   if (s.is_main) s.reporter.layout(describe_layout(topology, options.model, layer_split));
   try {
     s.model = std::make_unique<GPT>(options.model, tp > 1 ? s.groups.tensor.get() : nullptr, stage);
+    s.model->set_precision(options.precision);
     s.optimizer = std::make_unique<DataParallelOptimizer>(*s.model, options.adamw, *s.groups.data,
                                                           options.zero_stage == 1, s.groups.pipeline.get(),
                                                           s.groups.tensor.get());

@@ -40,7 +40,10 @@ ConfigSchema training_config_schema() {
                   "What a NaN or Inf loss or gradient does: stop (error naming the step) or skip (no update)")
       .add_int("train.exit_at_step", 0,
                "Stop with a checkpoint after this step (0 = run to train.steps): splits a run into jobs")
-      .add_int("train.threads", 0, "OpenMP threads for the kernels (0 = OMP_NUM_THREADS or every core)");
+      .add_int("train.threads", 0, "OpenMP threads for the kernels (0 = OMP_NUM_THREADS or every core)")
+      .add_string("train.precision", "fp32",
+                  "fp32, or bf16: bf16 matmul inputs, weight working copy and activations with fp32 master "
+                  "weights, moments, LayerNorm statistics, softmax and loss (on the cpu device: rounded to bf16)");
   schema.add_double("optim.lr", 6e-4, "Peak learning rate, reached at the end of the warmup")
       .add_double("optim.min_lr", 6e-5, "Floor the cosine decay ends at")
       .add_int("optim.warmup_steps", 100, "Steps of linear warmup")
@@ -175,6 +178,7 @@ TrainingOptions training_options(const Config& config) {
   } catch (const Error& e) {
     DUFU_FAIL("train.device: ", e.what());
   }
+  options.precision = parse_precision(config.get_string("train.precision"), "train.precision");
 
   options.schedule.max_lr = config.get_double("optim.lr");
   options.schedule.min_lr = config.get_double("optim.min_lr");

@@ -64,6 +64,17 @@ struct GPTTensors {
   float* ln_f_bias;
 };
 
+// The arithmetic of a training step (train.precision). kFp32: every tensor is fp32.
+// kBf16: the mixed-precision recipe of docs/architecture.md ("Mixed precision"):
+// matmul inputs, the weights' working copy and the activations between kernels are
+// bf16 (on the CPU device: floats rounded to bf16 at those points); master weights,
+// parameter gradients, AdamW moments, LayerNorm statistics, softmax and the loss fp32.
+enum class Precision { kFp32, kBf16 };
+
+// "fp32" or "bf16"; and back, throwing dufu::Error naming `knob` for anything else.
+const char* precision_name(Precision precision);
+Precision parse_precision(std::string_view text, std::string_view knob);
+
 class GPT {
  public:
   // Throws dufu::Error for an invalid config. Parameters start at zero; call
@@ -143,8 +154,12 @@ class GPT {
   // its copy of wte: the sum over the pipeline group counts every parameter once.
   double full_sum_of_squares(std::span<const float> local) const;
   // The parameters and their gradients, in device memory (device.h says who may
-  // read it directly).
-  std::span<float> params() { return params_.span(); }
+  // read it directly). Under bf16 these are the fp32 masters; taking them writable
+  // marks the bf16 working copy stale, and the next forward remakes it from them.
+  std::span<float> params() {
+    working_weights_stale_ = true;
+    return params_.span();
+  }
   std::span<const float> params() const { return params_.span(); }
   std::span<float> grads() { return grads_.span(); }
   std::span<const float> grads() const { return grads_.span(); }
@@ -152,6 +167,15 @@ class GPT {
   const ParamTensor& tensor(std::string_view name) const;
   // Named views into another buffer of num_parameters() floats (e.g. Adam moments).
   GPTTensors tensors(std::span<float> buffer) const;
+
+  // Switches the arithmetic of forward and backward (fp32 by default; fp32 is the
+  // model as it was, bit for bit). bf16 keeps a working copy of the weights, every
+  // parameter rounded to bf16, made from the masters by the first forward after they
+  // change (once per step, after the optimizer), and rounds the activations at the
+  // recipe's points. Throws dufu::Error for bf16 on a device whose kernel table has
+  // no round_to_bf16.
+  void set_precision(Precision precision);
+  Precision precision() const { return precision_; }
 
   // Runs the model on tokens [B, T] (values in [0, vocab_size), T <= seq_length).
   // Tensor parallel, every rank passes the same tokens and targets and gets the same
@@ -283,6 +307,14 @@ class GPT {
   void check_batch(std::span<const std::int32_t> tokens, std::span<const float> input,
                    std::span<const std::int32_t> targets, int B, int T) const;
   void require_whole_model(const char* operation) const;
+  // Under bf16: rounds `count` values to bf16 where the recipe stores bf16 (gpt_precision.cc).
+  void round_if_bf16(float* values, std::size_t count) const;
+  // Under bf16: the working copy of the weights, remade from the masters if stale.
+  void refresh_working_weights();
+  // residual_out = residual + branch, norm_out = LayerNorm(residual_out): fused under
+  // fp32; under bf16 the sum is rounded first and the LayerNorm reads the rounded sum.
+  void residual_layernorm(float* residual_out, float* norm_out, float* mean, float* rstd, const float* residual,
+                          const float* branch, const float* weight, const float* bias, int N, int C);
 
   GPTConfig config_;
   Device* device_;
@@ -295,7 +327,10 @@ class GPT {
   std::vector<ParamTensor> full_layout_;
   DeviceBuffer<float> params_;
   DeviceBuffer<float> grads_;
-  GPTTensors p_;  // views into params_
+  GPTTensors p_;  // views of the weights forward and backward read: params_, or working_weights_ under bf16
+  Precision precision_ = Precision::kFp32;
+  DeviceBuffer<float> working_weights_;  // bf16: every parameter rounded to bf16
+  bool working_weights_stale_ = true;
   GPTTensors g_;  // views into grads_
 
   std::vector<ActivationSlot> slots_;

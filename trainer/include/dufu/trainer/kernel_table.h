@@ -144,6 +144,13 @@ struct KernelTable {
   // mean_out[0] = the mean of losses[i] over the rows whose target is not -1, summed
   // in double in row order (0 when every row is ignored): the loss a forward returns.
   void (*masked_mean_loss)(float* mean_out, const float* losses, const std::int32_t* targets, int N);
+
+  // ---- mixed precision (train.precision = bf16; docs/architecture.md) ----
+  // values[i] = round_to_bf16(values[i]) (bf16.h) for i < n: where the recipe stores
+  // bf16, a device that keeps float arrays rounds their values instead. Optional until
+  // every backend has it (outside DUFU_KERNEL_OPS, so null in a table that does not
+  // name it): GPT refuses bf16 on a device whose table leaves it null.
+  void (*round_to_bf16)(float* values, std::size_t n) = nullptr;
 };
 
 }  // namespace dufu::trainer

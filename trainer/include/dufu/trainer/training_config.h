@@ -40,6 +40,7 @@ struct TrainingOptions {
   NonFiniteAction on_nonfinite = NonFiniteAction::kStop;
   int threads = 0;  // OpenMP threads; 0 = OpenMP's default (OMP_NUM_THREADS or all cores)
   DeviceKind device = DeviceKind::kCpu;
+  Precision precision = Precision::kFp32;  // train.precision: fp32, or the bf16 recipe (gpt.h)
 
   LrSchedule schedule;
   AdamWOptions adamw;
