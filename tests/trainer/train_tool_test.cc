@@ -161,6 +161,8 @@ TEST_F(TrainToolTest, TrainsEvaluatesAndCheckpoints) {
   EXPECT_NE(result.output.find("steps = 30"), std::string::npos);
   EXPECT_NE(result.output.find("step 30/30 | loss "), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("MFU "), std::string::npos);
+  // The memory plan, before the first step.
+  EXPECT_LT(result.output.find("memory plan of this rank: weights "), result.output.find("step 1/30")) << result.output;
   EXPECT_NE(result.output.find("eval at step 20 | val loss "), std::string::npos);
   EXPECT_EQ(count_lines_with(dir + "/metrics.jsonl", "\"type\":\"train\""), 30);
   EXPECT_EQ(count_lines_with(dir + "/metrics.jsonl", "\"type\":\"eval\""), 3);

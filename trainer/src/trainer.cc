@@ -241,19 +241,22 @@ bool Trainer::setup() {
 
   // The sizes are the user's: what cannot fit is refused before anything is allocated.
   const double parameters = rank_parameter_count(options.model, tp, stage);
-  // bf16 adds the working copy of the weights (floats on the cpu device).
-  const double working_copy_bytes =
-      options.precision == Precision::kBf16 ? parameters * static_cast<double>(sizeof(float)) : 0.0;
-  const double model_bytes = model_state_bytes(parameters, s.dp, options.zero_stage == 1) + working_copy_bytes;
-  const std::string model_what = str_cat("the model (", human_count(parameters),
-                                         " parameters on this rank, with their gradients and AdamW moments)");
-  check_memory(model_what, model_bytes);
   const int slots = pp > 1 ? pp - coordinates.pp_rank : 1;
   s.activations_what = str_cat("the activations of ", slots, " micro-batch", slots > 1 ? "es" : "", " of ",
                                options.micro_batch, " x ", s.T, " tokens (train.micro_batch x model.seq_length)");
   s.activations_bytes =
       activation_bytes(options.model, options.micro_batch, s.T, tp, stage, slots, options.prefetch_batches);
-  check_memory(str_cat(model_what, " and ", s.activations_what), model_bytes + s.activations_bytes);
+  const MemoryPlan plan = memory_plan(parameters, s.dp, options.zero_stage == 1, options.precision == Precision::kBf16,
+                                      s.activations_bytes);
+  const double model_bytes = plan.model();
+  const std::string model_what = str_cat("the model (", human_count(parameters),
+                                         " parameters on this rank, with their gradients and AdamW moments)");
+  check_memory(model_what, model_bytes);
+  check_memory(str_cat(model_what, " and ", s.activations_what), plan.total());
+  // One line per distinct piece of the model (its first data-parallel replica's).
+  if (coordinates.dp_rank == 0) {
+    DUFU_LOG_INFO("train", "memory plan of this rank: ", plan.describe(memory_limit_bytes()));
+  }
 
   if (s.is_main) {
     fs::create_directories(options.run_dir);

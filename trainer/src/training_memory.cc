@@ -36,8 +36,27 @@ double rank_parameter_count(const GPTConfig& config, int tensor_parallel_size, c
 }
 
 double model_state_bytes(double parameters, int data_parallel_size, bool moments_sharded) {
-  const double moments = moments_sharded ? 2.0 * parameters / data_parallel_size : 2.0 * parameters;
-  return 4.0 * (2.0 * parameters + moments);  // weights and gradients, then m and v: all float
+  return memory_plan(parameters, data_parallel_size, moments_sharded, false, 0.0).model();
+}
+
+MemoryPlan memory_plan(double parameters, int data_parallel_size, bool moments_sharded, bool bf16_working_copy,
+                       double activation_bytes) {
+  constexpr double kFloat = sizeof(float);  // every buffer is float, bf16's working copy too on the cpu device
+  MemoryPlan plan;
+  plan.weights = kFloat * parameters;
+  plan.gradients = kFloat * parameters;
+  plan.moments = kFloat * 2.0 * parameters / (moments_sharded ? data_parallel_size : 1);
+  plan.working_copy = bf16_working_copy ? kFloat * parameters : 0.0;
+  plan.activations = activation_bytes;
+  return plan;
+}
+
+std::string MemoryPlan::describe(double limit_bytes) const {
+  std::string text = str_cat("weights ", human_bytes(weights), ", gradients ", human_bytes(gradients),
+                             ", AdamW moments ", human_bytes(moments));
+  if (working_copy > 0.0) text += str_cat(", bf16 working copy ", human_bytes(working_copy));
+  return str_cat(text, ", activations ", human_bytes(activations), ": ", human_bytes(total()), " of at most ",
+                 human_bytes(limit_bytes));
 }
 
 double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parallel_size, const PipelineStage& stage,

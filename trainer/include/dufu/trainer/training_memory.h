@@ -26,6 +26,23 @@ double model_state_bytes(double parameters, int data_parallel_size, bool moments
 double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parallel_size, const PipelineStage& stage,
                         int slots, int prefetch);
 
+// What this rank will allocate, by kind, printed at start (one line per distinct piece
+// of the model) so a user sees where the memory goes before the first step.
+struct MemoryPlan {
+  double weights = 0.0;       // fp32 parameters (the masters under bf16)
+  double gradients = 0.0;     // fp32
+  double moments = 0.0;       // AdamW m and v (this rank's shard under ZeRO-1)
+  double working_copy = 0.0;  // the bf16 recipe's working copy of the weights
+  double activations = 0.0;   // activations, their gradients, the loader's batches
+  double model() const { return weights + gradients + moments + working_copy; }
+  double total() const { return model() + activations; }
+  // "weights 498 MB, gradients 498 MB, AdamW moments 995 MB, activations 5.43 GB:
+  // 7.42 GB of at most 25.0 GB" (the working copy only when there is one).
+  std::string describe(double limit_bytes) const;
+};
+MemoryPlan memory_plan(double parameters, int data_parallel_size, bool moments_sharded, bool bf16_working_copy,
+                       double activation_bytes);
+
 // The memory a process can have at most: physical memory plus swap, or less under an
 // address-space or data-size limit (RLIMIT_AS, RLIMIT_DATA).
 double memory_limit_bytes();
