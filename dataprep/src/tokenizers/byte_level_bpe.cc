@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "dufu/common/error.h"
+#include "dufu/dataprep/tiktoken_pretokenizer.h"
 #include "piece_cache.h"
 
 namespace dufu::dataprep::tokenizers {
@@ -146,6 +147,11 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
       : config_(config), whole_tokens_(whole_tokens) {
     for (const auto& stage : config.stages) {
       matchers_.push_back(stage.splitter ? std::make_unique<RegexSplitter::Matcher>(*stage.splitter) : nullptr);
+      TiktokenPattern pattern{};
+      const bool hand_written = stage.splitter && stage.splitter->dialect() == RegexDialect::kTiktoken &&
+                                stage.matches_are_pieces &&
+                                TiktokenPretokenizer::implements(stage.splitter->pattern(), &pattern);
+      pretokenizers_.push_back(hand_written ? std::make_unique<TiktokenPretokenizer>(pattern) : nullptr);
     }
     buffers_.resize(config.stages.size());
   }
@@ -180,8 +186,9 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
       }
       return;
     }
-    matchers_[stage_index]->split(
-        text, [&](std::string_view piece) { process(stage_index + 1, piece); }, stage.matches_are_pieces);
+    const auto next = [&](std::string_view piece) { process(stage_index + 1, piece); };
+    if (pretokenizers_[stage_index] && pretokenizers_[stage_index]->split(text, next)) return;
+    matchers_[stage_index]->split(text, next, stage.matches_are_pieces);
   }
 
   void encode_piece(std::string_view piece) {
@@ -215,6 +222,9 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
   const ByteLevelBpeConfig& config_;
   const TokenLookup& whole_tokens_;
   std::vector<std::unique_ptr<RegexSplitter::Matcher>> matchers_;
+  // The hand-written matcher of a stage whose pattern it implements; the stage's
+  // PCRE2 matcher still takes text that is not valid UTF-8.
+  std::vector<std::unique_ptr<TiktokenPretokenizer>> pretokenizers_;
   std::vector<std::string> buffers_;
   std::string normalized_[2];
   BytePairModel::Scratch scratch_;
