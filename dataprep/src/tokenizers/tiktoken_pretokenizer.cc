@@ -8,6 +8,7 @@
 
 #include <pcre2.h>
 
+#include <algorithm>
 #include <string>
 
 #include "byte_level_bpe.h"
@@ -78,7 +79,10 @@ bool TiktokenPretokenizer::implements(std::string_view pattern, TiktokenPattern*
 }
 
 TiktokenPretokenizer::TiktokenPretokenizer(TiktokenPattern pattern)
-    : pattern_(pattern), blocks_(0x110000 >> 8), classifier_(std::make_unique<Classifier>()) {}
+    : pattern_(pattern), blocks_(0x110000 >> 8), classifier_(std::make_unique<Classifier>()) {
+  const auto& first_block = classify_block(0);
+  std::copy(first_block.begin(), first_block.begin() + 0x80, ascii_.begin());
+}
 
 TiktokenPretokenizer::~TiktokenPretokenizer() = default;
 

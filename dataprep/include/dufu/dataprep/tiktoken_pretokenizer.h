@@ -53,6 +53,7 @@ class TiktokenPretokenizer {
   static Char decode(std::string_view text, std::size_t i);
   static bool valid_utf8(std::string_view text);
   std::uint8_t classes(char32_t code) {
+    if (code < 0x80) return ascii_[code];
     const auto& block = blocks_[code >> 8];
     return block ? (*block)[code & 0xFF] : classify_block(code >> 8)[code & 0xFF];
   }
@@ -70,6 +71,7 @@ class TiktokenPretokenizer {
   std::size_t whitespace(std::string_view text, std::size_t begin, bool line_breaks_end_it);
 
   TiktokenPattern pattern_;
+  std::array<std::uint8_t, 0x80> ascii_{};  // block 0's first half, without the indirection
   std::vector<std::unique_ptr<std::array<std::uint8_t, 256>>> blocks_;
   struct Classifier;
   std::unique_ptr<Classifier> classifier_;
