@@ -4,6 +4,7 @@
 #include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "dufu/common/error.h"
@@ -154,6 +155,9 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
       pretokenizers_.push_back(hand_written ? std::make_unique<TiktokenPretokenizer>(pattern) : nullptr);
     }
     buffers_.resize(config.stages.size());
+    // A prefix stage's pieces live in a buffer the next piece overwrites.
+    batched_ = std::none_of(config.stages.begin(), config.stages.end(),
+                            [](const PreTokenizerStage& stage) { return stage.prefix_space; });
   }
 
   void encode(std::string_view text, std::vector<std::int32_t>* ids) override {
@@ -166,12 +170,17 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
       text = normalized_[0];
     }
     if (!text.empty()) process(0, text);
+    flush();
   }
 
  private:
   void process(std::size_t stage_index, std::string_view text) {
     if (stage_index == config_.stages.size()) {
-      encode_piece(text);
+      if (batched_) {
+        queue(text);
+      } else {
+        encode_piece(text, text.size() > 1 ? hash_bytes(text) : 0);
+      }
       return;
     }
     const PreTokenizerStage& stage = config_.stages[stage_index];
@@ -191,13 +200,30 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
     matchers_[stage_index]->split(text, next, stage.matches_are_pieces);
   }
 
-  void encode_piece(std::string_view piece) {
+  // Pieces wait in a short queue, their cache slots and whole-token slots loading
+  // meanwhile: on text with many distinct words (non-English) the lookups miss the
+  // CPU caches, and one at a time each waited for memory.
+  void queue(std::string_view piece) {
+    std::uint64_t hash = 0;
+    if (piece.size() > 1) {
+      hash = hash_bytes(piece);
+      cache_.prefetch(hash);
+      if (config_.ignore_merges) whole_tokens_.prefetch(hash);
+    }
+    pending_[pending_count_++] = Pending{piece, hash};
+    if (pending_count_ == kBatch) flush();
+  }
+  void flush() {
+    for (std::size_t k = 0; k < pending_count_; ++k) encode_piece(pending_[k].piece, pending_[k].hash);
+    pending_count_ = 0;
+  }
+
+  void encode_piece(std::string_view piece, std::uint64_t hash) {
     if (piece.empty()) return;
     if (piece.size() == 1) {
       out_->push_back(config_.model.byte_token(static_cast<unsigned char>(piece[0])));
       return;
     }
-    const std::uint64_t hash = hash_bytes(piece);
     const bool cacheable = piece.size() <= PieceCacheForBpe::kMaxPiece;
     if (cacheable) cache_.prefetch(hash);
     if (config_.ignore_merges) {
@@ -230,6 +256,14 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
   BytePairModel::Scratch scratch_;
   PieceCacheForBpe cache_;
   std::vector<std::int32_t>* out_ = nullptr;
+  struct Pending {
+    std::string_view piece;
+    std::uint64_t hash;
+  };
+  static constexpr std::size_t kBatch = 16;
+  bool batched_ = false;
+  Pending pending_[kBatch];
+  std::size_t pending_count_ = 0;
 };
 
 std::unique_ptr<TokenEncoder> ByteLevelBpe::make_encoder() const {
