@@ -1,8 +1,8 @@
 // A hand-written pre-tokenizer for two of tiktoken's patterns (gpt2 and cl100k, with
 // tiktoken's `$` = end of text): the same pieces as PCRE2 running the pattern, without
 // the per-match call and the JIT's generic backtracking. Character classes (\p{L},
-// \p{N}, \s) are PCRE2's own answers, asked once per 256-code-point block as the text
-// meets it, so the only thing written by hand is the order of the alternatives, and
+// \p{N}, \s) are PCRE2's own answers, asked once per process for each 256-code-point
+// block the text meets, so the only thing written by hand is the order of the alternatives, and
 // tests/dataprep/tiktoken_pretokenizer_test.cc checks it against PCRE2 on random
 // Unicode strings and the reference corpora.
 #pragma once
@@ -54,10 +54,12 @@ class TiktokenPretokenizer {
   static bool valid_utf8(std::string_view text);
   std::uint8_t classes(char32_t code) {
     if (code < 0x80) return ascii_[code];
-    const auto& block = blocks_[code >> 8];
+    const Block* block = blocks_[code >> 8];
     return block ? (*block)[code & 0xFF] : classify_block(code >> 8)[code & 0xFF];
   }
-  const std::array<std::uint8_t, 256>& classify_block(std::uint32_t block);
+  using Block = std::array<std::uint8_t, 256>;
+  // The process-wide table's block, computed on its first use in the process.
+  const Block& classify_block(std::uint32_t block);
   // The end of the run of characters from `i` whose classes satisfy `accept`.
   template <typename Accept>
   std::size_t run(std::string_view text, std::size_t i, Accept&& accept) {
@@ -72,9 +74,8 @@ class TiktokenPretokenizer {
 
   TiktokenPattern pattern_;
   std::array<std::uint8_t, 0x80> ascii_{};  // block 0's first half, without the indirection
-  std::vector<std::unique_ptr<std::array<std::uint8_t, 256>>> blocks_;
+  std::vector<const Block*> blocks_;        // this matcher's copies of the table's pointers
   struct Classifier;
-  std::unique_ptr<Classifier> classifier_;
 };
 
 }  // namespace dufu::dataprep
