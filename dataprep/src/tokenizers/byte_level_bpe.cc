@@ -4,9 +4,11 @@
 #include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "dufu/common/error.h"
+#include "dufu/dataprep/tiktoken_pretokenizer.h"
 #include "piece_cache.h"
 
 namespace dufu::dataprep::tokenizers {
@@ -99,6 +101,11 @@ void normalize_unicode(UnicodeForm form, std::string_view text, std::string* out
 
 namespace {
 
+// Sized for non-English text, whose words are many and long: unspaced CJK clauses and
+// Cyrillic words of 20-60 bytes and up to 16 tokens (the translated manual pages hold
+// ~150k distinct pieces in 12 MB). 131072 slots of 112 bytes: 15 MB per encoder.
+using PieceCacheForBpe = PieceCache<16, 17, 128>;
+
 class ByteLevelBpe final : public TokenizerModel {
  public:
   explicit ByteLevelBpe(ByteLevelBpeConfig config) : config_(std::move(config)) {
@@ -141,8 +148,16 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
       : config_(config), whole_tokens_(whole_tokens) {
     for (const auto& stage : config.stages) {
       matchers_.push_back(stage.splitter ? std::make_unique<RegexSplitter::Matcher>(*stage.splitter) : nullptr);
+      TiktokenPattern pattern{};
+      const bool hand_written = stage.splitter && stage.splitter->dialect() == RegexDialect::kTiktoken &&
+                                stage.matches_are_pieces &&
+                                TiktokenPretokenizer::implements(stage.splitter->pattern(), &pattern);
+      pretokenizers_.push_back(hand_written ? std::make_unique<TiktokenPretokenizer>(pattern) : nullptr);
     }
     buffers_.resize(config.stages.size());
+    // A prefix stage's pieces live in a buffer the next piece overwrites.
+    batched_ = std::none_of(config.stages.begin(), config.stages.end(),
+                            [](const PreTokenizerStage& stage) { return stage.prefix_space; });
   }
 
   void encode(std::string_view text, std::vector<std::int32_t>* ids) override {
@@ -155,12 +170,17 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
       text = normalized_[0];
     }
     if (!text.empty()) process(0, text);
+    flush();
   }
 
  private:
   void process(std::size_t stage_index, std::string_view text) {
     if (stage_index == config_.stages.size()) {
-      encode_piece(text);
+      if (batched_) {
+        queue(text);
+      } else {
+        encode_piece(text, text.size() > 1 ? hash_bytes(text) : 0);
+      }
       return;
     }
     const PreTokenizerStage& stage = config_.stages[stage_index];
@@ -175,18 +195,36 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
       }
       return;
     }
-    matchers_[stage_index]->split(
-        text, [&](std::string_view piece) { process(stage_index + 1, piece); }, stage.matches_are_pieces);
+    const auto next = [&](std::string_view piece) { process(stage_index + 1, piece); };
+    if (pretokenizers_[stage_index] && pretokenizers_[stage_index]->split(text, next)) return;
+    matchers_[stage_index]->split(text, next, stage.matches_are_pieces);
   }
 
-  void encode_piece(std::string_view piece) {
+  // Pieces wait in a short queue, their cache slots and whole-token slots loading
+  // meanwhile: on text with many distinct words (non-English) the lookups miss the
+  // CPU caches, and one at a time each waited for memory.
+  void queue(std::string_view piece) {
+    std::uint64_t hash = 0;
+    if (piece.size() > 1) {
+      hash = hash_bytes(piece);
+      cache_.prefetch(hash);
+      if (config_.ignore_merges) whole_tokens_.prefetch(hash);
+    }
+    pending_[pending_count_++] = Pending{piece, hash};
+    if (pending_count_ == kBatch) flush();
+  }
+  void flush() {
+    for (std::size_t k = 0; k < pending_count_; ++k) encode_piece(pending_[k].piece, pending_[k].hash);
+    pending_count_ = 0;
+  }
+
+  void encode_piece(std::string_view piece, std::uint64_t hash) {
     if (piece.empty()) return;
     if (piece.size() == 1) {
       out_->push_back(config_.model.byte_token(static_cast<unsigned char>(piece[0])));
       return;
     }
-    const std::uint64_t hash = hash_bytes(piece);
-    const bool cacheable = piece.size() <= PieceCache<7>::kMaxPiece;
+    const bool cacheable = piece.size() <= PieceCacheForBpe::kMaxPiece;
     if (cacheable) cache_.prefetch(hash);
     if (config_.ignore_merges) {
       const std::int32_t id = whole_tokens_.find(piece, hash);
@@ -210,11 +248,22 @@ class ByteLevelBpeEncoder final : public TokenEncoder {
   const ByteLevelBpeConfig& config_;
   const TokenLookup& whole_tokens_;
   std::vector<std::unique_ptr<RegexSplitter::Matcher>> matchers_;
+  // The hand-written matcher of a stage whose pattern it implements; the stage's
+  // PCRE2 matcher still takes text that is not valid UTF-8.
+  std::vector<std::unique_ptr<TiktokenPretokenizer>> pretokenizers_;
   std::vector<std::string> buffers_;
   std::string normalized_[2];
   BytePairModel::Scratch scratch_;
-  PieceCache<7> cache_;
+  PieceCacheForBpe cache_;
   std::vector<std::int32_t>* out_ = nullptr;
+  struct Pending {
+    std::string_view piece;
+    std::uint64_t hash;
+  };
+  static constexpr std::size_t kBatch = 16;
+  bool batched_ = false;
+  Pending pending_[kBatch];
+  std::size_t pending_count_ = 0;
 };
 
 std::unique_ptr<TokenEncoder> ByteLevelBpe::make_encoder() const {

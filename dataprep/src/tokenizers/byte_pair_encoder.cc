@@ -59,8 +59,10 @@ std::uint64_t hash_bytes(std::string_view bytes) {
     left -= 8;
   }
   if (left > 0) {
+    // Byte by byte: a memcpy of a variable length is a library call, which cost as
+    // much as the rest of the hash on short pieces.
     std::uint64_t word = 0;
-    std::memcpy(&word, data, left);
+    for (std::size_t k = 0; k < left; ++k) word |= std::uint64_t{static_cast<unsigned char>(data[k])} << (8 * k);
     mix(word);
   }
   hash *= kMultiplier;
@@ -101,28 +103,38 @@ void BytePairModel::encode(std::string_view piece, Scratch& scratch, std::vector
 }
 
 void BytePairModel::encode_short(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const {
-  // parts[i] = token i; ranks[i] = the merge of tokens i and i+1 (priority << 32 | id).
+  // ids[i] = token i; priorities[i] and merged[i] = the merge of tokens i and i+1.
+  // Priorities apart from the merged ids, so that the search for the lowest is two
+  // vectorizable passes over 32-bit words (the lowest value, then its first index).
   std::int32_t ids[kShortPiece];
-  std::uint64_t ranks[kShortPiece];
+  std::uint32_t priorities[kShortPiece];
+  std::int32_t merged[kShortPiece];
   std::size_t n = piece.size();
   for (std::size_t i = 0; i < n; ++i) ids[i] = byte_ids_[static_cast<unsigned char>(piece[i])];
-  const auto rank_of = [&](std::size_t i) { return cached_merge(ids[i], ids[i + 1], scratch); };
-  for (std::size_t i = 0; i + 1 < n; ++i) ranks[i] = rank_of(i);
+  const auto look_up = [&](std::size_t i) {
+    const std::uint64_t found = cached_merge(ids[i], ids[i + 1], scratch);
+    priorities[i] = static_cast<std::uint32_t>(found >> 32);
+    merged[i] = static_cast<std::int32_t>(found & 0xFFFFFFFFU);
+  };
+  for (std::size_t i = 0; i + 1 < n; ++i) look_up(i);
+  constexpr auto kNone = static_cast<std::uint32_t>(kNoMerge >> 32);
   while (n > 1) {
+    const std::size_t pairs = n - 1;
+    std::uint32_t lowest = kNone;
+    for (std::size_t i = 0; i < pairs; ++i) lowest = std::min(lowest, priorities[i]);
+    if (lowest == kNone) break;
     std::size_t best = 0;
-    for (std::size_t i = 1; i + 1 < n; ++i) {
-      // Compare priorities only: the low half is the merged id.
-      if ((ranks[i] >> 32) < (ranks[best] >> 32)) best = i;
-    }
-    if (ranks[best] == kNoMerge) break;
-    ids[best] = static_cast<std::int32_t>(ranks[best] & 0xFFFFFFFFU);
-    for (std::size_t i = best + 1; i + 1 < n; ++i) {
-      ids[i] = ids[i + 1];
-      ranks[i] = ranks[i + 1];
-    }
+    while (priorities[best] != lowest) ++best;
+    ids[best] = merged[best];
+    // The tokens after best + 1 move left by one, and the pairs after best + 1.
+    const std::size_t tokens_after = n - best - 2;
+    const std::size_t pairs_after = tokens_after == 0 ? 0 : tokens_after - 1;
+    std::memmove(&ids[best + 1], &ids[best + 2], tokens_after * sizeof ids[0]);
+    std::memmove(&priorities[best + 1], &priorities[best + 2], pairs_after * sizeof priorities[0]);
+    std::memmove(&merged[best + 1], &merged[best + 2], pairs_after * sizeof merged[0]);
     --n;
-    if (best + 1 < n) ranks[best] = rank_of(best);
-    if (best > 0) ranks[best - 1] = rank_of(best - 1);
+    if (best + 1 < n) look_up(best);
+    if (best > 0) look_up(best - 1);
   }
   out->insert(out->end(), ids, ids + n);
 }

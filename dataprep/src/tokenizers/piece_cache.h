@@ -1,7 +1,7 @@
 // A per-worker cache from a piece of text (a pre-tokenized piece, a whitespace-
 // delimited word) to its ids: direct-mapped, of fixed size, so memory is bounded
 // whatever the corpus; a colliding piece replaces the one in its slot. Pieces longer
-// than kMaxPiece bytes or with more than MaxIds ids are not cached.
+// than MaxPiece bytes or with more than MaxIds ids are not cached; 2^SlotBits slots.
 #pragma once
 
 #include <algorithm>
@@ -12,11 +12,11 @@
 
 namespace dufu::dataprep::tokenizers {
 
-template <std::size_t MaxIds>
+template <std::size_t MaxIds, std::size_t SlotBits = 16, std::size_t MaxPiece = 64>
 class PieceCache {
  public:
-  static constexpr std::size_t kSlots = 1 << 16;
-  static constexpr std::size_t kMaxPiece = 64;
+  static constexpr std::size_t kSlots = std::size_t{1} << SlotBits;
+  static constexpr std::size_t kMaxPiece = MaxPiece;
 
   PieceCache() : slots_(kSlots) {}
 

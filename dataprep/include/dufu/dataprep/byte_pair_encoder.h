@@ -93,8 +93,15 @@ class TokenLookup {
     std::uint64_t head = 0;
   };
   static std::uint64_t head_of(std::string_view bytes) {
+    // A fixed-size memcpy is one load; a variable one is a library call.
     std::uint64_t head = 0;
-    std::memcpy(&head, bytes.data(), std::min<std::size_t>(bytes.size(), 8));
+    if (bytes.size() >= 8) {
+      std::memcpy(&head, bytes.data(), 8);
+    } else {
+      for (std::size_t k = 0; k < bytes.size(); ++k) {
+        std::memcpy(reinterpret_cast<unsigned char*>(&head) + k, bytes.data() + k, 1);
+      }
+    }
     return head;
   }
   const std::vector<std::string>* tokens_ = nullptr;
