@@ -92,6 +92,17 @@ namespace {
 constexpr std::size_t kShortPiece = 96;
 }  // namespace
 
+void BytePairModel::finish(std::size_t num_ids) {
+  if (roles_.size() < num_ids) roles_.resize(num_ids, 0);
+  byte_pair_merges_.assign(256 * 256, kNoMerge);
+  for (std::size_t left = 0; left < 256; ++left) {
+    for (std::size_t right = 0; right < 256; ++right) {
+      const std::uint64_t* found = merge(byte_ids_[left], byte_ids_[right]);
+      if (found != nullptr) byte_pair_merges_[(left << 8) | right] = *found;
+    }
+  }
+}
+
 void BytePairModel::encode(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const {
   if (piece.size() == 1) {
     out->push_back(byte_ids_[static_cast<unsigned char>(piece[0])]);
@@ -111,12 +122,13 @@ void BytePairModel::encode_short(std::string_view piece, Scratch& scratch, std::
   std::int32_t merged[kShortPiece];
   std::size_t n = piece.size();
   for (std::size_t i = 0; i < n; ++i) ids[i] = byte_ids_[static_cast<unsigned char>(piece[i])];
-  const auto look_up = [&](std::size_t i) {
-    const std::uint64_t found = cached_merge(ids[i], ids[i + 1], scratch);
+  const auto set_pair = [&](std::size_t i, std::uint64_t found) {
     priorities[i] = static_cast<std::uint32_t>(found >> 32);
     merged[i] = static_cast<std::int32_t>(found & 0xFFFFFFFFU);
   };
-  for (std::size_t i = 0; i + 1 < n; ++i) look_up(i);
+  const auto look_up = [&](std::size_t i) { set_pair(i, cached_merge(ids[i], ids[i + 1], scratch)); };
+  const auto* bytes = reinterpret_cast<const unsigned char*>(piece.data());
+  for (std::size_t i = 0; i + 1 < n; ++i) set_pair(i, byte_pair_merge(bytes[i], bytes[i + 1]));
   constexpr auto kNone = static_cast<std::uint32_t>(kNoMerge >> 32);
   while (n > 1) {
     const std::size_t pairs = n - 1;
@@ -133,6 +145,8 @@ void BytePairModel::encode_short(std::string_view piece, Scratch& scratch, std::
     std::memmove(&priorities[best + 1], &priorities[best + 2], pairs_after * sizeof priorities[0]);
     std::memmove(&merged[best + 1], &merged[best + 2], pairs_after * sizeof merged[0]);
     --n;
+    if (best + 1 < n) prefetch_cached_merge(ids[best], ids[best + 1], scratch);
+    if (best > 0) prefetch_cached_merge(ids[best - 1], ids[best], scratch);
     if (best + 1 < n) look_up(best);
     if (best > 0) look_up(best - 1);
   }
@@ -158,14 +172,17 @@ void BytePairModel::encode_long(std::string_view piece, Scratch& scratch, std::v
   // Heap entries: priority << 32 | left offset, smallest first, so among equal
   // priorities the leftmost merge comes first. A stale entry (its tokens changed) is
   // recognized on popping by looking the pair up again.
-  const auto push = [&](std::uint32_t left) {
-    if (left >= n || next[left] >= n) return;
-    const std::uint64_t found = cached_merge(ids[left], ids[next[left]], scratch);
+  const auto push_found = [&](std::uint32_t left, std::uint64_t found) {
     if (found == kNoMerge) return;
     heap.push_back((found & 0xFFFFFFFF00000000ULL) | left);
     std::push_heap(heap.begin(), heap.end(), std::greater<>());
   };
-  for (std::uint32_t i = 0; i + 1 < n; ++i) push(i);
+  const auto push = [&](std::uint32_t left) {
+    if (left >= n || next[left] >= n) return;
+    push_found(left, cached_merge(ids[left], ids[next[left]], scratch));
+  };
+  const auto* bytes = reinterpret_cast<const unsigned char*>(piece.data());
+  for (std::uint32_t i = 0; i + 1 < n; ++i) push_found(i, byte_pair_merge(bytes[i], bytes[i + 1]));
   while (!heap.empty()) {
     std::pop_heap(heap.begin(), heap.end(), std::greater<>());
     const std::uint64_t entry = heap.back();

@@ -124,9 +124,8 @@ class BytePairModel {
   }
   void reserve_merges(std::size_t count) { merges_.reserve(count); }
   // Call once every token id is known: ids up to num_ids - 1 may be looked up.
-  void finish(std::size_t num_ids) {
-    if (roles_.size() < num_ids) roles_.resize(num_ids, 0);
-  }
+  // Byte tokens must be set by then.
+  void finish(std::size_t num_ids);
   std::size_t num_merges() const { return merges_.size(); }
 
   // Scratch space of one thread, with its cache of recent pair lookups (the merge
@@ -157,16 +156,27 @@ class BytePairModel {
   const std::uint64_t* merge(std::int32_t left, std::int32_t right) const {
     return may_merge(left, right) ? merges_.find(pair_key(left, right)) : nullptr;
   }
-  void prefetch_merge(std::int32_t left, std::int32_t right) const {
-    if (may_merge(left, right)) merges_.prefetch(pair_key(left, right));
+  // The merge of two byte tokens, or kNoMerge: a dense table of every pair of bytes
+  // (512 kB, its hot rows cache-resident), the first look-ups of every piece.
+  std::uint64_t byte_pair_merge(unsigned char left, unsigned char right) const {
+    return byte_pair_merges_[(std::size_t{left} << 8) | right];
+  }
+  // Starts loading what cached_merge(left, right) reads, so that the two look-ups
+  // after a merge wait for memory together.
+  void prefetch_cached_merge(std::int32_t left, std::int32_t right, const Scratch& scratch) const {
+    if (!may_merge(left, right)) return;
+    const std::uint64_t key = pair_key(left, right);
+    __builtin_prefetch(&scratch.pair_cache[2 * pair_cache_slot(key)]);
+    merges_.prefetch(key);
+  }
+  static std::size_t pair_cache_slot(std::uint64_t key) {
+    return static_cast<std::size_t>(((key * 0x9E3779B97F4A7C15ULL) >> 49) & (Scratch::kPairSlots - 1));
   }
   // The merge of (left, right), or kNoMerge, through the scratch's pair cache.
   std::uint64_t cached_merge(std::int32_t left, std::int32_t right, Scratch& scratch) const {
     if (!may_merge(left, right)) return kNoMerge;
     const std::uint64_t key = pair_key(left, right);
-    std::uint64_t slot = key * 0x9E3779B97F4A7C15ULL;
-    slot = (slot >> 49) & (Scratch::kPairSlots - 1);
-    std::uint64_t* entry = &scratch.pair_cache[2 * slot];
+    std::uint64_t* entry = &scratch.pair_cache[2 * pair_cache_slot(key)];
     if (entry[0] == key) return entry[1];
     const std::uint64_t* found = merges_.find(key);
     entry[0] = key;
@@ -183,6 +193,8 @@ class BytePairModel {
   // Per token id: whether it is the left (kLeft) or right (kRight) side of some merge.
   // Sized by finish(): every id the model produces is covered.
   std::vector<std::uint8_t> roles_;
+  // By (left byte << 8 | right byte), filled by finish().
+  std::vector<std::uint64_t> byte_pair_merges_;
 };
 
 }  // namespace dufu::dataprep
