@@ -13,7 +13,8 @@
 #   benchmarks/tokenizer_benchmark.sh [BUILD_DIR]     (default: build-bench)
 #
 # Environment: DUFU_BENCH_WORK (corpora, model, outputs; default build-bench-work),
-# DUFU_BENCH_NO_BUILD=1 (use BUILD_DIR as it is), DUFU_BENCH_CODE_BYTES (default 16 MB).
+# DUFU_BENCH_NO_BUILD=1 (use BUILD_DIR as it is), DUFU_BENCH_CODE_BYTES (default 16 MB),
+# DUFU_BENCH_ONLY="TOKENIZER:CORPUS ..." (only those rows, e.g. "cl100k:i18n"; no end to end).
 # dufu is measured twice: "cold", a fresh encoder per pass as a preprocess worker
 # starts, and "warm", the encoder's caches already full of this corpus (a long run's
 # steady state on text like it).
@@ -24,6 +25,7 @@ source "$root/benchmarks/bench_lib.sh"
 build=${1:-$root/build-bench}
 work=${DUFU_BENCH_WORK:-$root/build-bench-work}
 code_bytes=${DUFU_BENCH_CODE_BYTES:-16000000}
+only=${DUFU_BENCH_ONLY:-}
 [[ -x /usr/bin/time ]] || fail "/usr/bin/time not found. HINT: run scripts/setup.sh"
 
 bench_build "$root" "$build" dataprep tokenizer_benchmark
@@ -52,7 +54,7 @@ import tokenizer_reference as t
 t.write_jsonl(sys.argv[2], t.manual_pages(3000000))' "$root/tests/reference" "$i18n"
 fi
 spm=$work/tok-code-bpe32k
-if [[ ! -f $spm.model ]]; then
+if [[ ! -f $spm.model && ( -z $only || $only == *spm* ) ]]; then
   echo "== tokenizer: 32k sentencepiece BPE on $code"
   "$dataprep" train-tokenizer --input "$code" --model-prefix "$spm" --vocab-size 32000 --model-type bpe \
     --input-sentence-size 300000 >/dev/null
@@ -65,6 +67,7 @@ printf '%-10s %-6s %10s %10s   %-14s %10s %8s %8s  %s\n' tokenizer corpus "dufu 
   "ref MB/s" "cold/ref" "warm/ref" tokens | tee -a "$results"
 measure() {  # measure NAME CORPUS_NAME CORPUS KIND MODEL [PATTERN]
   local name=$1 corpus_name=$2 corpus=$3 kind=$4 model=$5 pattern=${6:-}
+  if [[ -n $only && " $only " != *" $name:$corpus_name "* ]]; then return 0; fi
   local dufu_flags=() ref_flags=()
   if [[ -n $pattern ]]; then
     dufu_flags=(--tokenizer-pattern "$pattern")
@@ -103,6 +106,10 @@ for corpus_name in code prose i18n; do
 done
 
 # --- end to end ------------------------------------------------------------------------
+if [[ -n $only ]]; then
+  echo "== results in $results"
+  exit 0
+fi
 echo
 # MB/s is wall time, so it depends on what else the machine runs (the last column:
 # cores other processes kept busy meanwhile); MB per CPU second does not.
