@@ -15,7 +15,7 @@ void FlatU64Map::reserve(std::size_t count) {
   std::size_t capacity = 16;
   while (capacity * 2 < count * 3) capacity *= 2;  // load factor at most 2/3
   if (capacity <= entries_.size()) return;
-  std::vector<Entry> old = std::move(entries_);
+  auto old = std::move(entries_);
   entries_.assign(capacity, Entry{kEmpty, 0});
   mask_ = capacity - 1;
   size_ = 0;

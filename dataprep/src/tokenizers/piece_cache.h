@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "dufu/dataprep/huge_page_allocator.h"
+
 namespace dufu::dataprep::tokenizers {
 
 template <std::size_t MaxIds, std::size_t SlotBits = 16, std::size_t MaxPiece = 64>
@@ -44,7 +46,7 @@ class PieceCache {
     std::uint32_t count = 0;
     std::int32_t ids[MaxIds] = {};
   };
-  std::vector<Slot> slots_;
+  std::vector<Slot, HugePageAllocator<Slot>> slots_;
 };
 
 }  // namespace dufu::dataprep::tokenizers

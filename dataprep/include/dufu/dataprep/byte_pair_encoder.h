@@ -16,6 +16,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dufu/dataprep/huge_page_allocator.h"
+
 namespace dufu::dataprep {
 
 // Open-addressing map from a 64-bit key (never ~0) to a 64-bit value.
@@ -52,7 +54,7 @@ class FlatU64Map {
     std::uint64_t key;
     std::uint64_t value;
   };
-  std::vector<Entry> entries_;
+  std::vector<Entry, HugePageAllocator<Entry>> entries_;
   std::size_t mask_ = 0;
   std::size_t size_ = 0;
 };
@@ -105,7 +107,7 @@ class TokenLookup {
     return head;
   }
   const std::vector<std::string>* tokens_ = nullptr;
-  std::vector<Slot> slots_;
+  std::vector<Slot, HugePageAllocator<Slot>> slots_;
   std::size_t mask_ = 0;
 };
 
