@@ -3,6 +3,8 @@
 // small alphabet, with a random vocabulary built the way tiktoken's is (every pair
 // whose bytes form a token merges, priority = rank, so equal priorities are common)
 // and one built the way a merges.txt is (one priority per merge line).
+#include "dufu/dataprep/byte_pair_encoder.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,8 +14,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "dufu/dataprep/byte_pair_encoder.h"
 
 namespace dufu::dataprep {
 namespace {
