@@ -36,6 +36,10 @@ std::size_t matmul_workspace_bytes();
 
 void fill(float* destination, float value, std::size_t count);
 
+// FLOP/s of a bf16 cuBLASLt GEMM [rows, inner] x [inner, cols] (fp32 accumulation),
+// best of repeated runs over about `seconds` (gemm_rate.cu).
+double bf16_gemm_flops(int rows, int inner, int cols, double seconds);
+
 }  // namespace dufu::trainer::cuda
 
 #include "dufu/trainer/device.h"
