@@ -24,8 +24,6 @@
 namespace {
 
 using dufu::testing::CommandResult;
-using dufu::testing::fortunes_shard;
-using dufu::testing::fortunes_shard_dir;
 using dufu::testing::metric_values;
 using dufu::testing::run_command;
 using dufu::testing::shell_quote;
@@ -41,18 +39,9 @@ class CudaTrainingTest : public ::testing::Test {
     if (!cuda.available) GTEST_SKIP() << "needs a CUDA device: " << cuda.reason;
   }
 
-  // The data_parallel_test config: 6 steps of a 4-layer model on the fortunes shard.
   std::string config(const std::string& extra = "") {
     const std::string path = dir_.file("config.toml");
-    write_all(path,
-              "[model]\nn_layer = 4\nn_head = 2\nd_model = 64\nvocab_size = 2000\nseq_length = 32\n"
-              "[data]\nblend = \"" +
-                  fortunes_shard() + "\"\ncache_dir = \"" + fortunes_shard_dir() + "/cache" +
-                  "\"\nsplit = \"90,10,0\"\nworkers = 1\n"
-                  "[train]\nmicro_batch = 2\nglobal_batch = 8\nsteps = 6\nthreads = 1\n"
-                  "[optim]\nlr = 3e-3\nmin_lr = 3e-4\nwarmup_steps = 2\n"
-                  "[eval]\ninterval = 3\nbatches = 2\n"
-                  "[checkpoint]\ninterval = 3\nkeep = 3\n");
+    write_all(path, dufu::testing::fortunes_layout_config_toml());
     return shell_quote(path) + extra;
   }
 

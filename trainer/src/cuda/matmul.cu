@@ -16,25 +16,12 @@
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "dufu/trainer/kernel_partition.h"
+#include "lt_object.h"
 
 namespace dufu::trainer::cuda {
 
-namespace {
-
-// A cuBLASLt object released when it leaves scope.
-template <typename Handle, cublasStatus_t (*Destroy)(Handle)>
-struct LtObject {
-  Handle handle = nullptr;
-  ~LtObject() {
-    if (handle != nullptr) Destroy(handle);
-  }
-};
-
-// out = x · weight^T through cuBLASLt with `epilogue` (bias, or bias then GELU with
-// the pre-activation written to `aux`, leading dimension OC). False when cuBLASLt has
-// no algorithm for it (nothing is launched then).
-bool lt_matmul_forward(float* out, const float* x, const float* weight, const float* bias, int N, int C, int OC,
-                       cublasLtEpilogue_t epilogue, float* aux) {
+bool lt_matmul(void* out, const void* x, const void* weight, const float* bias, int N, int C, int OC,
+               cudaDataType_t type, cublasLtEpilogue_t epilogue, float* aux) {
   auto lt = static_cast<cublasLtHandle_t>(cublaslt_handle());
   LtObject<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> operation;
   DUFU_CUBLAS_CHECK(cublasLtMatmulDescCreate(&operation.handle, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -59,9 +46,9 @@ bool lt_matmul_forward(float* out, const float* x, const float* weight, const fl
   }
   // Column-major: W is [C, OC] (ld C), used transposed; x is [C, N] (ld C); out is [OC, N].
   LtObject<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> a, b, d;
-  DUFU_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a.handle, CUDA_R_32F, C, OC, C));
-  DUFU_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b.handle, CUDA_R_32F, C, N, C));
-  DUFU_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.handle, CUDA_R_32F, OC, N, OC));
+  DUFU_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a.handle, type, C, OC, C));
+  DUFU_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b.handle, type, C, N, C));
+  DUFU_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.handle, type, OC, N, OC));
   LtObject<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> preference;
   DUFU_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference.handle));
   const std::size_t workspace_bytes = matmul_workspace_bytes();
@@ -84,12 +71,10 @@ bool lt_matmul_forward(float* out, const float* x, const float* weight, const fl
   return true;
 }
 
-}  // namespace
-
 void matmul_forward(float* out, const float* x, const float* weight, const float* bias, int N, int C, int OC) {
   if (N == 0 || OC == 0) return;
   const cublasLtEpilogue_t epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  if (!lt_matmul_forward(out, x, weight, bias, N, C, OC, epilogue, nullptr)) {
+  if (!lt_matmul(out, x, weight, bias, N, C, OC, CUDA_R_32F, epilogue, nullptr)) {
     DUFU_FAIL("cuBLASLt has no algorithm for matmul_forward with N ", N, ", C ", C, ", OC ", OC);
   }
 }
@@ -100,7 +85,9 @@ void matmul_bias_gelu_forward(float* out, float* pre, const float* x, const floa
   // cuBLASLt's GELU epilogue keeps the pre-activation with a leading dimension that is
   // a multiple of 8; other widths (a tensor-parallel slice of an odd d_model) take
   // the unfused path, as does a shape with no fused algorithm.
-  if (OC % 8 == 0 && lt_matmul_forward(out, x, weight, bias, N, C, OC, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, pre)) return;
+  if (OC % 8 == 0 && lt_matmul(out, x, weight, bias, N, C, OC, CUDA_R_32F, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, pre)) {
+    return;
+  }
   matmul_forward(pre, x, weight, nullptr, N, C, OC);
   bias_gelu_forward(out, pre, pre, bias, N, OC);
 }
