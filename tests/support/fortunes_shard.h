@@ -31,4 +31,18 @@ inline const std::string& fortunes_shard_dir() {
 
 inline std::string fortunes_shard() { return fortunes_shard_dir() + "/fortunes"; }
 
+// The training config the parallel-layout tests share: 6 steps of a 4-layer model on
+// the shard, global batch 8 of micro-batches of 2 (so dp 1, 2 and 4 all divide it),
+// evaluations and checkpoints at steps 3 and 6.
+inline std::string fortunes_layout_config_toml() {
+  return "[model]\nn_layer = 4\nn_head = 2\nd_model = 64\nvocab_size = 2000\nseq_length = 32\n"
+         "[data]\nblend = \"" +
+         fortunes_shard() + "\"\ncache_dir = \"" + fortunes_shard_dir() + "/cache" +
+         "\"\nsplit = \"90,10,0\"\nworkers = 1\n"
+         "[train]\nmicro_batch = 2\nglobal_batch = 8\nsteps = 6\nthreads = 1\n"
+         "[optim]\nlr = 3e-3\nmin_lr = 3e-4\nwarmup_steps = 2\n"
+         "[eval]\ninterval = 3\nbatches = 2\n"
+         "[checkpoint]\ninterval = 3\nkeep = 3\n";
+}
+
 }  // namespace dufu::testing

@@ -31,8 +31,6 @@ namespace {
 
 using dufu::testing::checkpoint_dir;
 using dufu::testing::CommandResult;
-using dufu::testing::fortunes_shard;
-using dufu::testing::fortunes_shard_dir;
 using dufu::testing::metric_fields;
 using dufu::testing::metric_values;
 using dufu::testing::read_all;
@@ -47,14 +45,7 @@ class DataParallelTest : public ::testing::Test {
 
   std::string config() {
     const std::string path = dir_.file("config.toml");
-    write_all(path,
-              "[model]\nn_layer = 4\nn_head = 2\nd_model = 64\nvocab_size = 2000\nseq_length = 32\n"
-              "[data]\nblend = \"" + fortunes_shard() + "\"\ncache_dir = \"" + fortunes_shard_dir() + "/cache" +
-                  "\"\nsplit = \"90,10,0\"\nworkers = 1\n"
-                  "[train]\nmicro_batch = 2\nglobal_batch = 8\nsteps = 6\nthreads = 1\n"
-                  "[optim]\nlr = 3e-3\nmin_lr = 3e-4\nwarmup_steps = 2\n"
-                  "[eval]\ninterval = 3\nbatches = 2\n"
-                  "[checkpoint]\ninterval = 3\nkeep = 3\n");
+    write_all(path, dufu::testing::fortunes_layout_config_toml());
     return shell_quote(path);
   }
 

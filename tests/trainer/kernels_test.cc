@@ -277,6 +277,28 @@ Outputs run_matmul_forward(const Shape& s, Device* device, int) {
   return {{"out", out}};
 }
 
+// The MLP's first projection with bias and GELU fused: out and the pre-activation.
+// kWidthPadding 4 makes OC = 4C + 4, not a multiple of 8, which the CUDA op cannot
+// fuse into cuBLASLt's epilogue and runs as two kernels instead.
+template <int kWidthPadding>
+Outputs run_matmul_bias_gelu_forward(const Shape& s, Device* device, int) {
+  const int N = s.N(), C = s.C, OC = 4 * s.C + kWidthPadding;
+  const auto x = random_floats(static_cast<std::size_t>(N) * C, 28);
+  const auto weight = random_floats(static_cast<std::size_t>(OC) * C, 29);
+  const auto bias = random_floats(OC, 30);
+  if (device != nullptr) {
+    DeviceArgs a(*device);
+    std::vector<float> out(static_cast<std::size_t>(N) * OC, kNaN), pre(out.size(), kNaN);
+    device->kernels().matmul_bias_gelu_forward(a.out(out), a.out(pre), a.in(x), a.in(weight), a.in(bias), N, C, OC);
+    a.finish();
+    return {{"out", widen(out)}, {"pre", widen(pre)}};
+  }
+  Vec product, out, pre;
+  ref::matmul_forward(product, widen(x), widen(weight), Vec(), N, C, OC);
+  ref::bias_gelu_forward(out, pre, product, widen(bias), N, OC);
+  return {{"out", out}, {"pre", pre}};
+}
+
 template <Linear kLayer>
 Outputs run_matmul_backward(const Shape& s, Device* device, int calls) {
   const MatmulDims d = dims(s, kLayer);
@@ -709,6 +731,8 @@ const OpCase kOps[] = {
     {"matmul_backward_projection", run_matmul_backward<Linear::kProjection>, {2e-4, 1e-6}, true, false},
     {"matmul_backward_head", run_matmul_backward<Linear::kHead>, {2e-4, 1e-6}, true, false},
     {"matmul_backward_no_dx_no_bias", run_matmul_backward<Linear::kNoDx>, {2e-4, 1e-6}, true, false},
+    {"matmul_bias_gelu_forward", run_matmul_bias_gelu_forward<0>, {2e-4, 1e-6}, true, false},
+    {"matmul_bias_gelu_forward_width_not_8", run_matmul_bias_gelu_forward<4>, {2e-4, 1e-6}, true, false},
     {"bias_gelu_forward", run_bias_gelu_forward, {5e-6, 1e-5}, true, true},
     {"bias_gelu_forward_in_place", run_bias_gelu_forward_in_place, {5e-6, 1e-5}, true, true},
     {"bias_gelu_backward", run_bias_gelu_backward, {1e-5, 1e-5}, true, true},

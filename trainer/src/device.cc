@@ -9,6 +9,7 @@
 
 #include "cuda/cuda_module.h"
 #include "dufu/common/error.h"
+#include "dufu/trainer/flops.h"
 
 namespace dufu::trainer {
 
@@ -78,6 +79,11 @@ Device& device_of_kind(DeviceKind kind) {
   if (!availability.available) DUFU_FAIL("device ", device_kind_name(kind), " is not available: ", availability.reason);
   if (kind == DeviceKind::kCuda) return cuda_module().module->device();
   return cpu_device();
+}
+
+double measure_cuda_bf16_gemm_flops(int rows, int inner, int cols, double seconds) {
+  device_of_kind(DeviceKind::kCuda);  // throws the reason when there is no CUDA device
+  return cuda_module().module->bf16_gemm_flops(rows, inner, cols, seconds);
 }
 
 }  // namespace dufu::trainer

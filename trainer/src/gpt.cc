@@ -294,7 +294,6 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
     carver.want(acts.logits, N * Vl);
     carver.want(acts.losses, N);
   }
-  carver.want(acts.fc_out, N * 4 * Cl);
   carver.want(acts.branch, N * C);
   carver.allocate(*device_, slot.memory);
   slot.tokens = DeviceBuffer<std::int32_t>(*device_, N);
@@ -404,10 +403,9 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
     residual_layernorm(a.residual_mid, a.ln_2, a.ln_2_mean, a.ln_2_rstd, residual_in, acts.branch, w.ln_2_weight,
                        w.ln_2_bias, N, C);
 
-    // fc_out stays unrounded: a GPU fuses the bias and GELU into the matmul's epilogue
-    // and stores only fc_pre and fc_gelu.
-    k.matmul_forward(acts.fc_out, a.ln_2, w.mlp_c_fc_weight, nullptr, N, C, 4 * Cl);
-    k.bias_gelu_forward(a.fc_gelu, a.fc_pre, acts.fc_out, w.mlp_c_fc_bias, N, 4 * Cl);
+    // Bias and GELU fused into the matmul (a GPU's epilogue): only fc_pre and fc_gelu
+    // are stored, so the product before the bias is never rounded.
+    k.matmul_bias_gelu_forward(a.fc_gelu, a.fc_pre, a.ln_2, w.mlp_c_fc_weight, w.mlp_c_fc_bias, N, C, 4 * Cl);
     round_if_bf16(a.fc_pre, rows * 4 * static_cast<std::size_t>(Cl));
     round_if_bf16(a.fc_gelu, rows * 4 * static_cast<std::size_t>(Cl));
     k.matmul_forward(acts.branch, a.fc_gelu, w.mlp_c_proj_weight, adds_replicated ? w.mlp_c_proj_bias : nullptr, N,

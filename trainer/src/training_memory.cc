@@ -68,10 +68,10 @@ double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parall
   const double vocab = (static_cast<double>(config.vocab_size) + config.vocab_multiple) / tensor_parallel_size;
   // One slot: the input, per layer the LayerNorms with their statistics, QKV, the
   // attention matrix, its output, the residuals and the MLP; the last stage's ln_f
-  // and logits; the scratch buffers; the tokens and targets.
+  // and logits; the branch scratch buffer; the tokens and targets.
   double slot = N * C + stage_layers(config, stage) * (4.0 * N * C + 4.0 * N + 12.0 * N * Cl + att);
   if (stage.is_last()) slot += N * C + 3.0 * N + N * vocab;
-  slot += 4.0 * N * Cl + N * C + 2.0 * N;
+  slot += N * C + 2.0 * N;
   // The gradients of the activations, one set for every slot.
   const double grads = 2.0 * N * C + 12.0 * N * Cl + att;
   const double loader = static_cast<double>(prefetch) * B * (T + 1.0);

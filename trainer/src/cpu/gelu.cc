@@ -1,6 +1,6 @@
 // CPU bias + GELU (the MLP's activation), fused so the pre-activation is written once
-// and read once. The backward's dbias is a column sum: threads own blocks of columns
-// and walk the rows in order, so it is identical for any thread count.
+// and read once, and the MLP's first projection ending in it (a GPU fuses all three). The backward's dbias is a column
+// sum: threads own blocks of columns and walk the rows in order, so it is identical for any thread count.
 #include <algorithm>
 #include <cstddef>
 
@@ -24,6 +24,14 @@ DUFU_CPU_CLONES void bias_gelu_forward(float* out, float* pre, const float* x, c
       out[offset + c] = gelu_tanh(p);
     }
   }
+}
+
+// Two passes here (OpenBLAS has no epilogue): the product lands in `pre`, which the
+// bias and GELU then update in place.
+void matmul_bias_gelu_forward(float* out, float* pre, const float* x, const float* weight, const float* bias, int N,
+                              int C, int OC) {
+  matmul_forward(pre, x, weight, nullptr, N, C, OC);
+  bias_gelu_forward(out, pre, pre, bias, N, OC);
 }
 
 DUFU_CPU_CLONES void bias_gelu_backward(float* dx, float* dbias, const float* dout, const float* pre, int N, int C) {

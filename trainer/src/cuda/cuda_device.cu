@@ -131,6 +131,7 @@ const KernelTable& kernel_table() {
 }  // namespace dufu::trainer::cuda
 
 extern "C" __attribute__((visibility("default"))) const dufu::trainer::CudaModule* dufu_cuda_module() {
-  static const dufu::trainer::CudaModule module{dufu::trainer::cuda::availability, dufu::trainer::cuda::device};
+  static const dufu::trainer::CudaModule module{dufu::trainer::cuda::availability, dufu::trainer::cuda::device,
+                                                dufu::trainer::cuda::bf16_gemm_flops};
   return &module;
 }

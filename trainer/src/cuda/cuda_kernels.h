@@ -9,14 +9,15 @@
 // Compiled and linked in CI; no GPU has run them.
 #pragma once
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
-#include "dufu/trainer/kernel_table.h"
 #include "../kernel_list.h"
+#include "dufu/trainer/kernel_table.h"
 
 namespace dufu::trainer::cuda {
 
@@ -35,6 +36,19 @@ void* matmul_workspace();
 std::size_t matmul_workspace_bytes();
 
 void fill(float* destination, float value, std::size_t count);
+
+// out [N, OC] = x [N, C] · weight [OC, C]^T with `epilogue` (DEFAULT; BIAS adding
+// bias [OC], fp32 outputs only; GELU_AUX_BIAS also writing the pre-activation to aux [N, OC], OC a
+// multiple of 8) through cuBLASLt, elements of `type` (CUDA_R_32F or CUDA_R_16BF)
+// accumulated in fp32, without split-K reductions so every sum keeps one order (the
+// matmuls of matmul.cu). False when cuBLASLt has no algorithm for it (nothing was
+// launched then).
+bool lt_matmul(void* out, const void* x, const void* weight, const float* bias, int N, int C, int OC,
+               cudaDataType_t type, cublasLtEpilogue_t epilogue, float* aux);
+
+// FLOP/s of a bf16 cuBLASLt GEMM [rows, inner] x [inner, cols] (fp32 accumulation),
+// best of repeated runs over about `seconds` (gemm_rate.cu).
+double bf16_gemm_flops(int rows, int inner, int cols, double seconds);
 
 }  // namespace dufu::trainer::cuda
 

@@ -12,6 +12,9 @@ struct CudaModule {
   DeviceAvailability (*availability)();
   // The process's CUDA device; only after availability() said yes.
   Device& (*device)();
+  // For MFU on a GPU: FLOP/s of a bf16 GEMM [rows, inner] x [inner, cols] through
+  // cuBLASLt, measured over about `seconds`.
+  double (*bf16_gemm_flops)(int rows, int inner, int cols, double seconds);
 };
 
 using CudaModuleEntry = const CudaModule* (*)();

@@ -22,4 +22,10 @@ double gpt_training_flops_per_token(const GPTConfig& config, int T);
 // about `seconds`.
 double measure_sgemm_peak_flops(double seconds = 0.5, Device& device = cpu_device());
 
+// The CUDA device's bf16 GEMM throughput in FLOP/s: cuBLASLt with bf16 inputs and
+// output and fp32 accumulation on [rows, inner] x [inner, cols], best of repeated runs
+// over about `seconds`; what MFU on a GPU is measured against. Throws dufu::Error
+// with the reason when there is no CUDA device. (Defined next to the device loader.)
+double measure_cuda_bf16_gemm_flops(int rows, int inner, int cols, double seconds);
+
 }  // namespace dufu::trainer

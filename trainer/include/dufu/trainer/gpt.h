@@ -263,9 +263,8 @@ class GPT {
     float* ln_f_rstd;
     float* logits;  // [N, Vp]
     float* losses;  // [N]
-    // Scratch reused by every layer: the c_fc output before bias and GELU, and the
-    // output of a branch (c_proj of attention or MLP) before it joins the residual.
-    float* fc_out;  // [N, 4C]
+    // Scratch reused by every layer: the output of a branch (c_proj of attention or
+    // MLP) before it joins the residual.
     float* branch;  // [N, C]
   };
   // Gradients of activations, only needed (and allocated) for backward.

@@ -74,6 +74,12 @@ struct KernelTable {
   void (*bias_gelu_forward)(float* out, float* pre, const float* x, const float* bias, int N, int C);
   // dx = gelu'(pre) · dout (overwritten; dx may be dout); dbias += column sums of dx.
   void (*bias_gelu_backward)(float* dx, float* dbias, const float* dout, const float* pre, int N, int C);
+  // The MLP's first projection with its bias and GELU fused, as a GPU runs them in the
+  // matmul's epilogue: pre[N, OC] = x[N, C] · weight[OC, C]^T + bias[OC] (kept for
+  // backward) and out = gelu(pre). The values of matmul_forward (without bias) into
+  // pre, then bias_gelu_forward in place.
+  void (*matmul_bias_gelu_forward)(float* out, float* pre, const float* x, const float* weight, const float* bias,
+                                   int N, int C, int OC);
 
   // Causal multi-head self-attention on qkv [B, T, 3C] (q, k, v each C = NH·hs):
   // out [B, T, C]; att [B, NH, T, T] keeps the softmax probabilities of row t in its

@@ -1,0 +1,77 @@
+// The bf16 GEMM rate of this GPU through cuBLASLt, for model FLOP utilization: bf16
+// inputs and output with fp32 accumulation, the product mixed-precision training
+// spends its FLOPs in (llm.c and Megatron-LM measure MFU against the same kind of
+// number). Best of repeated runs, timed with CUDA events on the device's stream.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+
+#include "cuda_check.h"
+#include "cuda_kernels.h"
+
+namespace dufu::trainer::cuda {
+
+namespace {
+
+struct DeviceMemory {
+  void* pointer = nullptr;
+  explicit DeviceMemory(std::size_t bytes) { DUFU_CUDA_CHECK(cudaMalloc(&pointer, bytes)); }
+  ~DeviceMemory() { cudaFree(pointer); }
+};
+
+struct Event {
+  cudaEvent_t event = nullptr;
+  Event() { DUFU_CUDA_CHECK(cudaEventCreate(&event)); }
+  ~Event() { cudaEventDestroy(event); }
+};
+
+}  // namespace
+
+double bf16_gemm_flops(int rows, int inner, int cols, double seconds) {
+  if (rows <= 0 || inner <= 0 || cols <= 0) {
+    DUFU_FAIL("bf16 GEMM rate: the sizes must be positive, got ", rows, " x ", inner, " x ", cols);
+  }
+  const auto bf16_bytes = [](std::size_t elements) { return elements * sizeof(__nv_bfloat16); };
+  DeviceMemory x(bf16_bytes(std::size_t(rows) * inner));
+  DeviceMemory weight(bf16_bytes(std::size_t(inner) * cols));
+  DeviceMemory out(bf16_bytes(std::size_t(rows) * cols));
+  // Every element 0x3C3C (about 0.0115): not zero, so the products are real work, and
+  // small enough that no sum overflows. Random values draw more power and can run a
+  // few percent slower on a power-limited GPU: this is a peak, an upper bound.
+  constexpr int kByte = 0x3C;
+  DUFU_CUDA_CHECK(cudaMemsetAsync(x.pointer, kByte, bf16_bytes(std::size_t(rows) * inner), stream()));
+  DUFU_CUDA_CHECK(cudaMemsetAsync(weight.pointer, kByte, bf16_bytes(std::size_t(inner) * cols), stream()));
+
+  // The same product as matmul_forward: out [rows, cols] = x [rows, inner] · W^T.
+  auto run = [&] {
+    if (!lt_matmul(out.pointer, x.pointer, weight.pointer, nullptr, rows, inner, cols, CUDA_R_16BF,
+                   CUBLASLT_EPILOGUE_DEFAULT, nullptr)) {
+      DUFU_FAIL("cuBLASLt has no bf16 algorithm for ", rows, " x ", inner, " x ", cols);
+    }
+  };
+  run();  // the first call loads the kernel
+  DUFU_CUDA_CHECK(cudaStreamSynchronize(stream()));
+
+  const double flops = 2.0 * rows * inner * cols;
+  Event start, stop;
+  double best = 0.0;
+  int runs = 0;
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+  do {
+    DUFU_CUDA_CHECK(cudaEventRecord(start.event, stream()));
+    run();
+    DUFU_CUDA_CHECK(cudaEventRecord(stop.event, stream()));
+    DUFU_CUDA_CHECK(cudaEventSynchronize(stop.event));
+    float milliseconds = 0.0f;
+    DUFU_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start.event, stop.event));
+    if (milliseconds > 0.0f) best = std::max(best, flops / (1e-3 * milliseconds));
+    ++runs;
+  } while (Clock::now() < deadline || runs < 3);
+  return best;
+}
+
+}  // namespace dufu::trainer::cuda
