@@ -48,7 +48,9 @@ TEST(CollectiveFoldTest, SumIsTheLeftFoldInRankOrder) {
       some_order_matters |= reversed != naive;
     }
     // The data would tell a fold in another order apart.
-    if (ranks >= 3) EXPECT_TRUE(some_order_matters) << ranks << " ranks";
+    if (ranks >= 3) {
+      EXPECT_TRUE(some_order_matters) << ranks << " ranks";
+    }
   }
 }
 
