@@ -80,7 +80,8 @@ TEST(CollectiveFoldTest, IntegerSumsWrapAroundAndMaximaCompare) {
   const std::vector<std::int32_t> blocks = {3, -7, big, 9, 1, 1};  // 2 ranks x 3
   EXPECT_EQ(fold_element(blocks.data(), 3, 2, 0, true), 9);
   EXPECT_EQ(fold_element(blocks.data(), 3, 2, 1, true), 1);
-  EXPECT_EQ(fold_element(blocks.data(), 3, 2, 2, false), static_cast<std::int32_t>(std::int64_t{big} + 1 - (std::int64_t{1} << 32)));
+  EXPECT_EQ(fold_element(blocks.data(), 3, 2, 2, false),
+            static_cast<std::int32_t>(std::int64_t{big} + 1 - (std::int64_t{1} << 32)));
 }
 
 TEST(CollectiveFoldTest, ChunksCutTheBufferIntoCeilPiecesTheLastShorterOrEmpty) {
