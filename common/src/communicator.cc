@@ -279,11 +279,13 @@ std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& ran
   if (group == nullptr) return nullptr;
   // Each member checks that the group it landed in is the one it listed; all of them
   // learn of any disagreement so that they throw together.
+  // Host values: on the group's host control plane (the group itself for host backends).
+  Communicator& agreement = group->control_plane();
   std::vector<std::int32_t> members(static_cast<std::size_t>(group->size()));
   const std::int32_t own = rank();
-  group->all_gather(std::span<const std::int32_t>(&own, 1), members);
+  agreement.all_gather(std::span<const std::int32_t>(&own, 1), members);
   const bool agrees = std::equal(members.begin(), members.end(), ranks.begin(), ranks.end());
-  if (group->all_reduce_value<std::int32_t>(agrees ? 0 : 1, ReduceOp::kMax) != 0) {
+  if (agreement.all_reduce_value<std::int32_t>(agrees ? 0 : 1, ReduceOp::kMax) != 0) {
     std::string listed;
     for (int member : ranks) listed += str_cat(listed.empty() ? "" : ",", member);
     DUFU_FAIL("subgroup '", name, "' on ", describe(), ": the members disagree about the group (this rank listed [",

@@ -318,6 +318,15 @@ TEST(TrainingOptions, DerivesBatchesDataAndSchedule) {
 
 // The split of the layers over pipeline stages, from layer counts or from LiBai-style
 // stage ids, with the default model's 4 layers.
+TEST(TrainingOptions, DataParallelBucketSizeIsPositiveAndBounded) {
+  EXPECT_EQ(training_options(config_with({})).dp_bucket_mb, 25.0);
+  EXPECT_EQ(training_options(config_with({"train.dp_bucket_mb=0.5"})).dp_bucket_mb, 0.5);
+  for (const char* bad :
+       {"train.dp_bucket_mb=0", "train.dp_bucket_mb=-1", "train.dp_bucket_mb=1e-7", "train.dp_bucket_mb=2e6"}) {
+    expect_error([bad] { training_options(config_with({bad})); }, {"train.dp_bucket_mb must be between"});
+  }
+}
+
 TEST(TrainingOptions, PipelineSplitFromLayerCountsOrStageIds) {
   EXPECT_TRUE(training_options(config_with({})).pipeline_num_layers.empty());
   EXPECT_EQ(training_options(config_with({"dist.pipeline_parallel_size=2", "dist.pipeline_num_layers=\"1,3\""}))

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "dufu/common/error.h"
 
@@ -28,28 +29,81 @@ std::pair<std::size_t, std::size_t> zero_shard_range(std::size_t n, int ranks, i
   return {begin, std::min(n, begin + shard)};
 }
 
+std::size_t bucket_elements_for(double megabytes) {
+  DUFU_CHECK(std::isfinite(megabytes) && megabytes > 0.0, "bucket_elements_for: ", megabytes, " MB");
+  const double elements = std::floor(megabytes * 1024.0 * 1024.0 / sizeof(float));
+  return elements < 1.0 ? 1 : static_cast<std::size_t>(elements);
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> gradient_buckets(std::size_t n, std::size_t bucket_elements) {
+  DUFU_CHECK(bucket_elements >= 1, "gradient_buckets: a bucket of 0 elements");
+  std::vector<std::pair<std::size_t, std::size_t>> buckets;
+  for (std::size_t begin = 0; begin < n; begin += std::min(bucket_elements, n - begin)) {
+    buckets.emplace_back(begin, begin + std::min(bucket_elements, n - begin));
+  }
+  return buckets;
+}
+
 DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group,
                                              bool shard_optimizer_state, Communicator* pipeline_group,
-                                             Communicator* tensor_group)
+                                             Communicator* tensor_group, std::size_t bucket_elements)
     : model_(model),
       options_(options),
       group_(data_group),
       pipeline_group_(pipeline_group != nullptr && pipeline_group->size() > 1 ? pipeline_group : nullptr),
       tensor_group_(tensor_group != nullptr && tensor_group->size() > 1 ? tensor_group : nullptr),
       sharded_(shard_optimizer_state && data_group.size() > 1),
+      bucket_elements_(bucket_elements),
       optimizer_(make_optimizer(model, options, data_group, sharded_)) {
+  DUFU_CHECK(bucket_elements_ >= 1, "DataParallelOptimizer: a bucket of 0 elements");
   if (sharded_) {
     shard_size_ = shard_size_for(model.num_parameters(), group_.size());
     Device& device = model.device();
     padded_ = DeviceBuffer<float>(device, shard_size_ * static_cast<std::size_t>(group_.size()));
     grad_shard_ = DeviceBuffer<float>(device, shard_size_);
     param_shard_ = DeviceBuffer<float>(device, shard_size_);
+    staging_ = DeviceBuffer<float>(device, std::min(zero_bucket_slice(), shard_size_) *
+                                               static_cast<std::size_t>(group_.size()));
+  }
+}
+
+std::size_t DataParallelOptimizer::zero_bucket_slice() const {
+  // A bucket holds bucket_elements_ floats in all, one slice of each rank's shard.
+  return std::max<std::size_t>(1, bucket_elements_ / static_cast<std::size_t>(group_.size()));
+}
+
+void DataParallelOptimizer::all_reduce_in_buckets() {
+  const auto grads = model_.grads();
+  for (const auto& [begin, end] : gradient_buckets(grads.size(), bucket_elements_)) {
+    group_.all_reduce(grads.subspan(begin, end - begin), ReduceOp::kSum);
+  }
+}
+
+void DataParallelOptimizer::reduce_scatter_in_buckets() {
+  // Rank r's shard is [r * S, (r + 1) * S) of the gradient padded with zeros to
+  // dp * S; the bucket [a, b) of shard offsets takes [r * S + a, r * S + b) from every
+  // rank r, so reduce-scattering the staged slices gives each rank the sum of its own.
+  const auto grads = model_.grads();
+  const std::size_t n = grads.size();
+  Device& device = model_.device();
+  const auto ranks = static_cast<std::size_t>(group_.size());
+  for (const auto& [a, b] : gradient_buckets(shard_size_, zero_bucket_slice())) {
+    const std::size_t slice = b - a;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      float* destination = staging_.data() + r * slice;
+      const std::size_t source = r * shard_size_ + a;
+      const std::size_t present = source >= n ? 0 : std::min(slice, n - source);
+      if (present > 0) device.copy(destination, grads.data() + source, present * sizeof(float));
+      if (present < slice) device.zero(destination + present, (slice - present) * sizeof(float));
+    }
+    group_.reduce_scatter(std::span<const float>(staging_.data(), slice * ranks),
+                          std::span<float>(grad_shard_.data() + a, slice));
   }
 }
 
 double DataParallelOptimizer::reduce_gradients_and_clip(double max_norm) {
   if (!sharded_) {
-    if (group_.size() > 1) group_.all_reduce(model_.grads(), ReduceOp::kSum);
+    if (group_.size() > 1) all_reduce_in_buckets();
     double norm = 0.0;
     if (model_.tensor_parallel_size() == 1 && pipeline_group_ == nullptr) {
       norm = gradient_norm(model_.grads(), model_.device());
@@ -64,9 +118,7 @@ double DataParallelOptimizer::reduce_gradients_and_clip(double max_norm) {
     grad_scale_ = gradient_clip_scale(norm, max_norm);
     return norm;
   }
-  const auto grads = model_.grads();
-  model_.device().copy(padded_.data(), grads.data(), grads.size_bytes());  // the tail past the parameters stays 0
-  group_.reduce_scatter(padded_.span(), grad_shard_.span());
+  reduce_scatter_in_buckets();
   const double norm = std::sqrt(sharded_sum_of_squares());
   grad_scale_ = gradient_clip_scale(norm, max_norm);
   return norm;
@@ -93,7 +145,9 @@ double DataParallelOptimizer::sharded_sum_of_squares() {
     sums[tensor.split == TensorSplit::kReplicated ? 0 : 1] +=
         kernels.sum_of_squares(grad_shard_.data() + (low - begin), high - low);
   }
-  group_.all_reduce(std::span<double>(sums, 2));
+  // Host values: all_reduce_value, which a device communicator runs on its host plane.
+  sums[0] = group_.all_reduce_value(sums[0]);
+  sums[1] = group_.all_reduce_value(sums[1]);
   double total = sums[0] + (tensor_group_ != nullptr ? tensor_group_->all_reduce_value(sums[1]) : sums[1]);
   if (pipeline_group_ != nullptr) total = pipeline_group_->all_reduce_value(total);
   return total;

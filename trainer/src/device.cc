@@ -9,6 +9,7 @@
 
 #include "cuda/cuda_module.h"
 #include "dufu/common/error.h"
+#include "dufu/common/launch_environment.h"
 #include "dufu/trainer/flops.h"
 
 namespace dufu::trainer {
@@ -48,6 +49,12 @@ const CudaModuleLoad& cuda_module() {
 
 }  // namespace
 
+const CudaModule* loaded_cuda_module(std::string* reason) {
+  const CudaModuleLoad& load = cuda_module();
+  if (load.module == nullptr && reason != nullptr) *reason = load.reason;
+  return load.module;
+}
+
 const char* device_kind_name(DeviceKind kind) {
   switch (kind) {
     case DeviceKind::kCpu: return "cpu";
@@ -77,7 +84,13 @@ DeviceAvailability device_availability(DeviceKind kind) {
 Device& device_of_kind(DeviceKind kind) {
   const DeviceAvailability availability = device_availability(kind);
   if (!availability.available) DUFU_FAIL("device ", device_kind_name(kind), " is not available: ", availability.reason);
-  if (kind == DeviceKind::kCuda) return cuda_module().module->device();
+  if (kind == DeviceKind::kCuda) {
+    // One GPU per process: the launcher's local rank picks it among this machine's
+    // GPUs (wrapping around when there are more ranks per machine than GPUs).
+    const CudaModule& module = *cuda_module().module;
+    module.select_device(detect_launch_environment().local_rank % module.device_count());
+    return module.device();
+  }
   return cpu_device();
 }
 

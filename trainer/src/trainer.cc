@@ -38,6 +38,7 @@
 #include "dufu/trainer/lr_schedule.h"
 #include "dufu/trainer/parallel_checkpoint.h"
 #include "dufu/trainer/pipeline_schedule.h"
+#include "dufu/trainer/rank_groups.h"
 #include "dufu/trainer/shard_identity.h"
 #include "dufu/trainer/training_config.h"
 #include "dufu/trainer/training_memory.h"
@@ -62,30 +63,6 @@ using Clock = std::chrono::steady_clock;
       "train.device = \"cuda\": training on a CUDA device is not supported yet (its kernels are compiled "
       "but untested on a GPU, and checkpoints still read parameters as host memory); use train.device = "
       "\"cpu\"");
-}
-
-// The groups a rank trains in (docs/rank-layout.md): the other tensor-parallel
-// shards of its stage, the other data-parallel replicas of its shard, the stages of
-// its pipeline, and the first and last stage of that pipeline (the tied embedding;
-// null on middle stages).
-struct RankGroups {
-  std::unique_ptr<Communicator> tensor;
-  std::unique_ptr<Communicator> data;
-  std::unique_ptr<Communicator> pipeline;
-  std::unique_ptr<Communicator> embedding;
-};
-
-RankGroups make_rank_groups(Communicator& world, const Topology& topology) {
-  const auto c = topology.coordinates();
-  const int tp = topology.tensor_parallel_size();
-  const int dp = topology.data_parallel_size();
-  const bool holds_embedding = c.pp_rank == 0 || c.pp_rank + 1 == topology.pipeline_parallel_size();
-  RankGroups groups;
-  groups.tensor = world.split(c.pp_rank * dp + c.dp_rank, c.tp_rank, "tensor");
-  groups.data = world.split(c.pp_rank * tp + c.tp_rank, c.dp_rank, "data");
-  groups.pipeline = world.split(c.dp_rank * tp + c.tp_rank, c.pp_rank, "pipeline");
-  groups.embedding = world.split(holds_embedding ? c.dp_rank * tp + c.tp_rank : -1, c.pp_rank, "embedding");
-  return groups;
 }
 
 std::size_t stage_size(const GPTConfig& config, const PipelineStage& stage) {
@@ -284,14 +261,15 @@ bool Trainer::setup() {
     for (const std::string& prefix : prefixes) state.shards.push_back(shard_identity(prefix));
   }
 
-  s.groups = make_rank_groups(*s.world, topology);
+  s.groups = make_rank_groups(*s.world, topology, device_of_kind(options.device));
   if (s.is_main) s.reporter.layout(describe_layout(topology, options.model, layer_split));
   try {
     s.model = std::make_unique<GPT>(options.model, tp > 1 ? s.groups.tensor.get() : nullptr, stage);
     s.model->set_precision(options.precision);
     s.optimizer = std::make_unique<DataParallelOptimizer>(*s.model, options.adamw, *s.groups.data,
                                                           options.zero_stage == 1, s.groups.pipeline.get(),
-                                                          s.groups.tensor.get());
+                                                          s.groups.tensor.get(),
+                                                          bucket_elements_for(options.dp_bucket_mb));
   } catch (const std::bad_alloc&) {
     fail_out_of_memory(model_what, model_bytes);
   }

@@ -43,7 +43,10 @@ ConfigSchema training_config_schema() {
       .add_int("train.threads", 0, "OpenMP threads for the kernels (0 = OMP_NUM_THREADS or every core)")
       .add_string("train.precision", "fp32",
                   "fp32, or bf16: bf16 matmul inputs, weight working copy and activations with fp32 master "
-                  "weights, moments, LayerNorm statistics, softmax and loss (on the cpu device: rounded to bf16)");
+                  "weights, moments, LayerNorm statistics, softmax and loss (on the cpu device: rounded to bf16)")
+      .add_double("train.dp_bucket_mb", 25.0,
+                  "MiB of gradient per data-parallel collective (PyTorch DDP's bucket_cap_mb); the result does not "
+                  "depend on it, the collectives' scratch memory does");
   schema.add_double("optim.lr", 6e-4, "Peak learning rate, reached at the end of the warmup")
       .add_double("optim.min_lr", 6e-5, "Floor the cosine decay ends at")
       .add_int("optim.warmup_steps", 100, "Steps of linear warmup")
@@ -163,6 +166,11 @@ TrainingOptions training_options(const Config& config) {
               options.micro_batch, ")");
   }
   options.steps = int_in_range(config, "train.steps", 1, std::numeric_limits<std::int64_t>::max());
+  options.dp_bucket_mb = config.get_double("train.dp_bucket_mb");
+  // At least one float, at most 1 TiB (beyond that a bucket is just the whole gradient).
+  if (!(options.dp_bucket_mb * 1024.0 * 1024.0 >= sizeof(float)) || options.dp_bucket_mb > 1024.0 * 1024.0) {
+    DUFU_FAIL("train.dp_bucket_mb must be between 4 bytes (3.8e-6) and 1048576 MiB, got ", options.dp_bucket_mb);
+  }
   const std::string& on_nonfinite = config.get_string("train.on_nonfinite");
   if (on_nonfinite == "stop") {
     options.on_nonfinite = NonFiniteAction::kStop;

@@ -10,6 +10,7 @@
 #include "cuda_kernels.h"
 #include "dufu/common/error.h"
 #include "cuda_module.h"
+#include "nccl_entries.h"
 #include "dufu/trainer/device.h"
 
 namespace dufu::trainer::cuda {
@@ -27,12 +28,33 @@ namespace {
 
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;  // cuBLASLt's recommended size for Hopper
 
+// The GPU this process chose (select_device), or -1 before the choice; the first use
+// of the device fixes it to the current one if nothing was chosen.
+int chosen_ordinal = -1;
+
+void select_device(int ordinal) {
+  if (chosen_ordinal == ordinal) return;
+  if (chosen_ordinal >= 0) {
+    DUFU_FAIL("cannot make GPU ", ordinal, " this process's CUDA device: GPU ", chosen_ordinal,
+              " already is (one GPU per process, chosen before its first use)");
+  }
+  DUFU_CUDA_CHECK(cudaSetDevice(ordinal));
+  chosen_ordinal = ordinal;
+}
+
+int device_count() {
+  int count = 0;
+  DUFU_CUDA_CHECK(cudaGetDeviceCount(&count));
+  return count;
+}
+
 struct Context {
   cudaStream_t stream = nullptr;
   cublasLtHandle_t lt = nullptr;
   cublasHandle_t blas = nullptr;
   void* workspace = nullptr;
   Context() {
+    if (chosen_ordinal < 0) DUFU_CUDA_CHECK(cudaGetDevice(&chosen_ordinal));
     DUFU_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     DUFU_CUBLAS_CHECK(cublasLtCreate(&lt));
     DUFU_CUBLAS_CHECK(cublasCreate(&blas));
@@ -131,7 +153,8 @@ const KernelTable& kernel_table() {
 }  // namespace dufu::trainer::cuda
 
 extern "C" __attribute__((visibility("default"))) const dufu::trainer::CudaModule* dufu_cuda_module() {
-  static const dufu::trainer::CudaModule module{dufu::trainer::cuda::availability, dufu::trainer::cuda::device,
-                                                dufu::trainer::cuda::bf16_gemm_flops};
+  namespace cuda = dufu::trainer::cuda;
+  static const dufu::trainer::CudaModule module{cuda::availability,  cuda::device,         cuda::device_count,
+                                                cuda::select_device, cuda::nccl_entries(), cuda::bf16_gemm_flops};
   return &module;
 }

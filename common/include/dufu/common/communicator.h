@@ -122,10 +122,11 @@ class Communicator {
   void all_reduce(R&& data, ReduceOp op = ReduceOp::kSum) {
     all_reduce_buffer(output_buffer(data), op);
   }
-  // One value: returns the sum (or max) over the group.
+  // One value, in host memory whatever memory_space() says: returns the sum (or max)
+  // over the group, through the host control plane (below).
   template <CommElement T>
   T all_reduce_value(T value, ReduceOp op = ReduceOp::kSum) {
-    all_reduce_buffer(CommBuffer{&value, 1, data_type_of<T>()}, op);
+    control_plane().all_reduce_buffer(CommBuffer{&value, 1, data_type_of<T>()}, op);
     return value;
   }
   // output = the inputs of ranks 0, 1, ..., size()-1 one after another; every input
@@ -192,6 +193,12 @@ class Communicator {
 
  protected:
   explicit Communicator(std::string name) : name_(std::move(name)) {}
+
+  // The communicator over the same ranks, in the same order, whose collectives move
+  // host memory: this one for host backends; a device backend (NCCL) keeps the host
+  // communicator it was made from and returns it. Small host values
+  // (all_reduce_value, subgroup's agreement) travel through it.
+  virtual Communicator& control_plane() { return *this; }
 
   // Backend hooks, called after the checks above (types match, sizes agree, ranks in
   // range, and not a no-op on one rank where that is obvious).

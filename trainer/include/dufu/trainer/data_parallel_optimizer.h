@@ -7,6 +7,16 @@
 //               memory), and the updated parameters are all-gathered.
 // Both give every rank the same parameters after each step; with one rank both are
 // plain AdamW. The sums are the communicator's rank-ordered, deterministic ones.
+//
+// The reduction runs in buckets of train.dp_bucket_mb (PyTorch DDP's bucket_cap_mb):
+// one collective per bucket of the flat gradient, cut without regard to tensor
+// boundaries. Every element is still the rank-ordered fold of the same values, so the
+// bucket size cannot change a bit; what it bounds is the collectives' scratch memory
+// (the NCCL backend's all-to-all needs one bucket of it, not one gradient) and, with
+// backward overlap later, how soon the first bucket can leave. Under ZeRO-1 a bucket
+// is the same slice [a, b) of every rank's shard: those slices are copied side by side
+// into a staging buffer and reduce-scattered, so each rank's slice of the sum lands
+// in its own shard, as the unbucketed reduce-scatter would put it.
 #pragma once
 
 #include <cstdint>
@@ -24,14 +34,24 @@ namespace dufu::trainer {
 // [begin, end), ceil(n / ranks) floats each, the last shards shorter or empty.
 std::pair<std::size_t, std::size_t> zero_shard_range(std::size_t n, int ranks, int rank);
 
+// train.dp_bucket_mb's default, as PyTorch DDP's bucket_cap_mb.
+inline constexpr double kDefaultBucketMegabytes = 25.0;
+// Floats in `megabytes` MiB, at least one.
+std::size_t bucket_elements_for(double megabytes);
+// The buckets [begin, end) that cut n elements into pieces of bucket_elements (>= 1),
+// the last one shorter; none for n = 0.
+std::vector<std::pair<std::size_t, std::size_t>> gradient_buckets(std::size_t n, std::size_t bucket_elements);
+
 class DataParallelOptimizer {
  public:
   // `data_group` (and `pipeline_group`, the model's pipeline stages, and
   // `tensor_group`, its tensor-parallel ranks, or nullptr for one) must outlive this
   // object. The gradient norm is the whole model's:
   // summed over tensor-parallel shards (GPT::full_sum_of_squares) and stages.
+  // bucket_elements: floats of gradient per collective (>= 1; bucket_elements_for).
   DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group, bool shard_optimizer_state,
-                        Communicator* pipeline_group = nullptr, Communicator* tensor_group = nullptr);
+                        Communicator* pipeline_group = nullptr, Communicator* tensor_group = nullptr,
+                        std::size_t bucket_elements = bucket_elements_for(kDefaultBucketMegabytes));
 
   // Sums model.grads() over the data-parallel ranks (under ZeRO-1 only this rank's
   // shard ends up summed), and clips the global gradient norm to max_norm (0 = no
@@ -58,6 +78,9 @@ class DataParallelOptimizer {
  private:
   // ZeRO-1: the squared norm of the whole model's gradient from the reduced shards.
   double sharded_sum_of_squares();
+  void all_reduce_in_buckets();
+  std::size_t zero_bucket_slice() const;  // floats of each rank's shard per ZeRO-1 bucket
+  void reduce_scatter_in_buckets();
 
   GPT& model_;
   AdamWOptions options_;
@@ -69,13 +92,16 @@ class DataParallelOptimizer {
   // reduce_gradients_and_clip's factor for step(): one pass over the gradients fewer
   // than scaling them in place, and the same bits.
   float grad_scale_ = 1.0f;
+  std::size_t bucket_elements_;
   AdamW optimizer_;             // full, or this rank's shard
-  // ZeRO-1 buffers: the padded gradient, this rank's summed gradient shard and the
-  // padded parameters.
+  // ZeRO-1 buffers: the padded parameters (all-gathered after the update), this rank's
+  // summed gradient shard and its parameter shard.
   // On the model's device, like the gradients they are cut from.
   DeviceBuffer<float> padded_;
   DeviceBuffer<float> grad_shard_;
   DeviceBuffer<float> param_shard_;
+  // ZeRO-1: one bucket's slices of every rank's shard, side by side.
+  DeviceBuffer<float> staging_;
 };
 
 }  // namespace dufu::trainer

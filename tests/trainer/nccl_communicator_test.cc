@@ -1,0 +1,153 @@
+// NcclCommunicator's collectives against the MPI communicator's on the same inputs,
+// bit for bit, under mpirun -np 2 with one GPU per rank (labelled gpu;mpi). Without a
+// GPU, or in a build without NCCL, every test is skipped with the reason
+// (nccl_availability) and ctest reports it skipped: no machine of this repository has
+// a GPU, so these tests have never run.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "dufu/common/communicator.h"
+#include "dufu/trainer/device.h"
+#include "dufu/trainer/nccl_communicator.h"
+#include "support/mpi_world.h"
+
+namespace dufu::trainer {
+namespace {
+
+Communicator& world() { return dufu::testing::mpi_world(); }
+
+class NcclCommunicatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const DeviceAvailability nccl = nccl_availability();
+    if (!nccl.available) GTEST_SKIP() << "NCCL communicator skipped: " << nccl.reason;
+    nccl_ = make_nccl_communicator(world().split(0, world().rank(), "nccl"));
+  }
+
+  Device& gpu() { return device_of_kind(DeviceKind::kCuda); }
+
+  template <typename T>
+  DeviceBuffer<T> on_gpu(const std::vector<T>& host) {
+    DeviceBuffer<T> buffer(gpu(), host.size());
+    buffer.upload(host);
+    return buffer;
+  }
+
+  std::unique_ptr<Communicator> nccl_;
+};
+
+// This rank's floats: magnitudes from 1e-8 to 1e8 (the order of additions shows), and
+// NaN at every 11th element of rank 1 when asked.
+std::vector<float> rank_floats(std::size_t n, bool nans) {
+  std::mt19937 engine(static_cast<std::uint32_t>(7 + world().rank()));
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-8, 8);
+  std::vector<float> values(n);
+  for (float& x : values) x = mantissa(engine) * std::pow(10.0f, static_cast<float>(exponent(engine)));
+  if (nans && world().rank() == 1) {
+    for (std::size_t i = 0; i < n; i += 11) values[i] = std::numeric_limits<float>::quiet_NaN();
+  }
+  return values;
+}
+
+template <typename T>
+void expect_bitwise(const std::vector<T>& got, const std::vector<T>& expected) {
+  ASSERT_EQ(got.size(), expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      ASSERT_EQ(std::bit_cast<std::uint32_t>(got[i]), std::bit_cast<std::uint32_t>(expected[i])) << "element " << i;
+    } else {
+      ASSERT_EQ(got[i], expected[i]) << "element " << i;
+    }
+  }
+}
+
+TEST_F(NcclCommunicatorTest, IsADeviceCommunicatorOverTheWorldsRanks) {
+  EXPECT_EQ(nccl_->memory_space(), MemorySpace::kCudaDevice);
+  EXPECT_EQ(nccl_->rank(), world().rank());
+  EXPECT_EQ(nccl_->size(), world().size());
+  EXPECT_EQ(nccl_->all_reduce_value(world().rank() + 1), world().size() * (world().size() + 1) / 2);
+}
+
+TEST_F(NcclCommunicatorTest, AllReduceSumAndMaxMatchMpiBitForBit) {
+  for (const std::size_t n : {std::size_t{1}, std::size_t{1001}, std::size_t{1} << 20}) {
+    for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+      std::vector<float> expected = rank_floats(n, op == ReduceOp::kMax);
+      DeviceBuffer<float> data = on_gpu(expected);
+      nccl_->all_reduce(data.span(), op);
+      world().all_reduce(expected, op);
+      expect_bitwise(data.to_host(), expected);
+    }
+  }
+  std::vector<std::int32_t> integers = {std::numeric_limits<std::int32_t>::max(), -5, world().rank()};
+  DeviceBuffer<std::int32_t> data = on_gpu(integers);
+  nccl_->all_reduce(data.span());
+  world().all_reduce(integers);
+  expect_bitwise(data.to_host(), integers);
+}
+
+TEST_F(NcclCommunicatorTest, ReduceScatterAndAllGatherMatchMpi) {
+  const std::size_t m = 777;
+  const std::vector<float> input = rank_floats(m * static_cast<std::size_t>(world().size()), false);
+  DeviceBuffer<float> gpu_input = on_gpu(input);
+  DeviceBuffer<float> gpu_output(gpu(), m);
+  nccl_->reduce_scatter(gpu_input.span(), gpu_output.span());
+  std::vector<float> expected(m);
+  world().reduce_scatter(input, expected);
+  expect_bitwise(gpu_output.to_host(), expected);
+
+  DeviceBuffer<float> gathered(gpu(), m * static_cast<std::size_t>(world().size()));
+  nccl_->all_gather(gpu_output.span(), gathered.span());
+  std::vector<float> expected_gathered(gathered.size());
+  world().all_gather(expected, expected_gathered);
+  expect_bitwise(gathered.to_host(), expected_gathered);
+}
+
+TEST_F(NcclCommunicatorTest, BroadcastAndSendRecvMatchMpi) {
+  std::vector<float> expected = rank_floats(513, false);
+  DeviceBuffer<float> data = on_gpu(expected);
+  nccl_->broadcast(data.span(), 1);
+  world().broadcast(expected, 1);
+  expect_bitwise(data.to_host(), expected);
+
+  // A ring: send to the next rank, receive from the previous.
+  const int next = (world().rank() + 1) % world().size();
+  const int previous = (world().rank() + world().size() - 1) % world().size();
+  const std::vector<float> mine = rank_floats(300, false);
+  DeviceBuffer<float> send = on_gpu(mine);
+  DeviceBuffer<float> received(gpu(), mine.size());
+  nccl_->send_recv(send.span(), next, received.span(), previous);
+  std::vector<float> expected_received(mine.size());
+  world().send_recv(mine, next, expected_received, previous);
+  expect_bitwise(received.to_host(), expected_received);
+}
+
+TEST_F(NcclCommunicatorTest, SubgroupsAgreeOnTheHostAndReduceOnTheDevice) {
+  // Every rank alone, then all ranks in reverse order.
+  std::unique_ptr<Communicator> alone = nccl_->subgroup({world().rank()}, "alone");
+  ASSERT_NE(alone, nullptr);
+  EXPECT_EQ(alone->size(), 1);
+  std::vector<int> reversed;
+  for (int r = world().size() - 1; r >= 0; --r) reversed.push_back(r);
+  std::unique_ptr<Communicator> group = nccl_->subgroup(reversed, "reversed");
+  ASSERT_NE(group, nullptr);
+  EXPECT_EQ(group->memory_space(), MemorySpace::kCudaDevice);
+  EXPECT_EQ(group->rank(), world().size() - 1 - world().rank());
+  std::vector<float> expected = rank_floats(999, false);
+  DeviceBuffer<float> data = on_gpu(expected);
+  group->all_reduce(data.span());
+  std::unique_ptr<Communicator> host_group = world().subgroup(reversed, "reversed");
+  host_group->all_reduce(expected);
+  expect_bitwise(data.to_host(), expected);
+}
+
+}  // namespace
+}  // namespace dufu::trainer

@@ -1,0 +1,31 @@
+// The communicators a rank trains in (docs/rank-layout.md), made from the world and
+// the Topology: the other tensor-parallel shards of its stage, the other data-parallel
+// replicas of its shard, the stages of its pipeline, and the first and last stage of
+// that pipeline (the tied embedding; null on middle stages). Their collectives move
+// the memory of the device the model runs on: host groups (MPI or single process) for
+// the CPU device, NCCL groups over those host groups for a CUDA device, so gradients,
+// tensor-parallel partial sums and pipeline activations (send/recv: ncclSend/ncclRecv)
+// stay on the GPU.
+#pragma once
+
+#include <memory>
+
+#include "dufu/common/communicator.h"
+#include "dufu/common/topology.h"
+#include "dufu/trainer/device.h"
+
+namespace dufu::trainer {
+
+struct RankGroups {
+  std::unique_ptr<Communicator> tensor;
+  std::unique_ptr<Communicator> data;
+  std::unique_ptr<Communicator> pipeline;
+  std::unique_ptr<Communicator> embedding;
+};
+
+// Collective over `world` (a host communicator). For a CUDA device every group is an
+// NCCL communicator (nccl_communicator.h; compiled, not run); throws dufu::Error with
+// the reason when NCCL is not available. For the CPU device, host groups as before.
+RankGroups make_rank_groups(Communicator& world, const Topology& topology, Device& device);
+
+}  // namespace dufu::trainer
