@@ -9,6 +9,7 @@
 
 #include "cuda/cuda_module.h"
 #include "dufu/common/error.h"
+#include "dufu/trainer/training_memory.h"
 
 namespace dufu::trainer {
 
@@ -46,6 +47,8 @@ const CudaModuleLoad& cuda_module() {
 }
 
 }  // namespace
+
+double Device::memory_capacity_bytes() const { return memory_limit_bytes(); }
 
 const char* device_kind_name(DeviceKind kind) {
   switch (kind) {

@@ -16,7 +16,7 @@ namespace dufu::trainer {
 namespace cpu {
 
 const KernelTable& kernel_table() {
-  static const KernelTable table{DUFU_KERNEL_OPS(DUFU_KERNEL_TABLE_ENTRY) DUFU_KERNEL_TABLE_ENTRY(round_to_bf16)};
+  static const KernelTable table{DUFU_KERNEL_OPS(DUFU_KERNEL_TABLE_ENTRY)};
 
   return table;
 }
