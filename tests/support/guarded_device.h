@@ -127,6 +127,7 @@ class GuardedDevice final : public trainer::Device {
     cpu().zero(device_destination, bytes);
   }
   void synchronize() override {}
+  double memory_capacity_bytes() const override { return cpu().memory_capacity_bytes(); }
 
  private:
   static trainer::Device& cpu() { return trainer::cpu_device(); }

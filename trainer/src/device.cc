@@ -9,7 +9,6 @@
 
 #include "cuda/cuda_module.h"
 #include "dufu/common/error.h"
-#include "dufu/trainer/training_memory.h"
 
 namespace dufu::trainer {
 
@@ -47,8 +46,6 @@ const CudaModuleLoad& cuda_module() {
 }
 
 }  // namespace
-
-double Device::memory_capacity_bytes() const { return memory_limit_bytes(); }
 
 const char* device_kind_name(DeviceKind kind) {
   switch (kind) {

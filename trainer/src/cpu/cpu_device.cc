@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cpu_kernels.h"
+#include "dufu/trainer/training_memory.h"
 #include "dufu/common/error.h"
 #include "dufu/trainer/device.h"
 
@@ -55,6 +56,7 @@ class CpuDevice final : public Device {
   }
   void zero(void* device_destination, std::size_t bytes) override { std::memset(device_destination, 0, bytes); }
   void synchronize() override {}
+  double memory_capacity_bytes() const override { return memory_limit_bytes(); }
 };
 
 }  // namespace

@@ -65,10 +65,11 @@ class Device {
   virtual void synchronize() = 0;
 
   // The bytes this process can still allocate on the device, for checking a memory
-  // plan before anything is allocated. By default the host's limit (physical memory
-  // plus swap, or a lower rlimit: training_memory.h's memory_limit_bytes), right for
-  // devices over host memory; a GPU answers with its free memory.
-  virtual double memory_capacity_bytes() const;
+  // plan before anything is allocated: on the CPU device the host's limit (physical
+  // memory plus swap, or a lower rlimit: training_memory.h's memory_limit_bytes), on a
+  // GPU its free memory. (Pure, so that the class keeps no key function: the CUDA
+  // module, loaded with dlopen, needs its type information inline.)
+  virtual double memory_capacity_bytes() const = 0;
 };
 
 // The process's CPU device: OpenMP threads over host memory.
