@@ -60,8 +60,8 @@ std::vector<float> host_copy(const GPT& model) {
 std::vector<float> train_steps(GPT& model, AdamW& optimizer, int first, int last) {
   std::vector<float> losses;
   for (int step = first; step < last; ++step) {
-    const auto batch = dufu::testing::next_token_batch(kB, kT, model.config().vocab_size,
-                                                       static_cast<std::uint32_t>(100 + step), {3});
+    const auto batch =
+        dufu::testing::next_token_batch(kB, kT, model.config().vocab_size, static_cast<std::uint32_t>(100 + step), {3});
     model.zero_grad();
     losses.push_back(model.forward(batch.tokens, batch.targets, kB, kT));
     model.backward();

@@ -15,11 +15,10 @@
 #include "checkpoint_directory.h"
 #include "checkpoint_files.h"
 #include "checkpoint_state_json.h"
-#include "host_staging.h"
-
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
 #include "dufu/trainer/data_parallel_optimizer.h"
+#include "host_staging.h"
 
 namespace dufu::trainer {
 

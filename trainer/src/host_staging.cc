@@ -8,8 +8,7 @@ namespace dufu::trainer::host_staging {
 namespace {
 
 void download_into(Device& device, std::span<float> host, std::span<const float> device_source) {
-  DUFU_CHECK(host.size() == device_source.size(), "host staging: ", device_source.size(), " floats into ",
-             host.size());
+  DUFU_CHECK(host.size() == device_source.size(), "host staging: ", device_source.size(), " floats into ", host.size());
   if (!host.empty()) device.download(host.data(), device_source.data(), host.size_bytes());
 }
 

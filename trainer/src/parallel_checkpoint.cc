@@ -15,9 +15,9 @@
 
 #include "checkpoint_directory.h"
 #include "checkpoint_files.h"
-#include "host_staging.h"
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
+#include "host_staging.h"
 
 namespace dufu::trainer {
 
@@ -231,7 +231,8 @@ void load_parallel_checkpoint(const std::string& checkpoint_dir, const TrainingS
   if (layout.optimizer_sharded && optimizer.sharded() && layout.data_parallel_size == data_parallel_size) {
     const std::string name = optimizer_file_name(layout, place.tp_rank, place.pp_rank, place.dp_rank);
     std::vector<float> m(moments.num_parameters()), v(moments.num_parameters());
-    const std::int64_t step_count = checkpoint_files::read_optimizer_shard(path(name), piece, moments.shard_begin(), m, v);
+    const std::int64_t step_count =
+        checkpoint_files::read_optimizer_shard(path(name), piece, moments.shard_begin(), m, v);
     host_staging::upload(device, model.params(), host_params);
     host_staging::upload(device, moments.m(), m);
     host_staging::upload(device, moments.v(), v);
@@ -242,8 +243,8 @@ void load_parallel_checkpoint(const std::string& checkpoint_dir, const TrainingS
   std::vector<float> m(model.num_parameters()), v(model.num_parameters());
   std::int64_t step_count = 0;
   if (!layout.optimizer_sharded) {
-    step_count =
-        checkpoint_files::read_optimizer(path(optimizer_file_name(layout, place.tp_rank, place.pp_rank, 0)), piece, m, v);
+    step_count = checkpoint_files::read_optimizer(path(optimizer_file_name(layout, place.tp_rank, place.pp_rank, 0)),
+                                                  piece, m, v);
   } else {
     for (int d = 0; d < layout.data_parallel_size; ++d) {
       const auto [begin, end] = zero_shard_range(model.num_parameters(), layout.data_parallel_size, d);

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "cpu_kernels.h"
-#include "dufu/trainer/training_memory.h"
 #include "dufu/common/error.h"
 #include "dufu/trainer/device.h"
+#include "dufu/trainer/training_memory.h"
 
 namespace dufu::trainer {
 namespace cpu {
