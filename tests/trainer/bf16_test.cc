@@ -213,6 +213,7 @@ class DeviceWithoutBf16 final : public Device {
   void fill(float* to, float value, std::size_t count) override { cpu().fill(to, value, count); }
   void zero(void* to, std::size_t bytes) override { cpu().zero(to, bytes); }
   void synchronize() override {}
+  double memory_capacity_bytes() const override { return cpu().memory_capacity_bytes(); }
 
  private:
   static Device& cpu() { return cpu_device(); }

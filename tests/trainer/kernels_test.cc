@@ -648,6 +648,52 @@ Outputs run_masked_mean_loss(const Shape& s, Device* device, int) {
   return {{"mean", {counted == 0 ? 0.0 : sum / counted}}};
 }
 
+// ---- mixed precision -----------------------------------------------------------------
+
+// The bf16 value nearest to x, ties to the even bf16, found by comparing the two bf16
+// neighbours in double (no bit tricks, unlike bf16.h): the independent reference.
+double nearest_bf16(float x) {
+  if (std::isnan(x)) return std::numeric_limits<double>::quiet_NaN();
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  const auto as_double = [](std::uint32_t upper) {
+    const std::uint32_t wide = upper << 16;
+    float value;
+    std::memcpy(&value, &wide, sizeof(value));
+    return static_cast<double>(value);
+  };
+  const std::uint32_t down = bits >> 16;  // towards zero
+  const std::uint32_t up = down + 1;      // away from zero (may reach infinity)
+  const double low = as_double(down);
+  const double high = as_double(up);
+  const double gap_low = std::abs(static_cast<double>(x) - low);
+  const double gap_high = std::isinf(high) && !std::isinf(x)
+                              ? std::abs(std::ldexp(static_cast<double>(std::signbit(x) ? -1.0 : 1.0), 128) - x)
+                              : std::abs(high - static_cast<double>(x));
+  if (gap_low < gap_high) return low;
+  if (gap_high < gap_low) return high;
+  return (down & 1u) == 0 ? low : high;
+}
+
+Outputs run_round_to_bf16(const Shape& s, Device* device, int) {
+  auto values = random_floats(static_cast<std::size_t>(s.N()) * s.C, 59, -50.0f, 50.0f);
+  // Exact ties (odd and even upper halves), large, subnormal and signed-zero values
+  // and NaN. (Overflow to infinity is bf16_test's, against torch: the harness's
+  // tolerances cannot compare infinities.)
+  const float specials[] = {1.00390625f, 1.01171875f, -1.00390625f, 3.3e38f, -3.3e38f, 1e-40f, 0.0f, -0.0f, kNaN};
+  for (std::size_t i = 0; i < std::size(specials) && i < values.size(); ++i) values[i] = specials[i];
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    auto rounded = values;
+    device->kernels().round_to_bf16(d.out(rounded), rounded.size());
+    d.finish();
+    return {{"values", widen(rounded)}};
+  }
+  Vec rounded(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) rounded[i] = nearest_bf16(values[i]);
+  return {{"values", rounded}};
+}
+
 // ---- norm and optimizer ------------------------------------------------------------
 
 // Sized past one 65536-value chunk of the fast sum for the larger shapes.
@@ -745,6 +791,7 @@ const OpCase kOps[] = {
     {"vocab_parallel_classifier", run_vocab_parallel_classifier, {1e-6, 2e-5}, false, true},
     {"add", run_add, {0.0, 1e-7}, true, true},
     {"masked_mean_loss", run_masked_mean_loss, {0.0, 1e-6}, true, true},
+    {"round_to_bf16", run_round_to_bf16, {0.0, 0.0}, true, true},
     {"sum_of_squares", run_sum_of_squares, {0.0, 1e-12}, true, true},
     {"scale_in_place", run_scale_in_place, {0.0, 1e-7}, true, true},
     {"adamw_update", run_adamw, {1e-7, 1e-6}, true, true},

@@ -15,10 +15,10 @@
 #include "checkpoint_directory.h"
 #include "checkpoint_files.h"
 #include "checkpoint_state_json.h"
-
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
 #include "dufu/trainer/data_parallel_optimizer.h"
+#include "host_staging.h"
 
 namespace dufu::trainer {
 
@@ -44,8 +44,9 @@ std::map<std::string, FileRecord> write_serial_files(const std::string& partial,
                                                      const GPT& model, const AdamW& optimizer) {
   std::map<std::string, FileRecord> files;
   try {
-    checkpoint_files::write_model(path_in(partial, kModelFile), whole, model.params());
-    checkpoint_files::write_optimizer(path_in(partial, kOptimizerFile), whole, optimizer.m(), optimizer.v(),
+    const host_staging::StagedState staged(model, &optimizer);
+    checkpoint_files::write_model(path_in(partial, kModelFile), whole, staged.params());
+    checkpoint_files::write_optimizer(path_in(partial, kOptimizerFile), whole, staged.m(), staged.v(),
                                       optimizer.step_count());
     for (const char* name : {kModelFile, kOptimizerFile}) files[name] = describe_file(path_in(partial, name));
   } catch (...) {
@@ -163,10 +164,11 @@ void load_checkpoint(const std::string& checkpoint_dir, GPT& model, AdamW* optim
       unshard_gpt_piece(config, piece.tp, t, piece.stage, piece_v, v);
     }
   }
-  std::copy(params.begin(), params.end(), model.params().begin());
+  // Everything was read and checked on the host; now it goes to the device in one go.
+  host_staging::upload(model.device(), model.params(), params);
   if (optimizer != nullptr) {
-    std::copy(m.begin(), m.end(), optimizer->m().begin());
-    std::copy(v.begin(), v.end(), optimizer->v().begin());
+    host_staging::upload(optimizer->device(), optimizer->m(), m);
+    host_staging::upload(optimizer->device(), optimizer->v(), v);
     optimizer->set_step_count(step_count);
   }
 }

@@ -120,13 +120,16 @@ std::vector<std::int32_t> generate(GPT& model, std::span<const std::int32_t> pro
   generated.reserve(static_cast<std::size_t>(options.max_new_tokens));
   const std::size_t window_max = static_cast<std::size_t>(config.seq_length);
   const std::size_t row = static_cast<std::size_t>(config.padded_vocab_size());
+  // The logits are device memory: only the last position's row comes to the host.
+  std::vector<float> last(row);
   for (int step = 0; step < options.max_new_tokens; ++step) {
     // No KV cache: every step reruns the model on the last seq_length tokens.
     const std::size_t window = std::min(context.size(), window_max);
     const std::span<const std::int32_t> tokens(context.data() + (context.size() - window), window);
     const int T = static_cast<int>(window);
     model.forward(tokens, {}, 1, T);
-    const auto last = model.logits().subspan((window - 1) * row, row);
+    const auto last_on_device = model.logits().subspan((window - 1) * row, row);
+    model.device().download(last.data(), last_on_device.data(), last_on_device.size_bytes());
     const std::int32_t next = sample_token(last, config.vocab_size, options.temperature, options.top_k, rng);
     generated.push_back(next);
     context.push_back(next);

@@ -24,6 +24,7 @@
 #include "dufu/trainer/gpt.h"
 #include "dufu/trainer/kernel_math.h"
 #include "hf_tokenizer_files.h"
+#include "host_staging.h"
 
 namespace dufu::trainer {
 
@@ -109,7 +110,7 @@ void rename_into_place(const std::string& partial, const std::string& target) {
 }  // namespace
 
 HfExport export_hf(const std::string& checkpoint, const std::string& destination,
-                   const dataprep::TokenizerSpec& tokenizer_spec) {
+                   const dataprep::TokenizerSpec& tokenizer_spec, Device* device) {
   std::error_code error;
   if (fs::exists(fs::symlink_status(destination, error))) {
     DUFU_FAIL(destination, ": already exists; HINT: name a new directory for the export");
@@ -129,7 +130,7 @@ HfExport export_hf(const std::string& checkpoint, const std::string& destination
               *found, "' has vocab_size ", state.model.vocab_size,
               "; HINT: use the tokenizer the run's data was tokenized with");
   }
-  GPT model(state.model);
+  GPT model(state.model, nullptr, {}, device);
   load_checkpoint(*found, model, nullptr);
 
   fs::path target_path = fs::absolute(destination).lexically_normal();
@@ -142,7 +143,8 @@ HfExport export_hf(const std::string& checkpoint, const std::string& destination
   HfExport result;
   try {
     const checkpoint_files::Piece whole = checkpoint_files::piece_of(state.model, CheckpointLayout{}, 0, 0);
-    checkpoint_files::write_model(path_in(partial, "model.safetensors"), whole, model.params());
+    const host_staging::StagedState staged(model, nullptr);
+    checkpoint_files::write_model(path_in(partial, "model.safetensors"), whole, staged.params());
     const hf_tokenizer_files::TokenizerFiles tokenizer_files =
         hf_tokenizer_files::write(partial, tokenizer_spec, tokenizer, state.model.seq_length);
     write_file(path_in(partial, "config.json"), config_json(state.model, tokenizer_files));

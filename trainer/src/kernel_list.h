@@ -2,8 +2,6 @@
 // backend's header includes this inside its namespace to declare one function per op
 // with the table entry's exact type, and fills its table with DUFU_KERNEL_TABLE_ENTRIES,
 // so an op added to the table is a compile error in every backend until each defines it.
-// round_to_bf16 (the bf16 recipe) is not listed yet: the CPU table names it itself, and
-// it joins the list when the CUDA backend defines it.
 #pragma once
 
 #include <type_traits>
@@ -33,7 +31,8 @@
   X(scale_in_place)                    \
   X(adamw_update)                      \
   X(add)                               \
-  X(masked_mean_loss)
+  X(masked_mean_loss)                  \
+  X(round_to_bf16)
 
 // One declaration: `void embedding_forward(float*, ...);` with the table entry's type.
 #define DUFU_DECLARE_KERNEL(name) std::remove_pointer_t<decltype(::dufu::trainer::KernelTable::name)> name;

@@ -17,6 +17,7 @@
 #include "checkpoint_files.h"
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
+#include "host_staging.h"
 
 namespace dufu::trainer {
 
@@ -89,19 +90,24 @@ std::map<std::string, FileRecord> write_rank_files(const std::string& partial, c
     files[name] = checkpoint_files::describe_file((fs::path(partial) / name).string());
   };
   const auto path = [&](const std::string& name) { return (fs::path(partial) / name).string(); };
-  if (place.dp_rank == 0) {
+  // Only this rank's piece, in one host buffer; a data-parallel replica other than the
+  // first writes no weights, so it does not download them.
+  const bool writes_model = place.dp_rank == 0;
+  const bool writes_moments = layout.optimizer_sharded || place.dp_rank == 0;
+  const host_staging::StagedState staged(model, writes_moments ? &moments : nullptr, writes_model);
+  if (writes_model) {
     const std::string name = model_file_name(layout, place.tp_rank, place.pp_rank);
-    checkpoint_files::write_model(path(name), piece, model.params());
+    checkpoint_files::write_model(path(name), piece, staged.params());
     record(name);
   }
   if (layout.optimizer_sharded) {
     const std::string name = optimizer_file_name(layout, place.tp_rank, place.pp_rank, place.dp_rank);
-    checkpoint_files::write_optimizer_shard(path(name), piece, moments.shard_begin(), moments.m(), moments.v(),
+    checkpoint_files::write_optimizer_shard(path(name), piece, moments.shard_begin(), staged.m(), staged.v(),
                                             moments.step_count());
     record(name);
   } else if (place.dp_rank == 0) {
     const std::string name = optimizer_file_name(layout, place.tp_rank, place.pp_rank, 0);
-    checkpoint_files::write_optimizer(path(name), piece, moments.m(), moments.v(), moments.step_count());
+    checkpoint_files::write_optimizer(path(name), piece, staged.m(), staged.v(), moments.step_count());
     record(name);
   }
   return files;
@@ -201,44 +207,63 @@ void load_parallel_checkpoint(const std::string& checkpoint_dir, const TrainingS
                           layout.pipeline_parallel_size == piece.stage.num_stages &&
                           same_stage(checkpoint_files::piece_of(config, layout, place.tp_rank, place.pp_rank).stage,
                                      piece.stage);
+  Device& device = model.device();
   if (!same_piece) {
+    // Assembled on the host (the CPU device), then this rank's piece is uploaded.
     GPT full_model(config);
     AdamW full_state(full_model, moments.options());
     load_checkpoint(checkpoint_dir, full_model, &full_state);
-    shard_gpt_piece(config, piece.tp, piece.tp_rank, piece.stage, full_model.params(), model.params());
+    std::vector<float> host(model.num_parameters());
+    shard_gpt_piece(config, piece.tp, piece.tp_rank, piece.stage, full_model.params(), host);
+    host_staging::upload(device, model.params(), host);
     AdamW piece_state = optimizer.make_full_state();
-    shard_gpt_piece(config, piece.tp, piece.tp_rank, piece.stage, full_state.m(), piece_state.m());
-    shard_gpt_piece(config, piece.tp, piece.tp_rank, piece.stage, full_state.v(), piece_state.v());
+    shard_gpt_piece(config, piece.tp, piece.tp_rank, piece.stage, full_state.m(), host);
+    host_staging::upload(device, piece_state.m(), host);
+    shard_gpt_piece(config, piece.tp, piece.tp_rank, piece.stage, full_state.v(), host);
+    host_staging::upload(device, piece_state.v(), host);
     piece_state.set_step_count(full_state.step_count());
     optimizer.load_full_state(piece_state);
     return;
   }
-  checkpoint_files::read_model(path(model_file_name(layout, place.tp_rank, place.pp_rank)), piece, model.params());
+  // Each file is read into host memory and checked before anything reaches the device.
+  std::vector<float> host_params(model.num_parameters());
+  checkpoint_files::read_model(path(model_file_name(layout, place.tp_rank, place.pp_rank)), piece, host_params);
   if (layout.optimizer_sharded && optimizer.sharded() && layout.data_parallel_size == data_parallel_size) {
     const std::string name = optimizer_file_name(layout, place.tp_rank, place.pp_rank, place.dp_rank);
-    moments.set_step_count(
-        checkpoint_files::read_optimizer_shard(path(name), piece, moments.shard_begin(), moments.m(), moments.v()));
+    std::vector<float> m(moments.num_parameters()), v(moments.num_parameters());
+    const std::int64_t step_count =
+        checkpoint_files::read_optimizer_shard(path(name), piece, moments.shard_begin(), m, v);
+    host_staging::upload(device, model.params(), host_params);
+    host_staging::upload(device, moments.m(), m);
+    host_staging::upload(device, moments.v(), v);
+    moments.set_step_count(step_count);
     return;
   }
   // The piece's whole moments, from one file or the data-parallel shards.
-  AdamW piece_state = optimizer.make_full_state();
+  std::vector<float> m(model.num_parameters()), v(model.num_parameters());
+  std::int64_t step_count = 0;
   if (!layout.optimizer_sharded) {
-    piece_state.set_step_count(checkpoint_files::read_optimizer(
-        path(optimizer_file_name(layout, place.tp_rank, place.pp_rank, 0)), piece, piece_state.m(), piece_state.v()));
+    step_count = checkpoint_files::read_optimizer(path(optimizer_file_name(layout, place.tp_rank, place.pp_rank, 0)),
+                                                  piece, m, v);
   } else {
     for (int d = 0; d < layout.data_parallel_size; ++d) {
       const auto [begin, end] = zero_shard_range(model.num_parameters(), layout.data_parallel_size, d);
       const std::string name = optimizer_file_name(layout, place.tp_rank, place.pp_rank, d);
-      const std::int64_t step_count = checkpoint_files::read_optimizer_shard(
-          path(name), piece, begin, piece_state.m().subspan(begin, end - begin),
-          piece_state.v().subspan(begin, end - begin));
-      if (d > 0 && step_count != piece_state.step_count()) {
-        DUFU_FAIL(checkpoint_dir, ": ", name, " has step count ", step_count, ", the shard of data-parallel rank 0 ",
-                  piece_state.step_count());
+      const std::int64_t shard_step_count = checkpoint_files::read_optimizer_shard(
+          path(name), piece, begin, std::span<float>(m).subspan(begin, end - begin),
+          std::span<float>(v).subspan(begin, end - begin));
+      if (d > 0 && shard_step_count != step_count) {
+        DUFU_FAIL(checkpoint_dir, ": ", name, " has step count ", shard_step_count,
+                  ", the shard of data-parallel rank 0 ", step_count);
       }
-      piece_state.set_step_count(step_count);
+      step_count = shard_step_count;
     }
   }
+  host_staging::upload(device, model.params(), host_params);
+  AdamW piece_state = optimizer.make_full_state();
+  host_staging::upload(device, piece_state.m(), m);
+  host_staging::upload(device, piece_state.v(), v);
+  piece_state.set_step_count(step_count);
   optimizer.load_full_state(piece_state);
 }
 

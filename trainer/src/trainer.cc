@@ -52,17 +52,23 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// train.device = "cuda", with the reason it cannot run: no CUDA backend in this build
-// or no GPU here, or else that the trainer does not drive the CUDA device yet (its
-// kernels are compiled but have never run, and checkpoints and the optimizer's host
-// steps still read parameters as host memory). One line, before anything is created.
-[[noreturn]] void refuse_cuda_training() {
-  const DeviceAvailability cuda = device_availability(DeviceKind::kCuda);
-  if (!cuda.available) DUFU_FAIL("train.device = \"cuda\": ", cuda.reason);
-  DUFU_FAIL(
-      "train.device = \"cuda\": training on a CUDA device is not supported yet (its kernels are compiled "
-      "but untested on a GPU, and checkpoints still read parameters as host memory); use train.device = "
-      "\"cpu\"");
+// The device of train.device. One that cannot run here (no CUDA backend in this
+// build, or no GPU) is refused with its reason, in one line, before anything is created.
+Device& training_device(DeviceKind kind) {
+  const DeviceAvailability availability = device_availability(kind);
+  if (!availability.available) DUFU_FAIL("train.device = \"", device_kind_name(kind), "\": ", availability.reason);
+  return device_of_kind(kind);
+}
+
+// The rank groups of a run of several processes are MPI communicators, which move host
+// memory; a GPU's buffers need NCCL groups (issue 11), which this trainer does not make
+// yet. Until it does, a CUDA run is one process. (The one place to lift when NCCL
+// groups are made in make_rank_groups.)
+void refuse_several_ranks_on(const Device& device, int world_size) {
+  if (device.memory_space() == MemorySpace::kHost || world_size == 1) return;
+  DUFU_FAIL("train.device = \"", device_kind_name(device.kind()), "\" runs one process for now, this job has ",
+            world_size, " ranks: its rank groups would need NCCL communicators, which are not made yet; HINT: ",
+            "run one process, or train.device = \"cpu\" under mpirun");
 }
 
 std::size_t stage_size(const GPTConfig& config, const PipelineStage& stage) {
@@ -196,11 +202,12 @@ std::int64_t Trainer::completed_steps() const { return s_->state.step; }
 bool Trainer::setup() {
   State& s = *s_;
   const TrainingOptions& options = s.options;
-  if (options.device == DeviceKind::kCuda) refuse_cuda_training();
+  Device& device = training_device(options.device);
   if (options.threads > 0) omp_set_num_threads(options.threads);
   s.T = options.model.seq_length;
 
   s.world = make_communicator();
+  refuse_several_ranks_on(device, s.world->size());
   s.topology.emplace(s.world->size(), options.tensor_parallel_size, options.pipeline_parallel_size, s.world->rank());
   const Topology& topology = *s.topology;
   s.dp = topology.data_parallel_size();
@@ -230,9 +237,11 @@ bool Trainer::setup() {
                                          " parameters on this rank, with their gradients and AdamW moments)");
   check_memory(model_what, model_bytes);
   check_memory(str_cat(model_what, " and ", s.activations_what), plan.total());
+  const double device_capacity = device.memory_capacity_bytes();
+  check_plan_fits_device(plan, device_capacity, device.describe());
   // One line per distinct piece of the model (its first data-parallel replica's).
   if (coordinates.dp_rank == 0) {
-    DUFU_LOG_INFO("train", "memory plan of this rank: ", plan.describe(memory_limit_bytes()));
+    DUFU_LOG_INFO("train", "memory plan of this rank: ", plan.describe(device_capacity), " on ", device.describe());
   }
 
   if (s.is_main) {
@@ -264,7 +273,7 @@ bool Trainer::setup() {
   s.groups = make_rank_groups(*s.world, topology, device_of_kind(options.device));
   if (s.is_main) s.reporter.layout(describe_layout(topology, options.model, layer_split));
   try {
-    s.model = std::make_unique<GPT>(options.model, tp > 1 ? s.groups.tensor.get() : nullptr, stage);
+    s.model = std::make_unique<GPT>(options.model, tp > 1 ? s.groups.tensor.get() : nullptr, stage, &device);
     s.model->set_precision(options.precision);
     s.optimizer = std::make_unique<DataParallelOptimizer>(*s.model, options.adamw, *s.groups.data,
                                                           options.zero_stage == 1, s.groups.pipeline.get(),

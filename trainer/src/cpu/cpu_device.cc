@@ -11,12 +11,13 @@
 #include "cpu_kernels.h"
 #include "dufu/common/error.h"
 #include "dufu/trainer/device.h"
+#include "dufu/trainer/training_memory.h"
 
 namespace dufu::trainer {
 namespace cpu {
 
 const KernelTable& kernel_table() {
-  static const KernelTable table{DUFU_KERNEL_OPS(DUFU_KERNEL_TABLE_ENTRY) DUFU_KERNEL_TABLE_ENTRY(round_to_bf16)};
+  static const KernelTable table{DUFU_KERNEL_OPS(DUFU_KERNEL_TABLE_ENTRY)};
 
   return table;
 }
@@ -55,6 +56,7 @@ class CpuDevice final : public Device {
   }
   void zero(void* device_destination, std::size_t bytes) override { std::memset(device_destination, 0, bytes); }
   void synchronize() override {}
+  double memory_capacity_bytes() const override { return memory_limit_bytes(); }
 };
 
 }  // namespace

@@ -24,7 +24,6 @@ namespace dufu::trainer::cpu {
 
 // One function per op of the table, with the entry's type (kernel_list.h).
 DUFU_KERNEL_OPS(DUFU_DECLARE_KERNEL)
-DUFU_DECLARE_KERNEL(round_to_bf16)
 
 const KernelTable& kernel_table();
 

@@ -114,6 +114,15 @@ class CudaDevice final : public Device {
     DUFU_CUDA_CHECK(cudaMemsetAsync(device_destination, 0, bytes, stream()));
   }
   void synchronize() override { DUFU_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+  // Free memory now: what the memory plan may still take (the CUDA context and
+  // cuBLASLt's workspace are already out of it).
+  double memory_capacity_bytes() const override {
+    context();
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    DUFU_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return static_cast<double>(free_bytes);
+  }
 };
 
 }  // namespace

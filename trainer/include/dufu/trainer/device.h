@@ -9,8 +9,8 @@
 // Device memory is reached only through the device: a pointer from allocate() or a
 // DeviceBuffer goes to kernels, collectives of a communicator with the same
 // memory_space(), and the copy operations below. On the CPU device it is host memory,
-// so code that reads it directly (checkpoints, generation) works unchanged there; on
-// any other device such code must download first.
+// but no code outside the kernels reads it directly: checkpoints, generation and
+// export download or upload it (trainer/src/host_staging.h), as they must on a GPU.
 #pragma once
 
 #include <cstddef>
@@ -63,6 +63,13 @@ class Device {
   virtual void zero(void* device_destination, std::size_t bytes) = 0;
   // Returns when every kernel and copy issued so far has finished.
   virtual void synchronize() = 0;
+
+  // The bytes this process can still allocate on the device, for checking a memory
+  // plan before anything is allocated: on the CPU device the host's limit (physical
+  // memory plus swap, or a lower rlimit: training_memory.h's memory_limit_bytes), on a
+  // GPU its free memory. (Pure, so that the class keeps no key function: the CUDA
+  // module, loaded with dlopen, needs its type information inline.)
+  virtual double memory_capacity_bytes() const = 0;
 };
 
 // The process's CPU device: OpenMP threads over host memory.

@@ -197,7 +197,8 @@ class GPT {
   // targets the classifier overwrites them with their gradient). Only the first
   // vocab_size columns of a row are real; the padding columns hold 0. Tensor
   // parallel, this rank's columns only: [B·T, local_vocab_size()], vocabulary ids
-  // from vocab_begin() (the full logits are never gathered).
+  // from vocab_begin() (the full logits are never gathered). Device memory, like
+  // params(): host code downloads what it reads (generate.cc takes the last row).
   std::span<const float> logits() const;
 
   // Adds the gradient of the last forward (which must have had targets) to grads();

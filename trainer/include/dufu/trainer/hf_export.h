@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "dufu/dataprep/tokenizer.h"
+#include "dufu/trainer/device.h"
 #include "dufu/trainer/gpt_layout.h"
 
 namespace dufu::trainer {
@@ -55,8 +56,9 @@ struct HfExport {
 // `destination`, with the tokenizer `tokenizer`. Throws dufu::Error when the
 // checkpoint does not verify, the destination exists, the tokenizer cannot be loaded,
 // is a .tiktoken file or its vocabulary size is not the model's, or a write fails; no
-// destination is left behind then.
+// destination is left behind then. The weights are loaded onto `device` (null: the
+// CPU device) and staged back through host memory for the file.
 HfExport export_hf(const std::string& checkpoint, const std::string& destination,
-                   const dataprep::TokenizerSpec& tokenizer);
+                   const dataprep::TokenizerSpec& tokenizer, Device* device = nullptr);
 
 }  // namespace dufu::trainer

@@ -153,9 +153,9 @@ struct KernelTable {
 
   // ---- mixed precision (train.precision = bf16; docs/architecture.md) ----
   // values[i] = round_to_bf16(values[i]) (bf16.h) for i < n: where the recipe stores
-  // bf16, a device that keeps float arrays rounds their values instead. Optional until
-  // every backend has it (outside DUFU_KERNEL_OPS, so null in a table that does not
-  // name it): GPT refuses bf16 on a device whose table leaves it null.
+  // bf16, a device that keeps float arrays rounds their values instead. Every backend
+  // fills it (kernel_list.h); a table that leaves it null (a test's) gets bf16 refused
+  // by GPT.
   void (*round_to_bf16)(float* values, std::size_t n) = nullptr;
 };
 

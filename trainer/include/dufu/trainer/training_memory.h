@@ -43,6 +43,13 @@ struct MemoryPlan {
 MemoryPlan memory_plan(double parameters, int data_parallel_size, bool moments_sharded, bool bf16_working_copy,
                        double activation_bytes);
 
+// Throws dufu::Error when `plan` needs more than `capacity_bytes` of `device` (its
+// Device::describe()), naming the plan and the knobs that shrink it: train.micro_batch
+// and model.seq_length (activations), dist.zero_stage (the AdamW moments), and
+// dist.tensor_parallel_size / dist.pipeline_parallel_size (this rank's share of the
+// model).
+void check_plan_fits_device(const MemoryPlan& plan, double capacity_bytes, const std::string& device);
+
 // The memory a process can have at most: physical memory plus swap, or less under an
 // address-space or data-size limit (RLIMIT_AS, RLIMIT_DATA).
 double memory_limit_bytes();

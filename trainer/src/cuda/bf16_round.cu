@@ -1,0 +1,35 @@
+// The CUDA twin of cpu/bf16_round.cc: values rounded to bf16 in place, where the
+// mixed-precision recipe stores bf16 (docs/architecture.md, "Mixed precision"). The
+// rounding is bf16.h's DUFU_HOST_DEVICE function, the one the CPU device and its tests
+// run, so both devices give the same bits for the same input.
+//
+// Compiled and linked here; no GPU has run it.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "cuda_check.h"
+#include "cuda_kernels.h"
+#include "dufu/trainer/bf16.h"
+#include "dufu/trainer/kernel_partition.h"
+
+namespace dufu::trainer::cuda {
+
+namespace {
+
+constexpr unsigned kBlock = 256;
+
+__global__ void round_to_bf16_kernel(float* values, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) values[i] = ::dufu::trainer::round_to_bf16(values[i]);
+}
+
+}  // namespace
+
+void round_to_bf16(float* values, std::size_t n) {
+  if (n == 0) return;
+  round_to_bf16_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(values, n);
+  DUFU_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace dufu::trainer::cuda
