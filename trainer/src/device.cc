@@ -85,10 +85,18 @@ Device& device_of_kind(DeviceKind kind) {
   const DeviceAvailability availability = device_availability(kind);
   if (!availability.available) DUFU_FAIL("device ", device_kind_name(kind), " is not available: ", availability.reason);
   if (kind == DeviceKind::kCuda) {
-    // One GPU per process: the launcher's local rank picks it among this machine's
-    // GPUs (wrapping around when there are more ranks per machine than GPUs).
+    // One GPU per process: the launcher's local rank picks it among this machine's GPUs.
+    // NCCL refuses two ranks of one communicator on the same GPU, so more ranks on a
+    // machine than GPUs is refused here, in words, rather than deep inside NCCL.
     const CudaModule& module = *cuda_module().module;
-    module.select_device(detect_launch_environment().local_rank % module.device_count());
+    const int local_rank = detect_launch_environment().local_rank;
+    const int gpus = module.device_count();
+    if (local_rank >= gpus) {
+      DUFU_FAIL("device cuda needs one GPU per rank: this process is local rank ", local_rank,
+                " of its machine, which has ", gpus, " GPU", gpus == 1 ? "" : "s",
+                "; HINT: start at most as many ranks per machine as it has GPUs");
+    }
+    module.select_device(local_rank);
     return module.device();
   }
   return cpu_device();

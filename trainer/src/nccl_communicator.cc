@@ -11,6 +11,11 @@
 // which is what the callers' tags would give. NCCL cannot tell how much a receive got,
 // so a count mismatch is the caller's to avoid (the host backends detect it).
 //
+// NCCL moves only GPU memory. Host buffers given to this communicator (a step's loss,
+// a gradient norm, the host-staged pieces of a checkpoint) go through its control plane,
+// the MPI communicator of the same ranks, so the trainer's host-side collectives work
+// unchanged on CUDA; which memory a buffer is in is asked of the driver per call.
+//
 // Every call only enqueues on the CUDA device's stream; traffic seconds therefore
 // measure the enqueueing, not the transfer. Compiled and linked; no GPU has run it.
 #include "dufu/trainer/nccl_communicator.h"
@@ -45,8 +50,12 @@ const CudaNccl* nccl_or_reason(std::string* reason) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(std::unique_ptr<Communicator> host, const CudaNccl& nccl)
-      : Communicator(host->name()), host_(std::move(host)), nccl_(nccl), device_(device_of_kind(DeviceKind::kCuda)) {
+  NcclCommunicator(std::unique_ptr<Communicator> host, const CudaNccl& nccl, const CudaModule& module)
+      : Communicator(host->name()),
+        host_(std::move(host)),
+        nccl_(nccl),
+        module_(module),
+        device_(device_of_kind(DeviceKind::kCuda)) {
     std::vector<std::uint8_t> id(kNcclUniqueIdBytes);
     if (host_->rank() == 0) nccl_.unique_id(id.data());
     host_->broadcast(id, 0);
@@ -65,6 +74,7 @@ class NcclCommunicator final : public Communicator {
   Communicator& control_plane() override { return *host_; }
 
   void do_all_reduce(CommBuffer data, ReduceOp op) override {
+    if (on_host(data.data, data.data, "all_reduce")) return host_->all_reduce_buffer(data, op);
     const std::size_t element = data_type_size(data.type);
     const std::size_t stride = fold_chunk_stride(data.count, size());
     // scratch: this rank's chunk of every rank's data (blocks `stride` apart), then the
@@ -80,6 +90,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void do_reduce_scatter(ConstCommBuffer input, CommBuffer output) override {
+    if (on_host(input.data, output.data, "reduce_scatter")) return host_->reduce_scatter_buffer(input, output);
     const std::size_t element = data_type_size(input.type);
     unsigned char* blocks = scratch(input.count * element);
     all_to_all(static_cast<const unsigned char*>(input.data), input.count, output.count, input.type, blocks);
@@ -87,16 +98,29 @@ class NcclCommunicator final : public Communicator {
   }
 
   void do_all_gather(ConstCommBuffer input, CommBuffer output) override {
+    if (on_host(input.data, output.data, "all_gather")) return host_->all_gather_buffer(input, output);
     nccl_.all_gather(comm_, input.data, output.data, input.count, input.type);
   }
 
-  void do_broadcast(CommBuffer data, int root) override { nccl_.broadcast(comm_, data.data, data.count, data.type, root); }
+  void do_broadcast(CommBuffer data, int root) override {
+    if (on_host(data.data, data.data, "broadcast")) return host_->broadcast_buffer(data, root);
+    nccl_.broadcast(comm_, data.data, data.count, data.type, root);
+  }
 
-  void do_send(ConstCommBuffer data, int peer, int) override { nccl_.send(comm_, data.data, data.count, data.type, peer); }
+  void do_send(ConstCommBuffer data, int peer, int tag) override {
+    if (on_host(data.data, data.data, "send")) return host_->send_buffer(data, peer, tag);
+    nccl_.send(comm_, data.data, data.count, data.type, peer);
+  }
 
-  void do_recv(CommBuffer data, int peer, int) override { nccl_.recv(comm_, data.data, data.count, data.type, peer); }
+  void do_recv(CommBuffer data, int peer, int tag) override {
+    if (on_host(data.data, data.data, "recv")) return host_->recv_buffer(data, peer, tag);
+    nccl_.recv(comm_, data.data, data.count, data.type, peer);
+  }
 
-  void do_send_recv(ConstCommBuffer send_data, int destination, CommBuffer recv_data, int source, int) override {
+  void do_send_recv(ConstCommBuffer send_data, int destination, CommBuffer recv_data, int source, int tag) override {
+    if (on_host(send_data.data, recv_data.data, "send_recv")) {
+      return host_->send_recv_buffer(send_data, destination, recv_data, source, tag);
+    }
     if (destination == rank() && source == rank()) {
       device_.copy(recv_data.data, send_data.data, recv_data.count * data_type_size(recv_data.type));
       return;
@@ -116,10 +140,20 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Communicator> do_split(int color, int key, std::string name) override {
     std::unique_ptr<Communicator> host_group = host_->split(color, key, std::move(name));
     if (host_group == nullptr) return nullptr;
-    return std::make_unique<NcclCommunicator>(std::move(host_group), nccl_);
+    return std::make_unique<NcclCommunicator>(std::move(host_group), nccl_, module_);
   }
 
  private:
+  // Whether an operation's buffers are host memory (then the control plane moves them)
+  // rather than the GPU's; a host buffer paired with a GPU one is refused.
+  bool on_host(const void* first, const void* second, const char* operation) const {
+    const bool first_on_host = !module_.is_device_memory(first);
+    if (first_on_host != !module_.is_device_memory(second)) {
+      DUFU_FAIL(operation, " on ", describe(), ": one buffer is host memory and the other GPU memory");
+    }
+    return first_on_host;
+  }
+
   // Chunk k (fold_chunk) of every rank's `count` elements goes to rank k, which puts
   // rank r's into block r of `blocks` (blocks `stride` elements apart).
   void all_to_all(const unsigned char* data, std::size_t count, std::size_t stride, DataType type,
@@ -144,6 +178,7 @@ class NcclCommunicator final : public Communicator {
 
   std::unique_ptr<Communicator> host_;
   const CudaNccl& nccl_;
+  const CudaModule& module_;
   Device& device_;
   void* comm_ = nullptr;  // ncclComm_t
   DeviceBuffer<unsigned char> scratch_;
@@ -163,7 +198,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicato
   std::string reason;
   const CudaNccl* nccl = nccl_or_reason(&reason);
   if (nccl == nullptr) DUFU_FAIL("NCCL communicator '", host->name(), "': ", reason);
-  return std::make_unique<NcclCommunicator>(std::move(host), *nccl);
+  return std::make_unique<NcclCommunicator>(std::move(host), *nccl, *loaded_cuda_module(&reason));
 }
 
 }  // namespace dufu::trainer

@@ -39,6 +39,13 @@ void all_reduce_tied_embedding_gradient(GPT& model, Communicator* embedding_grou
 
 double pipeline_train_step(GPT& model, Communicator& pipeline_group, Communicator* embedding_group,
                            std::span<const PipelineMicroBatch> micro_batches, int B, int T, float dloss_scale) {
+  PipelineBuffers buffers;
+  return pipeline_train_step(model, pipeline_group, embedding_group, micro_batches, B, T, dloss_scale, buffers);
+}
+
+double pipeline_train_step(GPT& model, Communicator& pipeline_group, Communicator* embedding_group,
+                           std::span<const PipelineMicroBatch> micro_batches, int B, int T, float dloss_scale,
+                           PipelineBuffers& buffers) {
   const PipelineStage& stage = model.pipeline_stage();
   const int stages = stage.num_stages;
   const int me = stage.stage;
@@ -67,9 +74,15 @@ double pipeline_train_step(GPT& model, Communicator& pipeline_group, Communicato
   const int next = me + 1;
   const int in_flight = pipeline_in_flight(stages, me, M);
   const std::size_t stream = rows * static_cast<std::size_t>(model.config().d_model);
-  std::vector<float> input(stage.is_first() ? 0 : stream);        // from the previous stage
-  std::vector<float> output_grad(stage.is_last() ? 0 : stream);  // from the next stage
-  std::vector<float> input_grad;                                 // for the previous stage
+  Device& device = model.device();
+  const auto sized = [&](DeviceBuffer<float>& buffer, std::size_t count) {
+    if (buffer.size() != count) buffer = DeviceBuffer<float>(device, count);
+    return buffer.span();
+  };
+  const std::span<float> input = sized(buffers.input, stage.is_first() ? 0 : stream);  // from the previous stage
+  const std::span<float> output_grad = sized(buffers.output_grad, stage.is_last() ? 0 : stream);  // from the next stage
+  const std::span<float> input_grad =
+      sized(buffers.input_grad, stage.is_first() ? 0 : stream);  // for the previous stage
   double loss_sum = 0.0;
   int forwarded = 0;
   int backwarded = 0;
@@ -84,7 +97,7 @@ double pipeline_train_step(GPT& model, Communicator& pipeline_group, Communicato
   };
   const auto backward = [&] {
     const std::span<const float> grad = model.backward_stage(backwarded % in_flight, output_grad);
-    input_grad.assign(grad.begin(), grad.end());
+    if (!grad.empty()) device.copy(input_grad.data(), grad.data(), grad.size_bytes());
     ++backwarded;
   };
   const auto output = [&] { return model.stage_output((forwarded - 1) % in_flight); };

@@ -60,17 +60,6 @@ Device& training_device(DeviceKind kind) {
   return device_of_kind(kind);
 }
 
-// The rank groups of a run of several processes are MPI communicators, which move host
-// memory; a GPU's buffers need NCCL groups (issue 11), which this trainer does not make
-// yet. Until it does, a CUDA run is one process. (The one place to lift when NCCL
-// groups are made in make_rank_groups.)
-void refuse_several_ranks_on(const Device& device, int world_size) {
-  if (device.memory_space() == MemorySpace::kHost || world_size == 1) return;
-  DUFU_FAIL("train.device = \"", device_kind_name(device.kind()), "\" runs one process for now, this job has ",
-            world_size, " ranks: its rank groups would need NCCL communicators, which are not made yet; HINT: ",
-            "run one process, or train.device = \"cpu\" under mpirun");
-}
-
 std::size_t stage_size(const GPTConfig& config, const PipelineStage& stage) {
   std::size_t total = 0;
   for (const ParamTensor& tensor : gpt_stage_layout(config, gpt_parameter_layout(config), stage)) {
@@ -167,6 +156,7 @@ struct Trainer::State {
   double tokens_per_step = 0.0;
   ModelBatch batch;
   std::vector<ModelBatch> step_batches;
+  PipelineBuffers pipeline_buffers;  // kept across steps: a step allocates nothing
   float dloss_scale = 1.0f;
   // What a step allocates from the user's sizes, for the message if it does not fit.
   std::string activations_what;
@@ -207,7 +197,6 @@ bool Trainer::setup() {
   s.T = options.model.seq_length;
 
   s.world = make_communicator();
-  refuse_several_ranks_on(device, s.world->size());
   s.topology.emplace(s.world->size(), options.tensor_parallel_size, options.pipeline_parallel_size, s.world->rank());
   const Topology& topology = *s.topology;
   s.dp = topology.data_parallel_size();
@@ -270,7 +259,8 @@ bool Trainer::setup() {
     for (const std::string& prefix : prefixes) state.shards.push_back(shard_identity(prefix));
   }
 
-  s.groups = make_rank_groups(*s.world, topology, device_of_kind(options.device));
+  // On a GPU the groups are NCCL communicators (one GPU per rank), on the CPU MPI ones.
+  s.groups = make_rank_groups(*s.world, topology, device);
   if (s.is_main) s.reporter.layout(describe_layout(topology, options.model, layer_split));
   try {
     s.model = std::make_unique<GPT>(options.model, tp > 1 ? s.groups.tensor.get() : nullptr, stage, &device);
@@ -405,8 +395,8 @@ double Trainer::State::forward_backward() {
     split_batch(loader->next(), micro_batch);
     views.push_back({micro_batch.inputs, micro_batch.targets});
   }
-  return pipeline_train_step(gpt, *groups.pipeline, groups.embedding.get(), views, options.micro_batch, T,
-                             dloss_scale);
+  return pipeline_train_step(gpt, *groups.pipeline, groups.embedding.get(), views, options.micro_batch, T, dloss_scale,
+                             pipeline_buffers);
 }
 
 StepReport Trainer::step() {

@@ -42,12 +42,14 @@ double pipeline_forward_loss(GPT& model, Communicator& pipeline_group, std::span
   const PipelineStage& stage = model.pipeline_stage();
   if (stage.num_stages == 1) return model.forward(tokens, targets, B, T);
   constexpr int kEvalTag = 201;
-  std::vector<float> input;
+  // The previous stage's activations arrive in the model's device memory (a GPU's
+  // through NCCL), where forward_stage reads its input.
+  DeviceBuffer<float> input;
   if (!stage.is_first()) {
-    input.resize(static_cast<std::size_t>(B) * T * model.config().d_model);
-    pipeline_group.recv(input, stage.stage - 1, kEvalTag);
+    input = DeviceBuffer<float>(model.device(), static_cast<std::size_t>(B) * T * model.config().d_model);
+    pipeline_group.recv(input.span(), stage.stage - 1, kEvalTag);
   }
-  const float loss = model.forward_stage(0, stage.is_first() ? tokens : std::span<const std::int32_t>(), input,
+  const float loss = model.forward_stage(0, stage.is_first() ? tokens : std::span<const std::int32_t>(), input.span(),
                                          stage.is_last() ? targets : std::span<const std::int32_t>(), B, T,
                                          1.0f / static_cast<float>(B * T));
   if (!stage.is_last()) pipeline_group.send(model.stage_output(0), stage.stage + 1, kEvalTag);

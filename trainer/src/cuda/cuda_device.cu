@@ -48,6 +48,12 @@ int device_count() {
   return count;
 }
 
+bool is_device_memory(const void* pointer) {
+  cudaPointerAttributes attributes{};
+  DUFU_CUDA_CHECK(cudaPointerGetAttributes(&attributes, pointer));
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+}
+
 struct Context {
   cudaStream_t stream = nullptr;
   cublasLtHandle_t lt = nullptr;
@@ -163,7 +169,8 @@ const KernelTable& kernel_table() {
 
 extern "C" __attribute__((visibility("default"))) const dufu::trainer::CudaModule* dufu_cuda_module() {
   namespace cuda = dufu::trainer::cuda;
-  static const dufu::trainer::CudaModule module{cuda::availability,  cuda::device,         cuda::device_count,
-                                                cuda::select_device, cuda::nccl_entries(), cuda::bf16_gemm_flops};
+  static const dufu::trainer::CudaModule module{cuda::availability,    cuda::device,         cuda::device_count,
+                                                cuda::select_device,   cuda::nccl_entries(), cuda::bf16_gemm_flops,
+                                                cuda::is_device_memory};
   return &module;
 }

@@ -53,6 +53,8 @@ struct CudaModule {
   // For MFU on a GPU: FLOP/s of a bf16 GEMM [rows, inner] x [inner, cols] through
   // cuBLASLt, measured over about `seconds`.
   double (*bf16_gemm_flops)(int rows, int inner, int cols, double seconds);
+  // Whether `pointer` is GPU memory (cudaMalloc'ed or managed) rather than the host's.
+  bool (*is_device_memory)(const void* pointer);
 };
 
 using CudaModuleEntry = const CudaModule* (*)();

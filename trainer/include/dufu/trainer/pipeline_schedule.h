@@ -46,6 +46,20 @@ int pipeline_in_flight(int num_stages, int stage, int num_micro_batches);
 double pipeline_train_step(GPT& model, Communicator& pipeline_group, Communicator* embedding_group,
                            std::span<const PipelineMicroBatch> micro_batches, int B, int T, float dloss_scale);
 
+// The device memory that crosses stage boundaries in a step: the activations received
+// from the previous stage, the gradient received from the next and the one sent back.
+// On the model's device (a GPU's, moved by NCCL), allocated by the first step and kept
+// by the caller, so later steps of the same shape allocate nothing.
+struct PipelineBuffers {
+  DeviceBuffer<float> input;
+  DeviceBuffer<float> output_grad;
+  DeviceBuffer<float> input_grad;
+};
+// The same step with the caller's buffers (the overload above makes fresh ones).
+double pipeline_train_step(GPT& model, Communicator& pipeline_group, Communicator* embedding_group,
+                           std::span<const PipelineMicroBatch> micro_batches, int B, int T, float dloss_scale,
+                           PipelineBuffers& buffers);
+
 // The last step of pipeline_train_step alone: sums the wte gradient of the first and
 // last stage over embedding_group into both (no-op on middle stages and for one
 // stage).
