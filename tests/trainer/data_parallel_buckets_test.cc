@@ -161,6 +161,7 @@ class NamedCudaDevice final : public Device {
   std::string describe() const override { return "cuda:0 (stand-in)"; }
   MemorySpace memory_space() const override { return MemorySpace::kCudaDevice; }
   const KernelTable& kernels() const override { return cpu_device().kernels(); }
+  double memory_capacity_bytes() const override { return 0.0; }
   void* allocate(std::size_t) override { return nullptr; }
   void release(void*) noexcept override {}
   void upload(void*, const void*, std::size_t) override {}
