@@ -1,0 +1,75 @@
+// The ops the kernels test runs (kernels_test.cc): for each, a runner that calls it on
+// a device (or computes the double-precision reference when the device is null) and
+// the tolerances and contracts it is held to. The runners are split by family:
+// kernel_cases_layers.cc (embedding, LayerNorm, matmul, GELU, attention) and
+// kernel_cases_rest.cc (classifier, vocabulary-parallel pieces, glue, bf16, norms,
+// AdamW).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "dufu/trainer/device.h"
+#include "kernel_test_support.h"
+
+namespace dufu::trainer::testing {
+
+struct Output {
+  std::string name;
+  Vec values;
+};
+using Outputs = std::vector<Output>;
+
+// Runs the op on `device`, or its reference when device is null. `calls` is how many
+// times a backward kernel runs on the same buffers: the reference answer is init +
+// calls * gradient for accumulated outputs and the gradient alone for overwritten
+// ones, which tests the accumulate/overwrite contract of kernel_table.h.
+using RunFn = Outputs (*)(const Shape&, Device* device, int calls);
+
+struct OpCase {
+  const char* name;
+  RunFn run;
+  Tolerance tol;
+  bool repeatable_calls;                // false for the in-place classifier, which consumes its input
+  bool same_bits_for_any_thread_count;  // all but matmul, whose OpenBLAS kernel depends on the block size
+};
+
+inline void PrintTo(const OpCase& op, std::ostream* os) { *os << op.name; }
+
+// init + calls * grad, for a gradient the reference computed from zero.
+inline Vec accumulated(const std::vector<float>& init, const Vec& grad, int calls) {
+  Vec out = widen(init);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] += calls * grad[i];
+  return out;
+}
+
+// The inputs of the embedding forwards (serial and vocab-parallel).
+struct EmbeddingInputs {
+  std::vector<std::int32_t> tokens;
+  std::vector<float> wte, wpe;
+  explicit EmbeddingInputs(const Shape& s)
+      : tokens(random_tokens(s.N(), s.V, 1)),
+        wte(random_floats(static_cast<std::size_t>(s.Vp) * s.C, 2)),
+        wpe(random_floats(static_cast<std::size_t>(s.T) * s.C, 3)) {}
+};
+
+// The inputs of the embedding backwards: a small vocabulary makes positions share
+// tokens, so the dwte scatter collides.
+struct EmbeddingGradInputs {
+  std::vector<std::int32_t> tokens;
+  std::vector<float> dout, dwte0, dwpe0;
+  explicit EmbeddingGradInputs(const Shape& s)
+      : tokens(random_tokens(s.N(), std::min(s.V, 4), 4)),
+        dout(random_floats(static_cast<std::size_t>(s.N()) * s.C, 5)),
+        dwte0(random_floats(static_cast<std::size_t>(s.Vp) * s.C, 6)),
+        dwpe0(random_floats(static_cast<std::size_t>(s.T) * s.C, 7)) {}
+};
+
+// The rows of each family, in the order the test lists them.
+std::vector<OpCase> layer_op_cases();
+std::vector<OpCase> other_op_cases();
+
+}  // namespace dufu::trainer::testing

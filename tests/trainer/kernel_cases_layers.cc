@@ -1,0 +1,395 @@
+// Kernel test rows of the layers: embedding, LayerNorm, matmul, GELU, attention (kernel_cases.h).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "dufu/trainer/device.h"
+#include "dufu/trainer/kernel_math.h"
+#include "dufu/trainer/kernel_partition.h"
+#include "dufu/trainer/kernel_table.h"
+#include "kernel_cases.h"
+#include "kernel_reference.h"
+#include "kernel_test_support.h"
+
+namespace dufu::trainer::testing {
+
+namespace ref = reference;
+
+namespace {
+
+Outputs run_embedding_forward(const Shape& s, Device* device, int) {
+  const auto [tokens, wte, wpe] = EmbeddingInputs(s);
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
+    std::vector<float> out(static_cast<std::size_t>(s.N()) * s.C, kNaN);
+    k.embedding_forward(d.out(out), d.in(tokens), d.in(wte), d.in(wpe), s.B, s.T, s.C);
+    d.finish();
+    return {{"out", widen(out)}};
+  }
+  Vec out;
+  ref::embedding_forward(out, tokens, widen(wte), widen(wpe), s.B, s.T, s.C);
+  return {{"out", out}};
+}
+
+Outputs run_embedding_backward(const Shape& s, Device* device, int calls) {
+  const auto [tokens, dout, dwte0, dwpe0] = EmbeddingGradInputs(s);
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
+    auto dwte = dwte0;
+    auto dwpe = dwpe0;
+    for (int i = 0; i < calls; ++i)
+      k.embedding_backward(d.out(dwte), d.out(dwpe), d.in(dout), d.in(tokens), s.B, s.T, s.C);
+    d.finish();
+    return {{"dwte", widen(dwte)}, {"dwpe", widen(dwpe)}};
+  }
+  Vec dwte(dwte0.size(), 0.0), dwpe(dwpe0.size(), 0.0);
+  ref::embedding_backward(dwte, dwpe, widen(dout), tokens, s.B, s.T, s.C);
+  return {{"dwte", accumulated(dwte0, dwte, calls)}, {"dwpe", accumulated(dwpe0, dwpe, calls)}};
+}
+
+// ---- layernorm ---------------------------------------------------------------------
+
+struct LayerNormInputs {
+  std::vector<float> x, weight, bias;
+  explicit LayerNormInputs(const Shape& s)
+      : x(random_floats(static_cast<std::size_t>(s.N()) * s.C, 10, -2.0f, 3.0f)),  // mean far from 0
+        weight(random_floats(s.C, 11, 0.5f, 1.5f)),
+        bias(random_floats(s.C, 12)) {}
+};
+
+Outputs run_layernorm_forward(const Shape& s, Device* device, int) {
+  const LayerNormInputs in(s);
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
+    std::vector<float> out(in.x.size(), kNaN), mean(s.N(), kNaN), rstd(s.N(), kNaN);
+    k.layernorm_forward(d.out(out), d.out(mean), d.out(rstd), d.in(in.x), d.in(in.weight), d.in(in.bias), s.N(), s.C);
+    d.finish();
+    return {{"out", widen(out)}, {"mean", widen(mean)}, {"rstd", widen(rstd)}};
+  }
+  Vec out, mean, rstd;
+  ref::layernorm_forward(out, mean, rstd, widen(in.x), widen(in.weight), widen(in.bias), s.N(), s.C);
+  return {{"out", out}, {"mean", mean}, {"rstd", rstd}};
+}
+
+// `in_place` runs with residual_out == residual, which kernels.h allows.
+Outputs residual_layernorm(const Shape& s, Device* device, bool in_place) {
+  const LayerNormInputs in(s);
+  const auto residual = random_floats(in.x.size(), 13);
+  const auto branch = random_floats(in.x.size(), 14, -2.0f, 2.0f);
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
+    std::vector<float> residual_buffer = residual;
+    std::vector<float> separate_out(in.x.size(), kNaN);
+    float* residual_out = in_place ? d.out(residual_buffer) : d.out(separate_out);
+    std::vector<float> norm(in.x.size(), kNaN), mean(s.N(), kNaN), rstd(s.N(), kNaN);
+    k.residual_layernorm_forward(residual_out, d.out(norm), d.out(mean), d.out(rstd), d.in(residual_buffer),
+                                 d.in(branch), d.in(in.weight), d.in(in.bias), s.N(), s.C);
+    d.finish();
+    return {{"residual_out", widen(in_place ? residual_buffer : separate_out)},
+            {"norm_out", widen(norm)},
+            {"mean", widen(mean)},
+            {"rstd", widen(rstd)}};
+  }
+  Vec sum(in.x.size());
+  for (std::size_t i = 0; i < sum.size(); ++i)
+    sum[i] = static_cast<double>(static_cast<float>(residual[i] + branch[i]));
+  Vec norm, mean, rstd;
+  ref::layernorm_forward(norm, mean, rstd, sum, widen(in.weight), widen(in.bias), s.N(), s.C);
+  return {{"residual_out", sum}, {"norm_out", norm}, {"mean", mean}, {"rstd", rstd}};
+}
+
+Outputs run_residual_layernorm_forward(const Shape& s, Device* device, int) {
+  return residual_layernorm(s, device, false);
+}
+Outputs run_residual_layernorm_forward_in_place(const Shape& s, Device* device, int) {
+  return residual_layernorm(s, device, true);
+}
+
+Outputs run_layernorm_backward(const Shape& s, Device* device, int calls) {
+  const LayerNormInputs in(s);
+  const auto dout = random_floats(in.x.size(), 15);
+  const auto dx0 = random_floats(in.x.size(), 16);  // dx accumulates: start from non-zero
+  const auto dweight0 = random_floats(s.C, 17);
+  const auto dbias0 = random_floats(s.C, 18);
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
+    std::vector<float> out(in.x.size()), mean(s.N()), rstd(s.N());
+    k.layernorm_forward(d.out(out), d.out(mean), d.out(rstd), d.in(in.x), d.in(in.weight), d.in(in.bias), s.N(), s.C);
+    auto dx = dx0;
+    auto dweight = dweight0;
+    auto dbias = dbias0;
+    for (int i = 0; i < calls; ++i) {
+      k.layernorm_backward(d.out(dx), d.out(dweight), d.out(dbias), d.in(dout), d.in(in.x), d.in(in.weight), d.in(mean),
+                           d.in(rstd), s.N(), s.C);
+    }
+    d.finish();
+    return {{"dx", widen(dx)}, {"dweight", widen(dweight)}, {"dbias", widen(dbias)}};
+  }
+  Vec dx(in.x.size(), 0.0), dweight(s.C, 0.0), dbias(s.C, 0.0);
+  ref::layernorm_backward(dx, dweight, dbias, widen(dout), widen(in.x), widen(in.weight), s.N(), s.C);
+  return {{"dx", accumulated(dx0, dx, calls)},
+          {"dweight", accumulated(dweight0, dweight, calls)},
+          {"dbias", accumulated(dbias0, dbias, calls)}};
+}
+
+// ---- matmul ------------------------------------------------------------------------
+
+// The GPT-2 linear layers: qkv (C -> 3C, bias), MLP projection (4C -> C, bias), and the
+// tied LM head (C -> Vp, no bias); the last variant also skips dx like a first layer.
+enum class Linear { kQkv, kProjection, kHead, kNoDx };
+
+struct MatmulDims {
+  int N, C, OC;
+  bool bias, dx;
+};
+
+MatmulDims dims(const Shape& s, Linear layer) {
+  switch (layer) {
+    case Linear::kQkv:
+      return {s.N(), s.C, 3 * s.C, true, true};
+    case Linear::kProjection:
+      return {s.N(), 4 * s.C, s.C, true, true};
+    case Linear::kHead:
+      return {s.N(), s.C, s.Vp, false, true};
+    case Linear::kNoDx:
+      return {s.N(), s.C, 2 * s.C + 1, false, false};
+  }
+  return {};
+}
+
+template <Linear kLayer>
+Outputs run_matmul_forward(const Shape& s, Device* device, int) {
+  const MatmulDims d = dims(s, kLayer);
+  const auto x = random_floats(static_cast<std::size_t>(d.N) * d.C, 20);
+  const auto weight = random_floats(static_cast<std::size_t>(d.OC) * d.C, 21);
+  const auto bias = d.bias ? random_floats(d.OC, 22) : std::vector<float>();
+  if (device != nullptr) {
+    DeviceArgs a(*device);
+    const KernelTable& k = device->kernels();
+    std::vector<float> out(static_cast<std::size_t>(d.N) * d.OC, kNaN);
+    k.matmul_forward(a.out(out), a.in(x), a.in(weight), d.bias ? a.in(bias) : nullptr, d.N, d.C, d.OC);
+    a.finish();
+    return {{"out", widen(out)}};
+  }
+  Vec out;
+  ref::matmul_forward(out, widen(x), widen(weight), widen(bias), d.N, d.C, d.OC);
+  return {{"out", out}};
+}
+
+// The MLP's first projection with bias and GELU fused: out and the pre-activation.
+// kWidthPadding 4 makes OC = 4C + 4, not a multiple of 8, which the CUDA op cannot
+// fuse into cuBLASLt's epilogue and runs as two kernels instead.
+template <int kWidthPadding>
+Outputs run_matmul_bias_gelu_forward(const Shape& s, Device* device, int) {
+  const int N = s.N(), C = s.C, OC = 4 * s.C + kWidthPadding;
+  const auto x = random_floats(static_cast<std::size_t>(N) * C, 28);
+  const auto weight = random_floats(static_cast<std::size_t>(OC) * C, 29);
+  const auto bias = random_floats(OC, 30);
+  if (device != nullptr) {
+    DeviceArgs a(*device);
+    std::vector<float> out(static_cast<std::size_t>(N) * OC, kNaN), pre(out.size(), kNaN);
+    device->kernels().matmul_bias_gelu_forward(a.out(out), a.out(pre), a.in(x), a.in(weight), a.in(bias), N, C, OC);
+    a.finish();
+    return {{"out", widen(out)}, {"pre", widen(pre)}};
+  }
+  Vec product, out, pre;
+  ref::matmul_forward(product, widen(x), widen(weight), Vec(), N, C, OC);
+  ref::bias_gelu_forward(out, pre, product, widen(bias), N, OC);
+  return {{"out", out}, {"pre", pre}};
+}
+
+template <Linear kLayer>
+Outputs run_matmul_backward(const Shape& s, Device* device, int calls) {
+  const MatmulDims d = dims(s, kLayer);
+  const auto x = random_floats(static_cast<std::size_t>(d.N) * d.C, 23);
+  const auto weight = random_floats(static_cast<std::size_t>(d.OC) * d.C, 24);
+  const auto dout = random_floats(static_cast<std::size_t>(d.N) * d.OC, 25);
+  const auto dweight0 = random_floats(weight.size(), 26);
+  const auto dbias0 = random_floats(d.OC, 27);
+  if (device != nullptr) {
+    DeviceArgs a(*device);
+    const KernelTable& k = device->kernels();
+    std::vector<float> dx(x.size(), kNaN);
+    auto dweight = dweight0;
+    auto dbias = dbias0;
+    for (int i = 0; i < calls; ++i) {
+      k.matmul_backward(d.dx ? a.out(dx) : nullptr, a.out(dweight), d.bias ? a.out(dbias) : nullptr, a.in(dout),
+                        a.in(x), a.in(weight), d.N, d.C, d.OC);
+    }
+    a.finish();
+    Outputs outputs{{"dweight", widen(dweight)}, {"dbias", widen(dbias)}};
+    if (d.dx) outputs.push_back({"dx", widen(dx)});
+    return outputs;
+  }
+  Vec dx, dweight(weight.size(), 0.0), dbias(d.OC, 0.0);
+  ref::matmul_backward(dx, dweight, dbias, widen(dout), widen(x), widen(weight), d.N, d.C, d.OC);
+  Outputs outputs{{"dweight", accumulated(dweight0, dweight, calls)},
+                  {"dbias", d.bias ? accumulated(dbias0, dbias, calls) : widen(dbias0)}};
+  if (d.dx) outputs.push_back({"dx", dx});
+  return outputs;
+}
+
+// ---- bias + GELU -------------------------------------------------------------------
+
+// The MLP's hidden width is 4C; `in_place` runs with pre == x (forward) or dx == dout
+// (backward), which kernels.h allows.
+Outputs bias_gelu_forward_case(const Shape& s, Device* device, bool in_place) {
+  const int N = s.N(), H = 4 * s.C;
+  const auto x = random_floats(static_cast<std::size_t>(N) * H, 30, -4.0f, 4.0f);
+  const auto bias = random_floats(H, 31);
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
+    std::vector<float> x_buffer = x;
+    std::vector<float> out(x.size(), kNaN), separate_pre(x.size(), kNaN);
+    float* pre = in_place ? d.out(x_buffer) : d.out(separate_pre);
+    k.bias_gelu_forward(d.out(out), pre, d.in(x_buffer), d.in(bias), N, H);
+    d.finish();
+    return {{"out", widen(out)}, {"pre", widen(in_place ? x_buffer : separate_pre)}};
+  }
+  Vec out, pre;
+  ref::bias_gelu_forward(out, pre, widen(x), widen(bias), N, H);
+  return {{"out", out}, {"pre", pre}};
+}
+
+Outputs bias_gelu_backward_case(const Shape& s, Device* device, int calls, bool in_place) {
+  const int N = s.N(), H = 4 * s.C;
+  const auto pre = random_floats(static_cast<std::size_t>(N) * H, 32, -4.0f, 4.0f);
+  const auto dout = random_floats(pre.size(), 33);
+  const auto dbias0 = random_floats(H, 34);
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
+    std::vector<float> separate_dx(pre.size(), kNaN);
+    auto dbias = dbias0;
+    std::vector<float> dx;
+    for (int i = 0; i < calls; ++i) {
+      // In place, dout is consumed, so each call starts from a fresh copy.
+      std::vector<float> dout_buffer = dout;
+      DeviceArgs call(*device);
+      float* target = in_place ? call.out(dout_buffer) : call.out(separate_dx);
+      k.bias_gelu_backward(target, d.out(dbias), call.in(dout_buffer), d.in(pre), N, H);
+      call.finish();
+      dx = in_place ? dout_buffer : separate_dx;
+    }
+    d.finish();
+    return {{"dx", widen(dx)}, {"dbias", widen(dbias)}};
+  }
+  Vec dx, dbias(H, 0.0);
+  ref::bias_gelu_backward(dx, dbias, widen(dout), widen(pre), N, H);
+  return {{"dx", dx}, {"dbias", accumulated(dbias0, dbias, calls)}};
+}
+
+Outputs run_bias_gelu_forward(const Shape& s, Device* device, int) { return bias_gelu_forward_case(s, device, false); }
+Outputs run_bias_gelu_forward_in_place(const Shape& s, Device* device, int) {
+  return bias_gelu_forward_case(s, device, true);
+}
+Outputs run_bias_gelu_backward(const Shape& s, Device* device, int calls) {
+  return bias_gelu_backward_case(s, device, calls, false);
+}
+Outputs run_bias_gelu_backward_in_place(const Shape& s, Device* device, int calls) {
+  return bias_gelu_backward_case(s, device, calls, true);
+}
+
+// ---- attention ---------------------------------------------------------------------
+
+std::vector<float> attention_qkv(const Shape& s) {
+  return random_floats(static_cast<std::size_t>(s.N()) * 3 * s.C, 40, -2.0f, 2.0f);
+}
+
+// Splits att [B, NH, T, T] into its causal part (k <= t) and its masked part.
+void split_causal(const Vec& att, const Shape& s, Vec& causal, Vec& masked) {
+  causal.clear();
+  masked.clear();
+  for (std::size_t row = 0; row < static_cast<std::size_t>(s.B) * s.NH * s.T; ++row) {
+    const std::size_t t = row % s.T;
+    for (std::size_t k = 0; k < static_cast<std::size_t>(s.T); ++k) {
+      (k <= t ? causal : masked).push_back(att[row * s.T + k]);
+    }
+  }
+}
+
+Outputs run_attention_forward(const Shape& s, Device* device, int) {
+  const auto qkv = attention_qkv(s);
+  Vec out, att;
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
+    // NaN everywhere: the masked entries must come back untouched.
+    std::vector<float> out_f(static_cast<std::size_t>(s.N()) * s.C, kNaN);
+    std::vector<float> att_f(static_cast<std::size_t>(s.B) * s.NH * s.T * s.T, kNaN);
+    k.attention_forward(d.out(out_f), d.out(att_f), d.in(qkv), s.B, s.T, s.C, s.NH);
+    d.finish();
+    out = widen(out_f);
+    att = widen(att_f);
+  } else {
+    ref::attention_forward(out, att, widen(qkv), s.B, s.T, s.C, s.NH);
+  }
+  Vec causal, masked;
+  split_causal(att, s, causal, masked);
+  if (device == nullptr) masked.assign(masked.size(), std::nan(""));
+  return {{"out", out}, {"att (k <= t)", causal}, {"att (k > t) untouched", masked}};
+}
+
+Outputs run_attention_backward(const Shape& s, Device* device, int calls) {
+  const auto qkv = attention_qkv(s);
+  const auto dout = random_floats(static_cast<std::size_t>(s.N()) * s.C, 41);
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    const KernelTable& k = device->kernels();
+    // The masked half of att and the scratch are NaN: reading either would show.
+    const std::size_t att_size = static_cast<std::size_t>(s.B) * s.NH * s.T * s.T;
+    std::vector<float> out(static_cast<std::size_t>(s.N()) * s.C), att(att_size, kNaN);
+    k.attention_forward(d.out(out), d.out(att), d.in(qkv), s.B, s.T, s.C, s.NH);
+    std::vector<float> dqkv(qkv.size(), kNaN), scratch(att_size, kNaN);
+    for (int i = 0; i < calls; ++i) {
+      k.attention_backward(d.out(dqkv), d.out(scratch), d.in(dout), d.in(qkv), d.in(att), s.B, s.T, s.C, s.NH);
+    }
+    d.finish();
+    return {{"dqkv", widen(dqkv)}};
+  }
+  Vec dqkv;
+  ref::attention_backward(dqkv, widen(dout), widen(qkv), s.B, s.T, s.C, s.NH);
+  return {{"dqkv", dqkv}};
+}
+
+// ---- classifier --------------------------------------------------------------------
+
+}  // namespace
+
+std::vector<OpCase> layer_op_cases() {
+  return {
+      {"embedding_forward", run_embedding_forward, {1e-6, 1e-6}, true, true},
+      {"embedding_backward", run_embedding_backward, {1e-5, 1e-5}, true, true},
+      {"layernorm_forward", run_layernorm_forward, {2e-5, 2e-5}, true, true},
+      {"residual_layernorm_forward", run_residual_layernorm_forward, {2e-5, 2e-5}, true, true},
+      {"residual_layernorm_forward_in_place", run_residual_layernorm_forward_in_place, {2e-5, 2e-5}, true, true},
+      {"layernorm_backward", run_layernorm_backward, {5e-5, 5e-5}, true, true},
+      {"matmul_forward_qkv", run_matmul_forward<Linear::kQkv>, {2e-4, 1e-6}, true, false},
+      {"matmul_forward_projection", run_matmul_forward<Linear::kProjection>, {2e-4, 1e-6}, true, false},
+      {"matmul_forward_head", run_matmul_forward<Linear::kHead>, {2e-4, 1e-6}, true, false},
+      {"matmul_backward_qkv", run_matmul_backward<Linear::kQkv>, {2e-4, 1e-6}, true, false},
+      {"matmul_backward_projection", run_matmul_backward<Linear::kProjection>, {2e-4, 1e-6}, true, false},
+      {"matmul_backward_head", run_matmul_backward<Linear::kHead>, {2e-4, 1e-6}, true, false},
+      {"matmul_backward_no_dx_no_bias", run_matmul_backward<Linear::kNoDx>, {2e-4, 1e-6}, true, false},
+      {"matmul_bias_gelu_forward", run_matmul_bias_gelu_forward<0>, {2e-4, 1e-6}, true, false},
+      {"matmul_bias_gelu_forward_width_not_8", run_matmul_bias_gelu_forward<4>, {2e-4, 1e-6}, true, false},
+      {"bias_gelu_forward", run_bias_gelu_forward, {5e-6, 1e-5}, true, true},
+      {"bias_gelu_forward_in_place", run_bias_gelu_forward_in_place, {5e-6, 1e-5}, true, true},
+      {"bias_gelu_backward", run_bias_gelu_backward, {1e-5, 1e-5}, true, true},
+      {"bias_gelu_backward_in_place", run_bias_gelu_backward_in_place, {1e-5, 1e-5}, true, true},
+      {"attention_forward", run_attention_forward, {1e-5, 1e-5}, true, true},
+      {"attention_backward", run_attention_backward, {2e-5, 2e-5}, true, true},
+  };
+}
+
+}  // namespace dufu::trainer::testing
