@@ -202,8 +202,10 @@ TEST(KernelDevices, ListsThePresentAndTheSkipped) {
 // ---- contracts not covered by the harness ------------------------------------------
 
 TEST(Matmul, LeavesOpenBlasSingleThreadedForOpenMPToSplitTheWork) {
-  const Shape s = kShapes[1];
-  run_matmul_forward<Linear::kQkv>(s, &cpu_device(), 1);
+  const auto matmul = std::find_if(kOps.begin(), kOps.end(),
+                                   [](const OpCase& op) { return std::string(op.name) == "matmul_forward_qkv"; });
+  ASSERT_NE(matmul, kOps.end());
+  matmul->run(kShapes[1], &cpu_device(), 1);
   EXPECT_EQ(openblas_get_num_threads(), 1);
 }
 
