@@ -102,7 +102,8 @@ TEST(BytePairEncoder, TiktokenStyleRanksEqualTheNaiveMerge) {
   expect_naive_results(model, merges, alphabet, rng);
 }
 
-TEST(BytePairEncoder, MergesTxtStylePrioritiesEqualTheNaiveMerge) {
+// A merges.txt-style model whose priorities are first_priority + stride * its shuffled line.
+void expect_merges_txt_style_naive_results(std::uint32_t first_priority, std::uint32_t stride) {
   std::mt19937 rng(7);
   const std::string alphabet = "xyz\xE3\x81";
   const auto tokens = random_vocabulary(rng, alphabet, 300);
@@ -122,14 +123,25 @@ TEST(BytePairEncoder, MergesTxtStylePrioritiesEqualTheNaiveMerge) {
       const auto right = ids.find(tokens[id].substr(cut));
       if (left == ids.end() || right == ids.end()) continue;
       const auto merged = static_cast<std::int32_t>(id);
-      merges[{left->second, right->second}] = Merge{lines[id - 256], merged};
-      model.add_merge(left->second, right->second, lines[id - 256], merged);
+      const std::uint32_t priority = first_priority + stride * lines[id - 256];
+      merges[{left->second, right->second}] = Merge{priority, merged};
+      model.add_merge(left->second, right->second, priority, merged);
       break;
     }
     ids.emplace(tokens[id], static_cast<std::int32_t>(id));
   }
   model.finish(tokens.size());
   expect_naive_results(model, merges, alphabet, rng);
+}
+
+TEST(BytePairEncoder, MergesTxtStylePrioritiesEqualTheNaiveMerge) { expect_merges_txt_style_naive_results(0, 1); }
+
+// The short scan keys a merge by priority << 7 | offset in 32 bits: priorities up to
+// 2^25 - 2 take it (the highest of the first model is that), larger ones the heap
+// (the second's reach 299 << 23; in the short scan's keys they would wrap).
+TEST(BytePairEncoder, PrioritiesAtAndBeyondTheShortScansLimitEqualTheNaiveMerge) {
+  expect_merges_txt_style_naive_results((1U << 25) - 2 - 299, 1);
+  expect_merges_txt_style_naive_results(0, 1U << 23);
 }
 
 }  // namespace

@@ -92,6 +92,12 @@ namespace {
 constexpr std::size_t kShortPiece = 96;
 }  // namespace
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DUFU_WITH_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+#else
+#define DUFU_WITH_AVX2_CLONE
+#endif
+
 void BytePairModel::finish(std::size_t num_ids) {
   if (roles_.size() < num_ids) roles_.resize(num_ids, 0);
   byte_pair_merges_.assign(256 * 256, kNoMerge);
@@ -106,31 +112,37 @@ void BytePairModel::finish(std::size_t num_ids) {
 void BytePairModel::encode(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const {
   if (piece.size() == 1) {
     out->push_back(byte_ids_[static_cast<unsigned char>(piece[0])]);
-  } else if (piece.size() <= kShortPiece) {
+  } else if (piece.size() <= kShortPiece && max_priority_ < kMaxShortPriority) {
     encode_short(piece, scratch, out);
   } else {
     encode_long(piece, scratch, out);
   }
 }
 
+// The search for the lowest key is most of the loop's arithmetic; baseline x86-64 has
+// no unsigned 32-bit vector min (five instructions emulate it), AVX2 has one.
+DUFU_WITH_AVX2_CLONE
 void BytePairModel::encode_short(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const {
   // Tokens stay at the byte offset where they start, linked by next/prev; ids[i] is
-  // the token at i, priorities[i] and merged[i] the merge of it with the next one
-  // (kNone for a token merged away and for the last). Nothing moves when two tokens
-  // merge (three memmoves per merge cost ~15% of a cold encode on non-English text),
-  // and the search for the lowest stays two vectorizable passes over 32-bit words:
-  // the lowest value, then its first offset, which is the leftmost token.
+  // the token at i, merged[i] the merge of it with the next one and keys[i] that
+  // merge's priority << kOffsetBits | i, or kNoKey | i when there is none (for a token
+  // merged away and for the last: kNoKey | its offset or more). Nothing moves when two
+  // tokens merge (three memmoves per merge cost ~15% of a cold encode on non-English
+  // text), and the lowest key, one vectorizable pass over 32-bit words, is the merge
+  // to apply: the lowest priority, and among equals the leftmost (lowest offset).
   std::int32_t ids[kShortPiece];
-  std::uint32_t priorities[kShortPiece];
+  std::uint32_t keys[kShortPiece];
   std::int32_t merged[kShortPiece];
   std::uint8_t next[kShortPiece];
   std::uint8_t prev[kShortPiece];
   static_assert(kShortPiece < 255, "offsets in bytes");
+  static_assert(kShortPiece <= (1U << kOffsetBits), "offsets in the low bits of a key");
   const std::size_t n = piece.size();
   const std::size_t pairs = n - 1;
-  constexpr auto kNone = static_cast<std::uint32_t>(kNoMerge >> 32);
+  constexpr std::uint32_t kNoKey = ~std::uint32_t{0} << kOffsetBits;
+  // kNoMerge's priority is all ones, so its key is kNoKey | i without a branch.
   const auto set_pair = [&](std::size_t i, std::uint64_t found) {
-    priorities[i] = static_cast<std::uint32_t>(found >> 32);
+    keys[i] = (static_cast<std::uint32_t>(found >> 32) << kOffsetBits) | static_cast<std::uint32_t>(i);
     merged[i] = static_cast<std::int32_t>(found & 0xFFFFFFFFU);
   };
   const auto* bytes = reinterpret_cast<const unsigned char*>(piece.data());
@@ -140,18 +152,17 @@ void BytePairModel::encode_short(std::string_view piece, Scratch& scratch, std::
     prev[i] = static_cast<std::uint8_t>(i - 1);  // 255 for the first: never read
   }
   for (std::size_t i = 0; i < pairs; ++i) set_pair(i, byte_pair_merge(bytes[i], bytes[i + 1]));
-  priorities[pairs] = kNone;
+  keys[pairs] = kNoKey | static_cast<std::uint32_t>(pairs);
   std::size_t tokens = n;
   while (tokens > 1) {
-    std::uint32_t lowest = kNone;
-    for (std::size_t i = 0; i < pairs; ++i) lowest = std::min(lowest, priorities[i]);
-    if (lowest == kNone) break;
-    std::size_t best = 0;
-    while (priorities[best] != lowest) ++best;
+    std::uint32_t lowest = kNoKey;
+    for (std::size_t i = 0; i < pairs; ++i) lowest = std::min(lowest, keys[i]);
+    if (lowest >= kNoKey) break;
+    const std::size_t best = lowest & ((1U << kOffsetBits) - 1);
     const std::size_t right = next[best];
     const std::size_t after = next[right];
     ids[best] = merged[best];
-    priorities[right] = kNone;
+    keys[right] = kNoKey | static_cast<std::uint32_t>(right);
     next[best] = static_cast<std::uint8_t>(after);
     if (after < n) prev[after] = static_cast<std::uint8_t>(best);
     --tokens;
@@ -161,7 +172,7 @@ void BytePairModel::encode_short(std::string_view piece, Scratch& scratch, std::
     if (after < n) {
       set_pair(best, cached_merge(ids[best], ids[after], scratch));
     } else {
-      priorities[best] = kNone;
+      keys[best] = kNoKey | static_cast<std::uint32_t>(best);
     }
     if (best > 0) set_pair(before, cached_merge(ids[before], ids[best], scratch));
   }

@@ -119,6 +119,7 @@ class BytePairModel {
   // A later merge of the same pair replaces an earlier one.
   void add_merge(std::int32_t left, std::int32_t right, std::uint32_t priority, std::int32_t merged) {
     merges_.insert(pair_key(left, right), (std::uint64_t{priority} << 32) | static_cast<std::uint32_t>(merged));
+    max_priority_ = std::max(max_priority_, priority);
     const auto larger = static_cast<std::size_t>(std::max(left, right)) + 1;
     if (roles_.size() < larger) roles_.resize(larger, 0);
     roles_[static_cast<std::size_t>(left)] |= kLeft;
@@ -188,6 +189,11 @@ class BytePairModel {
   void encode_short(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const;
   void encode_long(std::string_view piece, Scratch& scratch, std::vector<std::int32_t>* out) const;
 
+  // encode_short keys a merge by priority << kOffsetBits | offset in 32 bits: models
+  // with priorities from kMaxShortPriority up (33 million merges) take encode_long.
+  static constexpr unsigned kOffsetBits = 7;
+  static constexpr std::uint32_t kMaxShortPriority = (std::uint32_t{1} << (32 - kOffsetBits)) - 1;
+  std::uint32_t max_priority_ = 0;
   static constexpr std::uint8_t kLeft = 1;
   static constexpr std::uint8_t kRight = 2;
   std::int32_t byte_ids_[256] = {};
