@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "dufu/trainer/bf16.h"
 #include "dufu/trainer/device.h"
 #include "dufu/trainer/kernel_math.h"
 #include "dufu/trainer/kernel_partition.h"
@@ -166,15 +167,34 @@ MatmulDims dims(const Shape& s, Linear layer) {
   return {};
 }
 
-template <Linear kLayer>
+// The matmul rows run twice: fp32 operands through the device's kernels(), and
+// operands on the bf16 grid through kernels_for_bf16_operands() (the bf16 recipe's
+// matmuls: a GPU's bf16 GEMMs), each against the reference on the same values.
+enum class Operands { kFp32, kBf16 };
+
+template <Operands kOperands>
+std::vector<float> operand(std::size_t count, std::uint32_t seed) {
+  std::vector<float> values = random_floats(count, seed);
+  if constexpr (kOperands == Operands::kBf16) {
+    for (float& value : values) value = round_to_bf16(value);
+  }
+  return values;
+}
+
+template <Operands kOperands>
+const KernelTable& matmul_table(const Device& device) {
+  return kOperands == Operands::kBf16 ? device.kernels_for_bf16_operands() : device.kernels();
+}
+
+template <Linear kLayer, Operands kOperands = Operands::kFp32>
 Outputs run_matmul_forward(const Shape& s, Device* device, int) {
   const MatmulDims d = dims(s, kLayer);
-  const auto x = random_floats(static_cast<std::size_t>(d.N) * d.C, 20);
-  const auto weight = random_floats(static_cast<std::size_t>(d.OC) * d.C, 21);
+  const auto x = operand<kOperands>(static_cast<std::size_t>(d.N) * d.C, 20);
+  const auto weight = operand<kOperands>(static_cast<std::size_t>(d.OC) * d.C, 21);
   const auto bias = d.bias ? random_floats(d.OC, 22) : std::vector<float>();
   if (device != nullptr) {
     DeviceArgs a(*device);
-    const KernelTable& k = device->kernels();
+    const KernelTable& k = matmul_table<kOperands>(*device);
     std::vector<float> out(static_cast<std::size_t>(d.N) * d.OC, kNaN);
     k.matmul_forward(a.out(out), a.in(x), a.in(weight), d.bias ? a.in(bias) : nullptr, d.N, d.C, d.OC);
     a.finish();
@@ -188,16 +208,17 @@ Outputs run_matmul_forward(const Shape& s, Device* device, int) {
 // The MLP's first projection with bias and GELU fused: out and the pre-activation.
 // kWidthPadding 4 makes OC = 4C + 4, not a multiple of 8, which the CUDA op cannot
 // fuse into cuBLASLt's epilogue and runs as two kernels instead.
-template <int kWidthPadding>
+template <int kWidthPadding, Operands kOperands = Operands::kFp32>
 Outputs run_matmul_bias_gelu_forward(const Shape& s, Device* device, int) {
   const int N = s.N(), C = s.C, OC = 4 * s.C + kWidthPadding;
-  const auto x = random_floats(static_cast<std::size_t>(N) * C, 28);
-  const auto weight = random_floats(static_cast<std::size_t>(OC) * C, 29);
+  const auto x = operand<kOperands>(static_cast<std::size_t>(N) * C, 28);
+  const auto weight = operand<kOperands>(static_cast<std::size_t>(OC) * C, 29);
   const auto bias = random_floats(OC, 30);
   if (device != nullptr) {
     DeviceArgs a(*device);
     std::vector<float> out(static_cast<std::size_t>(N) * OC, kNaN), pre(out.size(), kNaN);
-    device->kernels().matmul_bias_gelu_forward(a.out(out), a.out(pre), a.in(x), a.in(weight), a.in(bias), N, C, OC);
+    matmul_table<kOperands>(*device).matmul_bias_gelu_forward(a.out(out), a.out(pre), a.in(x), a.in(weight), a.in(bias),
+                                                              N, C, OC);
     a.finish();
     return {{"out", widen(out)}, {"pre", widen(pre)}};
   }
@@ -207,17 +228,17 @@ Outputs run_matmul_bias_gelu_forward(const Shape& s, Device* device, int) {
   return {{"out", out}, {"pre", pre}};
 }
 
-template <Linear kLayer>
+template <Linear kLayer, Operands kOperands = Operands::kFp32>
 Outputs run_matmul_backward(const Shape& s, Device* device, int calls) {
   const MatmulDims d = dims(s, kLayer);
-  const auto x = random_floats(static_cast<std::size_t>(d.N) * d.C, 23);
-  const auto weight = random_floats(static_cast<std::size_t>(d.OC) * d.C, 24);
-  const auto dout = random_floats(static_cast<std::size_t>(d.N) * d.OC, 25);
+  const auto x = operand<kOperands>(static_cast<std::size_t>(d.N) * d.C, 23);
+  const auto weight = operand<kOperands>(static_cast<std::size_t>(d.OC) * d.C, 24);
+  const auto dout = operand<kOperands>(static_cast<std::size_t>(d.N) * d.OC, 25);
   const auto dweight0 = random_floats(weight.size(), 26);
   const auto dbias0 = random_floats(d.OC, 27);
   if (device != nullptr) {
     DeviceArgs a(*device);
-    const KernelTable& k = device->kernels();
+    const KernelTable& k = matmul_table<kOperands>(*device);
     std::vector<float> dx(x.size(), kNaN);
     auto dweight = dweight0;
     auto dbias = dbias0;
@@ -383,6 +404,31 @@ std::vector<OpCase> layer_op_cases() {
       {"matmul_backward_no_dx_no_bias", run_matmul_backward<Linear::kNoDx>, {2e-4, 1e-6}, true, false},
       {"matmul_bias_gelu_forward", run_matmul_bias_gelu_forward<0>, {2e-4, 1e-6}, true, false},
       {"matmul_bias_gelu_forward_width_not_8", run_matmul_bias_gelu_forward<4>, {2e-4, 1e-6}, true, false},
+      {"matmul_forward_qkv_bf16_operands",
+       run_matmul_forward<Linear::kQkv, Operands::kBf16>,
+       {2e-4, 1e-6},
+       true,
+       false},
+      {"matmul_backward_projection_bf16_operands",
+       run_matmul_backward<Linear::kProjection, Operands::kBf16>,
+       {2e-4, 1e-6},
+       true,
+       false},
+      {"matmul_backward_no_dx_no_bias_bf16_operands",
+       run_matmul_backward<Linear::kNoDx, Operands::kBf16>,
+       {2e-4, 1e-6},
+       true,
+       false},
+      {"matmul_bias_gelu_forward_bf16_operands",
+       run_matmul_bias_gelu_forward<0, Operands::kBf16>,
+       {2e-4, 1e-6},
+       true,
+       false},
+      {"matmul_bias_gelu_forward_width_not_8_bf16_operands",
+       run_matmul_bias_gelu_forward<4, Operands::kBf16>,
+       {2e-4, 1e-6},
+       true,
+       false},
       {"bias_gelu_forward", run_bias_gelu_forward, {5e-6, 1e-5}, true, true},
       {"bias_gelu_forward_in_place", run_bias_gelu_forward_in_place, {5e-6, 1e-5}, true, true},
       {"bias_gelu_backward", run_bias_gelu_backward, {1e-5, 1e-5}, true, true},

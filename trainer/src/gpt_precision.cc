@@ -23,6 +23,9 @@ void GPT::set_precision(Precision precision) {
               " has no bf16 rounding kernel yet; HINT: use train.precision = fp32 on it");
   }
   precision_ = precision;
+  // Every kernel call of forward and backward goes through kernels_, so this one
+  // pointer decides whether a GPU's matmuls take the recipe's operands as bf16.
+  kernels_ = precision == Precision::kBf16 ? &device_->kernels_for_bf16_operands() : &device_->kernels();
   if (precision == Precision::kFp32) {
     working_weights_.reset();
     p_ = tensors(params_.span());

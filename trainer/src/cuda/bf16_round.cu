@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
@@ -24,7 +25,19 @@ __global__ void round_to_bf16_kernel(float* values, std::size_t n) {
   if (i < n) values[i] = ::dufu::trainer::round_to_bf16(values[i]);
 }
 
+// bf16.h's bits of each value; exact for values the recipe already rounded.
+__global__ void to_bf16_bits_kernel(std::uint16_t* bits, const float* values, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) bits[i] = ::dufu::trainer::float_to_bf16_bits(values[i]);
+}
+
 }  // namespace
+
+void to_bf16_bits(std::uint16_t* bits, const float* values, std::size_t n) {
+  if (n == 0) return;
+  to_bf16_bits_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(bits, values, n);
+  DUFU_CUDA_CHECK_LAUNCH();
+}
 
 void round_to_bf16(float* values, std::size_t n) {
   if (n == 0) return;

@@ -37,14 +37,31 @@ std::size_t matmul_workspace_bytes();
 
 void fill(float* destination, float value, std::size_t count);
 
-// out [N, OC] = x [N, C] · weight [OC, C]^T with `epilogue` (DEFAULT; BIAS adding
-// bias [OC], fp32 outputs only; GELU_AUX_BIAS also writing the pre-activation to aux [N, OC], OC a
-// multiple of 8) through cuBLASLt, elements of `type` (CUDA_R_32F or CUDA_R_16BF)
-// accumulated in fp32, without split-K reductions so every sum keeps one order (the
-// matmuls of matmul.cu). False when cuBLASLt has no algorithm for it (nothing was
-// launched then).
+// out [N, OC] = x [N, C] · weight [OC, C]^T through cuBLASLt with `epilogue`: DEFAULT;
+// BIAS adding bias [OC] (fp32 outputs only); GELU_AUX_BIAS also writing the
+// pre-activation to aux [N, OC] (OC a multiple of 8). x and weight are of
+// `input_type`, out of `output_type` (CUDA_R_32F or CUDA_R_16BF each), accumulated in
+// fp32 without split-K reductions, so every sum keeps one order. False when cuBLASLt
+// has no algorithm for it (nothing was launched then).
 bool lt_matmul(void* out, const void* x, const void* weight, const float* bias, int N, int C, int OC,
-               cudaDataType_t type, cublasLtEpilogue_t epilogue, float* aux);
+               cudaDataType_t input_type, cudaDataType_t output_type, cublasLtEpilogue_t epilogue, float* aux);
+
+// bits[i] = bf16.h's float_to_bf16_bits(values[i]): the bf16 copy of values the recipe
+// has already rounded (exact for them), for the matmuls that take bf16 operands.
+void to_bf16_bits(std::uint16_t* bits, const float* values, std::size_t n);
+
+// The matmuls of the bf16 recipe (matmul_bf16.cu): the same ops as matmul_forward,
+// matmul_backward and matmul_bias_gelu_forward for operands whose values are already
+// on the bf16 grid (the recipe's matmul inputs, docs/architecture.md): each operand is
+// copied to bf16 (exact) and cuBLAS(Lt) multiplies bf16 with fp32 accumulation into
+// fp32 outputs, on the tensor cores. The table with these three in place of the fp32
+// ones is what Device::kernels_for_bf16_operands() returns.
+void matmul_forward_bf16(float* out, const float* x, const float* weight, const float* bias, int N, int C, int OC);
+void matmul_backward_bf16(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+                          const float* weight, int N, int C, int OC);
+void matmul_bias_gelu_forward_bf16(float* out, float* pre, const float* x, const float* weight, const float* bias,
+                                   int N, int C, int OC);
+const KernelTable& bf16_operand_kernel_table();
 
 // FLOP/s of a bf16 cuBLASLt GEMM [rows, inner] x [inner, cols] (fp32 accumulation),
 // best of repeated runs over about `seconds` (gemm_rate.cu).

@@ -47,7 +47,7 @@ double bf16_gemm_flops(int rows, int inner, int cols, double seconds) {
 
   // The same product as matmul_forward: out [rows, cols] = x [rows, inner] · W^T.
   auto run = [&] {
-    if (!lt_matmul(out.pointer, x.pointer, weight.pointer, nullptr, rows, inner, cols, CUDA_R_16BF,
+    if (!lt_matmul(out.pointer, x.pointer, weight.pointer, nullptr, rows, inner, cols, CUDA_R_16BF, CUDA_R_16BF,
                    CUBLASLT_EPILOGUE_DEFAULT, nullptr)) {
       DUFU_FAIL("cuBLASLt has no bf16 algorithm for ", rows, " x ", inner, " x ", cols);
     }

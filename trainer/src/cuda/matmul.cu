@@ -21,7 +21,7 @@
 namespace dufu::trainer::cuda {
 
 bool lt_matmul(void* out, const void* x, const void* weight, const float* bias, int N, int C, int OC,
-               cudaDataType_t type, cublasLtEpilogue_t epilogue, float* aux) {
+               cudaDataType_t input_type, cudaDataType_t output_type, cublasLtEpilogue_t epilogue, float* aux) {
   auto lt = static_cast<cublasLtHandle_t>(cublaslt_handle());
   LtObject<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> operation;
   DUFU_CUBLAS_CHECK(cublasLtMatmulDescCreate(&operation.handle, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -46,9 +46,9 @@ bool lt_matmul(void* out, const void* x, const void* weight, const float* bias, 
   }
   // Column-major: W is [C, OC] (ld C), used transposed; x is [C, N] (ld C); out is [OC, N].
   LtObject<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> a, b, d;
-  DUFU_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a.handle, type, C, OC, C));
-  DUFU_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b.handle, type, C, N, C));
-  DUFU_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.handle, type, OC, N, OC));
+  DUFU_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a.handle, input_type, C, OC, C));
+  DUFU_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b.handle, input_type, C, N, C));
+  DUFU_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d.handle, output_type, OC, N, OC));
   LtObject<cublasLtMatmulPreference_t, cublasLtMatmulPreferenceDestroy> preference;
   DUFU_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference.handle));
   const std::size_t workspace_bytes = matmul_workspace_bytes();
@@ -74,7 +74,7 @@ bool lt_matmul(void* out, const void* x, const void* weight, const float* bias, 
 void matmul_forward(float* out, const float* x, const float* weight, const float* bias, int N, int C, int OC) {
   if (N == 0 || OC == 0) return;
   const cublasLtEpilogue_t epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  if (!lt_matmul(out, x, weight, bias, N, C, OC, CUDA_R_32F, epilogue, nullptr)) {
+  if (!lt_matmul(out, x, weight, bias, N, C, OC, CUDA_R_32F, CUDA_R_32F, epilogue, nullptr)) {
     DUFU_FAIL("cuBLASLt has no algorithm for matmul_forward with N ", N, ", C ", C, ", OC ", OC);
   }
 }
@@ -85,7 +85,8 @@ void matmul_bias_gelu_forward(float* out, float* pre, const float* x, const floa
   // cuBLASLt's GELU epilogue keeps the pre-activation with a leading dimension that is
   // a multiple of 8; other widths (a tensor-parallel slice of an odd d_model) take
   // the unfused path, as does a shape with no fused algorithm.
-  if (OC % 8 == 0 && lt_matmul(out, x, weight, bias, N, C, OC, CUDA_R_32F, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, pre)) {
+  if (OC % 8 == 0 &&
+      lt_matmul(out, x, weight, bias, N, C, OC, CUDA_R_32F, CUDA_R_32F, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, pre)) {
     return;
   }
   matmul_forward(pre, x, weight, nullptr, N, C, OC);

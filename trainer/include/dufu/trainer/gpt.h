@@ -318,7 +318,7 @@ class GPT {
 
   GPTConfig config_;
   Device* device_;
-  const KernelTable* kernels_;  // device_->kernels()
+  const KernelTable* kernels_;  // device_->kernels(), or kernels_for_bf16_operands() under bf16
   PipelineStage stage_;  // num_layers resolved
   Communicator* tensor_group_ = nullptr;  // null when serial
   int tp_ = 1;
