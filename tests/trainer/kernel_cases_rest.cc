@@ -22,15 +22,27 @@ namespace ref = reference;
 
 namespace {
 
+// The classifier's inputs (serial and vocab-parallel): logits whose padding columns are
+// NaN (a kernel that reads them fails), one ignored target, the mean's scale.
+struct ClassifierInputs {
+  std::vector<float> logits;
+  std::vector<std::int32_t> targets;
+  float scale;
+  explicit ClassifierInputs(const Shape& s)
+      : logits(random_floats(static_cast<std::size_t>(s.N()) * s.Vp, 50, -4.0f, 4.0f)),
+        targets(random_tokens(s.N(), s.V, 51)),
+        scale(1.0f / static_cast<float>(s.N())) {
+    for (int n = 0; n < s.N(); ++n) {
+      for (int i = s.V; i < s.Vp; ++i) logits[static_cast<std::size_t>(n) * s.Vp + i] = kNaN;  // must not be read
+    }
+    if (s.N() > 1) targets[1] = -1;
+  }
+};
+
 Outputs run_classifier(const Shape& s, Device* device, int) {
   const int N = s.N();
-  auto logits = random_floats(static_cast<std::size_t>(N) * s.Vp, 50, -4.0f, 4.0f);
-  for (int n = 0; n < N; ++n) {
-    for (int i = s.V; i < s.Vp; ++i) logits[static_cast<std::size_t>(n) * s.Vp + i] = kNaN;  // must not be read
-  }
-  auto targets = random_tokens(N, s.V, 51);
-  if (N > 1) targets[1] = -1;
-  const float scale = 1.0f / static_cast<float>(N);
+  ClassifierInputs inputs(s);
+  auto& [logits, targets, scale] = inputs;
   if (device != nullptr) {
     DeviceArgs d(*device);
     const KernelTable& k = device->kernels();
@@ -114,13 +126,8 @@ Outputs run_vocab_parallel_embedding_backward(const Shape& s, Device* device, in
 // The three phases with the max and sum all-reduces done on the host between them.
 Outputs run_vocab_parallel_classifier(const Shape& s, Device* device, int) {
   const int N = s.N();
-  auto logits = random_floats(static_cast<std::size_t>(N) * s.Vp, 50, -4.0f, 4.0f);
-  for (int n = 0; n < N; ++n) {
-    for (int i = s.V; i < s.Vp; ++i) logits[static_cast<std::size_t>(n) * s.Vp + i] = kNaN;  // must not be read
-  }
-  auto targets = random_tokens(N, s.V, 51);
-  if (N > 1) targets[1] = -1;
-  const float scale = 1.0f / static_cast<float>(N);
+  ClassifierInputs inputs(s);
+  auto& [logits, targets, scale] = inputs;
   if (device != nullptr) {
     const KernelTable& k = device->kernels();
     const int Vl = vocab_slice(s);
