@@ -32,8 +32,8 @@ ConfigSchema training_config_schema() {
                 "Resume even when a shard differs from the one the checkpoint was trained on (size or index "
                 "digest); the samples then differ from the run's");
   schema.add_string("train.device", "cpu",
-                    "Where the model runs: cpu, or cuda (compiled, not run on a GPU; one process; refused with the "
-                    "reason where there is no GPU)");
+                    "Where the model runs: cpu, or cuda (compiled, not run on a GPU; one GPU per rank, NCCL between "
+                    "ranks; refused with the reason where there is no GPU)");
   schema.add_int("train.micro_batch", 8, "Samples per forward/backward")
       .add_int("train.global_batch", 0, "Samples per optimizer step, a multiple of the micro-batch (0 = micro_batch)")
       .add_int("train.steps", 1000, "Optimizer steps to train for")
