@@ -92,7 +92,19 @@ namespace {
 constexpr std::size_t kShortPiece = 96;
 }  // namespace
 
-#if defined(__x86_64__) && defined(__GNUC__)
+// target_clones picks its copy in an ifunc resolver that the dynamic loader runs while
+// relocating the program, before a sanitizer's runtime is up; an instrumented resolver
+// crashes there (ThreadSanitizer's does). Sanitized builds therefore compile the
+// baseline copy only, which also gives that copy its test runs: the machines here pick
+// the AVX2 one otherwise.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DUFU_SANITIZED_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define DUFU_SANITIZED_BUILD 1
+#endif
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(DUFU_SANITIZED_BUILD)
 #define DUFU_WITH_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
 #else
 #define DUFU_WITH_AVX2_CLONE
