@@ -225,7 +225,7 @@ TEST(Bf16Model, RefusedOnADeviceWithoutTheRoundingKernel) {
   GPT model(small_model(), nullptr, {}, &device);
   model.set_precision(Precision::kFp32);  // fp32 needs nothing new
   dufu::testing::expect_error([&] { model.set_precision(Precision::kBf16); },
-                              {"train.precision = bf16", "cpu without bf16", "no bf16 rounding kernel"});
+                              {"train.precision = bf16", "cpu without bf16", "no bf16 rounding and storage kernels"});
   EXPECT_EQ(model.precision(), Precision::kFp32);
 }
 

@@ -267,6 +267,60 @@ Outputs run_round_to_bf16(const Shape& s, Device* device, int) {
   return {{"values", rounded}};
 }
 
+// The float a bf16 of these bits stands for: its bits are the float's upper half.
+double float_of_bf16_bits(std::uint16_t bits) {
+  const std::uint32_t wide = static_cast<std::uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &wide, sizeof(value));
+  return static_cast<double>(value);
+}
+
+// store_bf16 both rounds in place and stores: the stored bits must stand for the
+// rounded value, which must be the nearest bf16.
+Outputs run_store_bf16(const Shape& s, Device* device, int) {
+  auto values = random_floats(static_cast<std::size_t>(s.N()) * s.C, 62, -50.0f, 50.0f);
+  const float specials[] = {1.00390625f, 1.01171875f, -1.00390625f, 3.3e38f, 1e-40f, -0.0f};
+  for (std::size_t i = 0; i < std::size(specials) && i < values.size(); ++i) values[i] = specials[i];
+  Vec rounded(values.size());
+  Vec stored(values.size());
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    auto in_place = values;
+    std::vector<std::uint16_t> bits(values.size(), 0xffff);
+    device->kernels().store_bf16(d.out(bits), d.out(in_place), values.size());
+    d.finish();
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      rounded[i] = in_place[i];
+      stored[i] = float_of_bf16_bits(bits[i]);
+    }
+  } else {
+    for (std::size_t i = 0; i < values.size(); ++i) rounded[i] = stored[i] = nearest_bf16(values[i]);
+  }
+  return {{"values", rounded}, {"stored", stored}};
+}
+
+// Random bf16 bit patterns of every kind but NaN and infinity, which the harness's
+// tolerances cannot compare.
+Outputs run_load_bf16(const Shape& s, Device* device, int) {
+  const auto draws = random_tokens(static_cast<std::size_t>(s.N()) * s.C, 0xffff, 63);
+  std::vector<std::uint16_t> bits(draws.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    bits[i] = static_cast<std::uint16_t>(draws[i]);
+    if (!std::isfinite(float_of_bf16_bits(bits[i]))) bits[i] = 0x3f80;  // 1.0
+  }
+  Vec loaded(bits.size());
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    std::vector<float> values(bits.size(), kNaN);
+    device->kernels().load_bf16(d.out(values), d.in(bits), bits.size());
+    d.finish();
+    loaded = widen(values);
+  } else {
+    for (std::size_t i = 0; i < bits.size(); ++i) loaded[i] = float_of_bf16_bits(bits[i]);
+  }
+  return {{"values", loaded}};
+}
+
 // ---- norm and optimizer ------------------------------------------------------------
 
 // Sized past one 65536-value chunk of the fast sum for the larger shapes.
@@ -348,6 +402,8 @@ std::vector<OpCase> other_op_cases() {
       {"add", run_add, {0.0, 1e-7}, true, true},
       {"masked_mean_loss", run_masked_mean_loss, {0.0, 1e-6}, true, true},
       {"round_to_bf16", run_round_to_bf16, {0.0, 0.0}, true, true},
+      {"store_bf16", run_store_bf16, {0.0, 0.0}, true, true},
+      {"load_bf16", run_load_bf16, {0.0, 0.0}, true, true},
       {"sum_of_squares", run_sum_of_squares, {0.0, 1e-12}, true, true},
       {"scale_in_place", run_scale_in_place, {0.0, 1e-7}, true, true},
       {"adamw_update", run_adamw, {1e-7, 1e-6}, true, true},

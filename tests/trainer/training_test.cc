@@ -436,9 +436,9 @@ TEST(TrainingMemory, CountsTheModelAndRefusesWhatCannotFit) {
             "5.00 kB: 19.0 kB of at most 1.00 GB");
   EXPECT_EQ(memory_plan(1000, 1, false, false, 0).describe(1e9).find("working copy"), std::string::npos);
   // Activations grow with the tokens of a micro-batch, and pipeline slots.
-  const double one = activation_bytes(gpt2, 8, 1024, 1, whole, 1, 4);
+  const double one = activation_bytes(gpt2, 8, 1024, 1, whole, 1, 4, Precision::kFp32);
   EXPECT_GT(one, 8.0 * 1024 * 768 * 4 * 12);
-  EXPECT_NEAR(activation_bytes(gpt2, 16, 1024, 1, whole, 1, 4) / one, 2.0, 0.01);
+  EXPECT_NEAR(activation_bytes(gpt2, 16, 1024, 1, whole, 1, 4, Precision::kFp32) / one, 2.0, 0.01);
   // Sizes that wrap around 64 bits as integers stay large in the estimate.
   GPTConfig huge = gpt2;
   huge.d_model = 1 << 30;

@@ -14,6 +14,7 @@
 #include <limits>
 #include <utility>
 
+#include "buffer_carver.h"
 #include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
 #include "gpt_tensor_runs.h"
@@ -24,31 +25,7 @@ using detail::check_buffer_sizes;
 using detail::for_each_run;
 using detail::real_rows;
 
-namespace {
-
-// Carves one float buffer into tensors: each want() reserves a slot, allocate()
-// sizes the buffer once and points every slot into it.
-class BufferCarver {
- public:
-  void want(float*& slot, std::size_t count) { slots_.emplace_back(&slot, count); }
-  void allocate(Device& device, DeviceBuffer<float>& memory) {
-    std::size_t total = 0;
-    for (const auto& slot : slots_) total += slot.second;
-    // Release the old buffer first so growing does not briefly need both.
-    memory.reset();
-    memory = DeviceBuffer<float>(device, total);
-    float* next = memory.data();
-    for (const auto& [slot, count] : slots_) {
-      *slot = next;
-      next += count;
-    }
-  }
-
- private:
-  std::vector<std::pair<float**, std::size_t>> slots_;
-};
-
-}  // namespace
+using BufferCarver = detail::BufferCarver<float>;
 
 GPT::GPT(const GPTConfig& config, Communicator* tensor_group, const PipelineStage& stage, Device* device)
     : config_(config),
@@ -256,7 +233,10 @@ int GPT::activation_slots() const {
 }
 
 void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
-  if (B <= slot.capacity_b && T <= slot.capacity_t) return;
+  const bool bf16_storage = precision_ == Precision::kBf16;
+  if (bf16_storage) ensure_working_layer(B, T);
+  if (B <= slot.capacity_b && T <= slot.capacity_t && bf16_storage == slot.bf16_storage) return;
+  slot.bf16_storage = bf16_storage;
   slot.capacity_b = std::max(B, slot.capacity_b);
   slot.capacity_t = std::max(T, slot.capacity_t);
   const std::size_t N = static_cast<std::size_t>(slot.capacity_b) * static_cast<std::size_t>(slot.capacity_t);
@@ -270,22 +250,39 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
 
   Activations& acts = slot.acts;
   BufferCarver carver;
-  acts.layers.resize(static_cast<std::size_t>(stage_.num_layers));
+  detail::BufferCarver<std::uint16_t> stored_carver;
+  acts.layers.assign(static_cast<std::size_t>(stage_.num_layers), LayerActivations{});
+  acts.stored.assign(bf16_storage ? acts.layers.size() : 0, StoredLayerActivations{});
   carver.want(acts.encoded, N * C);  // the embedding, or the previous stage's output
-  for (LayerActivations& layer : acts.layers) {
-    carver.want(layer.ln_1, N * C);
+  for (std::size_t l = 0; l < acts.layers.size(); ++l) {
+    LayerActivations& layer = acts.layers[l];
     carver.want(layer.ln_1_mean, N);
     carver.want(layer.ln_1_rstd, N);
-    carver.want(layer.qkv, N * 3 * Cl);
     carver.want(layer.att, att);
+    carver.want(layer.ln_2_mean, N);
+    carver.want(layer.ln_2_rstd, N);
+    const bool is_output = l + 1 == acts.layers.size();
+    if (is_output) carver.want(layer.residual_out, N * C);
+    if (bf16_storage) {
+      StoredLayerActivations& stored = acts.stored[l];
+      stored_carver.want(stored.ln_1, N * C);
+      stored_carver.want(stored.qkv, N * 3 * Cl);
+      stored_carver.want(stored.atty, N * Cl);
+      stored_carver.want(stored.residual_mid, N * C);
+      stored_carver.want(stored.ln_2, N * C);
+      stored_carver.want(stored.fc_pre, N * 4 * Cl);
+      stored_carver.want(stored.fc_gelu, N * 4 * Cl);
+      if (!is_output) stored_carver.want(stored.residual_out, N * C);
+      continue;
+    }
+    carver.want(layer.ln_1, N * C);
+    carver.want(layer.qkv, N * 3 * Cl);
     carver.want(layer.atty, N * Cl);
     carver.want(layer.residual_mid, N * C);
     carver.want(layer.ln_2, N * C);
-    carver.want(layer.ln_2_mean, N);
-    carver.want(layer.ln_2_rstd, N);
     carver.want(layer.fc_pre, N * 4 * Cl);
     carver.want(layer.fc_gelu, N * 4 * Cl);
-    carver.want(layer.residual_out, N * C);
+    if (!is_output) carver.want(layer.residual_out, N * C);
   }
   if (stage_.is_last()) {
     carver.want(acts.ln_f, N * C);
@@ -296,6 +293,11 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
   }
   carver.want(acts.branch, N * C);
   carver.allocate(*device_, slot.memory);
+  if (bf16_storage) {
+    stored_carver.allocate(*device_, slot.stored_memory);
+  } else {
+    slot.stored_memory.reset();
+  }
   slot.tokens = DeviceBuffer<std::int32_t>(*device_, N);
   slot.targets = DeviceBuffer<std::int32_t>(*device_, N);
   slot.loss = DeviceBuffer<float>(*device_, 1);
@@ -381,33 +383,34 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
   // Under bf16 each activation is rounded where a GPU would store it in bf16 (the
   // table in docs/architecture.md); round_if_bf16 does nothing under fp32.
   round_if_bf16(acts.encoded, stream);
-  LayerActivations& first = acts.layers[0];
+  const LayerActivations first = layer_activations(slot, 0);
   k.layernorm_forward(first.ln_1, first.ln_1_mean, first.ln_1_rstd, acts.encoded, p_.h[0].ln_1_weight,
                       p_.h[0].ln_1_bias, N, C);
-  round_if_bf16(first.ln_1, stream);
+  round_if_bf16(first.ln_1, stream, stored_activations(slot, 0).ln_1);
   for (int l = 0; l < L; ++l) {
     const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
-    LayerActivations& a = acts.layers[static_cast<std::size_t>(l)];
-    const float* residual_in = l == 0 ? acts.encoded : acts.layers[static_cast<std::size_t>(l - 1)].residual_out;
+    const LayerActivations a = layer_activations(slot, l);
+    const StoredLayerActivations stored = stored_activations(slot, l);
+    const float* residual_in = l == 0 ? acts.encoded : layer_activations(slot, l - 1).residual_out;
 
     // The local qkv is [q, k, v] of this rank's heads, so attention runs unchanged on
     // Cl channels and NHl heads.
     k.matmul_forward(a.qkv, a.ln_1, w.attn_c_attn_weight, w.attn_c_attn_bias, N, C, 3 * Cl);
-    round_if_bf16(a.qkv, rows * 3 * static_cast<std::size_t>(Cl));
+    round_if_bf16(a.qkv, rows * 3 * static_cast<std::size_t>(Cl), stored.qkv);
     k.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
-    round_if_bf16(a.atty, rows * static_cast<std::size_t>(Cl));
+    round_if_bf16(a.atty, rows * static_cast<std::size_t>(Cl), stored.atty);
     k.matmul_forward(acts.branch, a.atty, w.attn_c_proj_weight, adds_replicated ? w.attn_c_proj_bias : nullptr, N, Cl,
                      C);
     if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);
     round_if_bf16(acts.branch, stream);
     residual_layernorm(a.residual_mid, a.ln_2, a.ln_2_mean, a.ln_2_rstd, residual_in, acts.branch, w.ln_2_weight,
-                       w.ln_2_bias, N, C);
+                       w.ln_2_bias, N, C, stored.residual_mid, stored.ln_2);
 
     // Bias and GELU fused into the matmul (a GPU's epilogue): only fc_pre and fc_gelu
     // are stored, so the product before the bias is never rounded.
     k.matmul_bias_gelu_forward(a.fc_gelu, a.fc_pre, a.ln_2, w.mlp_c_fc_weight, w.mlp_c_fc_bias, N, C, 4 * Cl);
-    round_if_bf16(a.fc_pre, rows * 4 * static_cast<std::size_t>(Cl));
-    round_if_bf16(a.fc_gelu, rows * 4 * static_cast<std::size_t>(Cl));
+    round_if_bf16(a.fc_pre, rows * 4 * static_cast<std::size_t>(Cl), stored.fc_pre);
+    round_if_bf16(a.fc_gelu, rows * 4 * static_cast<std::size_t>(Cl), stored.fc_gelu);
     k.matmul_forward(acts.branch, a.fc_gelu, w.mlp_c_proj_weight, adds_replicated ? w.mlp_c_proj_bias : nullptr, N,
                      4 * Cl, C);
     if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);
@@ -418,12 +421,13 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
     // plain residual add; the next stage's first ln_1 normalises it.
     if (l + 1 < L) {
       const GPTLayerTensors& next_w = p_.h[static_cast<std::size_t>(l + 1)];
-      LayerActivations& next_a = acts.layers[static_cast<std::size_t>(l + 1)];
+      const LayerActivations next_a = layer_activations(slot, l + 1);
       residual_layernorm(a.residual_out, next_a.ln_1, next_a.ln_1_mean, next_a.ln_1_rstd, a.residual_mid, acts.branch,
-                         next_w.ln_1_weight, next_w.ln_1_bias, N, C);
+                         next_w.ln_1_weight, next_w.ln_1_bias, N, C, stored.residual_out,
+                         stored_activations(slot, l + 1).ln_1);
     } else if (stage_.is_last()) {
       residual_layernorm(a.residual_out, acts.ln_f, acts.ln_f_mean, acts.ln_f_rstd, a.residual_mid, acts.branch,
-                         p_.ln_f_weight, p_.ln_f_bias, N, C);
+                         p_.ln_f_weight, p_.ln_f_bias, N, C, nullptr, nullptr);
     } else {
       k.add(a.residual_out, a.residual_mid, acts.branch, stream);
       round_if_bf16(a.residual_out, stream);

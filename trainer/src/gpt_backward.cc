@@ -66,7 +66,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
     k.matmul_backward(d.ln, g_.wte, nullptr, acts.logits, acts.ln_f, p_.wte, N, C, Vl);
     if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
     round_if_bf16(d.ln, stream);
-    const LayerActivations& last = acts.layers.back();
+    const LayerActivations& last = acts.layers.back();  // its residual_out is fp32 under bf16 too
     device_->fill(d.residual, 0.0f, stream);
     k.layernorm_backward(d.residual, g_.ln_f_weight, g_.ln_f_bias, d.ln, last.residual_out, p_.ln_f_weight,
                          acts.ln_f_mean, acts.ln_f_rstd, N, C);
@@ -82,8 +82,10 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
   for (int l = stage_.num_layers - 1; l >= 0; --l) {
     const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
     const GPTLayerTensors& dw = g_.h[static_cast<std::size_t>(l)];
-    const LayerActivations& a = acts.layers[static_cast<std::size_t>(l)];
-    const float* residual_in = l == 0 ? acts.encoded : acts.layers[static_cast<std::size_t>(l - 1)].residual_out;
+    // Under bf16 the layer's activations come back from their bf16 copies first.
+    load_layer_activations(slot, l);
+    const LayerActivations a = layer_activations(slot, l);
+    const float* residual_in = l == 0 ? acts.encoded : layer_activations(slot, l - 1).residual_out;
 
     k.matmul_backward(d.fc_gelu, dw.mlp_c_proj_weight, dw.mlp_c_proj_bias, d.residual, a.fc_gelu, w.mlp_c_proj_weight,
                       N, 4 * Cl, C);

@@ -1,9 +1,13 @@
 // The GPT's side of the bf16 mixed-precision recipe (docs/architecture.md, "Mixed
-// precision"): the precision knob, the working copy of the weights and the rounding
-// points gpt.cc calls. Under fp32 every function here leaves the model's arithmetic
-// exactly as it was.
+// precision"): the precision knob, the working copy of the weights, the rounding
+// points gpt.cc calls and the bf16 storage of the activations kept for the backward.
+// Under fp32 every function here leaves the model's arithmetic exactly as it was.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
+#include "buffer_carver.h"
 #include "dufu/common/error.h"
 #include "dufu/trainer/gpt.h"
 
@@ -18,9 +22,19 @@ Precision parse_precision(std::string_view text, std::string_view knob) {
 }
 
 void GPT::set_precision(Precision precision) {
-  if (precision == Precision::kBf16 && kernels_->round_to_bf16 == nullptr) {
+  const KernelTable& table = device_->kernels();
+  if (precision == Precision::kBf16 &&
+      (table.round_to_bf16 == nullptr || table.store_bf16 == nullptr || table.load_bf16 == nullptr)) {
     DUFU_FAIL("train.precision = bf16: the device ", device_->describe(),
-              " has no bf16 rounding kernel yet; HINT: use train.precision = fp32 on it");
+              " has no bf16 rounding and storage kernels yet; HINT: use train.precision = fp32 on it");
+  }
+  // The slots' memory is laid out for one precision: a forward under the other would
+  // find the activations of a backward still to come in the wrong place.
+  if (precision != precision_) {
+    for (ActivationSlot& slot : slots_) {
+      slot.has_logits = false;
+      slot.backward_pending = false;
+    }
   }
   precision_ = precision;
   // Every kernel call of forward and backward goes through kernels_, so this one
@@ -36,8 +50,13 @@ void GPT::set_precision(Precision precision) {
   working_weights_stale_ = true;
 }
 
-void GPT::round_if_bf16(float* values, std::size_t count) const {
-  if (precision_ == Precision::kBf16) kernels_->round_to_bf16(values, count);
+void GPT::round_if_bf16(float* values, std::size_t count, std::uint16_t* stored) const {
+  if (precision_ != Precision::kBf16) return;
+  if (stored != nullptr) {
+    kernels_->store_bf16(stored, values, count);
+  } else {
+    kernels_->round_to_bf16(values, count);
+  }
 }
 
 void GPT::refresh_working_weights() {
@@ -51,7 +70,8 @@ void GPT::refresh_working_weights() {
 }
 
 void GPT::residual_layernorm(float* residual_out, float* norm_out, float* mean, float* rstd, const float* residual,
-                             const float* branch, const float* weight, const float* bias, int N, int C) {
+                             const float* branch, const float* weight, const float* bias, int N, int C,
+                             std::uint16_t* stored_residual_out, std::uint16_t* stored_norm_out) {
   const KernelTable& k = *kernels_;
   if (precision_ == Precision::kFp32) {
     k.residual_layernorm_forward(residual_out, norm_out, mean, rstd, residual, branch, weight, bias, N, C);
@@ -61,9 +81,70 @@ void GPT::residual_layernorm(float* residual_out, float* norm_out, float* mean, 
   // stored (as llm.c's fused kernel does), so its backward sees the same x.
   const std::size_t count = static_cast<std::size_t>(N) * static_cast<std::size_t>(C);
   k.add(residual_out, residual, branch, count);
-  k.round_to_bf16(residual_out, count);
+  round_if_bf16(residual_out, count, stored_residual_out);
   k.layernorm_forward(norm_out, mean, rstd, residual_out, weight, bias, N, C);
-  k.round_to_bf16(norm_out, count);
+  round_if_bf16(norm_out, count, stored_norm_out);
+}
+
+void GPT::ensure_working_layer(int B, int T) {
+  if (B <= working_capacity_b_ && T <= working_capacity_t_) return;
+  working_capacity_b_ = std::max(B, working_capacity_b_);
+  working_capacity_t_ = std::max(T, working_capacity_t_);
+  const std::size_t N = static_cast<std::size_t>(working_capacity_b_) * static_cast<std::size_t>(working_capacity_t_);
+  const std::size_t C = static_cast<std::size_t>(config_.d_model);
+  const std::size_t Cl = C / static_cast<std::size_t>(tp_);
+  detail::BufferCarver<float> carver;
+  carver.want(working_.ln_1, N * C);
+  carver.want(working_.qkv, N * 3 * Cl);
+  carver.want(working_.atty, N * Cl);
+  carver.want(working_.residual_mid, N * C);
+  carver.want(working_.ln_2, N * C);
+  carver.want(working_.fc_pre, N * 4 * Cl);
+  carver.want(working_.fc_gelu, N * 4 * Cl);
+  carver.want(working_.residual[0], N * C);
+  carver.want(working_.residual[1], N * C);
+  carver.allocate(*device_, working_memory_);
+}
+
+GPT::LayerActivations GPT::layer_activations(const ActivationSlot& slot, int l) const {
+  LayerActivations layer = slot.acts.layers[static_cast<std::size_t>(l)];
+  if (!slot.bf16_storage) return layer;
+  layer.ln_1 = working_.ln_1;
+  layer.qkv = working_.qkv;
+  layer.atty = working_.atty;
+  layer.residual_mid = working_.residual_mid;
+  layer.ln_2 = working_.ln_2;
+  layer.fc_pre = working_.fc_pre;
+  layer.fc_gelu = working_.fc_gelu;
+  // The stage's output stays in the slot (stage_output, the last LayerNorm's backward).
+  if (l + 1 < stage_.num_layers) layer.residual_out = working_.residual[l % 2];
+  return layer;
+}
+
+GPT::StoredLayerActivations GPT::stored_activations(const ActivationSlot& slot, int l) const {
+  return slot.bf16_storage ? slot.acts.stored[static_cast<std::size_t>(l)] : StoredLayerActivations{};
+}
+
+void GPT::load_layer_activations(const ActivationSlot& slot, int l) {
+  if (!slot.bf16_storage) return;
+  const std::size_t rows = static_cast<std::size_t>(slot.batch_b) * static_cast<std::size_t>(slot.batch_t);
+  const std::size_t C = static_cast<std::size_t>(config_.d_model);
+  const std::size_t Cl = C / static_cast<std::size_t>(tp_);
+  const LayerActivations a = layer_activations(slot, l);
+  const StoredLayerActivations& stored = slot.acts.stored[static_cast<std::size_t>(l)];
+  const KernelTable& k = *kernels_;
+  k.load_bf16(a.ln_1, stored.ln_1, rows * C);
+  k.load_bf16(a.qkv, stored.qkv, rows * 3 * Cl);
+  k.load_bf16(a.atty, stored.atty, rows * Cl);
+  k.load_bf16(a.residual_mid, stored.residual_mid, rows * C);
+  k.load_bf16(a.ln_2, stored.ln_2, rows * C);
+  k.load_bf16(a.fc_pre, stored.fc_pre, rows * 4 * Cl);
+  k.load_bf16(a.fc_gelu, stored.fc_gelu, rows * 4 * Cl);
+  // The layer's input: the previous layer's output (layer 0's, the embedding, is fp32).
+  if (l > 0) {
+    k.load_bf16(layer_activations(slot, l - 1).residual_out,
+                slot.acts.stored[static_cast<std::size_t>(l - 1)].residual_out, rows * C);
+  }
 }
 
 }  // namespace dufu::trainer

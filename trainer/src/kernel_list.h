@@ -32,7 +32,9 @@
   X(adamw_update)                      \
   X(add)                               \
   X(masked_mean_loss)                  \
-  X(round_to_bf16)
+  X(round_to_bf16)                     \
+  X(store_bf16)                        \
+  X(load_bf16)
 
 // One declaration: `void embedding_forward(float*, ...);` with the table entry's type.
 #define DUFU_DECLARE_KERNEL(name) std::remove_pointer_t<decltype(::dufu::trainer::KernelTable::name)> name;

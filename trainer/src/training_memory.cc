@@ -1,6 +1,7 @@
 // Memory estimates of a training rank (see training_memory.h). The activation count
-// mirrors GPT::ensure_activations and ensure_activation_grads (gpt.cc) buffer by
-// buffer; it need not be exact to the byte, only to tell what cannot fit.
+// mirrors GPT::ensure_activations, ensure_working_layer and ensure_activation_grads
+// (gpt.cc, gpt_precision.cc) buffer by buffer (bf16_test checks it against what a
+// model allocates); it need not be exact to the byte, only to tell what cannot fit.
 #include "dufu/trainer/training_memory.h"
 
 #include <sys/resource.h>
@@ -60,22 +61,29 @@ std::string MemoryPlan::describe(double limit_bytes) const {
 }
 
 double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parallel_size, const PipelineStage& stage,
-                        int slots, int prefetch) {
+                        int slots, int prefetch, Precision precision) {
   const double N = static_cast<double>(B) * T;
   const double C = config.d_model;
   const double Cl = C / tensor_parallel_size;
   const double att = N * config.n_head / tensor_parallel_size * T;
   const double vocab = (static_cast<double>(config.vocab_size) + config.vocab_multiple) / tensor_parallel_size;
-  // One slot: the input, per layer the LayerNorms with their statistics, QKV, the
-  // attention matrix, its output, the residuals and the MLP; the last stage's ln_f
+  const double layers = stage_layers(config, stage);
+  // In floats. One slot: the input and output, per layer the LayerNorm statistics and
+  // the attention matrix (fp32 under both precisions) and the tensors a backward reads
+  // (ln_1, ln_2, the residuals, QKV, the attention output, the MLP's: 4 C + 12 Cl,
+  // less the last layer's output already counted), in bf16 under bf16, which then
+  // computes in one fp32 working layer shared by the slots; the last stage's ln_f
   // and logits; the branch scratch buffer; the tokens and targets.
-  double slot = N * C + stage_layers(config, stage) * (4.0 * N * C + 4.0 * N + 12.0 * N * Cl + att);
+  const bool bf16 = precision == Precision::kBf16;
+  const double kept = layers * (4.0 * N * C + 12.0 * N * Cl) - N * C;
+  double slot = 2.0 * N * C + layers * (4.0 * N + att) + (bf16 ? 0.5 : 1.0) * kept;
   if (stage.is_last()) slot += N * C + 3.0 * N + N * vocab;
   slot += N * C + 2.0 * N;
+  const double working_layer = bf16 ? 5.0 * N * C + 12.0 * N * Cl : 0.0;
   // The gradients of the activations, one set for every slot.
   const double grads = 2.0 * N * C + 12.0 * N * Cl + att;
   const double loader = static_cast<double>(prefetch) * B * (T + 1.0);
-  return 4.0 * (slots * slot + grads + loader);
+  return 4.0 * (slots * slot + working_layer + grads + loader);
 }
 
 double memory_limit_bytes() {

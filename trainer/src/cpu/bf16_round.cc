@@ -1,6 +1,8 @@
-// The CPU's bf16 rounding: the CPU device keeps every tensor as floats, so where the
-// mixed-precision recipe stores bf16 it rounds the values in place (bf16.h).
+// The CPU's bf16 rounding and storage: the kernels compute on floats, so where the
+// mixed-precision recipe stores bf16 the values are rounded in place (bf16.h), and the
+// activations kept for the backward are stored as bf16 bits.
 #include <cstddef>
+#include <cstdint>
 
 #include "cpu_kernels.h"
 #include "dufu/trainer/bf16.h"
@@ -17,6 +19,20 @@ inline constexpr std::size_t kParallelFrom = std::size_t{1} << 16;
 DUFU_CPU_CLONES void round_to_bf16(float* values, std::size_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelFrom)
   for (std::size_t i = 0; i < n; ++i) values[i] = ::dufu::trainer::round_to_bf16(values[i]);
+}
+
+DUFU_CPU_CLONES void store_bf16(std::uint16_t* stored, float* values, std::size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelFrom)
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint16_t bits = float_to_bf16_bits(values[i]);
+    stored[i] = bits;
+    values[i] = bf16_bits_to_float(bits);
+  }
+}
+
+DUFU_CPU_CLONES void load_bf16(float* values, const std::uint16_t* stored, std::size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelFrom)
+  for (std::size_t i = 0; i < n; ++i) values[i] = bf16_bits_to_float(stored[i]);
 }
 
 }  // namespace dufu::trainer::cpu

@@ -1,7 +1,8 @@
 // The CUDA twin of cpu/bf16_round.cc: values rounded to bf16 in place, where the
-// mixed-precision recipe stores bf16 (docs/architecture.md, "Mixed precision"). The
-// rounding is bf16.h's DUFU_HOST_DEVICE function, the one the CPU device and its tests
-// run, so both devices give the same bits for the same input.
+// mixed-precision recipe stores bf16 (docs/architecture.md, "Mixed precision"), and
+// the activations kept for the backward stored as bf16 bits. The conversions are
+// bf16.h's DUFU_HOST_DEVICE functions, the ones the CPU device and its tests run, so
+// both devices give the same bits for the same input.
 //
 // Compiled and linked here; no GPU has run it.
 #include <cuda_runtime.h>
@@ -31,6 +32,19 @@ __global__ void to_bf16_bits_kernel(std::uint16_t* bits, const float* values, st
   if (i < n) bits[i] = ::dufu::trainer::float_to_bf16_bits(values[i]);
 }
 
+__global__ void store_bf16_kernel(std::uint16_t* stored, float* values, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  const std::uint16_t bits = ::dufu::trainer::float_to_bf16_bits(values[i]);
+  stored[i] = bits;
+  values[i] = ::dufu::trainer::bf16_bits_to_float(bits);
+}
+
+__global__ void load_bf16_kernel(float* values, const std::uint16_t* stored, std::size_t n) {
+  const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) values[i] = ::dufu::trainer::bf16_bits_to_float(stored[i]);
+}
+
 }  // namespace
 
 void to_bf16_bits(std::uint16_t* bits, const float* values, std::size_t n) {
@@ -42,6 +56,18 @@ void to_bf16_bits(std::uint16_t* bits, const float* values, std::size_t n) {
 void round_to_bf16(float* values, std::size_t n) {
   if (n == 0) return;
   round_to_bf16_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(values, n);
+  DUFU_CUDA_CHECK_LAUNCH();
+}
+
+void store_bf16(std::uint16_t* stored, float* values, std::size_t n) {
+  if (n == 0) return;
+  store_bf16_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(stored, values, n);
+  DUFU_CUDA_CHECK_LAUNCH();
+}
+
+void load_bf16(float* values, const std::uint16_t* stored, std::size_t n) {
+  if (n == 0) return;
+  load_bf16_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(values, stored, n);
   DUFU_CUDA_CHECK_LAUNCH();
 }
 

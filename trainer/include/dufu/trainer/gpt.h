@@ -171,9 +171,10 @@ class GPT {
   // Switches the arithmetic of forward and backward (fp32 by default; fp32 is the
   // model as it was, bit for bit). bf16 keeps a working copy of the weights, every
   // parameter rounded to bf16, made from the masters by the first forward after they
-  // change (once per step, after the optimizer), and rounds the activations at the
-  // recipe's points. Throws dufu::Error for bf16 on a device whose kernel table has
-  // no round_to_bf16.
+  // change (once per step, after the optimizer), rounds the activations at the
+  // recipe's points, and keeps the activations a backward reads in bf16 memory.
+  // Changing the precision drops the activations of earlier forwards. Throws
+  // dufu::Error for bf16 on a device whose kernel table lacks the bf16 ops.
   void set_precision(Precision precision);
   Precision precision() const { return precision_; }
 
@@ -256,9 +257,41 @@ class GPT {
     float* fc_gelu;       // [N, 4C]
     float* residual_out;  // [N, C]
   };
+  // Under bf16, the activations of a layer that its backward reads are kept in bf16
+  // memory from the forward to the backward (half of fp32's), and their fp32 pointers
+  // in LayerActivations point into one layer's working set (WorkingLayer), shared by
+  // all layers and slots: a layer computes in fp32, stores the rounded results
+  // (store_bf16), and its backward loads them back (load_bf16), exactly. The LayerNorm
+  // statistics and the attention probabilities stay fp32 in the slot (the recipe), and
+  // so does the residual_out of the stage's last layer, its output (stored is null).
+  struct StoredLayerActivations {
+    std::uint16_t* ln_1;
+    std::uint16_t* qkv;
+    std::uint16_t* atty;
+    std::uint16_t* residual_mid;
+    std::uint16_t* ln_2;
+    std::uint16_t* fc_pre;
+    std::uint16_t* fc_gelu;
+    std::uint16_t* residual_out;
+  };
+  // The fp32 tensors of the layer being computed under bf16. The residual stream
+  // alternates between two buffers, as layer l reads layer l - 1's residual_out.
+  struct WorkingLayer {
+    float* ln_1;
+    float* qkv;
+    float* atty;
+    float* residual_mid;
+    float* ln_2;
+    float* fc_pre;
+    float* fc_gelu;
+    float* residual[2];
+  };
   struct Activations {
     float* encoded;  // [N, C]
+    // Under fp32 every tensor; under bf16 the ones kept in fp32 (layer_activations()
+    // gives the pointers a layer computes with).
     std::vector<LayerActivations> layers;
+    std::vector<StoredLayerActivations> stored;  // under bf16 only
     float* ln_f;  // [N, C]
     float* ln_f_mean;
     float* ln_f_rstd;
@@ -285,7 +318,9 @@ class GPT {
   struct ActivationSlot {
     int capacity_b = 0;
     int capacity_t = 0;
+    bool bf16_storage = false;  // how the slot's memory is laid out
     DeviceBuffer<float> memory;
+    DeviceBuffer<std::uint16_t> stored_memory;  // bf16 storage, under bf16
     Activations acts{};
     // The last forward's batch on the device (embedding_backward needs the tokens,
     // the classifier the targets), the loss it returned, and whether the logits
@@ -303,18 +338,30 @@ class GPT {
   void reduce_over_tensor_group(float* data, std::size_t count);
   ActivationSlot& activation_slot(int slot);
   void ensure_activations(ActivationSlot& slot, int B, int T);
+  void ensure_working_layer(int B, int T);
+  // The fp32 tensors layer l of a slot computes with: its own under fp32; under bf16
+  // the working set for those kept in bf16.
+  LayerActivations layer_activations(const ActivationSlot& slot, int l) const;
+  // The bf16 copies layer l stores to (all null under fp32).
+  StoredLayerActivations stored_activations(const ActivationSlot& slot, int l) const;
+  // Under bf16, before layer l's backward: its stored activations and its input
+  // (layer l - 1's residual_out) back into the working set.
+  void load_layer_activations(const ActivationSlot& slot, int l);
   void ensure_activation_grads(int B, int T);
   void check_batch(std::span<const std::int32_t> tokens, std::span<const float> input,
                    std::span<const std::int32_t> targets, int B, int T) const;
   void require_whole_model(const char* operation) const;
-  // Under bf16: rounds `count` values to bf16 where the recipe stores bf16 (gpt_precision.cc).
-  void round_if_bf16(float* values, std::size_t count) const;
+  // Under bf16: rounds `count` values to bf16 where the recipe stores bf16, and keeps
+  // their bf16 copy in `stored` unless it is null (gpt_precision.cc).
+  void round_if_bf16(float* values, std::size_t count, std::uint16_t* stored = nullptr) const;
   // Under bf16: the working copy of the weights, remade from the masters if stale.
   void refresh_working_weights();
   // residual_out = residual + branch, norm_out = LayerNorm(residual_out): fused under
-  // fp32; under bf16 the sum is rounded first and the LayerNorm reads the rounded sum.
+  // fp32; under bf16 the sum is rounded first and the LayerNorm reads the rounded sum,
+  // and both are kept in bf16 where the stored pointers are not null.
   void residual_layernorm(float* residual_out, float* norm_out, float* mean, float* rstd, const float* residual,
-                          const float* branch, const float* weight, const float* bias, int N, int C);
+                          const float* branch, const float* weight, const float* bias, int N, int C,
+                          std::uint16_t* stored_residual_out, std::uint16_t* stored_norm_out);
 
   GPTConfig config_;
   Device* device_;
@@ -338,6 +385,11 @@ class GPT {
   int grad_capacity_b_ = 0;
   int grad_capacity_t_ = 0;
   DeviceBuffer<float> activation_grad_memory_;
+  // Under bf16: the working set of the layer being computed, shared by the slots.
+  int working_capacity_b_ = 0;
+  int working_capacity_t_ = 0;
+  DeviceBuffer<float> working_memory_;
+  WorkingLayer working_{};
   ActivationGrads dacts_{};
   // The vocab-parallel classifier's row statistics: max [N], then sum of exp and
   // target logit [2N].

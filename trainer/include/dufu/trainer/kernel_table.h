@@ -157,6 +157,13 @@ struct KernelTable {
   // fills it (kernel_list.h); a table that leaves it null (a test's) gets bf16 refused
   // by GPT.
   void (*round_to_bf16)(float* values, std::size_t n) = nullptr;
+  // The bf16 storage of the activations a layer's backward reads, kept from the forward
+  // to the backward in half the memory (GPT, under bf16): store_bf16 rounds values[i]
+  // in place as round_to_bf16 does and writes the bf16 bits of the result to
+  // stored[i] (bf16.h's float_to_bf16_bits); load_bf16 gives back values[i] = the
+  // float of stored[i], exactly. Null in a table without them, like round_to_bf16.
+  void (*store_bf16)(std::uint16_t* stored, float* values, std::size_t n) = nullptr;
+  void (*load_bf16)(float* values, const std::uint16_t* stored, std::size_t n) = nullptr;
 };
 
 }  // namespace dufu::trainer
