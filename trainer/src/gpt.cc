@@ -258,7 +258,6 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
     LayerActivations& layer = acts.layers[l];
     carver.want(layer.ln_1_mean, N);
     carver.want(layer.ln_1_rstd, N);
-    carver.want(layer.att, att);
     carver.want(layer.ln_2_mean, N);
     carver.want(layer.ln_2_rstd, N);
     const bool is_output = l + 1 == acts.layers.size();
@@ -267,6 +266,7 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
       StoredLayerActivations& stored = acts.stored[l];
       stored_carver.want(stored.ln_1, N * C);
       stored_carver.want(stored.qkv, N * 3 * Cl);
+      stored_carver.want(stored.att, att);
       stored_carver.want(stored.atty, N * Cl);
       stored_carver.want(stored.residual_mid, N * C);
       stored_carver.want(stored.ln_2, N * C);
@@ -277,6 +277,7 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
     }
     carver.want(layer.ln_1, N * C);
     carver.want(layer.qkv, N * 3 * Cl);
+    carver.want(layer.att, att);
     carver.want(layer.atty, N * Cl);
     carver.want(layer.residual_mid, N * C);
     carver.want(layer.ln_2, N * C);
@@ -398,6 +399,7 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
     k.matmul_forward(a.qkv, a.ln_1, w.attn_c_attn_weight, w.attn_c_attn_bias, N, C, 3 * Cl);
     round_if_bf16(a.qkv, rows * 3 * static_cast<std::size_t>(Cl), stored.qkv);
     k.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
+    round_if_bf16(a.att, rows * static_cast<std::size_t>(NHl) * static_cast<std::size_t>(T), stored.att);
     round_if_bf16(a.atty, rows * static_cast<std::size_t>(Cl), stored.atty);
     k.matmul_forward(acts.branch, a.atty, w.attn_c_proj_weight, adds_replicated ? w.attn_c_proj_bias : nullptr, N, Cl,
                      C);

@@ -93,9 +93,12 @@ void GPT::ensure_working_layer(int B, int T) {
   const std::size_t N = static_cast<std::size_t>(working_capacity_b_) * static_cast<std::size_t>(working_capacity_t_);
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
   const std::size_t Cl = C / static_cast<std::size_t>(tp_);
+  const std::size_t att =
+      N * static_cast<std::size_t>(config_.n_head / tp_) * static_cast<std::size_t>(working_capacity_t_);
   detail::BufferCarver<float> carver;
   carver.want(working_.ln_1, N * C);
   carver.want(working_.qkv, N * 3 * Cl);
+  carver.want(working_.att, att);
   carver.want(working_.atty, N * Cl);
   carver.want(working_.residual_mid, N * C);
   carver.want(working_.ln_2, N * C);
@@ -111,6 +114,7 @@ GPT::LayerActivations GPT::layer_activations(const ActivationSlot& slot, int l) 
   if (!slot.bf16_storage) return layer;
   layer.ln_1 = working_.ln_1;
   layer.qkv = working_.qkv;
+  layer.att = working_.att;
   layer.atty = working_.atty;
   layer.residual_mid = working_.residual_mid;
   layer.ln_2 = working_.ln_2;
@@ -135,6 +139,8 @@ void GPT::load_layer_activations(const ActivationSlot& slot, int l) {
   const KernelTable& k = *kernels_;
   k.load_bf16(a.ln_1, stored.ln_1, rows * C);
   k.load_bf16(a.qkv, stored.qkv, rows * 3 * Cl);
+  k.load_bf16(a.att, stored.att,
+              rows * static_cast<std::size_t>(config_.n_head / tp_) * static_cast<std::size_t>(slot.batch_t));
   k.load_bf16(a.atty, stored.atty, rows * Cl);
   k.load_bf16(a.residual_mid, stored.residual_mid, rows * C);
   k.load_bf16(a.ln_2, stored.ln_2, rows * C);

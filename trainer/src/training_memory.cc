@@ -68,18 +68,18 @@ double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parall
   const double att = N * config.n_head / tensor_parallel_size * T;
   const double vocab = (static_cast<double>(config.vocab_size) + config.vocab_multiple) / tensor_parallel_size;
   const double layers = stage_layers(config, stage);
-  // In floats. One slot: the input and output, per layer the LayerNorm statistics and
-  // the attention matrix (fp32 under both precisions) and the tensors a backward reads
-  // (ln_1, ln_2, the residuals, QKV, the attention output, the MLP's: 4 C + 12 Cl,
+  // In floats. One slot: the input and output, per layer the LayerNorm statistics (fp32
+  // under both precisions) and the tensors a backward reads (ln_1, ln_2, the
+  // residuals, QKV, the attention matrix and output, the MLP's: 4 C + 12 Cl + att,
   // less the last layer's output already counted), in bf16 under bf16, which then
   // computes in one fp32 working layer shared by the slots; the last stage's ln_f
   // and logits; the branch scratch buffer; the tokens and targets.
   const bool bf16 = precision == Precision::kBf16;
-  const double kept = layers * (4.0 * N * C + 12.0 * N * Cl) - N * C;
-  double slot = 2.0 * N * C + layers * (4.0 * N + att) + (bf16 ? 0.5 : 1.0) * kept;
+  const double kept = layers * (4.0 * N * C + 12.0 * N * Cl + att) - N * C;
+  double slot = 2.0 * N * C + layers * 4.0 * N + (bf16 ? 0.5 : 1.0) * kept;
   if (stage.is_last()) slot += N * C + 3.0 * N + N * vocab;
   slot += N * C + 2.0 * N;
-  const double working_layer = bf16 ? 5.0 * N * C + 12.0 * N * Cl : 0.0;
+  const double working_layer = bf16 ? 5.0 * N * C + 12.0 * N * Cl + att : 0.0;
   // The gradients of the activations, one set for every slot.
   const double grads = 2.0 * N * C + 12.0 * N * Cl + att;
   const double loader = static_cast<double>(prefetch) * B * (T + 1.0);

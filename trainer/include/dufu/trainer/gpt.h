@@ -262,11 +262,12 @@ class GPT {
   // in LayerActivations point into one layer's working set (WorkingLayer), shared by
   // all layers and slots: a layer computes in fp32, stores the rounded results
   // (store_bf16), and its backward loads them back (load_bf16), exactly. The LayerNorm
-  // statistics and the attention probabilities stay fp32 in the slot (the recipe), and
-  // so does the residual_out of the stage's last layer, its output (stored is null).
+  // statistics stay fp32 in the slot (the recipe), and so does the residual_out of the
+  // stage's last layer, its output (stored is null).
   struct StoredLayerActivations {
     std::uint16_t* ln_1;
     std::uint16_t* qkv;
+    std::uint16_t* att;
     std::uint16_t* atty;
     std::uint16_t* residual_mid;
     std::uint16_t* ln_2;
@@ -279,6 +280,7 @@ class GPT {
   struct WorkingLayer {
     float* ln_1;
     float* qkv;
+    float* att;
     float* atty;
     float* residual_mid;
     float* ln_2;
