@@ -133,14 +133,13 @@ inline void bias_gelu_forward(Vec& out, Vec& pre, const Vec& x, const Vec& bias,
     }
 }
 
-// dx = gelu'(pre) dout (overwritten); dbias += column sums of dx
-inline void bias_gelu_backward(Vec& dx, Vec& dbias, const Vec& dout, const Vec& pre, int N, int C) {
-  dx.assign(static_cast<std::size_t>(N) * C, 0.0);
-  for (int n = 0; n < N; ++n)
-    for (int c = 0; c < C; ++c) {
-      dx[at(n, c, C)] = gelu_grad(pre[at(n, c, C)]) * dout[at(n, c, C)];
-      dbias[c] += dx[at(n, c, C)];
-    }
+// The backward of out = gelu(pre) weight^T + bias taken with x for gelu(pre):
+// dpre = gelu'(pre) (dout weight) (overwritten); dweight += dout^T x; dbias += column
+// sums of dout.
+inline void matmul_gelu_backward(Vec& dpre, Vec& dweight, Vec& dbias, const Vec& dout, const Vec& x, const Vec& weight,
+                                 const Vec& pre, int N, int C, int OC) {
+  matmul_backward(dpre, dweight, dbias, dout, x, weight, N, C, OC);
+  for (std::size_t i = 0; i < dpre.size(); ++i) dpre[i] *= gelu_grad(pre[i]);
 }
 
 // Indexing of qkv [B, T, 3C]: part 0 = q, 1 = k, 2 = v; head h owns channels

@@ -173,26 +173,35 @@ Checks matmul(const Shape& s, Device& device) {
           {"dbias", widen(dbias), numeric_gradient(bias_d, loss)}};
 }
 
-Checks bias_gelu(const Shape& s, Device& device) {
-  const int N = s.N(), H = 4 * s.C;
-  const auto x = random_floats(static_cast<std::size_t>(N) * H, 40, -4.0f, 4.0f);
-  const auto bias = random_floats(H, 41);
-  const auto w = random_floats(x.size(), 42);
-  std::vector<float> out(x.size()), pre(x.size());
+// The MLP's second projection through the GELU before it: L = sum(w * (gelu(pre) ·
+// weight^T + bias)), differenced in pre, weight and bias; the kernel takes the forward's
+// x = gelu(pre) (bias_gelu_forward's float values) beside pre.
+Checks matmul_gelu(const Shape& s, Device& device) {
+  const int N = s.N(), H = 4 * s.C, OC = s.C;
+  const auto pre_in = random_floats(static_cast<std::size_t>(N) * H, 40, -4.0f, 4.0f);
+  const auto weight = random_floats(static_cast<std::size_t>(OC) * H, 41);
+  const auto bias = random_floats(OC, 42);
+  const auto w = random_floats(static_cast<std::size_t>(N) * OC, 43);
+  const std::vector<float> zero_bias(H, 0.0f);
+  std::vector<float> x(pre_in.size()), pre(pre_in.size());
   DeviceArgs d(device);
   const KernelTable& k = device.kernels();
-  k.bias_gelu_forward(d.arg(out), d.arg(pre), d.arg(x), d.arg(bias), N, H);
-  std::vector<float> dx(x.size()), dbias(H, 0.0f);
-  k.bias_gelu_backward(d.arg(dx), d.arg(dbias), d.arg(w), d.arg(pre), N, H);
+  k.bias_gelu_forward(d.arg(x), d.arg(pre), d.arg(pre_in), d.arg(zero_bias), N, H);
+  std::vector<float> dpre(pre.size()), dweight(weight.size(), 0.0f), dbias(OC, 0.0f);
+  k.matmul_gelu_backward(d.arg(dpre), d.arg(dweight), d.arg(dbias), d.arg(w), d.arg(x), d.arg(weight), d.arg(pre), N, H,
+                         OC);
   d.finish();
 
-  Vec x_d = widen(x), bias_d = widen(bias);
+  Vec pre_d = widen(pre_in), weight_d = widen(weight), bias_d = widen(bias);
   const auto loss = [&] {
-    Vec o, p;
-    ref::bias_gelu_forward(o, p, x_d, bias_d, N, H);
-    return weighted_sum(o, widen(w));
+    Vec hidden(pre_d.size()), out;
+    for (std::size_t i = 0; i < hidden.size(); ++i) hidden[i] = ref::gelu(pre_d[i]);
+    ref::matmul_forward(out, hidden, weight_d, bias_d, N, H, OC);
+    return weighted_sum(out, widen(w));
   };
-  return {{"dx", widen(dx), numeric_gradient(x_d, loss)}, {"dbias", widen(dbias), numeric_gradient(bias_d, loss)}};
+  return {{"dpre", widen(dpre), numeric_gradient(pre_d, loss)},
+          {"dweight", widen(dweight), numeric_gradient(weight_d, loss)},
+          {"dbias", widen(dbias), numeric_gradient(bias_d, loss)}};
 }
 
 Checks attention(const Shape& s, Device& device) {
@@ -250,7 +259,7 @@ const GradCase kGradCases[] = {
     {"layernorm_backward", layernorm},
     {"residual_layernorm_forward+layernorm_backward", residual_layernorm},
     {"matmul_backward", matmul},
-    {"bias_gelu_backward", bias_gelu},
+    {"matmul_gelu_backward", matmul_gelu},
     {"attention_backward", attention},
     {"classifier_forward_backward", classifier},
 };

@@ -323,7 +323,6 @@ void GPT::ensure_activation_grads(int B, int T) {
   carver.want(dacts_.atty, N * Cl);
   carver.want(dacts_.qkv, N * 3 * Cl);
   carver.want(dacts_.att, att);
-  carver.want(dacts_.fc_gelu, N * 4 * Cl);
   carver.want(dacts_.fc_pre, N * 4 * Cl);
   carver.allocate(*device_, activation_grad_memory_);
 }

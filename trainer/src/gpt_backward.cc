@@ -87,12 +87,12 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
     const LayerActivations a = layer_activations(slot, l);
     const float* residual_in = l == 0 ? acts.encoded : layer_activations(slot, l - 1).residual_out;
 
-    k.matmul_backward(d.fc_gelu, dw.mlp_c_proj_weight, dw.mlp_c_proj_bias, d.residual, a.fc_gelu, w.mlp_c_proj_weight,
-                      N, 4 * Cl, C);
-    round_if_bf16(d.fc_gelu, hidden);
-    k.bias_gelu_backward(d.fc_pre, dw.mlp_c_fc_bias, d.fc_gelu, a.fc_pre, N, 4 * Cl);
+    // c_proj's backward goes through the GELU in one op (a GPU's epilogue): the gradient
+    // of the GELU's output is never stored, so under bf16 it is not rounded either.
+    k.matmul_gelu_backward(d.fc_pre, dw.mlp_c_proj_weight, dw.mlp_c_proj_bias, d.residual, a.fc_gelu,
+                           w.mlp_c_proj_weight, a.fc_pre, N, 4 * Cl, C);
     round_if_bf16(d.fc_pre, hidden);
-    k.matmul_backward(d.ln, dw.mlp_c_fc_weight, nullptr, d.fc_pre, a.ln_2, w.mlp_c_fc_weight, N, C, 4 * Cl);
+    k.matmul_backward(d.ln, dw.mlp_c_fc_weight, dw.mlp_c_fc_bias, d.fc_pre, a.ln_2, w.mlp_c_fc_weight, N, C, 4 * Cl);
     if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
     round_if_bf16(d.ln, stream);
     k.layernorm_backward(d.residual, dw.ln_2_weight, dw.ln_2_bias, d.ln, a.residual_mid, w.ln_2_weight, a.ln_2_mean,

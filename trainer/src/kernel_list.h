@@ -19,8 +19,8 @@
   X(matmul_forward)                    \
   X(matmul_backward)                   \
   X(bias_gelu_forward)                 \
-  X(bias_gelu_backward)                \
   X(matmul_bias_gelu_forward)          \
+  X(matmul_gelu_backward)              \
   X(attention_forward)                 \
   X(attention_backward)                \
   X(classifier_forward_backward)       \

@@ -80,8 +80,10 @@ double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parall
   if (stage.is_last()) slot += N * C + 3.0 * N + N * vocab;
   slot += N * C + 2.0 * N;
   const double working_layer = bf16 ? 5.0 * N * C + 12.0 * N * Cl + att : 0.0;
-  // The gradients of the activations, one set for every slot.
-  const double grads = 2.0 * N * C + 12.0 * N * Cl + att;
+  // The gradients of the activations, one set for every slot: the residual stream's
+  // and a LayerNorm output's, atty, qkv, att and fc_pre (fc_gelu's is never stored:
+  // matmul_gelu_backward goes through the GELU).
+  const double grads = 2.0 * N * C + 8.0 * N * Cl + att;
   const double loader = static_cast<double>(prefetch) * B * (T + 1.0);
   return 4.0 * (slots * slot + working_layer + grads + loader);
 }

@@ -1,17 +1,12 @@
 // CPU bias + GELU (the MLP's activation), fused so the pre-activation is written once
-// and read once, and the MLP's first projection ending in it (a GPU fuses all three). The backward's dbias is a column
-// sum: threads own blocks of columns and walk the rows in order, so it is identical for any thread count.
-#include <algorithm>
+// and read once; the MLP's first projection ending in it and its second projection's
+// backward through it (a GPU fuses each into the matmul's epilogue).
 #include <cstddef>
 
 #include "cpu_kernels.h"
 #include "dufu/trainer/kernel_math.h"
 
 namespace dufu::trainer::cpu {
-
-namespace {
-constexpr int kColumnBlock = 64;
-}  // namespace
 
 DUFU_CPU_CLONES void bias_gelu_forward(float* out, float* pre, const float* x, const float* bias, int N, int C) {
 #pragma omp parallel for schedule(static)
@@ -34,24 +29,26 @@ void matmul_bias_gelu_forward(float* out, float* pre, const float* x, const floa
   bias_gelu_forward(out, pre, pre, bias, N, OC);
 }
 
-DUFU_CPU_CLONES void bias_gelu_backward(float* dx, float* dbias, const float* dout, const float* pre, int N, int C) {
-  const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
+namespace {
+
+// d[i] *= gelu'(pre[i]): the GELU's backward, in place on the gradient of its output.
+DUFU_CPU_CLONES void multiply_by_gelu_grad(float* d, const float* pre, int N, int C) {
 #pragma omp parallel for schedule(static)
-  for (int block = 0; block < blocks; ++block) {
-    const int c0 = block * kColumnBlock;
-    const int width = std::min(kColumnBlock, C - c0);
-    double sum[kColumnBlock] = {};
-    for (int n = 0; n < N; ++n) {
-      const std::size_t offset = static_cast<std::size_t>(n) * C + c0;
+  for (int n = 0; n < N; ++n) {
+    const std::size_t offset = static_cast<std::size_t>(n) * C;
 #pragma omp simd
-      for (int j = 0; j < width; ++j) {
-        const float d = gelu_tanh_grad(pre[offset + j]) * dout[offset + j];
-        dx[offset + j] = d;
-        sum[j] += d;
-      }
-    }
-    for (int j = 0; j < width; ++j) dbias[c0 + j] += static_cast<float>(sum[j]);
+    for (int c = 0; c < C; ++c) d[offset + c] *= gelu_tanh_grad(pre[offset + c]);
   }
+}
+
+}  // namespace
+
+// Two passes (OpenBLAS has no epilogue): the gradient of the GELU's output lands in
+// dpre, which its derivative then scales in place.
+void matmul_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, const float* x,
+                          const float* weight, const float* pre, int N, int C, int OC) {
+  matmul_backward(dpre, dweight, dbias, dout, x, weight, N, C, OC);
+  multiply_by_gelu_grad(dpre, pre, N, C);
 }
 
 }  // namespace dufu::trainer::cpu

@@ -37,31 +37,54 @@ std::size_t matmul_workspace_bytes();
 
 void fill(float* destination, float value, std::size_t count);
 
-// out [N, OC] = x [N, C] · weight [OC, C]^T through cuBLASLt with `epilogue`: DEFAULT;
-// BIAS adding bias [OC] (fp32 outputs only); GELU_AUX_BIAS also writing the
-// pre-activation to aux [N, OC] (OC a multiple of 8). x and weight are of
-// `input_type`, out of `output_type` (CUDA_R_32F or CUDA_R_16BF each), accumulated in
-// fp32 without split-K reductions, so every sum keeps one order. False when cuBLASLt
-// has no algorithm for it (nothing was launched then).
-bool lt_matmul(void* out, const void* x, const void* weight, const float* bias, int N, int C, int OC,
-               cudaDataType_t input_type, cudaDataType_t output_type, cublasLtEpilogue_t epilogue, float* aux);
+// One product through cuBLASLt, in row-major terms: out [rows, cols] = op(a) [rows, inner]
+// · op(b) [inner, cols], a stored [rows, inner] or, transposed, [inner, rows]; b stored
+// [inner, cols] or, transposed, [cols, inner]. matmul_forward's is a = x, b = weight
+// transposed; the dx of a backward is a = dout, b = weight. a and b are of input_type,
+// out of output_type (CUDA_R_32F or CUDA_R_16BF each); out is overwritten.
+struct LtProduct {
+  void* out;
+  const void* a;
+  const void* b;
+  int rows, inner, cols;
+  bool a_transposed = false;
+  bool b_transposed = false;
+  cudaDataType_t input_type = CUDA_R_32F;
+  cudaDataType_t output_type = CUDA_R_32F;
+  // DEFAULT; BIAS adding bias [cols] (fp32 outputs only); GELU_AUX_BIAS also writing
+  // the pre-activation to aux; DGELU multiplying the product by gelu'(aux) (the
+  // backward through a GELU whose input aux is). aux is fp32 [rows, cols] and cols a
+  // multiple of 8 for both.
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const float* bias = nullptr;
+  float* aux = nullptr;
+};
+
+// Runs `product`, accumulated in fp32 without split-K reductions, so every sum keeps
+// one order. False when cuBLASLt has no algorithm for it (nothing was launched then).
+bool lt_matmul(const LtProduct& product);
 
 // bits[i] = bf16.h's float_to_bf16_bits(values[i]): the bf16 copy of values the recipe
 // has already rounded (exact for them), for the matmuls that take bf16 operands.
 void to_bf16_bits(std::uint16_t* bits, const float* values, std::size_t n);
 
 // The matmuls of the bf16 recipe (matmul_bf16.cu): the same ops as matmul_forward,
-// matmul_backward and matmul_bias_gelu_forward for operands whose values are already
+// matmul_backward, matmul_bias_gelu_forward and matmul_gelu_backward for operands whose values are already
 // on the bf16 grid (the recipe's matmul inputs, docs/architecture.md): each operand is
 // copied to bf16 (exact) and cuBLAS(Lt) multiplies bf16 with fp32 accumulation into
-// fp32 outputs, on the tensor cores. The table with these three in place of the fp32
+// fp32 outputs, on the tensor cores. The table with these four in place of the fp32
 // ones is what Device::kernels_for_bf16_operands() returns.
 void matmul_forward_bf16(float* out, const float* x, const float* weight, const float* bias, int N, int C, int OC);
 void matmul_backward_bf16(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
                           const float* weight, int N, int C, int OC);
 void matmul_bias_gelu_forward_bf16(float* out, float* pre, const float* x, const float* weight, const float* bias,
                                    int N, int C, int OC);
+void matmul_gelu_backward_bf16(float* dpre, float* dweight, float* dbias, const float* dout, const float* x,
+                               const float* weight, const float* pre, int N, int C, int OC);
 const KernelTable& bf16_operand_kernel_table();
+
+// d[i] *= gelu'(pre[i]) for i < n: the GELU's backward where no epilogue fused it.
+void multiply_by_gelu_grad(float* d, const float* pre, std::size_t n);
 
 // FLOP/s of a bf16 cuBLASLt GEMM [rows, inner] x [inner, cols] (fp32 accumulation),
 // best of repeated runs over about `seconds` (gemm_rate.cu).

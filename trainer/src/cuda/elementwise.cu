@@ -43,9 +43,9 @@ __global__ void bias_gelu_forward_kernel(float* out, float* pre, const float* x,
   out[i] = gelu_tanh(p);
 }
 
-__global__ void gelu_backward_kernel(float* dx, const float* dout, const float* pre, std::size_t n) {
+__global__ void gelu_grad_kernel(float* d, const float* pre, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (i < n) dx[i] = gelu_tanh_grad(pre[i]) * dout[i];
+  if (i < n) d[i] *= gelu_tanh_grad(pre[i]);
 }
 
 __global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, std::size_t begin,
@@ -154,13 +154,10 @@ void bias_gelu_forward(float* out, float* pre, const float* x, const float* bias
   DUFU_CUDA_CHECK_LAUNCH();
 }
 
-void bias_gelu_backward(float* dx, float* dbias, const float* dout, const float* pre, int N, int C) {
-  const std::size_t n = static_cast<std::size_t>(N) * C;
+void multiply_by_gelu_grad(float* d, const float* pre, std::size_t n) {
   if (n == 0) return;
-  gelu_backward_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(dx, dout, pre, n);
+  gelu_grad_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(d, pre, n);
   DUFU_CUDA_CHECK_LAUNCH();
-  auto* partial = static_cast<double*>(scratch(static_cast<std::size_t>(row_chunk_count(N)) * C * sizeof(double)));
-  accumulate_column_sums(dbias, dx, N, C, partial);
 }
 
 void adamw_update(float* params, const float* grads, float* m, float* v, std::span<const AdamWSegment> segments,

@@ -47,8 +47,16 @@ double bf16_gemm_flops(int rows, int inner, int cols, double seconds) {
 
   // The same product as matmul_forward: out [rows, cols] = x [rows, inner] · W^T.
   auto run = [&] {
-    if (!lt_matmul(out.pointer, x.pointer, weight.pointer, nullptr, rows, inner, cols, CUDA_R_16BF, CUDA_R_16BF,
-                   CUBLASLT_EPILOGUE_DEFAULT, nullptr)) {
+    const LtProduct product{.out = out.pointer,
+                            .a = x.pointer,
+                            .b = weight.pointer,
+                            .rows = rows,
+                            .inner = inner,
+                            .cols = cols,
+                            .b_transposed = true,
+                            .input_type = CUDA_R_16BF,
+                            .output_type = CUDA_R_16BF};
+    if (!lt_matmul(product)) {
       DUFU_FAIL("cuBLASLt has no bf16 algorithm for ", rows, " x ", inner, " x ", cols);
     }
   };

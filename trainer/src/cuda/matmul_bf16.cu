@@ -51,13 +51,46 @@ struct Bf16Operands {
   }
 };
 
+// dx [N, C] = dout [N, OC] · weight [OC, C] on bf16 operands, as matmul.cu's input_grad.
+void input_grad_bf16(float* dx, const std::uint16_t* dout16, const std::uint16_t* weight16, int N, int C, int OC) {
+  auto blas = static_cast<cublasHandle_t>(cublas_handle());
+  const float one = 1.0f;
+  const float zero = 0.0f;
+  DUFU_CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight16, CUDA_R_16BF, C, dout16,
+                                 CUDA_R_16BF, OC, &zero, dx, CUDA_R_32F, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// dW^T [C, OC] += x^T [C, N] · dout [N, OC], accumulated into the fp32 gradient; dbias
+// += the column sums of dout (the fp32 values, the same as the bf16 copy's).
+void weight_and_bias_grads_bf16(float* dweight, float* dbias, const float* dout, const std::uint16_t* dout16,
+                                const std::uint16_t* x16, int N, int C, int OC) {
+  auto blas = static_cast<cublasHandle_t>(cublas_handle());
+  const float one = 1.0f;
+  DUFU_CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, x16, CUDA_R_16BF, C, dout16,
+                                 CUDA_R_16BF, OC, &one, dweight, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+  if (dbias != nullptr) {
+    auto* partial = static_cast<double*>(scratch(static_cast<std::size_t>(row_chunk_count(N)) * OC * sizeof(double)));
+    accumulate_column_sums(dbias, dout, N, OC, partial);
+  }
+}
+
 }  // namespace
 
 void matmul_forward_bf16(float* out, const float* x, const float* weight, const float* bias, int N, int C, int OC) {
   if (N == 0 || OC == 0) return;
   const Bf16Operands operands(x, static_cast<std::size_t>(N) * C, weight, static_cast<std::size_t>(OC) * C);
-  const cublasLtEpilogue_t epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  if (!lt_matmul(out, operands.first, operands.second, bias, N, C, OC, CUDA_R_16BF, CUDA_R_32F, epilogue, nullptr)) {
+  const LtProduct product{.out = out,
+                          .a = operands.first,
+                          .b = operands.second,
+                          .rows = N,
+                          .inner = C,
+                          .cols = OC,
+                          .b_transposed = true,
+                          .input_type = CUDA_R_16BF,
+                          .epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
+                          .bias = bias};
+  if (!lt_matmul(product)) {
     DUFU_FAIL("cuBLASLt has no bf16 algorithm for matmul_forward with N ", N, ", C ", C, ", OC ", OC);
   }
 }
@@ -67,10 +100,18 @@ void matmul_bias_gelu_forward_bf16(float* out, float* pre, const float* x, const
   if (N == 0 || OC == 0) return;
   if (OC % 8 == 0) {
     const Bf16Operands operands(x, static_cast<std::size_t>(N) * C, weight, static_cast<std::size_t>(OC) * C);
-    if (lt_matmul(out, operands.first, operands.second, bias, N, C, OC, CUDA_R_16BF, CUDA_R_32F,
-                  CUBLASLT_EPILOGUE_GELU_AUX_BIAS, pre)) {
-      return;
-    }
+    const LtProduct product{.out = out,
+                            .a = operands.first,
+                            .b = operands.second,
+                            .rows = N,
+                            .inner = C,
+                            .cols = OC,
+                            .b_transposed = true,
+                            .input_type = CUDA_R_16BF,
+                            .epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+                            .bias = bias,
+                            .aux = pre};
+    if (lt_matmul(product)) return;
   }
   // As matmul_bias_gelu_forward: widths the epilogue cannot keep take two kernels.
   matmul_forward_bf16(pre, x, weight, nullptr, N, C, OC);
@@ -82,25 +123,31 @@ void matmul_backward_bf16(float* dx, float* dweight, float* dbias, const float* 
   if (N == 0 || OC == 0) return;
   const Bf16Operands operands(dout, static_cast<std::size_t>(N) * OC, x, static_cast<std::size_t>(N) * C, weight,
                               static_cast<std::size_t>(OC) * C);
-  const std::uint16_t* dout16 = operands.first;
-  const std::uint16_t* x16 = operands.second;
-  const std::uint16_t* weight16 = operands.third;
-  auto blas = static_cast<cublasHandle_t>(cublas_handle());
-  const float one = 1.0f;
-  const float zero = 0.0f;
-  if (dx != nullptr) {
-    // dx^T [C, N] = W^T [C, OC] · dout^T [OC, N], as matmul_backward
-    DUFU_CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight16, CUDA_R_16BF, C, dout16,
-                                   CUDA_R_16BF, OC, &zero, dx, CUDA_R_32F, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  if (dx != nullptr) input_grad_bf16(dx, operands.first, operands.third, N, C, OC);
+  weight_and_bias_grads_bf16(dweight, dbias, dout, operands.first, operands.second, N, C, OC);
+}
+
+void matmul_gelu_backward_bf16(float* dpre, float* dweight, float* dbias, const float* dout, const float* x,
+                               const float* weight, const float* pre, int N, int C, int OC) {
+  if (N == 0 || OC == 0) return;
+  const Bf16Operands operands(dout, static_cast<std::size_t>(N) * OC, x, static_cast<std::size_t>(N) * C, weight,
+                              static_cast<std::size_t>(OC) * C);
+  // As matmul_gelu_backward: gelu'(pre) applied in the dx product's epilogue (pre stays
+  // fp32, the epilogue's aux type follows the fp32 output), else a GEMM and a kernel.
+  const LtProduct product{.out = dpre,
+                          .a = operands.first,
+                          .b = operands.third,
+                          .rows = N,
+                          .inner = OC,
+                          .cols = C,
+                          .input_type = CUDA_R_16BF,
+                          .epilogue = CUBLASLT_EPILOGUE_DGELU,
+                          .aux = const_cast<float*>(pre)};
+  if (C % 8 != 0 || !lt_matmul(product)) {
+    input_grad_bf16(dpre, operands.first, operands.third, N, C, OC);
+    multiply_by_gelu_grad(dpre, pre, static_cast<std::size_t>(N) * C);
   }
-  // dW^T [C, OC] += x^T [C, N] · dout [N, OC], accumulated into the fp32 gradient
-  DUFU_CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, x16, CUDA_R_16BF, C, dout16,
-                                 CUDA_R_16BF, OC, &one, dweight, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
-                                 CUBLAS_GEMM_DEFAULT));
-  if (dbias != nullptr) {
-    auto* partial = static_cast<double*>(scratch(static_cast<std::size_t>(row_chunk_count(N)) * OC * sizeof(double)));
-    accumulate_column_sums(dbias, dout, N, OC, partial);
-  }
+  weight_and_bias_grads_bf16(dweight, dbias, dout, operands.first, operands.second, N, C, OC);
 }
 
 const KernelTable& bf16_operand_kernel_table() {
@@ -109,6 +156,7 @@ const KernelTable& bf16_operand_kernel_table() {
     bf16.matmul_forward = matmul_forward_bf16;
     bf16.matmul_backward = matmul_backward_bf16;
     bf16.matmul_bias_gelu_forward = matmul_bias_gelu_forward_bf16;
+    bf16.matmul_gelu_backward = matmul_gelu_backward_bf16;
     return bf16;
   }();
   return table;

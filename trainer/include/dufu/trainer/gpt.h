@@ -310,8 +310,7 @@ class GPT {
     float* atty;      // [N, C]
     float* qkv;       // [N, 3C]
     float* att;       // [B, NH, T, T] attention_backward's scratch
-    float* fc_gelu;   // [N, 4C]
-    float* fc_pre;    // [N, 4C]
+    float* fc_pre;    // [N, 4C] (fc_gelu's gradient is never stored: matmul_gelu_backward goes through the GELU)
   };
 
   // One micro-batch's activations and what its backward needs. Activations are sized

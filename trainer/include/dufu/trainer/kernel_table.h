@@ -72,14 +72,20 @@ struct KernelTable {
   // GELU (tanh approximation) after adding the bias: pre = x + bias[col] is written to
   // `pre` (kept for backward) and out = gelu(pre). x is [N, C]; pre may be x (in place).
   void (*bias_gelu_forward)(float* out, float* pre, const float* x, const float* bias, int N, int C);
-  // dx = gelu'(pre) · dout (overwritten; dx may be dout); dbias += column sums of dx.
-  void (*bias_gelu_backward)(float* dx, float* dbias, const float* dout, const float* pre, int N, int C);
   // The MLP's first projection with its bias and GELU fused, as a GPU runs them in the
   // matmul's epilogue: pre[N, OC] = x[N, C] · weight[OC, C]^T + bias[OC] (kept for
   // backward) and out = gelu(pre). The values of matmul_forward (without bias) into
   // pre, then bias_gelu_forward in place.
   void (*matmul_bias_gelu_forward)(float* out, float* pre, const float* x, const float* weight, const float* bias,
                                    int N, int C, int OC);
+  // The MLP's second projection backward through the GELU before it, as a GPU runs it
+  // with the GELU's derivative in the dx matmul's epilogue: for out = x · weight^T + bias
+  // with x = gelu(pre), dpre[N, C] = gelu'(pre) ⊙ (dout · weight) (overwritten: the
+  // gradient of the GELU's input, so the gradient of x is never stored);
+  // dweight += dout^T · x; dbias += column sums of dout (dbias may be null). The values
+  // of matmul_backward into dpre, then dpre *= gelu'(pre).
+  void (*matmul_gelu_backward)(float* dpre, float* dweight, float* dbias, const float* dout, const float* x,
+                               const float* weight, const float* pre, int N, int C, int OC);
 
   // Causal multi-head self-attention on qkv [B, T, 3C] (q, k, v each C = NH·hs):
   // out [B, T, C]; att [B, NH, T, T] keeps the softmax probabilities of row t in its
