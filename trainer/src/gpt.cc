@@ -242,10 +242,7 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
   const std::size_t N = static_cast<std::size_t>(slot.capacity_b) * static_cast<std::size_t>(slot.capacity_t);
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
   // This rank's share: channels of its heads, its heads, hidden units, vocabulary.
-  const std::size_t ranks = static_cast<std::size_t>(tp_);
-  const std::size_t Cl = C / ranks;
-  const std::size_t att =
-      N * static_cast<std::size_t>(config_.n_head) / ranks * static_cast<std::size_t>(slot.capacity_t);
+  const LayerSizes sizes = layer_sizes(N, static_cast<std::size_t>(slot.capacity_t));
   const std::size_t Vl = static_cast<std::size_t>(local_vocab_size());
 
   Activations& acts = slot.acts;
@@ -264,25 +261,13 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
     if (is_output) carver.want(layer.residual_out, N * C);
     if (bf16_storage) {
       StoredLayerActivations& stored = acts.stored[l];
-      stored_carver.want(stored.ln_1, N * C);
-      stored_carver.want(stored.qkv, N * 3 * Cl);
-      stored_carver.want(stored.att, att);
-      stored_carver.want(stored.atty, N * Cl);
-      stored_carver.want(stored.residual_mid, N * C);
-      stored_carver.want(stored.ln_2, N * C);
-      stored_carver.want(stored.fc_pre, N * 4 * Cl);
-      stored_carver.want(stored.fc_gelu, N * 4 * Cl);
+      for_each_stored_tensor(
+          sizes, [&](std::size_t count, std::uint16_t*& tensor) { stored_carver.want(tensor, count); }, stored);
       if (!is_output) stored_carver.want(stored.residual_out, N * C);
       continue;
     }
-    carver.want(layer.ln_1, N * C);
-    carver.want(layer.qkv, N * 3 * Cl);
-    carver.want(layer.att, att);
-    carver.want(layer.atty, N * Cl);
-    carver.want(layer.residual_mid, N * C);
-    carver.want(layer.ln_2, N * C);
-    carver.want(layer.fc_pre, N * 4 * Cl);
-    carver.want(layer.fc_gelu, N * 4 * Cl);
+    for_each_stored_tensor(
+        sizes, [&](std::size_t count, float*& tensor) { carver.want(tensor, count); }, layer);
     if (!is_output) carver.want(layer.residual_out, N * C);
   }
   if (stage_.is_last()) {

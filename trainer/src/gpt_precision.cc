@@ -86,24 +86,23 @@ void GPT::residual_layernorm(float* residual_out, float* norm_out, float* mean, 
   round_if_bf16(norm_out, count, stored_norm_out);
 }
 
+GPT::LayerSizes GPT::layer_sizes(std::size_t rows, std::size_t T) const {
+  const std::size_t tp = static_cast<std::size_t>(tp_);
+  const std::size_t C = static_cast<std::size_t>(config_.d_model);
+  return {
+      .stream = rows * C, .share = rows * (C / tp), .att = rows * (static_cast<std::size_t>(config_.n_head) / tp) * T};
+}
+
 void GPT::ensure_working_layer(int B, int T) {
   if (B <= working_capacity_b_ && T <= working_capacity_t_) return;
   working_capacity_b_ = std::max(B, working_capacity_b_);
   working_capacity_t_ = std::max(T, working_capacity_t_);
   const std::size_t N = static_cast<std::size_t>(working_capacity_b_) * static_cast<std::size_t>(working_capacity_t_);
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
-  const std::size_t Cl = C / static_cast<std::size_t>(tp_);
-  const std::size_t att =
-      N * static_cast<std::size_t>(config_.n_head / tp_) * static_cast<std::size_t>(working_capacity_t_);
   detail::BufferCarver<float> carver;
-  carver.want(working_.ln_1, N * C);
-  carver.want(working_.qkv, N * 3 * Cl);
-  carver.want(working_.att, att);
-  carver.want(working_.atty, N * Cl);
-  carver.want(working_.residual_mid, N * C);
-  carver.want(working_.ln_2, N * C);
-  carver.want(working_.fc_pre, N * 4 * Cl);
-  carver.want(working_.fc_gelu, N * 4 * Cl);
+  for_each_stored_tensor(
+      layer_sizes(N, static_cast<std::size_t>(working_capacity_t_)),
+      [&](std::size_t count, float*& tensor) { carver.want(tensor, count); }, working_);
   carver.want(working_.residual[0], N * C);
   carver.want(working_.residual[1], N * C);
   carver.allocate(*device_, working_memory_);
@@ -112,14 +111,8 @@ void GPT::ensure_working_layer(int B, int T) {
 GPT::LayerActivations GPT::layer_activations(const ActivationSlot& slot, int l) const {
   LayerActivations layer = slot.acts.layers[static_cast<std::size_t>(l)];
   if (!slot.bf16_storage) return layer;
-  layer.ln_1 = working_.ln_1;
-  layer.qkv = working_.qkv;
-  layer.att = working_.att;
-  layer.atty = working_.atty;
-  layer.residual_mid = working_.residual_mid;
-  layer.ln_2 = working_.ln_2;
-  layer.fc_pre = working_.fc_pre;
-  layer.fc_gelu = working_.fc_gelu;
+  for_each_stored_tensor(
+      LayerSizes{}, [](std::size_t, float*& tensor, float* working) { tensor = working; }, layer, working_);
   // The stage's output stays in the slot (stage_output, the last LayerNorm's backward).
   if (l + 1 < stage_.num_layers) layer.residual_out = working_.residual[l % 2];
   return layer;
@@ -132,24 +125,17 @@ GPT::StoredLayerActivations GPT::stored_activations(const ActivationSlot& slot, 
 void GPT::load_layer_activations(const ActivationSlot& slot, int l) {
   if (!slot.bf16_storage) return;
   const std::size_t rows = static_cast<std::size_t>(slot.batch_b) * static_cast<std::size_t>(slot.batch_t);
-  const std::size_t C = static_cast<std::size_t>(config_.d_model);
-  const std::size_t Cl = C / static_cast<std::size_t>(tp_);
-  const LayerActivations a = layer_activations(slot, l);
-  const StoredLayerActivations& stored = slot.acts.stored[static_cast<std::size_t>(l)];
+  const LayerSizes sizes = layer_sizes(rows, static_cast<std::size_t>(slot.batch_t));
+  LayerActivations a = layer_activations(slot, l);
+  StoredLayerActivations stored = slot.acts.stored[static_cast<std::size_t>(l)];
   const KernelTable& k = *kernels_;
-  k.load_bf16(a.ln_1, stored.ln_1, rows * C);
-  k.load_bf16(a.qkv, stored.qkv, rows * 3 * Cl);
-  k.load_bf16(a.att, stored.att,
-              rows * static_cast<std::size_t>(config_.n_head / tp_) * static_cast<std::size_t>(slot.batch_t));
-  k.load_bf16(a.atty, stored.atty, rows * Cl);
-  k.load_bf16(a.residual_mid, stored.residual_mid, rows * C);
-  k.load_bf16(a.ln_2, stored.ln_2, rows * C);
-  k.load_bf16(a.fc_pre, stored.fc_pre, rows * 4 * Cl);
-  k.load_bf16(a.fc_gelu, stored.fc_gelu, rows * 4 * Cl);
+  for_each_stored_tensor(
+      sizes, [&](std::size_t count, float* tensor, const std::uint16_t* kept) { k.load_bf16(tensor, kept, count); }, a,
+      stored);
   // The layer's input: the previous layer's output (layer 0's, the embedding, is fp32).
   if (l > 0) {
     k.load_bf16(layer_activations(slot, l - 1).residual_out,
-                slot.acts.stored[static_cast<std::size_t>(l - 1)].residual_out, rows * C);
+                slot.acts.stored[static_cast<std::size_t>(l - 1)].residual_out, sizes.stream);
   }
 }
 

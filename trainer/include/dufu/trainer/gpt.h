@@ -340,6 +340,28 @@ class GPT {
   ActivationSlot& activation_slot(int slot);
   void ensure_activations(ActivationSlot& slot, int B, int T);
   void ensure_working_layer(int B, int T);
+  // Floats of a layer's activations for `rows` rows of `T` positions: an [N, C]
+  // tensor, this rank's [N, Cl] share of one, and its attention matrix.
+  struct LayerSizes {
+    std::size_t stream;
+    std::size_t share;
+    std::size_t att;
+  };
+  LayerSizes layer_sizes(std::size_t rows, std::size_t T) const;
+  // visit(count, layers.tensor...) for each activation of a layer that bf16 storage
+  // keeps, but residual_out (whose place depends on the layer): the one list of them
+  // for the fp32 layout, the bf16 storage and the working layer.
+  template <typename Visit, typename... Layers>
+  static void for_each_stored_tensor(const LayerSizes& sizes, Visit&& visit, Layers&... layers) {
+    visit(sizes.stream, layers.ln_1...);
+    visit(3 * sizes.share, layers.qkv...);
+    visit(sizes.att, layers.att...);
+    visit(sizes.share, layers.atty...);
+    visit(sizes.stream, layers.residual_mid...);
+    visit(sizes.stream, layers.ln_2...);
+    visit(4 * sizes.share, layers.fc_pre...);
+    visit(4 * sizes.share, layers.fc_gelu...);
+  }
   // The fp32 tensors layer l of a slot computes with: its own under fp32; under bf16
   // the working set for those kept in bf16.
   LayerActivations layer_activations(const ActivationSlot& slot, int l) const;
