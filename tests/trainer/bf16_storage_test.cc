@@ -114,11 +114,12 @@ TEST(Bf16Storage, HalvesTheActivationsTheBackwardReads) {
   // matrix and output and the MLP's two hidden tensors (4C + 12C floats per token and
   // the matrix); the stage's output stays fp32. bf16 keeps them in 2 bytes instead of
   // 4, and computes a layer in an fp32 working layer of 5C + 12C floats per token and
-  // one attention matrix.
+  // one attention matrix; the LM head reads a bf16 copy of ln_f besides its fp32 one.
   const double kept = L * (16.0 * C * N + att) - C * N;
   const double working_layer = 17.0 * C * N + att;
+  const double ln_f_copy = C * N;
   EXPECT_EQ(measured_activation_bytes(Precision::kFp32) - measured_activation_bytes(Precision::kBf16),
-            2.0 * kept - 4.0 * working_layer);
+            2.0 * kept - 4.0 * working_layer - 2.0 * ln_f_copy);
 }
 
 // Gradients of every parameter a stage holds but wte, in the serial layout (0 where

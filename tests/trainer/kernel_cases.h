@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dufu/trainer/bf16.h"
 #include "dufu/trainer/device.h"
 #include "kernel_test_support.h"
 
@@ -67,6 +68,23 @@ struct EmbeddingGradInputs {
         dwte0(random_floats(static_cast<std::size_t>(s.Vp) * s.C, 6)),
         dwpe0(random_floats(static_cast<std::size_t>(s.T) * s.C, 7)) {}
 };
+
+// The bf16 rows (the *_bf16 entries, train.precision = bf16) take weights and inputs
+// on the bf16 grid: the values the reference computes with, and their bits, which the
+// device reads (an exact copy).
+enum class Operands { kFp32, kBf16 };
+template <Operands kOperands>
+std::vector<float> on_grid(std::vector<float> values) {
+  if constexpr (kOperands == Operands::kBf16) {
+    for (float& value : values) value = round_to_bf16(value);
+  }
+  return values;
+}
+inline std::vector<std::uint16_t> bf16_bits(const std::vector<float>& values) {
+  std::vector<std::uint16_t> bits(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) bits[i] = float_to_bf16_bits(values[i]);
+  return bits;
+}
 
 // The rows of each family, in the order the test lists them.
 std::vector<OpCase> layer_op_cases();

@@ -22,13 +22,23 @@ namespace ref = reference;
 
 namespace {
 
+template <Operands kOperands = Operands::kFp32>
 Outputs run_embedding_forward(const Shape& s, Device* device, int) {
-  const auto [tokens, wte, wpe] = EmbeddingInputs(s);
+  const EmbeddingInputs inputs(s);
+  const auto& tokens = inputs.tokens;
+  const auto wte = on_grid<kOperands>(inputs.wte);
+  const auto wpe = on_grid<kOperands>(inputs.wpe);
+  const auto wte_bits = bf16_bits(wte);
+  const auto wpe_bits = bf16_bits(wpe);
   if (device != nullptr) {
     DeviceArgs d(*device);
     const KernelTable& k = device->kernels();
     std::vector<float> out(static_cast<std::size_t>(s.N()) * s.C, kNaN);
-    k.embedding_forward(d.out(out), d.in(tokens), d.in(wte), d.in(wpe), s.B, s.T, s.C);
+    if constexpr (kOperands == Operands::kBf16) {
+      k.embedding_forward_bf16(d.out(out), d.in(tokens), d.in(wte_bits), d.in(wpe_bits), s.B, s.T, s.C);
+    } else {
+      k.embedding_forward(d.out(out), d.in(tokens), d.in(wte), d.in(wpe), s.B, s.T, s.C);
+    }
     d.finish();
     return {{"out", widen(out)}};
   }
@@ -167,23 +177,13 @@ MatmulDims dims(const Shape& s, Linear layer) {
   return {};
 }
 
-// The matmul rows run twice: fp32 operands through the device's kernels(), and
-// operands on the bf16 grid through kernels_for_bf16_operands() (the bf16 recipe's
-// matmuls: a GPU's bf16 GEMMs), each against the reference on the same values.
-enum class Operands { kFp32, kBf16 };
-
+// The matmul rows run twice: fp32 operands through the fp32 entries, and operands on
+// the bf16 grid through the *_bf16 entries, which read x and the weight as bf16 bits
+// (the bf16 recipe's matmuls: a GPU's bf16 GEMMs; dout stays fp32 on the grid), each
+// against the reference on the same values.
 template <Operands kOperands>
 std::vector<float> operand(std::size_t count, std::uint32_t seed) {
-  std::vector<float> values = random_floats(count, seed);
-  if constexpr (kOperands == Operands::kBf16) {
-    for (float& value : values) value = round_to_bf16(value);
-  }
-  return values;
-}
-
-template <Operands kOperands>
-const KernelTable& matmul_table(const Device& device) {
-  return kOperands == Operands::kBf16 ? device.kernels_for_bf16_operands() : device.kernels();
+  return on_grid<kOperands>(random_floats(count, seed));
 }
 
 template <Linear kLayer, Operands kOperands = Operands::kFp32>
@@ -191,12 +191,18 @@ Outputs run_matmul_forward(const Shape& s, Device* device, int) {
   const MatmulDims d = dims(s, kLayer);
   const auto x = operand<kOperands>(static_cast<std::size_t>(d.N) * d.C, 20);
   const auto weight = operand<kOperands>(static_cast<std::size_t>(d.OC) * d.C, 21);
+  const auto x_bits = bf16_bits(x);
+  const auto weight_bits = bf16_bits(weight);
   const auto bias = d.bias ? random_floats(d.OC, 22) : std::vector<float>();
   if (device != nullptr) {
     DeviceArgs a(*device);
-    const KernelTable& k = matmul_table<kOperands>(*device);
+    const KernelTable& k = device->kernels();
     std::vector<float> out(static_cast<std::size_t>(d.N) * d.OC, kNaN);
-    k.matmul_forward(a.out(out), a.in(x), a.in(weight), d.bias ? a.in(bias) : nullptr, d.N, d.C, d.OC);
+    if constexpr (kOperands == Operands::kBf16) {
+      k.matmul_forward_bf16(a.out(out), a.in(x_bits), a.in(weight_bits), d.bias ? a.in(bias) : nullptr, d.N, d.C, d.OC);
+    } else {
+      k.matmul_forward(a.out(out), a.in(x), a.in(weight), d.bias ? a.in(bias) : nullptr, d.N, d.C, d.OC);
+    }
     a.finish();
     return {{"out", widen(out)}};
   }
@@ -213,12 +219,18 @@ Outputs run_matmul_bias_gelu_forward(const Shape& s, Device* device, int) {
   const int N = s.N(), C = s.C, OC = 4 * s.C + kWidthPadding;
   const auto x = operand<kOperands>(static_cast<std::size_t>(N) * C, 28);
   const auto weight = operand<kOperands>(static_cast<std::size_t>(OC) * C, 29);
+  const auto x_bits = bf16_bits(x);
+  const auto weight_bits = bf16_bits(weight);
   const auto bias = random_floats(OC, 30);
   if (device != nullptr) {
     DeviceArgs a(*device);
     std::vector<float> out(static_cast<std::size_t>(N) * OC, kNaN), pre(out.size(), kNaN);
-    matmul_table<kOperands>(*device).matmul_bias_gelu_forward(a.out(out), a.out(pre), a.in(x), a.in(weight), a.in(bias),
-                                                              N, C, OC);
+    const KernelTable& k = device->kernels();
+    if constexpr (kOperands == Operands::kBf16) {
+      k.matmul_bias_gelu_forward_bf16(a.out(out), a.out(pre), a.in(x_bits), a.in(weight_bits), a.in(bias), N, C, OC);
+    } else {
+      k.matmul_bias_gelu_forward(a.out(out), a.out(pre), a.in(x), a.in(weight), a.in(bias), N, C, OC);
+    }
     a.finish();
     return {{"out", widen(out)}, {"pre", widen(pre)}};
   }
@@ -233,18 +245,25 @@ Outputs run_matmul_backward(const Shape& s, Device* device, int calls) {
   const MatmulDims d = dims(s, kLayer);
   const auto x = operand<kOperands>(static_cast<std::size_t>(d.N) * d.C, 23);
   const auto weight = operand<kOperands>(static_cast<std::size_t>(d.OC) * d.C, 24);
+  const auto x_bits = bf16_bits(x);
+  const auto weight_bits = bf16_bits(weight);
   const auto dout = operand<kOperands>(static_cast<std::size_t>(d.N) * d.OC, 25);
   const auto dweight0 = random_floats(weight.size(), 26);
   const auto dbias0 = random_floats(d.OC, 27);
   if (device != nullptr) {
     DeviceArgs a(*device);
-    const KernelTable& k = matmul_table<kOperands>(*device);
+    const KernelTable& k = device->kernels();
     std::vector<float> dx(x.size(), kNaN);
     auto dweight = dweight0;
     auto dbias = dbias0;
     for (int i = 0; i < calls; ++i) {
-      k.matmul_backward(d.dx ? a.out(dx) : nullptr, a.out(dweight), d.bias ? a.out(dbias) : nullptr, a.in(dout),
-                        a.in(x), a.in(weight), d.N, d.C, d.OC);
+      if constexpr (kOperands == Operands::kBf16) {
+        k.matmul_backward_bf16(d.dx ? a.out(dx) : nullptr, a.out(dweight), d.bias ? a.out(dbias) : nullptr, a.in(dout),
+                               a.in(x_bits), a.in(weight_bits), d.N, d.C, d.OC);
+      } else {
+        k.matmul_backward(d.dx ? a.out(dx) : nullptr, a.out(dweight), d.bias ? a.out(dbias) : nullptr, a.in(dout),
+                          a.in(x), a.in(weight), d.N, d.C, d.OC);
+      }
     }
     a.finish();
     Outputs outputs{{"dweight", widen(dweight)}, {"dbias", widen(dbias)}};
@@ -269,19 +288,26 @@ Outputs run_matmul_gelu_backward(const Shape& s, Device* device, int calls) {
   const int N = s.N(), C = 4 * s.C + kWidthPadding, OC = s.C;
   const auto x = operand<kOperands>(static_cast<std::size_t>(N) * C, 35);
   const auto weight = operand<kOperands>(static_cast<std::size_t>(OC) * C, 36);
+  const auto x_bits = bf16_bits(x);
+  const auto weight_bits = bf16_bits(weight);
   const auto dout = operand<kOperands>(static_cast<std::size_t>(N) * OC, 37);
   const auto pre = random_floats(x.size(), 38, -4.0f, 4.0f);
   const auto dweight0 = random_floats(weight.size(), 39);
   const auto dbias0 = random_floats(OC, 40);
   if (device != nullptr) {
     DeviceArgs a(*device);
-    const KernelTable& k = matmul_table<kOperands>(*device);
+    const KernelTable& k = device->kernels();
     std::vector<float> dpre(x.size(), kNaN);
     auto dweight = dweight0;
     auto dbias = dbias0;
     for (int i = 0; i < calls; ++i) {
-      k.matmul_gelu_backward(a.out(dpre), a.out(dweight), kBias ? a.out(dbias) : nullptr, a.in(dout), a.in(x),
-                             a.in(weight), a.in(pre), N, C, OC);
+      if constexpr (kOperands == Operands::kBf16) {
+        k.matmul_gelu_backward_bf16(a.out(dpre), a.out(dweight), kBias ? a.out(dbias) : nullptr, a.in(dout),
+                                    a.in(x_bits), a.in(weight_bits), a.in(pre), N, C, OC);
+      } else {
+        k.matmul_gelu_backward(a.out(dpre), a.out(dweight), kBias ? a.out(dbias) : nullptr, a.in(dout), a.in(x),
+                               a.in(weight), a.in(pre), N, C, OC);
+      }
     }
     a.finish();
     return {{"dpre", widen(dpre)}, {"dweight", widen(dweight)}, {"dbias", widen(dbias)}};
@@ -389,6 +415,7 @@ Outputs run_attention_backward(const Shape& s, Device* device, int calls) {
 std::vector<OpCase> layer_op_cases() {
   return {
       {"embedding_forward", run_embedding_forward, {1e-6, 1e-6}, true, true},
+      {"embedding_forward_bf16", run_embedding_forward<Operands::kBf16>, {1e-6, 1e-6}, true, true},
       {"embedding_backward", run_embedding_backward, {1e-5, 1e-5}, true, true},
       {"layernorm_forward", run_layernorm_forward, {2e-5, 2e-5}, true, true},
       {"residual_layernorm_forward", run_residual_layernorm_forward, {2e-5, 2e-5}, true, true},
@@ -405,37 +432,25 @@ std::vector<OpCase> layer_op_cases() {
       {"matmul_bias_gelu_forward_width_not_8", run_matmul_bias_gelu_forward<4>, {2e-4, 1e-6}, true, false},
       {"matmul_gelu_backward", run_matmul_gelu_backward<0, true>, {2e-4, 1e-6}, true, false},
       {"matmul_gelu_backward_width_not_8_no_bias", run_matmul_gelu_backward<4, false>, {2e-4, 1e-6}, true, false},
-      {"matmul_forward_qkv_bf16_operands",
-       run_matmul_forward<Linear::kQkv, Operands::kBf16>,
-       {2e-4, 1e-6},
-       true,
-       false},
-      {"matmul_backward_projection_bf16_operands",
+      {"matmul_forward_qkv_bf16", run_matmul_forward<Linear::kQkv, Operands::kBf16>, {2e-4, 1e-6}, true, false},
+      {"matmul_backward_projection_bf16",
        run_matmul_backward<Linear::kProjection, Operands::kBf16>,
        {2e-4, 1e-6},
        true,
        false},
-      {"matmul_backward_no_dx_no_bias_bf16_operands",
+      {"matmul_backward_no_dx_no_bias_bf16",
        run_matmul_backward<Linear::kNoDx, Operands::kBf16>,
        {2e-4, 1e-6},
        true,
        false},
-      {"matmul_bias_gelu_forward_bf16_operands",
-       run_matmul_bias_gelu_forward<0, Operands::kBf16>,
-       {2e-4, 1e-6},
-       true,
-       false},
-      {"matmul_bias_gelu_forward_width_not_8_bf16_operands",
+      {"matmul_bias_gelu_forward_bf16", run_matmul_bias_gelu_forward<0, Operands::kBf16>, {2e-4, 1e-6}, true, false},
+      {"matmul_bias_gelu_forward_width_not_8_bf16",
        run_matmul_bias_gelu_forward<4, Operands::kBf16>,
        {2e-4, 1e-6},
        true,
        false},
-      {"matmul_gelu_backward_bf16_operands",
-       run_matmul_gelu_backward<0, true, Operands::kBf16>,
-       {2e-4, 1e-6},
-       true,
-       false},
-      {"matmul_gelu_backward_width_not_8_no_bias_bf16_operands",
+      {"matmul_gelu_backward_bf16", run_matmul_gelu_backward<0, true, Operands::kBf16>, {2e-4, 1e-6}, true, false},
+      {"matmul_gelu_backward_width_not_8_no_bias_bf16",
        run_matmul_gelu_backward<4, false, Operands::kBf16>,
        {2e-4, 1e-6},
        true,

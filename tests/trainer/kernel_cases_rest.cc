@@ -76,8 +76,13 @@ std::vector<float> rows_of(const std::vector<float>& table, int width, int first
   return slice;
 }
 
+template <Operands kOperands = Operands::kFp32>
 Outputs run_vocab_parallel_embedding_forward(const Shape& s, Device* device, int) {
-  const auto [tokens, wte, wpe] = EmbeddingInputs(s);
+  const EmbeddingInputs inputs(s);
+  const auto& tokens = inputs.tokens;
+  const auto wte = on_grid<kOperands>(inputs.wte);
+  const auto wpe = on_grid<kOperands>(inputs.wpe);
+  const auto wpe_bits = bf16_bits(wpe);
   if (device != nullptr) {
     const KernelTable& k = device->kernels();
     const int Vl = vocab_slice(s);
@@ -86,8 +91,14 @@ Outputs run_vocab_parallel_embedding_forward(const Shape& s, Device* device, int
       DeviceArgs d(*device);
       const auto slice = rows_of(wte, s.C, rank * Vl, Vl);
       std::vector<float> out(sum.size(), kNaN);
-      k.vocab_parallel_embedding_forward(d.out(out), d.in(tokens), d.in(slice), rank == 0 ? d.in(wpe) : nullptr,
-                                         rank * Vl, Vl, s.B, s.T, s.C);
+      if constexpr (kOperands == Operands::kBf16) {
+        const auto slice_bits = bf16_bits(slice);
+        k.vocab_parallel_embedding_forward_bf16(d.out(out), d.in(tokens), d.in(slice_bits),
+                                                rank == 0 ? d.in(wpe_bits) : nullptr, rank * Vl, Vl, s.B, s.T, s.C);
+      } else {
+        k.vocab_parallel_embedding_forward(d.out(out), d.in(tokens), d.in(slice), rank == 0 ? d.in(wpe) : nullptr,
+                                           rank * Vl, Vl, s.B, s.T, s.C);
+      }
       d.finish();
       for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += out[i];
     }
@@ -299,6 +310,22 @@ Outputs run_store_bf16(const Shape& s, Device* device, int) {
   return {{"values", rounded}, {"stored", stored}};
 }
 
+// to_bf16 leaves its input alone and writes the bits of the nearest bf16.
+Outputs run_to_bf16(const Shape& s, Device* device, int) {
+  const auto values = random_floats(static_cast<std::size_t>(s.N()) * s.C, 64, -50.0f, 50.0f);
+  Vec bits_as_values(values.size());
+  if (device != nullptr) {
+    DeviceArgs d(*device);
+    std::vector<std::uint16_t> bits(values.size(), 0xffff);
+    device->kernels().to_bf16(d.out(bits), d.in(values), values.size());
+    d.finish();
+    for (std::size_t i = 0; i < values.size(); ++i) bits_as_values[i] = float_of_bf16_bits(bits[i]);
+  } else {
+    for (std::size_t i = 0; i < values.size(); ++i) bits_as_values[i] = nearest_bf16(values[i]);
+  }
+  return {{"bits", bits_as_values}};
+}
+
 // Random bf16 bit patterns of every kind but NaN and infinity, which the harness's
 // tolerances cannot compare.
 Outputs run_load_bf16(const Shape& s, Device* device, int) {
@@ -397,6 +424,11 @@ std::vector<OpCase> other_op_cases() {
   return {
       {"classifier_forward_backward", run_classifier, {1e-6, 2e-5}, false, true},
       {"vocab_parallel_embedding_forward", run_vocab_parallel_embedding_forward, {1e-6, 1e-6}, true, true},
+      {"vocab_parallel_embedding_forward_bf16",
+       run_vocab_parallel_embedding_forward<Operands::kBf16>,
+       {1e-6, 1e-6},
+       true,
+       true},
       {"vocab_parallel_embedding_backward", run_vocab_parallel_embedding_backward, {1e-5, 1e-5}, true, true},
       {"vocab_parallel_classifier", run_vocab_parallel_classifier, {1e-6, 2e-5}, false, true},
       {"add", run_add, {0.0, 1e-7}, true, true},
@@ -404,6 +436,7 @@ std::vector<OpCase> other_op_cases() {
       {"round_to_bf16", run_round_to_bf16, {0.0, 0.0}, true, true},
       {"store_bf16", run_store_bf16, {0.0, 0.0}, true, true},
       {"load_bf16", run_load_bf16, {0.0, 0.0}, true, true},
+      {"to_bf16", run_to_bf16, {0.0, 0.0}, true, true},
       {"sum_of_squares", run_sum_of_squares, {0.0, 1e-12}, true, true},
       {"scale_in_place", run_scale_in_place, {0.0, 1e-7}, true, true},
       {"adamw_update", run_adamw, {1e-7, 1e-6}, true, true},

@@ -424,16 +424,16 @@ TEST(TrainingMemory, CountsTheModelAndRefusesWhatCannotFit) {
   EXPECT_DOUBLE_EQ(model_state_bytes(1000, 1, false), 16000);
   EXPECT_DOUBLE_EQ(model_state_bytes(1000, 4, true), 10000);
   // The plan by kind: 4 bytes per float, the moments two floats per parameter (a
-  // quarter of them on each of 4 ZeRO-1 ranks), the bf16 working copy one more.
+  // quarter of them on each of 4 ZeRO-1 ranks), the bf16 working copy half a float.
   const MemoryPlan plan = memory_plan(1000, 4, true, true, 5000);
   EXPECT_DOUBLE_EQ(plan.weights, 4000);
   EXPECT_DOUBLE_EQ(plan.gradients, 4000);
   EXPECT_DOUBLE_EQ(plan.moments, 2000);
-  EXPECT_DOUBLE_EQ(plan.working_copy, 4000);
-  EXPECT_DOUBLE_EQ(plan.total(), 19000);
+  EXPECT_DOUBLE_EQ(plan.working_copy, 2000);
+  EXPECT_DOUBLE_EQ(plan.total(), 17000);
   EXPECT_EQ(plan.describe(1e9),
-            "weights 4.00 kB, gradients 4.00 kB, AdamW moments 2.00 kB, bf16 working copy 4.00 kB, activations "
-            "5.00 kB: 19.0 kB of at most 1.00 GB");
+            "weights 4.00 kB, gradients 4.00 kB, AdamW moments 2.00 kB, bf16 working copy 2.00 kB, activations "
+            "5.00 kB: 17.0 kB of at most 1.00 GB");
   EXPECT_EQ(memory_plan(1000, 1, false, false, 0).describe(1e9).find("working copy"), std::string::npos);
   // Activations grow with the tokens of a micro-batch, and pipeline slots.
   const double one = activation_bytes(gpt2, 8, 1024, 1, whole, 1, 4, Precision::kFp32);

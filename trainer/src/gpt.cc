@@ -18,6 +18,7 @@
 #include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
 #include "gpt_tensor_runs.h"
+#include "gpt_tensor_views.h"
 
 namespace dufu::trainer {
 
@@ -137,38 +138,7 @@ GPTTensors GPT::tensors(std::span<float> buffer) const {
   if (buffer.size() != params_.size()) {
     DUFU_FAIL("GPT::tensors: buffer of ", buffer.size(), " floats, the parameters need ", params_.size());
   }
-  // Walks the layout in the order gpt_parameter_layout wrote it; the name check keeps
-  // the two in step if either changes.
-  std::size_t index = 0;
-  const auto next = [&](std::string_view expected) {
-    const ParamTensor& tensor = layout_[index++];
-    DUFU_CHECK(tensor.name == expected, "layout has ", tensor.name, " where ", expected, " was expected");
-    return buffer.data() + tensor.offset;
-  };
-  GPTTensors views{};
-  views.wte = stage_.holds_wte() ? next("wte.weight") : nullptr;
-  views.wpe = stage_.is_first() ? next("wpe.weight") : nullptr;
-  views.h.resize(static_cast<std::size_t>(stage_.num_layers));
-  for (int local = 0; local < stage_.num_layers; ++local) {
-    const std::string prefix = str_cat("h.", stage_.first_layer + local, ".");
-    GPTLayerTensors& h = views.h[static_cast<std::size_t>(local)];
-    h.ln_1_weight = next(prefix + "ln_1.weight");
-    h.ln_1_bias = next(prefix + "ln_1.bias");
-    h.attn_c_attn_weight = next(prefix + "attn.c_attn.weight");
-    h.attn_c_attn_bias = next(prefix + "attn.c_attn.bias");
-    h.attn_c_proj_weight = next(prefix + "attn.c_proj.weight");
-    h.attn_c_proj_bias = next(prefix + "attn.c_proj.bias");
-    h.ln_2_weight = next(prefix + "ln_2.weight");
-    h.ln_2_bias = next(prefix + "ln_2.bias");
-    h.mlp_c_fc_weight = next(prefix + "mlp.c_fc.weight");
-    h.mlp_c_fc_bias = next(prefix + "mlp.c_fc.bias");
-    h.mlp_c_proj_weight = next(prefix + "mlp.c_proj.weight");
-    h.mlp_c_proj_bias = next(prefix + "mlp.c_proj.bias");
-  }
-  views.ln_f_weight = stage_.is_last() ? next("ln_f.weight") : nullptr;
-  views.ln_f_bias = stage_.is_last() ? next("ln_f.bias") : nullptr;
-  DUFU_CHECK(index == layout_.size());
-  return views;
+  return tensor_views<float>([&](const ParamTensor& tensor) { return buffer.data() + tensor.offset; });
 }
 
 void GPT::check_batch(std::span<const std::int32_t> tokens, std::span<const float> input,
@@ -270,6 +240,8 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
         sizes, [&](std::size_t count, float*& tensor) { carver.want(tensor, count); }, layer);
     if (!is_output) carver.want(layer.residual_out, N * C);
   }
+  acts.ln_f_bits = nullptr;
+  if (stage_.is_last() && bf16_storage) stored_carver.want(acts.ln_f_bits, N * C);
   if (stage_.is_last()) {
     carver.want(acts.ln_f, N * C);
     carver.want(acts.ln_f_mean, N);
@@ -358,12 +330,9 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
   const bool adds_replicated = tp_rank_ == 0;
   if (!stage_.is_first()) {
     device_->copy(acts.encoded, input.data(), input.size_bytes());
-  } else if (tp_ == 1) {
-    k.embedding_forward(acts.encoded, device_tokens, p_.wte, p_.wpe, B, T, C);
   } else {
-    k.vocab_parallel_embedding_forward(acts.encoded, device_tokens, p_.wte, adds_replicated ? p_.wpe : nullptr,
-                                       vocab_begin(), Vl, B, T, C);
-    reduce_over_tensor_group(acts.encoded, stream);
+    embed(acts.encoded, device_tokens, adds_replicated, B, T, C);
+    if (tp_ > 1) reduce_over_tensor_group(acts.encoded, stream);
   }
   // Under bf16 each activation is rounded where a GPU would store it in bf16 (the
   // table in docs/architecture.md); round_if_bf16 does nothing under fp32.
@@ -380,13 +349,16 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
 
     // The local qkv is [q, k, v] of this rank's heads, so attention runs unchanged on
     // Cl channels and NHl heads.
-    k.matmul_forward(a.qkv, a.ln_1, w.attn_c_attn_weight, w.attn_c_attn_bias, N, C, 3 * Cl);
+    const BasicGPTLayerTensors<std::uint16_t> w16 =
+        p16_.h.empty() ? BasicGPTLayerTensors<std::uint16_t>{} : p16_.h[static_cast<std::size_t>(l)];
+    linear_forward(a.qkv, {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight}, w.attn_c_attn_bias, N,
+                   C, 3 * Cl);
     round_if_bf16(a.qkv, rows * 3 * static_cast<std::size_t>(Cl), stored.qkv);
     k.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
     round_if_bf16(a.att, rows * static_cast<std::size_t>(NHl) * static_cast<std::size_t>(T), stored.att);
     round_if_bf16(a.atty, rows * static_cast<std::size_t>(Cl), stored.atty);
-    k.matmul_forward(acts.branch, a.atty, w.attn_c_proj_weight, adds_replicated ? w.attn_c_proj_bias : nullptr, N, Cl,
-                     C);
+    linear_forward(acts.branch, {a.atty, stored.atty}, {w.attn_c_proj_weight, w16.attn_c_proj_weight},
+                   adds_replicated ? w.attn_c_proj_bias : nullptr, N, Cl, C);
     if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);
     round_if_bf16(acts.branch, stream);
     residual_layernorm(a.residual_mid, a.ln_2, a.ln_2_mean, a.ln_2_rstd, residual_in, acts.branch, w.ln_2_weight,
@@ -394,11 +366,12 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
 
     // Bias and GELU fused into the matmul (a GPU's epilogue): only fc_pre and fc_gelu
     // are stored, so the product before the bias is never rounded.
-    k.matmul_bias_gelu_forward(a.fc_gelu, a.fc_pre, a.ln_2, w.mlp_c_fc_weight, w.mlp_c_fc_bias, N, C, 4 * Cl);
+    linear_bias_gelu_forward(a.fc_gelu, a.fc_pre, {a.ln_2, stored.ln_2}, {w.mlp_c_fc_weight, w16.mlp_c_fc_weight},
+                             w.mlp_c_fc_bias, N, C, 4 * Cl);
     round_if_bf16(a.fc_pre, rows * 4 * static_cast<std::size_t>(Cl), stored.fc_pre);
     round_if_bf16(a.fc_gelu, rows * 4 * static_cast<std::size_t>(Cl), stored.fc_gelu);
-    k.matmul_forward(acts.branch, a.fc_gelu, w.mlp_c_proj_weight, adds_replicated ? w.mlp_c_proj_bias : nullptr, N,
-                     4 * Cl, C);
+    linear_forward(acts.branch, {a.fc_gelu, stored.fc_gelu}, {w.mlp_c_proj_weight, w16.mlp_c_proj_weight},
+                   adds_replicated ? w.mlp_c_proj_bias : nullptr, N, 4 * Cl, C);
     if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);
     round_if_bf16(acts.branch, stream);
 
@@ -413,7 +386,7 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
                          stored_activations(slot, l + 1).ln_1);
     } else if (stage_.is_last()) {
       residual_layernorm(a.residual_out, acts.ln_f, acts.ln_f_mean, acts.ln_f_rstd, a.residual_mid, acts.branch,
-                         p_.ln_f_weight, p_.ln_f_bias, N, C, nullptr, nullptr);
+                         p_.ln_f_weight, p_.ln_f_bias, N, C, nullptr, acts.ln_f_bits);
     } else {
       k.add(a.residual_out, a.residual_mid, acts.branch, stream);
       round_if_bf16(a.residual_out, stream);
@@ -425,7 +398,7 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
     return std::numeric_limits<float>::quiet_NaN();
   }
   // The tied LM head: this rank's rows of wte give its columns of the logits.
-  k.matmul_forward(acts.logits, acts.ln_f, p_.wte, nullptr, N, C, Vl);
+  linear_forward(acts.logits, {acts.ln_f, acts.ln_f_bits}, {p_.wte, p16_.wte}, nullptr, N, C, Vl);
 
   if (targets.empty()) {
     slot.has_logits = true;

@@ -63,7 +63,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
   if (stage_.is_last()) {
     // The classifier left dloss/dlogits in the logits buffer.
     round_if_bf16(acts.logits, rows * static_cast<std::size_t>(Vl));
-    k.matmul_backward(d.ln, g_.wte, nullptr, acts.logits, acts.ln_f, p_.wte, N, C, Vl);
+    linear_backward(d.ln, g_.wte, nullptr, acts.logits, {acts.ln_f, acts.ln_f_bits}, {p_.wte, p16_.wte}, N, C, Vl);
     if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
     round_if_bf16(d.ln, stream);
     const LayerActivations& last = acts.layers.back();  // its residual_out is fp32 under bf16 too
@@ -82,30 +82,35 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
   for (int l = stage_.num_layers - 1; l >= 0; --l) {
     const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
     const GPTLayerTensors& dw = g_.h[static_cast<std::size_t>(l)];
-    // Under bf16 the layer's activations come back from their bf16 copies first.
+    // Under bf16 the layer's activations that fp32 kernels read come back from their
+    // bf16 copies first; the matmuls read the copies themselves.
     load_layer_activations(slot, l);
     const LayerActivations a = layer_activations(slot, l);
+    const StoredLayerActivations stored = stored_activations(slot, l);
+    const BasicGPTLayerTensors<std::uint16_t> w16 =
+        p16_.h.empty() ? BasicGPTLayerTensors<std::uint16_t>{} : p16_.h[static_cast<std::size_t>(l)];
     const float* residual_in = l == 0 ? acts.encoded : layer_activations(slot, l - 1).residual_out;
 
     // c_proj's backward goes through the GELU in one op (a GPU's epilogue): the gradient
     // of the GELU's output is never stored, so under bf16 it is not rounded either.
-    k.matmul_gelu_backward(d.fc_pre, dw.mlp_c_proj_weight, dw.mlp_c_proj_bias, d.residual, a.fc_gelu,
-                           w.mlp_c_proj_weight, a.fc_pre, N, 4 * Cl, C);
+    linear_gelu_backward(d.fc_pre, dw.mlp_c_proj_weight, dw.mlp_c_proj_bias, d.residual, {a.fc_gelu, stored.fc_gelu},
+                         {w.mlp_c_proj_weight, w16.mlp_c_proj_weight}, a.fc_pre, N, 4 * Cl, C);
     round_if_bf16(d.fc_pre, hidden);
-    k.matmul_backward(d.ln, dw.mlp_c_fc_weight, dw.mlp_c_fc_bias, d.fc_pre, a.ln_2, w.mlp_c_fc_weight, N, C, 4 * Cl);
+    linear_backward(d.ln, dw.mlp_c_fc_weight, dw.mlp_c_fc_bias, d.fc_pre, {a.ln_2, stored.ln_2},
+                    {w.mlp_c_fc_weight, w16.mlp_c_fc_weight}, N, C, 4 * Cl);
     if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
     round_if_bf16(d.ln, stream);
     k.layernorm_backward(d.residual, dw.ln_2_weight, dw.ln_2_bias, d.ln, a.residual_mid, w.ln_2_weight, a.ln_2_mean,
                          a.ln_2_rstd, N, C);
     round_if_bf16(d.residual, stream);
 
-    k.matmul_backward(d.atty, dw.attn_c_proj_weight, dw.attn_c_proj_bias, d.residual, a.atty, w.attn_c_proj_weight, N,
-                      Cl, C);
+    linear_backward(d.atty, dw.attn_c_proj_weight, dw.attn_c_proj_bias, d.residual, {a.atty, stored.atty},
+                    {w.attn_c_proj_weight, w16.attn_c_proj_weight}, N, Cl, C);
     round_if_bf16(d.atty, rows * static_cast<std::size_t>(Cl));
     k.attention_backward(d.qkv, d.att, d.atty, a.qkv, a.att, B, T, Cl, NHl);
     round_if_bf16(d.qkv, rows * 3 * static_cast<std::size_t>(Cl));
-    k.matmul_backward(d.ln, dw.attn_c_attn_weight, dw.attn_c_attn_bias, d.qkv, a.ln_1, w.attn_c_attn_weight, N, C,
-                      3 * Cl);
+    linear_backward(d.ln, dw.attn_c_attn_weight, dw.attn_c_attn_bias, d.qkv, {a.ln_1, stored.ln_1},
+                    {w.attn_c_attn_weight, w16.attn_c_attn_weight}, N, C, 3 * Cl);
     if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
     round_if_bf16(d.ln, stream);
     k.layernorm_backward(d.residual, dw.ln_1_weight, dw.ln_1_bias, d.ln, residual_in, w.ln_1_weight, a.ln_1_mean,

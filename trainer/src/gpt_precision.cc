@@ -10,6 +10,7 @@
 #include "buffer_carver.h"
 #include "dufu/common/error.h"
 #include "dufu/trainer/gpt.h"
+#include "gpt_tensor_views.h"
 
 namespace dufu::trainer {
 
@@ -21,10 +22,19 @@ Precision parse_precision(std::string_view text, std::string_view knob) {
   DUFU_FAIL(knob, " must be \"fp32\" or \"bf16\", got \"", text, "\"");
 }
 
+namespace {
+
+bool has_bf16_kernels(const KernelTable& k) {
+  return k.round_to_bf16 != nullptr && k.store_bf16 != nullptr && k.load_bf16 != nullptr && k.to_bf16 != nullptr &&
+         k.embedding_forward_bf16 != nullptr && k.vocab_parallel_embedding_forward_bf16 != nullptr &&
+         k.matmul_forward_bf16 != nullptr && k.matmul_bias_gelu_forward_bf16 != nullptr &&
+         k.matmul_backward_bf16 != nullptr && k.matmul_gelu_backward_bf16 != nullptr;
+}
+
+}  // namespace
+
 void GPT::set_precision(Precision precision) {
-  const KernelTable& table = device_->kernels();
-  if (precision == Precision::kBf16 &&
-      (table.round_to_bf16 == nullptr || table.store_bf16 == nullptr || table.load_bf16 == nullptr)) {
+  if (precision == Precision::kBf16 && !has_bf16_kernels(device_->kernels())) {
     DUFU_FAIL("train.precision = bf16: the device ", device_->describe(),
               " has no bf16 rounding and storage kernels yet; HINT: use train.precision = fp32 on it");
   }
@@ -37,16 +47,37 @@ void GPT::set_precision(Precision precision) {
     }
   }
   precision_ = precision;
-  // Every kernel call of forward and backward goes through kernels_, so this one
-  // pointer decides whether a GPU's matmuls take the recipe's operands as bf16.
-  kernels_ = precision == Precision::kBf16 ? &device_->kernels_for_bf16_operands() : &device_->kernels();
   if (precision == Precision::kFp32) {
-    working_weights_.reset();
+    working_bits_.reset();
+    working_vectors_.reset();
+    vector_runs_.clear();
+    p16_ = {};
     p_ = tensors(params_.span());
     return;
   }
-  if (working_weights_.size() != params_.size()) working_weights_ = DeviceBuffer<float>(*device_, params_.size());
-  p_ = tensors(working_weights_.span());
+  if (working_bits_.size() != params_.size()) working_bits_ = DeviceBuffer<std::uint16_t>(*device_, params_.size());
+  p16_ = tensor_views<std::uint16_t>([&](const ParamTensor& tensor) { return working_bits_.data() + tensor.offset; });
+  // The biases and LayerNorm parameters, packed in layout order, for the kernels that
+  // take them as floats; a run joins the tensors that follow each other in the layout.
+  vector_runs_.clear();
+  std::size_t vector_count = 0;
+  for (const ParamTensor& tensor : layout_) {
+    if (tensor.is_matrix) continue;
+    if (!vector_runs_.empty() && vector_runs_.back().offset + vector_runs_.back().count == tensor.offset) {
+      vector_runs_.back().count += tensor.size();
+    } else {
+      vector_runs_.push_back({tensor.offset, vector_count, tensor.size()});
+    }
+    vector_count += tensor.size();
+  }
+  if (working_vectors_.size() != vector_count) working_vectors_ = DeviceBuffer<float>(*device_, vector_count);
+  std::size_t next_vector = 0;
+  p_ = tensor_views<float>([&](const ParamTensor& tensor) -> float* {
+    if (tensor.is_matrix) return nullptr;  // read from p16_ only
+    float* vector = working_vectors_.data() + next_vector;
+    next_vector += tensor.size();
+    return vector;
+  });
   working_weights_stale_ = true;
 }
 
@@ -64,8 +95,11 @@ void GPT::refresh_working_weights() {
   // A pure function of the masters: remaking it at any time gives the same bits, so a
   // resumed run (which saves and loads only the masters) computes what the
   // uninterrupted one did.
-  device_->copy(working_weights_.data(), params_.data(), params_.size() * sizeof(float));
-  kernels_->round_to_bf16(working_weights_.data(), working_weights_.size());
+  const KernelTable& k = *kernels_;
+  k.to_bf16(working_bits_.data(), params_.data(), params_.size());
+  for (const VectorRun& run : vector_runs_) {
+    k.load_bf16(working_vectors_.data() + run.vector_offset, working_bits_.data() + run.offset, run.count);
+  }
   working_weights_stale_ = false;
 }
 
@@ -126,12 +160,15 @@ void GPT::load_layer_activations(const ActivationSlot& slot, int l) {
   if (!slot.bf16_storage) return;
   const std::size_t rows = static_cast<std::size_t>(slot.batch_b) * static_cast<std::size_t>(slot.batch_t);
   const LayerSizes sizes = layer_sizes(rows, static_cast<std::size_t>(slot.batch_t));
-  LayerActivations a = layer_activations(slot, l);
-  StoredLayerActivations stored = slot.acts.stored[static_cast<std::size_t>(l)];
+  const LayerActivations a = layer_activations(slot, l);
+  const StoredLayerActivations& stored = slot.acts.stored[static_cast<std::size_t>(l)];
   const KernelTable& k = *kernels_;
-  for_each_stored_tensor(
-      sizes, [&](std::size_t count, float* tensor, const std::uint16_t* kept) { k.load_bf16(tensor, kept, count); }, a,
-      stored);
+  // What the fp32 kernels of the backward read (attention, the LayerNorms, the GELU's
+  // derivative); the matmuls read ln_1, atty, ln_2 and fc_gelu as bf16.
+  k.load_bf16(a.qkv, stored.qkv, 3 * sizes.share);
+  k.load_bf16(a.att, stored.att, sizes.att);
+  k.load_bf16(a.residual_mid, stored.residual_mid, sizes.stream);
+  k.load_bf16(a.fc_pre, stored.fc_pre, 4 * sizes.share);
   // The layer's input: the previous layer's output (layer 0's, the embedding, is fp32).
   if (l > 0) {
     k.load_bf16(layer_activations(slot, l - 1).residual_out,

@@ -8,33 +8,40 @@
 
 #include "dufu/trainer/kernel_table.h"
 
-#define DUFU_KERNEL_OPS(X)             \
-  X(embedding_forward)                 \
-  X(embedding_backward)                \
-  X(vocab_parallel_embedding_forward)  \
-  X(vocab_parallel_embedding_backward) \
-  X(layernorm_forward)                 \
-  X(residual_layernorm_forward)        \
-  X(layernorm_backward)                \
-  X(matmul_forward)                    \
-  X(matmul_backward)                   \
-  X(bias_gelu_forward)                 \
-  X(matmul_bias_gelu_forward)          \
-  X(matmul_gelu_backward)              \
-  X(attention_forward)                 \
-  X(attention_backward)                \
-  X(classifier_forward_backward)       \
-  X(vocab_parallel_classifier_max)     \
-  X(vocab_parallel_classifier_exp_sum) \
-  X(vocab_parallel_classifier_finish)  \
-  X(sum_of_squares)                    \
-  X(scale_in_place)                    \
-  X(adamw_update)                      \
-  X(add)                               \
-  X(masked_mean_loss)                  \
-  X(round_to_bf16)                     \
-  X(store_bf16)                        \
-  X(load_bf16)
+#define DUFU_KERNEL_OPS(X)                 \
+  X(embedding_forward)                     \
+  X(embedding_backward)                    \
+  X(vocab_parallel_embedding_forward)      \
+  X(vocab_parallel_embedding_backward)     \
+  X(layernorm_forward)                     \
+  X(residual_layernorm_forward)            \
+  X(layernorm_backward)                    \
+  X(matmul_forward)                        \
+  X(matmul_backward)                       \
+  X(bias_gelu_forward)                     \
+  X(matmul_bias_gelu_forward)              \
+  X(matmul_gelu_backward)                  \
+  X(attention_forward)                     \
+  X(attention_backward)                    \
+  X(classifier_forward_backward)           \
+  X(vocab_parallel_classifier_max)         \
+  X(vocab_parallel_classifier_exp_sum)     \
+  X(vocab_parallel_classifier_finish)      \
+  X(sum_of_squares)                        \
+  X(scale_in_place)                        \
+  X(adamw_update)                          \
+  X(add)                                   \
+  X(masked_mean_loss)                      \
+  X(round_to_bf16)                         \
+  X(store_bf16)                            \
+  X(load_bf16)                             \
+  X(to_bf16)                               \
+  X(embedding_forward_bf16)                \
+  X(vocab_parallel_embedding_forward_bf16) \
+  X(matmul_forward_bf16)                   \
+  X(matmul_bias_gelu_forward_bf16)         \
+  X(matmul_backward_bf16)                  \
+  X(matmul_gelu_backward_bf16)
 
 // One declaration: `void embedding_forward(float*, ...);` with the table entry's type.
 #define DUFU_DECLARE_KERNEL(name) std::remove_pointer_t<decltype(::dufu::trainer::KernelTable::name)> name;

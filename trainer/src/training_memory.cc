@@ -42,12 +42,14 @@ double model_state_bytes(double parameters, int data_parallel_size, bool moments
 
 MemoryPlan memory_plan(double parameters, int data_parallel_size, bool moments_sharded, bool bf16_working_copy,
                        double activation_bytes) {
-  constexpr double kFloat = sizeof(float);  // every buffer is float, bf16's working copy too on the cpu device
+  constexpr double kFloat = sizeof(float);
   MemoryPlan plan;
   plan.weights = kFloat * parameters;
   plan.gradients = kFloat * parameters;
   plan.moments = kFloat * 2.0 * parameters / (moments_sharded ? data_parallel_size : 1);
-  plan.working_copy = bf16_working_copy ? kFloat * parameters : 0.0;
+  // bf16 bits of every parameter (its biases and LayerNorm parameters also as floats,
+  // a fraction of a percent of a GPT, left out).
+  plan.working_copy = bf16_working_copy ? 2.0 * parameters : 0.0;
   plan.activations = activation_bytes;
   return plan;
 }
@@ -77,7 +79,7 @@ double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parall
   const bool bf16 = precision == Precision::kBf16;
   const double kept = layers * (4.0 * N * C + 12.0 * N * Cl + att) - N * C;
   double slot = 2.0 * N * C + layers * 4.0 * N + (bf16 ? 0.5 : 1.0) * kept;
-  if (stage.is_last()) slot += N * C + 3.0 * N + N * vocab;
+  if (stage.is_last()) slot += (bf16 ? 1.5 : 1.0) * N * C + 3.0 * N + N * vocab;  // ln_f (and its bf16 copy)
   slot += N * C + 2.0 * N;
   const double working_layer = bf16 ? 5.0 * N * C + 12.0 * N * Cl + att : 0.0;
   // The gradients of the activations, one set for every slot: the residual stream's

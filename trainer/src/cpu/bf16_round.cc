@@ -30,6 +30,11 @@ DUFU_CPU_CLONES void store_bf16(std::uint16_t* stored, float* values, std::size_
   }
 }
 
+DUFU_CPU_CLONES void to_bf16(std::uint16_t* bits, const float* values, std::size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= kParallelFrom)
+  for (std::size_t i = 0; i < n; ++i) bits[i] = float_to_bf16_bits(values[i]);
+}
+
 DUFU_CPU_CLONES void load_bf16(float* values, const std::uint16_t* stored, std::size_t n) {
 #pragma omp parallel for simd schedule(static) if (n >= kParallelFrom)
   for (std::size_t i = 0; i < n; ++i) values[i] = bf16_bits_to_float(stored[i]);

@@ -1,5 +1,6 @@
 // CPU token + position embedding, whole (serial) or vocab-parallel, where each
-// tensor-parallel rank holds a range of wte's rows. The backward scatters into dwte,
+// tensor-parallel rank holds a range of wte's rows; the forwards also read the bf16
+// working copy of the weights (train.precision = bf16). The backward scatters into dwte,
 // where positions sharing a token collide; instead of atomics each thread owns a block
 // of channels and walks the rows in order, so the sums are identical for any thread
 // count.
@@ -8,6 +9,7 @@
 #include <cstdint>
 
 #include "cpu_kernels.h"
+#include "dufu/trainer/bf16.h"
 
 namespace dufu::trainer::cpu {
 
@@ -16,10 +18,14 @@ namespace {
 // C = 768 still splits into 12 blocks for the threads to share.
 constexpr int kChannelBlock = 64;
 
-// Both forwards: tokens outside [vocab_begin, vocab_end) look up a zero row; wpe may
+float as_float(float value) { return value; }
+float as_float(std::uint16_t bits) { return bf16_bits_to_float(bits); }
+
+// Every forward: tokens outside [vocab_begin, vocab_end) look up a zero row; wpe may
 // be null. The serial kernel passes the whole id range, so only the per-row test is
-// added to its loop.
-void embed(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int vocab_begin, int vocab_end,
+// added to its loop. Weight is float, or bf16 bits.
+template <typename Weight>
+void embed(float* out, const std::int32_t* tokens, const Weight* wte, const Weight* wpe, int vocab_begin, int vocab_end,
            int B, int T, int C) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
@@ -28,14 +34,14 @@ void embed(float* out, const std::int32_t* tokens, const float* wte, const float
       float* o = out + row * C;
       const std::int32_t id = tokens[row];
       const bool in_range = id >= vocab_begin && id < vocab_end;
-      const float* token_row = in_range ? wte + static_cast<std::size_t>(id - vocab_begin) * C : nullptr;
-      const float* position_row = wpe == nullptr ? nullptr : wpe + static_cast<std::size_t>(t) * C;
+      const Weight* token_row = in_range ? wte + static_cast<std::size_t>(id - vocab_begin) * C : nullptr;
+      const Weight* position_row = wpe == nullptr ? nullptr : wpe + static_cast<std::size_t>(t) * C;
       if (in_range && position_row != nullptr) {
-        for (int c = 0; c < C; ++c) o[c] = token_row[c] + position_row[c];
+        for (int c = 0; c < C; ++c) o[c] = as_float(token_row[c]) + as_float(position_row[c]);
       } else if (in_range) {
-        for (int c = 0; c < C; ++c) o[c] = token_row[c];
+        for (int c = 0; c < C; ++c) o[c] = as_float(token_row[c]);
       } else if (position_row != nullptr) {
-        for (int c = 0; c < C; ++c) o[c] = position_row[c];
+        for (int c = 0; c < C; ++c) o[c] = as_float(position_row[c]);
       } else {
         for (int c = 0; c < C; ++c) o[c] = 0.0f;
       }
@@ -88,6 +94,17 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::
 
 void vocab_parallel_embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
                                       int vocab_begin, int V_local, int B, int T, int C) {
+  embed(out, tokens, wte, wpe, vocab_begin, vocab_begin + V_local, B, T, C);
+}
+
+void embedding_forward_bf16(float* out, const std::int32_t* tokens, const std::uint16_t* wte, const std::uint16_t* wpe,
+                            int B, int T, int C) {
+  embed(out, tokens, wte, wpe, 0, INT_MAX, B, T, C);
+}
+
+void vocab_parallel_embedding_forward_bf16(float* out, const std::int32_t* tokens, const std::uint16_t* wte,
+                                           const std::uint16_t* wpe, int vocab_begin, int V_local, int B, int T,
+                                           int C) {
   embed(out, tokens, wte, wpe, vocab_begin, vocab_begin + V_local, B, T, C);
 }
 

@@ -59,6 +59,8 @@ void round_to_bf16(float* values, std::size_t n) {
   DUFU_CUDA_CHECK_LAUNCH();
 }
 
+void to_bf16(std::uint16_t* bits, const float* values, std::size_t n) { to_bf16_bits(bits, values, n); }
+
 void store_bf16(std::uint16_t* stored, float* values, std::size_t n) {
   if (n == 0) return;
   store_bf16_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(stored, values, n);

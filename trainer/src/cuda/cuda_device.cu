@@ -88,7 +88,6 @@ class CudaDevice final : public Device {
   }
   MemorySpace memory_space() const override { return MemorySpace::kCudaDevice; }
   const KernelTable& kernels() const override { return kernel_table(); }
-  const KernelTable& kernels_for_bf16_operands() const override { return bf16_operand_kernel_table(); }
 
   void* allocate(std::size_t bytes) override {
     void* memory = nullptr;

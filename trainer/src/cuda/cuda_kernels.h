@@ -68,21 +68,6 @@ bool lt_matmul(const LtProduct& product);
 // has already rounded (exact for them), for the matmuls that take bf16 operands.
 void to_bf16_bits(std::uint16_t* bits, const float* values, std::size_t n);
 
-// The matmuls of the bf16 recipe (matmul_bf16.cu): the same ops as matmul_forward,
-// matmul_backward, matmul_bias_gelu_forward and matmul_gelu_backward for operands whose values are already
-// on the bf16 grid (the recipe's matmul inputs, docs/architecture.md): each operand is
-// copied to bf16 (exact) and cuBLAS(Lt) multiplies bf16 with fp32 accumulation into
-// fp32 outputs, on the tensor cores. The table with these four in place of the fp32
-// ones is what Device::kernels_for_bf16_operands() returns.
-void matmul_forward_bf16(float* out, const float* x, const float* weight, const float* bias, int N, int C, int OC);
-void matmul_backward_bf16(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
-                          const float* weight, int N, int C, int OC);
-void matmul_bias_gelu_forward_bf16(float* out, float* pre, const float* x, const float* weight, const float* bias,
-                                   int N, int C, int OC);
-void matmul_gelu_backward_bf16(float* dpre, float* dweight, float* dbias, const float* dout, const float* x,
-                               const float* weight, const float* pre, int N, int C, int OC);
-const KernelTable& bf16_operand_kernel_table();
-
 // d[i] *= gelu'(pre[i]) for i < n: the GELU's backward where no epilogue fused it.
 void multiply_by_gelu_grad(float* d, const float* pre, std::size_t n);
 

@@ -1,14 +1,15 @@
-// The matmuls of the bf16 recipe on the tensor cores. Under train.precision = bf16 every
-// matmul operand is already on the bf16 grid (the weights' working copy, LayerNorm and
-// attention outputs, the activation gradients: the rounding table of
-// docs/architecture.md), so copying it to bf16 loses nothing, and a bf16 GEMM with
-// fp32 accumulation computes what the fp32 GEMM of matmul.cu computes on the same
-// values, up to the order of the fp32 sums inside cuBLAS. The outputs stay fp32, as the
-// recipe rounds them itself where it stores bf16.
+// The matmuls of the bf16 recipe on the tensor cores (kernel_table.h's *_bf16 entries).
+// x and the weights come from bf16 storage (the activations kept for the backward, the
+// weights' working copy) and go to cuBLAS(Lt) as they are; dout, the activation
+// gradient, is an fp32 array of values on the bf16 grid (the rounding table of
+// docs/architecture.md), so its bf16 copy is exact. A bf16 GEMM with fp32 accumulation
+// computes what the fp32 GEMM of matmul.cu computes on the same values, up to the order
+// of the fp32 sums inside cuBLAS. The outputs stay fp32, as the recipe rounds them
+// itself where it stores bf16.
 //
-// The bf16 copies live in the shared scratch (block_reduce.cuh), carved per call; work on
-// the stream is ordered, so a later user of the scratch (the bias gradient's partial
-// sums) starts after these GEMMs have read it.
+// dout's copy lives in the shared scratch (block_reduce.cuh); work on the stream is
+// ordered, and scratch() waits for the stream before it grows, so a later user of the
+// scratch (the bias gradient's partial sums) starts after these GEMMs have read it.
 //
 // Compiled and linked here; no GPU has run it.
 #include <cublasLt.h>
@@ -33,23 +34,12 @@ constexpr std::size_t kAlignElements = 128;
 
 std::size_t aligned(std::size_t elements) { return (elements + kAlignElements - 1) / kAlignElements * kAlignElements; }
 
-// bf16 copies of up to three operands, one after the other in the scratch.
-struct Bf16Operands {
-  std::uint16_t* first = nullptr;
-  std::uint16_t* second = nullptr;
-  std::uint16_t* third = nullptr;
-  Bf16Operands(const float* a, std::size_t a_count, const float* b, std::size_t b_count, const float* c = nullptr,
-               std::size_t c_count = 0) {
-    auto* base = static_cast<std::uint16_t*>(
-        scratch((aligned(a_count) + aligned(b_count) + aligned(c_count)) * sizeof(std::uint16_t)));
-    first = base;
-    second = first + aligned(a_count);
-    third = second + aligned(b_count);
-    to_bf16_bits(first, a, a_count);
-    to_bf16_bits(second, b, b_count);
-    if (c != nullptr) to_bf16_bits(third, c, c_count);
-  }
-};
+// The bf16 copy of dout (exact: its values are on the bf16 grid), in the scratch.
+const std::uint16_t* bf16_copy(const float* values, std::size_t count) {
+  auto* bits = static_cast<std::uint16_t*>(scratch(aligned(count) * sizeof(std::uint16_t)));
+  to_bf16_bits(bits, values, count);
+  return bits;
+}
 
 // dx [N, C] = dout [N, OC] · weight [OC, C] on bf16 operands, as matmul.cu's input_grad.
 void input_grad_bf16(float* dx, const std::uint16_t* dout16, const std::uint16_t* weight16, int N, int C, int OC) {
@@ -77,12 +67,12 @@ void weight_and_bias_grads_bf16(float* dweight, float* dbias, const float* dout,
 
 }  // namespace
 
-void matmul_forward_bf16(float* out, const float* x, const float* weight, const float* bias, int N, int C, int OC) {
+void matmul_forward_bf16(float* out, const std::uint16_t* x, const std::uint16_t* weight, const float* bias, int N,
+                         int C, int OC) {
   if (N == 0 || OC == 0) return;
-  const Bf16Operands operands(x, static_cast<std::size_t>(N) * C, weight, static_cast<std::size_t>(OC) * C);
   const LtProduct product{.out = out,
-                          .a = operands.first,
-                          .b = operands.second,
+                          .a = x,
+                          .b = weight,
                           .rows = N,
                           .inner = C,
                           .cols = OC,
@@ -95,14 +85,13 @@ void matmul_forward_bf16(float* out, const float* x, const float* weight, const 
   }
 }
 
-void matmul_bias_gelu_forward_bf16(float* out, float* pre, const float* x, const float* weight, const float* bias,
-                                   int N, int C, int OC) {
+void matmul_bias_gelu_forward_bf16(float* out, float* pre, const std::uint16_t* x, const std::uint16_t* weight,
+                                   const float* bias, int N, int C, int OC) {
   if (N == 0 || OC == 0) return;
   if (OC % 8 == 0) {
-    const Bf16Operands operands(x, static_cast<std::size_t>(N) * C, weight, static_cast<std::size_t>(OC) * C);
     const LtProduct product{.out = out,
-                            .a = operands.first,
-                            .b = operands.second,
+                            .a = x,
+                            .b = weight,
                             .rows = N,
                             .inner = C,
                             .cols = OC,
@@ -118,25 +107,23 @@ void matmul_bias_gelu_forward_bf16(float* out, float* pre, const float* x, const
   bias_gelu_forward(out, pre, pre, bias, N, OC);
 }
 
-void matmul_backward_bf16(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
-                          const float* weight, int N, int C, int OC) {
+void matmul_backward_bf16(float* dx, float* dweight, float* dbias, const float* dout, const std::uint16_t* x,
+                          const std::uint16_t* weight, int N, int C, int OC) {
   if (N == 0 || OC == 0) return;
-  const Bf16Operands operands(dout, static_cast<std::size_t>(N) * OC, x, static_cast<std::size_t>(N) * C, weight,
-                              static_cast<std::size_t>(OC) * C);
-  if (dx != nullptr) input_grad_bf16(dx, operands.first, operands.third, N, C, OC);
-  weight_and_bias_grads_bf16(dweight, dbias, dout, operands.first, operands.second, N, C, OC);
+  const std::uint16_t* dout16 = bf16_copy(dout, static_cast<std::size_t>(N) * OC);
+  if (dx != nullptr) input_grad_bf16(dx, dout16, weight, N, C, OC);
+  weight_and_bias_grads_bf16(dweight, dbias, dout, dout16, x, N, C, OC);
 }
 
-void matmul_gelu_backward_bf16(float* dpre, float* dweight, float* dbias, const float* dout, const float* x,
-                               const float* weight, const float* pre, int N, int C, int OC) {
+void matmul_gelu_backward_bf16(float* dpre, float* dweight, float* dbias, const float* dout, const std::uint16_t* x,
+                               const std::uint16_t* weight, const float* pre, int N, int C, int OC) {
   if (N == 0 || OC == 0) return;
-  const Bf16Operands operands(dout, static_cast<std::size_t>(N) * OC, x, static_cast<std::size_t>(N) * C, weight,
-                              static_cast<std::size_t>(OC) * C);
+  const std::uint16_t* dout16 = bf16_copy(dout, static_cast<std::size_t>(N) * OC);
   // As matmul_gelu_backward: gelu'(pre) applied in the dx product's epilogue (pre stays
   // fp32, the epilogue's aux type follows the fp32 output), else a GEMM and a kernel.
   const LtProduct product{.out = dpre,
-                          .a = operands.first,
-                          .b = operands.third,
+                          .a = dout16,
+                          .b = weight,
                           .rows = N,
                           .inner = OC,
                           .cols = C,
@@ -144,22 +131,10 @@ void matmul_gelu_backward_bf16(float* dpre, float* dweight, float* dbias, const 
                           .epilogue = CUBLASLT_EPILOGUE_DGELU,
                           .aux = const_cast<float*>(pre)};
   if (C % 8 != 0 || !lt_matmul(product)) {
-    input_grad_bf16(dpre, operands.first, operands.third, N, C, OC);
+    input_grad_bf16(dpre, dout16, weight, N, C, OC);
     multiply_by_gelu_grad(dpre, pre, static_cast<std::size_t>(N) * C);
   }
-  weight_and_bias_grads_bf16(dweight, dbias, dout, operands.first, operands.second, N, C, OC);
-}
-
-const KernelTable& bf16_operand_kernel_table() {
-  static const KernelTable table = [] {
-    KernelTable bf16 = kernel_table();
-    bf16.matmul_forward = matmul_forward_bf16;
-    bf16.matmul_backward = matmul_backward_bf16;
-    bf16.matmul_bias_gelu_forward = matmul_bias_gelu_forward_bf16;
-    bf16.matmul_gelu_backward = matmul_gelu_backward_bf16;
-    return bf16;
-  }();
-  return table;
+  weight_and_bias_grads_bf16(dweight, dbias, dout, dout16, x, N, C, OC);
 }
 
 }  // namespace dufu::trainer::cuda

@@ -45,13 +45,6 @@ class Device {
   // Where its memory lives: communicators whose collectives move it have the same.
   virtual MemorySpace memory_space() const = 0;
   virtual const KernelTable& kernels() const = 0;
-  // The table for the bf16 recipe (train.precision = bf16), whose matmul operands are
-  // always on the bf16 grid: a GPU multiplies them as bf16 on its tensor cores (exact
-  // copies, fp32 accumulation); a device without such matmuls gives kernels(), whose
-  // fp32 products of the same values are the recipe's arithmetic too. (Defined here,
-  // inline, so that Device keeps no key function: the CUDA module needs its typeinfo
-  // from this header alone.)
-  virtual const KernelTable& kernels_for_bf16_operands() const { return kernels(); }
 
   // `bytes` of device memory, aligned to 64 bytes, contents undefined (0 bytes gives
   // a valid pointer too). Throws dufu::Error naming the device and the size when

@@ -39,30 +39,35 @@ class Communicator;
 namespace dufu::trainer {
 
 // Pointers to the tensors of one buffer laid out as gpt_parameter_layout says: the
-// same struct serves the parameters, their gradients and optimizer moments. On a
-// pipeline stage, h holds the stage's layers (h[0] is layer first_layer) and the
-// tensors the stage does not hold are null.
-struct GPTLayerTensors {
-  float* ln_1_weight;
-  float* ln_1_bias;
-  float* attn_c_attn_weight;
-  float* attn_c_attn_bias;
-  float* attn_c_proj_weight;
-  float* attn_c_proj_bias;
-  float* ln_2_weight;
-  float* ln_2_bias;
-  float* mlp_c_fc_weight;
-  float* mlp_c_fc_bias;
-  float* mlp_c_proj_weight;
-  float* mlp_c_proj_bias;
+// same struct serves the parameters, their gradients and optimizer moments (float),
+// and the bf16 working copy of the weights (its bits, std::uint16_t). On a pipeline
+// stage, h holds the stage's layers (h[0] is layer first_layer) and the tensors the
+// stage does not hold are null.
+template <typename T>
+struct BasicGPTLayerTensors {
+  T* ln_1_weight;
+  T* ln_1_bias;
+  T* attn_c_attn_weight;
+  T* attn_c_attn_bias;
+  T* attn_c_proj_weight;
+  T* attn_c_proj_bias;
+  T* ln_2_weight;
+  T* ln_2_bias;
+  T* mlp_c_fc_weight;
+  T* mlp_c_fc_bias;
+  T* mlp_c_proj_weight;
+  T* mlp_c_proj_bias;
 };
-struct GPTTensors {
-  float* wte;
-  float* wpe;
-  std::vector<GPTLayerTensors> h;
-  float* ln_f_weight;
-  float* ln_f_bias;
+template <typename T>
+struct BasicGPTTensors {
+  T* wte;
+  T* wpe;
+  std::vector<BasicGPTLayerTensors<T>> h;
+  T* ln_f_weight;
+  T* ln_f_bias;
 };
+using GPTLayerTensors = BasicGPTLayerTensors<float>;
+using GPTTensors = BasicGPTTensors<float>;
 
 // The arithmetic of a training step (train.precision). kFp32: every tensor is fp32.
 // kBf16: the mixed-precision recipe of docs/architecture.md ("Mixed precision"):
@@ -169,10 +174,12 @@ class GPT {
   GPTTensors tensors(std::span<float> buffer) const;
 
   // Switches the arithmetic of forward and backward (fp32 by default; fp32 is the
-  // model as it was, bit for bit). bf16 keeps a working copy of the weights, every
-  // parameter rounded to bf16, made from the masters by the first forward after they
-  // change (once per step, after the optimizer), rounds the activations at the
-  // recipe's points, and keeps the activations a backward reads in bf16 memory.
+  // model as it was, bit for bit). bf16 keeps a working copy of the weights in bf16,
+  // every parameter rounded, made from the masters by the first forward after they
+  // change (once per step, after the optimizer), and an fp32 copy of its biases and
+  // LayerNorm parameters for the kernels that take floats; it rounds the activations
+  // at the recipe's points, keeps the activations a backward reads in bf16 memory, and
+  // runs the embedding and the matmuls on the bf16 copies (the *_bf16 kernels).
   // Changing the precision drops the activations of earlier forwards. Throws
   // dufu::Error for bf16 on a device whose kernel table lacks the bf16 ops.
   void set_precision(Precision precision);
@@ -294,6 +301,7 @@ class GPT {
     // gives the pointers a layer computes with).
     std::vector<LayerActivations> layers;
     std::vector<StoredLayerActivations> stored;  // under bf16 only
+    std::uint16_t* ln_f_bits;                    // under bf16, the LM head's input
     float* ln_f;  // [N, C]
     float* ln_f_mean;
     float* ln_f_rstd;
@@ -386,9 +394,30 @@ class GPT {
                           const float* branch, const float* weight, const float* bias, int N, int C,
                           std::uint16_t* stored_residual_out, std::uint16_t* stored_norm_out);
 
+  // A matmul operand in the form each precision reads it: fp32 values (under fp32) or
+  // bf16 bits (under bf16: an activation's stored copy, the weights' working copy).
+  struct Operand {
+    const float* values;
+    const std::uint16_t* bits;
+  };
+  // The linear layers and the embedding through the fp32 kernels, or under bf16 the
+  // *_bf16 ones on the bits (gpt_precision.cc); arguments as the kernels'.
+  void linear_forward(float* out, Operand x, Operand weight, const float* bias, int N, int C, int OC);
+  void linear_bias_gelu_forward(float* out, float* pre, Operand x, Operand weight, const float* bias, int N, int C,
+                                int OC);
+  void linear_backward(float* dx, float* dweight, float* dbias, const float* dout, Operand x, Operand weight, int N,
+                       int C, int OC);
+  void linear_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, Operand x, Operand weight,
+                            const float* pre, int N, int C, int OC);
+  void embed(float* out, const std::int32_t* tokens, bool adds_positions, int B, int T, int C);
+  // Views of the tensors, tensor_of(const ParamTensor&) giving each one's pointer;
+  // called in layout order.
+  template <typename T, typename TensorOf>
+  BasicGPTTensors<T> tensor_views(TensorOf&& tensor_of) const;
+
   GPTConfig config_;
   Device* device_;
-  const KernelTable* kernels_;  // device_->kernels(), or kernels_for_bf16_operands() under bf16
+  const KernelTable* kernels_;  // device_->kernels()
   PipelineStage stage_;  // num_layers resolved
   Communicator* tensor_group_ = nullptr;  // null when serial
   int tp_ = 1;
@@ -397,9 +426,22 @@ class GPT {
   std::vector<ParamTensor> full_layout_;
   DeviceBuffer<float> params_;
   DeviceBuffer<float> grads_;
-  GPTTensors p_;  // views of the weights forward and backward read: params_, or working_weights_ under bf16
+  // The weights forward and backward read: params_ under fp32; under bf16 the
+  // working copy, p16_ for every tensor and p_ for the biases and LayerNorm parameters
+  // (null for the matrices, which only the *_bf16 kernels read).
+  GPTTensors p_;
+  BasicGPTTensors<std::uint16_t> p16_{};
   Precision precision_ = Precision::kFp32;
-  DeviceBuffer<float> working_weights_;  // bf16: every parameter rounded to bf16
+  DeviceBuffer<std::uint16_t> working_bits_;  // bf16: every parameter rounded to bf16
+  DeviceBuffer<float> working_vectors_;       // bf16: the biases and LayerNorm parameters, as floats
+  // bf16: where each run of biases and LayerNorm parameters sits in the layout and in
+  // working_vectors_.
+  struct VectorRun {
+    std::size_t offset;
+    std::size_t vector_offset;
+    std::size_t count;
+  };
+  std::vector<VectorRun> vector_runs_;
   bool working_weights_stale_ = true;
   GPTTensors g_;  // views into grads_
 

@@ -170,6 +170,31 @@ struct KernelTable {
   // float of stored[i], exactly. Null in a table without them, like round_to_bf16.
   void (*store_bf16)(std::uint16_t* stored, float* values, std::size_t n) = nullptr;
   void (*load_bf16)(float* values, const std::uint16_t* stored, std::size_t n) = nullptr;
+  // bits[i] = the bf16 bits of values[i], rounded (values unchanged): the bf16 working
+  // copy of the weights, made from the fp32 masters.
+  void (*to_bf16)(std::uint16_t* bits, const float* values, std::size_t n) = nullptr;
+
+  // ---- bf16 operands (train.precision = bf16) ----
+  // The lookups and products of the recipe with their weights and inputs read from
+  // bf16 storage (bits, as bf16.h): each computes what the fp32 entry of the same name
+  // computes on the float values of those bits. Outputs, biases, dout, pre and
+  // gradients stay fp32; dout's values are on the bf16 grid (the recipe rounds every
+  // activation gradient), so a GPU copies it to bf16 exactly and multiplies bf16 on its
+  // tensor cores with fp32 accumulation.
+  void (*embedding_forward_bf16)(float* out, const std::int32_t* tokens, const std::uint16_t* wte,
+                                 const std::uint16_t* wpe, int B, int T, int C) = nullptr;
+  void (*vocab_parallel_embedding_forward_bf16)(float* out, const std::int32_t* tokens, const std::uint16_t* wte,
+                                                const std::uint16_t* wpe, int vocab_begin, int V_local, int B, int T,
+                                                int C) = nullptr;
+  void (*matmul_forward_bf16)(float* out, const std::uint16_t* x, const std::uint16_t* weight, const float* bias, int N,
+                              int C, int OC) = nullptr;
+  void (*matmul_bias_gelu_forward_bf16)(float* out, float* pre, const std::uint16_t* x, const std::uint16_t* weight,
+                                        const float* bias, int N, int C, int OC) = nullptr;
+  void (*matmul_backward_bf16)(float* dx, float* dweight, float* dbias, const float* dout, const std::uint16_t* x,
+                               const std::uint16_t* weight, int N, int C, int OC) = nullptr;
+  void (*matmul_gelu_backward_bf16)(float* dpre, float* dweight, float* dbias, const float* dout,
+                                    const std::uint16_t* x, const std::uint16_t* weight, const float* pre, int N, int C,
+                                    int OC) = nullptr;
 };
 
 }  // namespace dufu::trainer
