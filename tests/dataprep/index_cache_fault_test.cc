@@ -58,11 +58,15 @@ Snapshot without(const Snapshot& all, const Snapshot& older) {
 }
 
 // The files of the complete key directories in `files`: a key directory counts once
-// its "done" marker is there (the rename that publishes it carries the marker).
+// its "done" marker is there (the rename that publishes it carries the marker). A
+// temporary directory (".tmp-<key>-XXXXXX") is not published even when it holds the
+// marker: a kill between writing the marker and the rename leaves one so, and the
+// next run removes it (expect_recovery checks for leftovers).
 Snapshot complete_keys(const Snapshot& files) {
   Snapshot complete;
   for (const auto& [path, bytes] : files) {
     const std::string key = fs::path(path).begin()->string();
+    if (key.starts_with(".tmp-")) continue;
     if (files.contains(key + "/done")) complete[path] = bytes;
   }
   return complete;
