@@ -18,25 +18,19 @@
 #include "dufu/trainer/gpt_layout.h"
 #include "dufu/trainer/gpt_pieces.h"
 #include "dufu/trainer/training_memory.h"
+#include "support/forwarding_cpu_device.h"
 #include "support/gpt_fixture.h"
 
 namespace {
 
-using dufu::trainer::cpu_device;
-using dufu::trainer::Device;
 using dufu::trainer::GPT;
 using dufu::trainer::GPTConfig;
-using dufu::trainer::KernelTable;
-using dufu::trainer::PipelineStage;
 using dufu::trainer::Precision;
 
 // The CPU device, counting the bytes its allocations asked for.
-class CountingDevice final : public Device {
+class CountingDevice final : public dufu::testing::ForwardingCpuDevice {
  public:
-  dufu::trainer::DeviceKind kind() const override { return cpu().kind(); }
   std::string describe() const override { return "counting cpu"; }
-  dufu::MemorySpace memory_space() const override { return cpu().memory_space(); }
-  const KernelTable& kernels() const override { return cpu().kernels(); }
   void* allocate(std::size_t bytes) override {
     void* memory = cpu().allocate(bytes);
     sizes_[memory] = bytes;
@@ -51,18 +45,10 @@ class CountingDevice final : public Device {
     }
     cpu().release(memory);
   }
-  void upload(void* to, const void* from, std::size_t bytes) override { cpu().upload(to, from, bytes); }
-  void download(void* to, const void* from, std::size_t bytes) override { cpu().download(to, from, bytes); }
-  void copy(void* to, const void* from, std::size_t bytes) override { cpu().copy(to, from, bytes); }
-  void fill(float* to, float value, std::size_t count) override { cpu().fill(to, value, count); }
-  void zero(void* to, std::size_t bytes) override { cpu().zero(to, bytes); }
-  void synchronize() override {}
-  double memory_capacity_bytes() const override { return cpu().memory_capacity_bytes(); }
 
   std::size_t live_bytes() const { return live_; }
 
  private:
-  static Device& cpu() { return cpu_device(); }
   std::map<void*, std::size_t> sizes_;
   std::size_t live_ = 0;
 };

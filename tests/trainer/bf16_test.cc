@@ -23,6 +23,7 @@
 #include "dufu/trainer/optimizer.h"
 #include "dufu/trainer/training_config.h"
 #include "support/expect_error.h"
+#include "support/forwarding_cpu_device.h"
 #include "support/gpt_fixture.h"
 #include "support/tool_runner.h"
 
@@ -198,25 +199,13 @@ TEST(Bf16Model, WorkingCopyFollowsTheMasters) {
 
 // The CPU device with a kernel table that leaves round_to_bf16 null, as a backend
 // without the recipe's kernel does.
-class DeviceWithoutBf16 final : public Device {
+class DeviceWithoutBf16 final : public dufu::testing::ForwardingCpuDevice {
  public:
-  DeviceWithoutBf16() : table_(cpu_device().kernels()) { table_.round_to_bf16 = nullptr; }
-  DeviceKind kind() const override { return cpu().kind(); }
+  DeviceWithoutBf16() : table_(cpu().kernels()) { table_.round_to_bf16 = nullptr; }
   std::string describe() const override { return "cpu without bf16"; }
-  dufu::MemorySpace memory_space() const override { return cpu().memory_space(); }
   const KernelTable& kernels() const override { return table_; }
-  void* allocate(std::size_t bytes) override { return cpu().allocate(bytes); }
-  void release(void* memory) noexcept override { cpu().release(memory); }
-  void upload(void* to, const void* from, std::size_t bytes) override { cpu().upload(to, from, bytes); }
-  void download(void* to, const void* from, std::size_t bytes) override { cpu().download(to, from, bytes); }
-  void copy(void* to, const void* from, std::size_t bytes) override { cpu().copy(to, from, bytes); }
-  void fill(float* to, float value, std::size_t count) override { cpu().fill(to, value, count); }
-  void zero(void* to, std::size_t bytes) override { cpu().zero(to, bytes); }
-  void synchronize() override {}
-  double memory_capacity_bytes() const override { return cpu().memory_capacity_bytes(); }
 
  private:
-  static Device& cpu() { return cpu_device(); }
   KernelTable table_;
 };
 

@@ -64,6 +64,17 @@ struct LtProduct {
 // one order. False when cuBLASLt has no algorithm for it (nothing was launched then).
 bool lt_matmul(const LtProduct& product);
 
+// The linear layers' cuBLASLt products, for fp32 or bf16 operands (input_type; fp32
+// outputs). linear_product: out [N, OC] = x [N, C] · weight [OC, C]^T, plus bias unless
+// null; with pre not null, the GELU epilogue: pre = that sum and out = gelu(pre).
+// gelu_input_grad_product: dpre [N, C] = gelu'(pre) ⊙ (dout [N, OC] · weight [OC, C]),
+// the DGELU epilogue. False when cuBLASLt has no algorithm, or a GELU epilogue's width
+// is not a multiple of 8: the caller then runs the unfused kernels.
+bool linear_product(float* out, float* pre, const void* x, const void* weight, const float* bias, int N, int C, int OC,
+                    cudaDataType_t input_type);
+bool gelu_input_grad_product(float* dpre, const void* dout, const void* weight, const float* pre, int N, int C, int OC,
+                             cudaDataType_t input_type);
+
 // bits[i] = bf16.h's float_to_bf16_bits(values[i]): the bf16 copy of values the recipe
 // has already rounded (exact for them), for the matmuls that take bf16 operands.
 void to_bf16_bits(std::uint16_t* bits, const float* values, std::size_t n);

@@ -105,18 +105,45 @@ void weight_and_bias_grads(float* dweight, float* dbias, const float* dout, cons
 
 }  // namespace
 
+bool linear_product(float* out, float* pre, const void* x, const void* weight, const float* bias, int N, int C, int OC,
+                    cudaDataType_t input_type) {
+  if (pre != nullptr && OC % 8 != 0) return false;
+  const cublasLtEpilogue_t epilogue = pre != nullptr    ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                      : bias != nullptr ? CUBLASLT_EPILOGUE_BIAS
+                                                        : CUBLASLT_EPILOGUE_DEFAULT;
+  return lt_matmul({.out = out,
+                    .a = x,
+                    .b = weight,
+                    .rows = N,
+                    .inner = C,
+                    .cols = OC,
+                    .b_transposed = true,
+                    .input_type = input_type,
+                    .epilogue = epilogue,
+                    .bias = bias,
+                    .aux = pre});
+}
+
+bool gelu_input_grad_product(float* dpre, const void* dout, const void* weight, const float* pre, int N, int C, int OC,
+                             cudaDataType_t input_type) {
+  if (C % 8 != 0) return false;
+  // cuBLASLt only reads the aux matrix under DGELU.
+  return lt_matmul({.out = dpre,
+                    .a = dout,
+                    .b = weight,
+                    .rows = N,
+                    .inner = OC,
+                    .cols = C,
+                    .input_type = input_type,
+                    .epilogue = CUBLASLT_EPILOGUE_DGELU,
+                    .aux = const_cast<float*>(pre)});
+}
+
 void matmul_forward(float* out, const float* x, const float* weight, const float* bias, int N, int C, int OC) {
   if (N == 0 || OC == 0) return;
-  const LtProduct product{.out = out,
-                          .a = x,
-                          .b = weight,
-                          .rows = N,
-                          .inner = C,
-                          .cols = OC,
-                          .b_transposed = true,
-                          .epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
-                          .bias = bias};
-  if (!lt_matmul(product)) DUFU_FAIL("cuBLASLt has no algorithm for matmul_forward with N ", N, ", C ", C, ", OC ", OC);
+  if (!linear_product(out, nullptr, x, weight, bias, N, C, OC, CUDA_R_32F)) {
+    DUFU_FAIL("cuBLASLt has no algorithm for matmul_forward with N ", N, ", C ", C, ", OC ", OC);
+  }
 }
 
 void matmul_bias_gelu_forward(float* out, float* pre, const float* x, const float* weight, const float* bias, int N,
@@ -125,17 +152,7 @@ void matmul_bias_gelu_forward(float* out, float* pre, const float* x, const floa
   // cuBLASLt's GELU epilogue keeps the pre-activation with a leading dimension that is
   // a multiple of 8; other widths (a tensor-parallel slice of an odd d_model) take
   // the unfused path, as does a shape with no fused algorithm.
-  const LtProduct product{.out = out,
-                          .a = x,
-                          .b = weight,
-                          .rows = N,
-                          .inner = C,
-                          .cols = OC,
-                          .b_transposed = true,
-                          .epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
-                          .bias = bias,
-                          .aux = pre};
-  if (OC % 8 == 0 && lt_matmul(product)) return;
+  if (linear_product(out, pre, x, weight, bias, N, C, OC, CUDA_R_32F)) return;
   matmul_forward(pre, x, weight, nullptr, N, C, OC);
   bias_gelu_forward(out, pre, pre, bias, N, OC);
 }
@@ -154,15 +171,7 @@ void matmul_gelu_backward(float* dpre, float* dweight, float* dbias, const float
   // the epilogue. cuBLASLt only reads the aux matrix under DGELU. As in the forward, a
   // width that is not a multiple of 8 or a shape with no fused algorithm takes a GEMM
   // and an element-wise kernel.
-  const LtProduct product{.out = dpre,
-                          .a = dout,
-                          .b = weight,
-                          .rows = N,
-                          .inner = OC,
-                          .cols = C,
-                          .epilogue = CUBLASLT_EPILOGUE_DGELU,
-                          .aux = const_cast<float*>(pre)};
-  if (C % 8 != 0 || !lt_matmul(product)) {
+  if (!gelu_input_grad_product(dpre, dout, weight, pre, N, C, OC, CUDA_R_32F)) {
     input_grad(dpre, dout, weight, N, C, OC);
     multiply_by_gelu_grad(dpre, pre, static_cast<std::size_t>(N) * C);
   }

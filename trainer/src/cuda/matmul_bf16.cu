@@ -70,17 +70,7 @@ void weight_and_bias_grads_bf16(float* dweight, float* dbias, const float* dout,
 void matmul_forward_bf16(float* out, const std::uint16_t* x, const std::uint16_t* weight, const float* bias, int N,
                          int C, int OC) {
   if (N == 0 || OC == 0) return;
-  const LtProduct product{.out = out,
-                          .a = x,
-                          .b = weight,
-                          .rows = N,
-                          .inner = C,
-                          .cols = OC,
-                          .b_transposed = true,
-                          .input_type = CUDA_R_16BF,
-                          .epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
-                          .bias = bias};
-  if (!lt_matmul(product)) {
+  if (!linear_product(out, nullptr, x, weight, bias, N, C, OC, CUDA_R_16BF)) {
     DUFU_FAIL("cuBLASLt has no bf16 algorithm for matmul_forward with N ", N, ", C ", C, ", OC ", OC);
   }
 }
@@ -88,20 +78,7 @@ void matmul_forward_bf16(float* out, const std::uint16_t* x, const std::uint16_t
 void matmul_bias_gelu_forward_bf16(float* out, float* pre, const std::uint16_t* x, const std::uint16_t* weight,
                                    const float* bias, int N, int C, int OC) {
   if (N == 0 || OC == 0) return;
-  if (OC % 8 == 0) {
-    const LtProduct product{.out = out,
-                            .a = x,
-                            .b = weight,
-                            .rows = N,
-                            .inner = C,
-                            .cols = OC,
-                            .b_transposed = true,
-                            .input_type = CUDA_R_16BF,
-                            .epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
-                            .bias = bias,
-                            .aux = pre};
-    if (lt_matmul(product)) return;
-  }
+  if (linear_product(out, pre, x, weight, bias, N, C, OC, CUDA_R_16BF)) return;
   // As matmul_bias_gelu_forward: widths the epilogue cannot keep take two kernels.
   matmul_forward_bf16(pre, x, weight, nullptr, N, C, OC);
   bias_gelu_forward(out, pre, pre, bias, N, OC);
@@ -121,16 +98,7 @@ void matmul_gelu_backward_bf16(float* dpre, float* dweight, float* dbias, const 
   const std::uint16_t* dout16 = bf16_copy(dout, static_cast<std::size_t>(N) * OC);
   // As matmul_gelu_backward: gelu'(pre) applied in the dx product's epilogue (pre stays
   // fp32, the epilogue's aux type follows the fp32 output), else a GEMM and a kernel.
-  const LtProduct product{.out = dpre,
-                          .a = dout16,
-                          .b = weight,
-                          .rows = N,
-                          .inner = OC,
-                          .cols = C,
-                          .input_type = CUDA_R_16BF,
-                          .epilogue = CUBLASLT_EPILOGUE_DGELU,
-                          .aux = const_cast<float*>(pre)};
-  if (C % 8 != 0 || !lt_matmul(product)) {
+  if (!gelu_input_grad_product(dpre, dout16, weight, pre, N, C, OC, CUDA_R_16BF)) {
     input_grad_bf16(dpre, dout16, weight, N, C, OC);
     multiply_by_gelu_grad(dpre, pre, static_cast<std::size_t>(N) * C);
   }
