@@ -43,8 +43,9 @@ ConfigSchema training_config_schema() {
                "Stop with a checkpoint after this step (0 = run to train.steps): splits a run into jobs")
       .add_int("train.threads", 0, "OpenMP threads for the kernels (0 = OMP_NUM_THREADS or every core)")
       .add_string("train.precision", "fp32",
-                  "fp32, or bf16: bf16 matmul inputs, weight working copy and activations with fp32 master "
-                  "weights, moments, LayerNorm statistics, softmax and loss (on the cpu device: rounded to bf16)")
+                  "fp32, or bf16: bf16 matmul inputs, weight working copy and stored activations with fp32 master "
+                  "weights, moments, LayerNorm statistics, softmax and loss (kernels compute in fp32 and round to "
+                  "bf16 at the recipe's points; on cuda: compiled, not run)")
       .add_double("train.dp_bucket_mb", 25.0,
                   "MiB of gradient per data-parallel collective (PyTorch DDP's bucket_cap_mb); the result does not "
                   "depend on it, the collectives' scratch memory does");

@@ -375,8 +375,9 @@ class GPT {
   LayerActivations layer_activations(const ActivationSlot& slot, int l) const;
   // The bf16 copies layer l stores to (all null under fp32).
   StoredLayerActivations stored_activations(const ActivationSlot& slot, int l) const;
-  // Under bf16, before layer l's backward: its stored activations and its input
-  // (layer l - 1's residual_out) back into the working set.
+  // Under bf16, before layer l's backward: the stored activations its fp32 kernels
+  // read (qkv, att, residual_mid, fc_pre) and its input (layer l - 1's residual_out)
+  // back into the working set; its matmuls read their bf16 copies directly.
   void load_layer_activations(const ActivationSlot& slot, int l);
   void ensure_activation_grads(int B, int T);
   void check_batch(std::span<const std::int32_t> tokens, std::span<const float> input,
@@ -401,7 +402,7 @@ class GPT {
     const std::uint16_t* bits;
   };
   // The linear layers and the embedding through the fp32 kernels, or under bf16 the
-  // *_bf16 ones on the bits (gpt_precision.cc); arguments as the kernels'.
+  // *_bf16 ones on the bits (gpt_linear.cc); arguments as the kernels'.
   void linear_forward(float* out, Operand x, Operand weight, const float* bias, int N, int C, int OC);
   void linear_bias_gelu_forward(float* out, float* pre, Operand x, Operand weight, const float* bias, int N, int C,
                                 int OC);
