@@ -13,6 +13,14 @@
 // loss is close to ln(vocab) (what GPT-2's initialisation gives) and that the loss
 // after the last step is lower, i.e. the step really trains, before it reports.
 //
+// On a GPU it also prints the memory plan the trainer checks before it allocates
+// beside what the device's free memory fell by from before the model to after the
+// timed steps, and, given --nominal-peak-tflops, MFU against that datasheet figure.
+// --save-initial DIR writes the weights before the first update as a checkpoint under
+// DIR (what `train export-hf` reads) and, after the first step, DIR/first_batch.json
+// with the batch and the loss dufu computed on it: the GPU runner's loss-parity check
+// hands both to transformers.
+//
 // Threads: OpenMP's (OMP_NUM_THREADS). The last line is machine-readable:
 //   train_benchmark impl=dufu ... tokens_per_s=X ms_per_step=Y mfu=Z ...
 // Exit status: 0 measured, 1 error, 77 the device is not available here.
@@ -27,11 +35,15 @@
 #include <string>
 #include <vector>
 
+#include "dufu/common/atomic_file.h"
 #include "dufu/common/error.h"
+#include "dufu/common/json_writer.h"
+#include "dufu/trainer/checkpoint.h"
 #include "dufu/trainer/device.h"
 #include "dufu/trainer/flops.h"
 #include "dufu/trainer/gpt.h"
 #include "dufu/trainer/optimizer.h"
+#include "dufu/trainer/training_memory.h"
 
 namespace {
 
@@ -54,6 +66,8 @@ struct Options {
   double sgemm_seconds = 1.0;
   std::string device = "cpu";
   std::string precision = "fp32";
+  double nominal_peak_tflops = 0.0;  // 0: no MFU against a datasheet figure
+  std::string save_initial;
 };
 
 // Seconds spent in each part of the step, summed over the timed steps.
@@ -64,6 +78,36 @@ struct PhaseTimes {
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
+std::string save_initial_weights(const std::string& dir, const GPT& model, const AdamW& optimizer,
+                                 std::uint32_t seed) {
+  dufu::trainer::TrainingState state;
+  state.init_seed = seed;
+  state.model = model.config();
+  return dufu::trainer::save_checkpoint(dir, model, optimizer, state, 1);
+}
+
+void write_first_batch(const std::string& path, const std::vector<std::int32_t>& tokens,
+                       const std::vector<std::int32_t>& targets, int B, int T, const std::string& precision,
+                       float loss) {
+  dufu::JsonWriter json;
+  json.begin_object();
+  json.key("micro_batch").value(B);
+  json.key("seq").value(T);
+  json.key("precision").value(precision);
+  json.key("loss").value(static_cast<double>(loss));
+  json.key("tokens").begin_array();
+  for (const std::int32_t token : tokens) json.value(token);
+  json.end_array();
+  json.key("targets").begin_array();
+  for (const std::int32_t target : targets) json.value(target);
+  json.end_array();
+  json.end_object();
+  dufu::AtomicFile file(path);
+  const std::string text = json.str() + "\n";
+  file.write(text.data(), text.size());
+  file.commit();
+}
+
 int run(const Options& options) {
   GPTConfig config = options.config;
   config.seq_length = options.seq;
@@ -73,11 +117,17 @@ int run(const Options& options) {
   const int threads = omp_get_max_threads();
   Device& device = dufu::trainer::device_of_kind(dufu::trainer::parse_device_kind(options.device));
   const bool on_gpu = device.kind() != DeviceKind::kCpu;
+  const auto precision = dufu::trainer::parse_precision(options.precision, "--precision");
+  const double free_before_model = device.memory_capacity_bytes();
 
   GPT model(config, nullptr, {}, &device);
-  model.set_precision(dufu::trainer::parse_precision(options.precision, "--precision"));
+  model.set_precision(precision);
   model.init_gpt2(options.seed);
   AdamW optimizer(model, AdamWOptions{});  // GPT-2's betas (0.9, 0.95), eps 1e-8, decay 0.1 on matrices
+  std::string initial_checkpoint;
+  if (!options.save_initial.empty()) {
+    initial_checkpoint = save_initial_weights(options.save_initial, model, optimizer, options.seed);
+  }
 
   std::mt19937 rng(options.seed);
   std::uniform_int_distribution<std::int32_t> token(0, config.vocab_size - 1);
@@ -124,7 +174,14 @@ int run(const Options& options) {
   };
 
   const auto warmup_start = Clock::now();
-  for (int i = 0; i < options.warmup; ++i) step(nullptr);
+  if (!options.save_initial.empty()) {
+    step(nullptr);
+    write_first_batch(options.save_initial + "/first_batch.json", tokens, targets, B, T, options.precision,
+                      losses.front());
+    std::printf("initial weights in %s, first batch and loss in %s/first_batch.json\n", initial_checkpoint.c_str(),
+                options.save_initial.c_str());
+  }
+  for (int i = losses.size(); i < options.warmup; ++i) step(nullptr);
   const double warmup_seconds = seconds_since(warmup_start);
 
   // The peak right before the timed steps, so both see the same machine state.
@@ -137,6 +194,7 @@ int run(const Options& options) {
   const auto start = Clock::now();
   for (int i = 0; i < options.steps; ++i) step(&phases);
   const double seconds = seconds_since(start);
+  const double held_after_steps = free_before_model - device.memory_capacity_bytes();
   // One more forward gives the loss after the last update.
   const float final_loss = model.forward(tokens, targets, B, T);
 
@@ -156,6 +214,13 @@ int run(const Options& options) {
   const double ms_per_step = 1e3 * seconds / options.steps;
   const double flops_per_token = dufu::trainer::gpt_training_flops_per_token(config, T);
   const double mfu = flops_per_token * tokens_per_s / peak;
+  const double nominal_peak = options.nominal_peak_tflops * 1e12;
+  const double mfu_nominal = nominal_peak > 0 ? flops_per_token * tokens_per_s / nominal_peak : 0.0;
+  const dufu::trainer::PipelineStage whole_model{};
+  const dufu::trainer::MemoryPlan plan = dufu::trainer::memory_plan(
+      dufu::trainer::rank_parameter_count(config, 1, whole_model), 1, false,
+      precision == dufu::trainer::Precision::kBf16,
+      dufu::trainer::activation_bytes(config, B, T, 1, whole_model, 1, 0, precision));
 
   std::printf("dufu train step: n_layer %d, d_model %d, n_head %d, vocab %d (padded %d), %zu parameters\n",
               config.n_layer, config.d_model, config.n_head, config.vocab_size, config.padded_vocab_size(),
@@ -173,15 +238,22 @@ int run(const Options& options) {
       "  %.1f tokens/s; %.3f GFLOP/token -> %.2f GFLOP/s; sgemm %.2f GFLOP/s; MFU %.3f of the %s rate %.2f GFLOP/s\n",
       tokens_per_s, flops_per_token / 1e9, flops_per_token * tokens_per_s / 1e9, sgemm / 1e9, mfu, peak_kind,
       peak / 1e9);
+  if (nominal_peak > 0) std::printf("  MFU %.3f of the nominal %.0f TFLOP/s\n", mfu_nominal, options.nominal_peak_tflops);
+  if (on_gpu) {
+    std::printf("  memory plan: %s; the device's free memory fell by %.2f GB from before the model to after the "
+                "timed steps\n",
+                plan.describe(free_before_model).c_str(), held_after_steps / 1e9);
+  }
   std::printf(
       "train_benchmark impl=dufu device=%s precision=%s n_layer=%d d_model=%d n_head=%d vocab=%d seq=%d "
       "micro_batch=%d threads=%d warmup=%d steps=%d seconds=%.3f tokens_per_s=%.2f ms_per_step=%.1f forward_ms=%.1f "
       "backward_ms=%.1f clip_ms=%.1f adamw_ms=%.1f zero_grad_ms=%.1f flops_per_token=%.6g sgemm_gflops=%.2f "
-      "peak_gflops=%.2f mfu=%.4f loss_first=%.4f loss_final=%.4f\n",
+      "peak_gflops=%.2f mfu=%.4f mfu_nominal=%.4f plan_gb=%.3f held_gb=%.3f loss_first=%.4f loss_final=%.4f\n",
       options.device.c_str(), options.precision.c_str(), config.n_layer, config.d_model, config.n_head,
       config.vocab_size, T, B, threads, options.warmup, options.steps, seconds, tokens_per_s, ms_per_step,
       1e3 * phases.forward / n, 1e3 * phases.backward / n, 1e3 * phases.clip / n, 1e3 * phases.adamw / n,
-      1e3 * phases.zero_grad / n, flops_per_token, sgemm / 1e9, peak / 1e9, mfu, losses.front(), final_loss);
+      1e3 * phases.zero_grad / n, flops_per_token, sgemm / 1e9, peak / 1e9, mfu, mfu_nominal, plan.total() / 1e9,
+      on_gpu ? held_after_steps / 1e9 : 0.0, losses.front(), final_loss);
   return 0;
 }
 
@@ -220,6 +292,12 @@ int main(int argc, char** argv) {
   app.add_option("--sgemm-seconds", options.sgemm_seconds, "How long to measure each GEMM rate")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--nominal-peak-tflops", options.nominal_peak_tflops,
+                 "Also report MFU against this datasheet rate (989 for an H100 SXM's dense bf16)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--save-initial", options.save_initial,
+                 "Write the weights before the first update as a checkpoint under DIR, and the batch with its loss "
+                 "as DIR/first_batch.json");
   CLI11_PARSE(app, argc, argv);
   // Exit status 77 (the "skipped" of automake and ctest's SKIP_RETURN_CODE) when the
   // device cannot run here, so the GPU smoke test is reported skipped, not failed.

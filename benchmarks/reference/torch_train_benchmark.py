@@ -14,8 +14,15 @@ warmup steps, then timed steps. Like the dufu program it checks that the first l
 close to ln(vocab) and that the loss falls on the repeated batch before it reports.
 Threads: torch.set_num_threads(--threads) (default OMP_NUM_THREADS, else all cores);
 OpenBLAS, which Debian's torch calls for its matmuls, reads OMP_NUM_THREADS too, so
-the driver sets it. Run with Debian's /usr/bin/python3 (python3-torch). The last line
-is machine-readable:
+the driver sets it. Run with Debian's /usr/bin/python3 (python3-torch).
+
+On a GPU (--device cuda; the GPU bundle's runner, scripts/gpu_runner.sh) it is the
+peer that people would write today: --precision bf16 runs the forward under bf16
+autocast, --sdpa replaces the written-out attention with scaled_dot_product_attention
+(is_causal), AdamW is the fused CUDA implementation, and --compile wraps the model in
+torch.compile (its compilation happens in the warmup steps, which are not timed).
+
+The last line is machine-readable:
   train_benchmark impl=torch ... tokens_per_s=X ms_per_step=Y ...
 """
 import argparse
@@ -50,6 +57,17 @@ def init_gpt2(model, n_layer, vocab_size):
         model.wte.weight[vocab_size:].zero_()  # the padding rows
 
 
+class SdpaAttention(reference.Attention):
+    """The reference attention through torch's fused kernel (torch 2.0 and later)."""
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n-layer", type=int, default=12)
@@ -65,21 +83,37 @@ def main():
     parser.add_argument("--foreach", action="store_true",
                         help="AdamW's multi-tensor (foreach) implementation; 1.13's default is the per-tensor loop")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="bf16: the forward under torch.autocast(bfloat16), fp32 weights and optimizer")
+    parser.add_argument("--sdpa", action="store_true", help="attention through scaled_dot_product_attention")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    on_gpu = device.type == "cuda"
+    if on_gpu:
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, as dufu's fp32 recipe
     B, T, V = args.micro_batch, args.seq, args.vocab
     model = reference.GPT(args.n_layer, args.n_head, args.d_model, V, padded(V), T)
+    if args.sdpa:
+        for block in model.h:
+            block.attn.__class__ = SdpaAttention
     init_gpt2(model, args.n_layer, V)
+    model.to(device)
     model.train()
     decay = [p for p in model.parameters() if p.dim() == 2]
     no_decay = [p for p in model.parameters() if p.dim() != 2]
+    fused = {"fused": True} if on_gpu else {"foreach": args.foreach}
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.lr, betas=(0.9, 0.95), eps=1e-8, foreach=args.foreach)
+        lr=args.lr, betas=(0.9, 0.95), eps=1e-8, **fused)
+    forward = torch.compile(model) if args.compile else model
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
 
-    rows = torch.randint(0, V, (B, T + 1), dtype=torch.int64)
+    rows = torch.randint(0, V, (B, T + 1), dtype=torch.int64).to(device)
     tokens, targets = rows[:, :-1].contiguous(), rows[:, 1:].contiguous()
 
     losses = []
@@ -88,7 +122,8 @@ def main():
     def step():
         nonlocal grad_norm
         optimizer.zero_grad(set_to_none=True)
-        _, loss = model(tokens, targets)
+        with autocast:
+            _, loss = forward(tokens, targets)
         loss.backward()
         grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
         optimizer.step()
@@ -102,8 +137,8 @@ def main():
     for _ in range(args.steps):
         step()
     seconds = time.perf_counter() - start
-    with torch.no_grad():
-        final_loss = model(tokens, targets)[1].item()
+    with torch.no_grad(), autocast:
+        final_loss = forward(tokens, targets)[1].item()
 
     expected_first = math.log(V)
     if not math.isfinite(losses[0]) or abs(losses[0] - expected_first) > 0.5:
@@ -115,14 +150,16 @@ def main():
     tokens_per_s = tokens_per_step * args.steps / seconds
     ms_per_step = 1e3 * seconds / args.steps
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"torch {torch.__version__} train step: n_layer {args.n_layer}, d_model {args.d_model}, "
+    variant = f"{args.device} {args.precision}{' sdpa' if args.sdpa else ''}{' compiled' if args.compile else ''}"
+    print(f"torch {torch.__version__} ({variant}) train step: n_layer {args.n_layer}, d_model {args.d_model}, "
           f"n_head {args.n_head}, vocab {V} (padded {padded(V)}), {n_params} parameters")
     print(f"  batch {B} x {T} = {tokens_per_step} tokens/step, {torch.get_num_threads()} threads, "
           f"{args.warmup} warmup steps ({warmup_seconds:.2f} s), {args.steps} timed steps ({seconds:.2f} s)")
     print(f"  loss {losses[0]:.4f} (ln V = {expected_first:.4f}) -> {final_loss:.4f} after {len(losses)} steps; "
           f"last gradient norm {grad_norm:.3f}")
     print(f"  {tokens_per_s:.1f} tokens/s, {ms_per_step:.1f} ms/step")
-    print(f"train_benchmark impl=torch n_layer={args.n_layer} d_model={args.d_model} n_head={args.n_head} "
+    print(f"train_benchmark impl=torch device={args.device} precision={args.precision} sdpa={int(args.sdpa)} "
+          f"compile={int(args.compile)} n_layer={args.n_layer} d_model={args.d_model} n_head={args.n_head} "
           f"vocab={V} seq={T} micro_batch={B} threads={torch.get_num_threads()} warmup={args.warmup} "
           f"steps={args.steps} seconds={seconds:.3f} tokens_per_s={tokens_per_s:.2f} ms_per_step={ms_per_step:.1f} "
           f"loss_first={losses[0]:.4f} loss_final={final_loss:.4f}")

@@ -63,7 +63,7 @@ class Attention(nn.Module):
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, hs).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-        causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        causal = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))
         att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(y)
@@ -103,7 +103,7 @@ class GPT(nn.Module):
 
     def forward(self, tokens, targets):
         T = tokens.shape[1]
-        x = self.wte(tokens) + self.wpe(torch.arange(T))
+        x = self.wte(tokens) + self.wpe(torch.arange(T, device=tokens.device))
         for block in self.h:
             x = block(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)  # the tied LM head

@@ -16,6 +16,13 @@ over Debian's torch 1.13).
       max_new_tokens, generate_text (or null), texts, encodings, tokenizer_class,
       use_fast, config (the expected config.json fields).
 
+  loss --export DIR --batch FILE.json [--device cuda] [--tolerance R]
+      The GPU runner's loss parity (scripts/gpu_runner.sh): loads DIR on the device and
+      fails unless the loss of the batch in FILE.json (train_benchmark --save-initial's
+      first_batch.json: tokens, targets, micro_batch, seq, precision, loss) is dufu's
+      within R relative (default 1e-5 for fp32, 1e-2 for bf16, whose forward then runs
+      under torch.autocast(bfloat16)). fp32 matmuls are kept out of TF32.
+
   make-bytelevel OUT_DIR
       Trains a small byte-level BPE with HuggingFace tokenizers (GPT-2's layout:
       ByteLevel pre-tokenizer and decoder, <|endoftext|> as a special token) on fixed
@@ -51,6 +58,41 @@ class CapturedWarnings(logging.Handler):
         self.messages.append(record.getMessage())
 
 
+def batch_loss(model, tokens, targets):
+    """The mean next-token cross-entropy of one batch, as dufu's forward computes it."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(tokens).logits.float()
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                                 ignore_index=-1).item()
+
+
+def loss_parity(args):
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    with open(args.batch, encoding="utf-8") as f:
+        batch = json.load(f)
+    bf16 = batch["precision"] == "bf16"
+    tolerance = args.tolerance if args.tolerance is not None else (1e-2 if bf16 else LOSS_REL_TOLERANCE)
+    device = torch.device(args.device)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = GPT2LMHeadModel.from_pretrained(args.export).float().to(device).eval()
+    shape = (batch["micro_batch"], batch["seq"])
+    tokens = torch.tensor(batch["tokens"], dtype=torch.long, device=device).reshape(shape)
+    targets = torch.tensor(batch["targets"], dtype=torch.long, device=device).reshape(shape)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        loss = batch_loss(model, tokens, targets)
+    relative = abs(loss - batch["loss"]) / abs(batch["loss"])
+    verdict = "OK" if relative <= tolerance else "FAIL"
+    print(f"loss parity {batch['precision']} on {device}: transformers {loss:.8f} dufu {batch['loss']:.8f} "
+          f"rel err {relative:.3e} (tolerance {tolerance:g}) {verdict}")
+    if verdict != "OK":
+        sys.exit(1)
+
+
 def check(args):
     import torch
     import transformers
@@ -84,10 +126,7 @@ def check(args):
 
     tokens = torch.tensor(expected["tokens"], dtype=torch.long)
     targets = torch.tensor(expected["targets"], dtype=torch.long)
-    with torch.no_grad():
-        logits = model(tokens).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                                 ignore_index=-1).item()
+    loss = batch_loss(model, tokens, targets)
     relative = abs(loss - expected["loss"]) / abs(expected["loss"])
     print(f"loss: transformers {loss:.8f} dufu {expected['loss']:.8f} rel err {relative:.3e}")
     failures.check(relative <= LOSS_REL_TOLERANCE, f"loss {loss} differs from dufu's {expected['loss']}")
@@ -156,11 +195,18 @@ def main():
     check_parser = commands.add_parser("check")
     check_parser.add_argument("--export", required=True)
     check_parser.add_argument("--expected", required=True)
+    loss_parser = commands.add_parser("loss")
+    loss_parser.add_argument("--export", required=True)
+    loss_parser.add_argument("--batch", required=True)
+    loss_parser.add_argument("--device", default="cpu")
+    loss_parser.add_argument("--tolerance", type=float)
     make_parser = commands.add_parser("make-bytelevel")
     make_parser.add_argument("out_dir")
     args = parser.parse_args()
     if args.command == "check":
         check(args)
+    elif args.command == "loss":
+        loss_parity(args)
     else:
         make_bytelevel(args)
 

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <stdexcept>
@@ -37,9 +38,22 @@ std::string shell_quote(const std::string& text) {
   return quoted + "'";
 }
 
-std::string fixture_path(const std::string& name) { return std::string(DUFU_FIXTURE_DIR) + "/" + name; }
+namespace {
 
-std::string dataprep_tool() { return DUFU_DATAPREP_TOOL; }
-std::string train_tool() { return DUFU_TRAIN_TOOL; }
+// The build's paths are compiled in; a relocated copy of the programs (the GPU bundle
+// of scripts/gpu_bundle.sh, run on another machine) names its own through these.
+std::string build_path_or_override(const char* override_variable, const char* build_path) {
+  const char* value = std::getenv(override_variable);
+  return value != nullptr && *value != '\0' ? value : build_path;
+}
+
+}  // namespace
+
+std::string fixture_path(const std::string& name) {
+  return build_path_or_override("DUFU_TEST_FIXTURE_DIR", DUFU_FIXTURE_DIR) + "/" + name;
+}
+
+std::string dataprep_tool() { return build_path_or_override("DUFU_TEST_DATAPREP_TOOL", DUFU_DATAPREP_TOOL); }
+std::string train_tool() { return build_path_or_override("DUFU_TEST_TRAIN_TOOL", DUFU_TRAIN_TOOL); }
 
 }  // namespace dufu::testing

@@ -18,7 +18,9 @@ struct CommandResult {
 CommandResult run_command(const std::string& command);
 std::string shell_quote(const std::string& text);
 
-// Paths of the shared fixture (see tests/fixtures/make_tokenizer_fixture.sh).
+// Paths of the shared fixture (see tests/fixtures/make_tokenizer_fixture.sh) and of
+// the tools: the build's, or those named by DUFU_TEST_FIXTURE_DIR,
+// DUFU_TEST_DATAPREP_TOOL and DUFU_TEST_TRAIN_TOOL when set (a relocated bundle).
 std::string fixture_path(const std::string& name);
 std::string dataprep_tool();
 std::string train_tool();
