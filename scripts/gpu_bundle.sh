@@ -14,9 +14,8 @@
 #   fixtures/  the tokenizer fixture the training tests read (fortunes.jsonl, .model)
 #   python/    the PyTorch peer and the reference scripts, at their repository paths
 #   run.sh     the runner; COMMIT: the commit built (and whether the tree was dirty)
-# and writes gpu-bundle/dufu-gpu.tar.xz (git-ignored; at most 40 MiB). On the device:
-#   run(command="tar -xJf gpu-bundle/dufu-gpu.tar.xz -C /tmp && /tmp/dufu-gpu/run.sh",
-#       carry=["gpu-bundle"])
+# and writes gpu-bundle/dufu-gpu.tar.xz (git-ignored; at most 40 MiB). On the device,
+# scripts/gpu_check.sh unpacks it and runs run.sh (carry gpu-bundle with the call).
 # --verify then unpacks the bundle into a minimal Debian root made with debootstrap
 # (none of our packages; cached in BUILD_DIR/verify-root) and runs run.sh there: every
 # program must resolve every library it needs but the machine's GPU libraries, a CPU
@@ -84,7 +83,9 @@ while read -r soname path; do
 done < <(for file in "$stage"/bin/* "$stage/lib/libdufu_cuda.so"; do
            ldd "$file" | awk '$2 == "=>" { print $1, $3 } $2 != "=>" && $1 !~ /^\// { print $1, "" }'
          done | sort -u)
-# NCCL is loaded with dlopen, only by groups that span GPUs: not in ldd's list.
+# Loaded with dlopen, so not in ldd's list: the driver (by the CUDA runtime) and NCCL
+# (only by groups that span GPUs).
+machine[libcuda.so.1]=1
 machine[libnccl.so.2]=1
 printf '%s\n' "${!machine[@]}" | sort >"$stage/MACHINE_LIBRARIES"
 strip --strip-unneeded "$stage"/bin/* "$stage"/lib/*.so* 2>/dev/null || true

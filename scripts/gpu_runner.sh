@@ -2,7 +2,7 @@
 # The GPU check, run on a lent GPU machine from the unpacked bundle of
 # scripts/gpu_bundle.sh (where it is the bundle's run.sh):
 #
-#   tar -xJf gpu-bundle/dufu-gpu.tar.xz -C /tmp && /tmp/dufu-gpu/run.sh
+#   bash scripts/gpu_check.sh        (unpacks gpu-bundle/dufu-gpu.tar.xz, runs this)
 #   run.sh [--steps 1,2,...] [--budget SECONDS]
 #
 # Each step runs under its own `timeout`, and the whole under a budget (default 420 s,
@@ -25,7 +25,8 @@
 #   7 loss parity: dufu's initial weights exported to HuggingFace and loaded by
 #     transformers on the GPU give dufu's first loss (fp32 1e-5, bf16 1e-2 relative)
 # Logs go under $OUT (default ./gpu-check-out), at most 8 files: summary.txt, which
-# ends with the table this prints last, and one log per group of steps.
+# ends with the table this prints last, and machine.log (steps 0-1), kernels.log,
+# sanitizer.log, tests.log, training.log, peer.log and parity.log.
 # Without a GPU (scripts/gpu_bundle.sh --verify runs it in a bare Debian root) every
 # GPU step reports "skipped: no GPU" with the reason, and the CPU side still runs.
 set -uo pipefail
@@ -106,12 +107,12 @@ done | sort -u)
 if wants 0; then
   # The CPU side in this root: OpenBLAS, OpenMP and the trainer, one tiny step.
   "${dufu[@]}" "$bundle/bin/train_benchmark" --n-layer 1 --d-model 32 --n-head 2 --vocab 300 --seq 16 --micro-batch 2 \
-    --warmup 0 --steps 2 --sgemm-seconds 0.02 >"$out/runner.log" 2>&1
+    --warmup 0 --steps 2 --sgemm-seconds 0.02 >>"$out/machine.log" 2>&1
   cpu_status=$?
   figures="${#missing_machine[@]} machine libraries missing, CPU training step status $cpu_status"
   [[ -n $unresolved ]] && say "unresolved:"$'\n'"$unresolved"
   if ((cpu_status != 0)); then
-    record 0 "FAIL: a CPU training step failed" "$figures, see runner.log"
+    record 0 "FAIL: a CPU training step failed" "$figures, see machine.log"
   elif [[ -z $unresolved ]]; then
     record 0 "ok: every library resolves" "$figures"
   elif [[ -z $(grep -v -e libcuda.so -e libcublas -e libnccl <<<"$unresolved") ]]; then
@@ -149,7 +150,7 @@ gtest_result() {
 
 # --- step 1: versions and ceilings ----------------------------------------------
 if wants 1; then
-  log=$out/ceilings.log
+  log=$out/machine.log
   { uname -a; command -v nvidia-smi >/dev/null && nvidia-smi; ls "${gpu_libraries_dirs[@]}" 2>/dev/null |
       grep -E '^lib(cublas|cublasLt|nccl|cudart)\.so\.[0-9.]+$' | sort -u; } >>"$log" 2>&1
   if has_gpu; then
@@ -161,7 +162,7 @@ if wants 1; then
       record 1 "ok: $(sed 's/.*gpu="\([^"]*\)".*/\1/' <<<"$line")" \
         "bf16 GEMM $gemm_tflops TFLOP/s, copy $(field copy_gbps "$line") GB/s"
     else
-      record 1 "FAIL: status $status" "see ceilings.log"
+      record 1 "FAIL: status $status" "see machine.log"
     fi
   else
     record 1 "skipped: no GPU" "$no_gpu_reason"
@@ -301,6 +302,13 @@ if wants 7; then
   rm -rf "$work"
 fi
 
+# What comes back from a device call is at most 16 MiB a file: a log that a flood of
+# sanitizer reports made larger keeps its first and last 4 MB.
+for log in "$out"/*.log; do
+  if [[ -f $log ]] && (($(stat -c %s "$log") > 8000000)); then
+    { head -c 4000000 "$log"; printf '\n[... cut ...]\n'; tail -c 4000000 "$log"; } >"$log.cut" && mv "$log.cut" "$log"
+  fi
+done
 {
   echo
   echo "dufu GPU check, bundle of $(cat "$bundle/COMMIT"), $(date -u '+%Y-%m-%d %H:%M UTC'), $((SECONDS - started)) s"
