@@ -3,7 +3,7 @@
 # run.sh) needs on a lent GPU machine, which is not Debian and has none of our apt
 # packages, in one compressed file to carry there.
 #
-#   scripts/gpu_bundle.sh [--verify] [--no-build] [BUILD_DIR]
+#   scripts/gpu_bundle.sh [--verify] [--no-build] [--check-here] [BUILD_DIR]
 #
 # Builds BUILD_DIR (default build-gpu) in Release with the CUDA device for sm_80 and
 # sm_90, then stages into BUILD_DIR/bundle/dufu-gpu/:
@@ -21,15 +21,19 @@
 # program must resolve every library it needs but the machine's GPU libraries, a CPU
 # training step must run, and the GPU steps must report "skipped: no GPU".
 # --no-build uses BUILD_DIR as it is (built with -DDUFU_CUDA=ON and the tests).
+# --check-here stages the bundle (no archive) and runs its run.sh on this machine with
+# the same expectations as --verify: the test suite's gpu_runner_without_gpu.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 verify=0
+check_here=0
 build_first=1
 build=$root/build-gpu
 while (($#)); do
   case $1 in
     --verify) verify=1 ;;
     --no-build) build_first=0 ;;
+    --check-here) check_here=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "gpu_bundle.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     *) build=$(realpath -m "$1") ;;
@@ -57,6 +61,20 @@ if [[ ! -f $build/test-fixtures/fortunes.model ]]; then
   ctest --test-dir "$build" -R '^fixture_tokenizer$' --output-on-failure >/dev/null ||
     fail "the tokenizer fixture failed (ctest --test-dir $build -R fixture_tokenizer)"
 fi
+
+# check_summary FILE STATUS WHERE: what a machine without a GPU must show.
+check_summary() {
+  if grep -q '^GPU: present' "$1"; then
+    (($2 == 0)) || fail "$3: run.sh exited $2 on a machine with a GPU ($1)"
+    return
+  fi
+  grep -q '^0    ok: every library resolves\|^0    partial: only GPU libraries missing' "$1" ||
+    fail "$3: a bundled program lacks a library or a CPU step failed (see $1)"
+  for step in 1 2 3 4a 4b 5 6 7; do
+    grep -q "^$(printf '%-4s' "$step") skipped" "$1" || fail "$3: step $step did not report skipped ($1)"
+  done
+  (($2 == 0)) || fail "$3: run.sh exited $2 ($1)"
+}
 
 stage=$build/bundle/dufu-gpu
 rm -rf "$build/bundle"
@@ -93,6 +111,14 @@ commit=$(git -C "$root" rev-parse HEAD)
 git -C "$root" diff --quiet HEAD || commit+=" (with uncommitted changes)"
 echo "$commit" >"$stage/COMMIT"
 
+if ((check_here)); then
+  status=0
+  OUT=$build/bundle/out "$stage/run.sh" || status=$?
+  check_summary "$build/bundle/out/summary.txt" "$status" "check here"
+  echo "gpu_bundle.sh: the staged runner ran here: libraries resolve, a CPU step trains, GPU steps skipped"
+  exit 0
+fi
+
 mkdir -p "$root/gpu-bundle"
 archive=$root/gpu-bundle/dufu-gpu.tar.xz
 tar -C "$build/bundle" -cf - dufu-gpu | xz -T0 -9 >"$archive.tmp"
@@ -118,13 +144,6 @@ if ((verify)); then
   trap 'umount "$verify_root/proc" 2>/dev/null || true' EXIT
   status=0
   chroot "$verify_root" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root OUT=/opt/out /opt/dufu-gpu/run.sh || status=$?
-  summary=$verify_root/opt/out/summary.txt
-  # Every GPU step skipped with its reason, the CPU side whole, nothing else.
-  grep -q '^0    ok: every library resolves\|^0    partial: only GPU libraries missing' "$summary" ||
-    fail "verify: a bundled program lacks a library in a bare Debian root (see $summary)"
-  for step in 1 2 3 4a 4b 5 6 7; do
-    grep -q "^$(printf '%-4s' "$step") skipped" "$summary" || fail "verify: step $step did not report skipped ($summary)"
-  done
-  ((status == 0)) || fail "verify: run.sh exited $status ($summary)"
+  check_summary "$verify_root/opt/out/summary.txt" "$status" verify
   echo "gpu_bundle.sh: verified in a bare Debian root: libraries resolve, a CPU step trains, GPU steps skipped"
 fi
