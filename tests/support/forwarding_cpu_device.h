@@ -25,6 +25,7 @@ class ForwardingCpuDevice : public trainer::Device {
   void zero(void* to, std::size_t bytes) override { cpu().zero(to, bytes); }
   void synchronize() override { cpu().synchronize(); }
   double memory_capacity_bytes() const override { return cpu().memory_capacity_bytes(); }
+  double scratch_bytes(const trainer::StepShapes& shapes) const override { return cpu().scratch_bytes(shapes); }
 
  protected:
   static trainer::Device& cpu() { return trainer::cpu_device(); }

@@ -128,6 +128,7 @@ class GuardedDevice final : public trainer::Device {
   }
   void synchronize() override {}
   double memory_capacity_bytes() const override { return cpu().memory_capacity_bytes(); }
+  double scratch_bytes(const trainer::StepShapes& shapes) const override { return cpu().scratch_bytes(shapes); }
 
  private:
   static trainer::Device& cpu() { return trainer::cpu_device(); }

@@ -2,7 +2,8 @@
 // backend's sums and maxima against collective_fold.h's fold (the NCCL backend's
 // per-element math), bit for bit, and training steps with buckets that cut tensors
 // unevenly against one bucket, replicated and ZeRO-1: the parameters must not differ
-// in a single bit, on any rank. Also the rank groups the trainer makes for a device.
+// in a single bit, on any rank. (rank_groups_test.cc, in the same program, checks the
+// rank groups the trainer makes for a device.)
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -11,17 +12,12 @@
 #include <limits>
 #include <random>
 #include <span>
-#include <string>
 #include <vector>
 
 #include "dufu/common/communicator.h"
-#include "dufu/common/topology.h"
 #include "dufu/trainer/collective_fold.h"
 #include "dufu/trainer/data_parallel_optimizer.h"
 #include "dufu/trainer/gpt.h"
-#include "dufu/trainer/nccl_communicator.h"
-#include "dufu/trainer/rank_groups.h"
-#include "support/expect_error.h"
 #include "support/gpt_fixture.h"
 #include "support/mpi_world.h"
 
@@ -139,49 +135,6 @@ TEST(BucketedReductionTest, BucketsDoNotChangeABitReplicatedOrZero1) {
   }
   // Both layouts train the same model: replicated and ZeRO-1 agree too.
   expect_bitwise_equal(train(true, 1000), train(false, one_bucket), "ZeRO-1 against replicated");
-}
-
-TEST(RankGroupsTest, HostGroupsForTheCpuDevice) {
-  const Topology topology(world().size(), 1, 1, world().rank());
-  const RankGroups groups = make_rank_groups(world(), topology, cpu_device());
-  EXPECT_EQ(groups.data->size(), world().size());
-  EXPECT_EQ(groups.data->rank(), world().rank());
-  EXPECT_EQ(groups.data->memory_space(), MemorySpace::kHost);
-  EXPECT_EQ(groups.tensor->size(), 1);
-  EXPECT_EQ(groups.pipeline->size(), 1);
-  ASSERT_NE(groups.embedding, nullptr);  // one stage: first and last
-  EXPECT_EQ(groups.embedding->size(), 1);
-}
-
-// A device whose memory is a GPU's, for asking for NCCL groups where there is no NCCL;
-// nothing of it but its names is used.
-class NamedCudaDevice final : public Device {
- public:
-  DeviceKind kind() const override { return DeviceKind::kCuda; }
-  std::string describe() const override { return "cuda:0 (stand-in)"; }
-  MemorySpace memory_space() const override { return MemorySpace::kCudaDevice; }
-  const KernelTable& kernels() const override { return cpu_device().kernels(); }
-  double memory_capacity_bytes() const override { return 0.0; }
-  void* allocate(std::size_t) override { return nullptr; }
-  void release(void*) noexcept override {}
-  void upload(void*, const void*, std::size_t) override {}
-  void download(void*, const void*, std::size_t) override {}
-  void copy(void*, const void*, std::size_t) override {}
-  void fill(float*, float, std::size_t) override {}
-  void zero(void*, std::size_t) override {}
-  void synchronize() override {}
-};
-
-TEST(RankGroupsTest, CudaDeviceWithoutNcclGetsTheReason) {
-  const DeviceAvailability nccl = nccl_availability();
-  if (nccl.available) GTEST_SKIP() << "NCCL is available here; the gpu-labelled nccl_communicator_test covers it";
-  ASSERT_FALSE(nccl.reason.empty());
-  NamedCudaDevice gpu;
-  const Topology topology(world().size(), 1, 1, world().rank());
-  dufu::testing::expect_error([&] { make_rank_groups(world(), topology, gpu); },
-                              {"rank groups on cuda:0 (stand-in) need NCCL: ", nccl.reason});
-  dufu::testing::expect_error([&] { make_nccl_communicator(world().split(0, world().rank(), "nccl")); },
-                              {"NCCL communicator 'nccl': ", nccl.reason});
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 // NcclCommunicator's collectives against the MPI communicator's on the same inputs,
-// bit for bit, under mpirun -np 2 with one GPU per rank (labelled gpu;mpi). Without a
-// GPU, or in a build without NCCL, every test is skipped with the reason
-// (nccl_availability) and ctest reports it skipped: no machine of this repository has
-// a GPU, so these tests have never run.
+// bit for bit, under mpirun -np 2 with one GPU per rank (labelled gpu;mpi; a launcher
+// may give each rank its own GPU through CUDA_VISIBLE_DEVICES). Where any rank lacks a
+// GPU of its own or NCCL, every rank skips every test with that rank's reason (the
+// collective nccl_availability, asked before any rank waits in the ncclUniqueId
+// broadcast) and ctest reports it skipped: no machine of this repository has a GPU, so
+// these tests have never run.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -27,7 +29,7 @@ Communicator& world() { return dufu::testing::mpi_world(); }
 class NcclCommunicatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const DeviceAvailability nccl = nccl_availability();
+    const DeviceAvailability nccl = nccl_availability(world());
     if (!nccl.available) GTEST_SKIP() << "NCCL communicator skipped: " << nccl.reason;
     nccl_ = make_nccl_communicator(world().split(0, world().rank(), "nccl"));
   }

@@ -4,17 +4,27 @@
 
 #include <dlfcn.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "cuda/cuda_module.h"
 #include "dufu/common/error.h"
 #include "dufu/common/launch_environment.h"
+#include "dufu/common/log.h"
 #include "dufu/trainer/flops.h"
 
 namespace dufu::trainer {
 
 namespace {
+
+// The module's lines (a fused epilogue's fallback, ...) go to this process's log: the
+// module does not link dufu_common, so it is handed this function when it loads.
+void log_for_module(LogLevel level, const char* subsystem, const char* message) {
+  if (log_enabled(level)) log_message(level, subsystem, message);
+}
 
 // The CUDA device's module, loaded once: its entry points, or why there are none.
 struct CudaModuleLoad {
@@ -39,6 +49,7 @@ const CudaModuleLoad& cuda_module() {
       return result;
     }
     result.module = entry();
+    result.module->set_log(log_for_module);
 #else
     result.reason = "this build of dufu has no CUDA backend (configured without a CUDA compiler, or DUFU_CUDA=OFF)";
 #endif
@@ -85,21 +96,49 @@ Device& device_of_kind(DeviceKind kind) {
   const DeviceAvailability availability = device_availability(kind);
   if (!availability.available) DUFU_FAIL("device ", device_kind_name(kind), " is not available: ", availability.reason);
   if (kind == DeviceKind::kCuda) {
-    // One GPU per process: the launcher's local rank picks it among this machine's GPUs.
-    // NCCL refuses two ranks of one communicator on the same GPU, so more ranks on a
-    // machine than GPUs is refused here, in words, rather than deep inside NCCL.
+    const GpuChoice gpu = gpu_for_this_process();
+    if (gpu.ordinal < 0) DUFU_FAIL("device cuda: ", gpu.refusal);
     const CudaModule& module = *cuda_module().module;
-    const int local_rank = detect_launch_environment().local_rank;
-    const int gpus = module.device_count();
-    if (local_rank >= gpus) {
-      DUFU_FAIL("device cuda needs one GPU per rank: this process is local rank ", local_rank,
-                " of its machine, which has ", gpus, " GPU", gpus == 1 ? "" : "s",
-                "; HINT: start at most as many ranks per machine as it has GPUs");
-    }
-    module.select_device(local_rank);
+    module.select_device(gpu.ordinal);
     return module.device();
   }
   return cpu_device();
+}
+
+GpuChoice choose_gpu(int local_rank, int visible_gpus, bool visible_devices_set) {
+  if (visible_gpus < 1) return {-1, "this process sees no GPU"};
+  // A launcher that hands each rank its own GPU through CUDA_VISIBLE_DEVICES (Slurm's
+  // --gpus-per-task, a wrapper script) leaves local rank 3 seeing one GPU, ordinal 0.
+  if (visible_devices_set) return {local_rank % visible_gpus, ""};
+  // NCCL refuses two ranks of one communicator on the same GPU, so more ranks on a
+  // machine than GPUs is refused here, in words, rather than deep inside NCCL.
+  if (local_rank < visible_gpus) return {local_rank, ""};
+  return {-1, str_cat("one GPU per rank: this process is local rank ", local_rank, " of its machine, which has ",
+                      visible_gpus, " GPU", visible_gpus == 1 ? "" : "s",
+                      "; HINT: start at most as many ranks per machine as it has GPUs, or give each rank its own "
+                      "GPU through CUDA_VISIBLE_DEVICES")};
+}
+
+GpuChoice gpu_for_this_process() {
+  const DeviceAvailability cuda = device_availability(DeviceKind::kCuda);
+  if (!cuda.available) return {-1, cuda.reason};
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  return choose_gpu(detect_launch_environment().local_rank, cuda_module().module->device_count(), visible != nullptr);
+}
+
+DeviceAvailability agree_on_availability(Communicator& ranks, const DeviceAvailability& own) {
+  // The lowest rank that cannot, or size() when every rank can; then its reason.
+  const int size = ranks.size();
+  const int failing = ranks.all_reduce_value<std::int32_t>(own.available ? -size : -ranks.rank(), ReduceOp::kMax);
+  if (failing == -size) return {true, ""};
+  const int first = -failing;
+  std::int64_t length = first == ranks.rank() ? static_cast<std::int64_t>(own.reason.size()) : 0;
+  ranks.broadcast(std::span<std::int64_t>(&length, 1), first);
+  std::vector<std::uint8_t> reason(static_cast<std::size_t>(length));
+  if (first == ranks.rank()) reason.assign(own.reason.begin(), own.reason.end());
+  ranks.broadcast(reason, first);
+  const std::string text(reason.begin(), reason.end());
+  return {false, size == 1 ? text : str_cat("rank ", first, " of ", size, ": ", text)};
 }
 
 double measure_cuda_bf16_gemm_flops(int rows, int inner, int cols, double seconds) {

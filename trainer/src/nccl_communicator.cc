@@ -33,17 +33,25 @@ namespace dufu::trainer {
 
 namespace {
 
+// The module's NCCL entries once NCCL's library is loaded and this process has a GPU
+// of its own, or nullptr with the reason.
 const CudaNccl* nccl_or_reason(std::string* reason) {
-  const DeviceAvailability cuda = device_availability(DeviceKind::kCuda);
-  if (!cuda.available) {
-    *reason = cuda.reason;
+  const GpuChoice gpu = gpu_for_this_process();
+  if (gpu.ordinal < 0) {
+    *reason = gpu.refusal;
     return nullptr;
   }
   const CudaModule* module = loaded_cuda_module(reason);
   if (module == nullptr) return nullptr;
   if (module->nccl == nullptr) {
-    *reason = "this build's CUDA device module has no NCCL (nccl.h and libnccl were not found in the CUDA toolkit "
-              "at configure time)";
+    *reason = "this build's CUDA device module has no NCCL (nccl.h was not found in the CUDA toolkit at configure "
+              "time)";
+    return nullptr;
+  }
+  const DeviceAvailability library = module->nccl->library();
+  if (!library.available) {
+    *reason = library.reason;
+    return nullptr;
   }
   return module->nccl;
 }
@@ -191,6 +199,8 @@ DeviceAvailability nccl_availability() {
   if (nccl_or_reason(&reason) == nullptr) return {false, reason};
   return {true, ""};
 }
+
+DeviceAvailability nccl_availability(Communicator& ranks) { return agree_on_availability(ranks, nccl_availability()); }
 
 std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> host) {
   DUFU_CHECK(host != nullptr && host->memory_space() == MemorySpace::kHost,

@@ -34,15 +34,23 @@ RankGroups make_rank_groups(Communicator& world, const Topology& topology, Devic
   if (device.memory_space() != MemorySpace::kCudaDevice) {
     DUFU_FAIL("no communicator moves ", memory_space_name(device.memory_space()), " of ", device.describe());
   }
+  // A group of one rank has nothing to move: it stays a host communicator, whose
+  // collectives over one rank return at once, so a one-GPU run needs no NCCL. With
+  // more than one rank some group spans ranks on every rank (the Topology's sizes
+  // multiply to the world's), so all ranks ask whether NCCL can be had, together, and
+  // fail together with the same reason when it cannot.
+  const auto spans_ranks = [](const std::unique_ptr<Communicator>& group) {
+    return group != nullptr && group->size() > 1;
+  };
+  if (world.size() == 1) return groups;
+  const DeviceAvailability nccl = nccl_availability(world);
+  if (!nccl.available) DUFU_FAIL("rank groups on ", device.describe(), " need NCCL: ", nccl.reason);
   // Every rank makes the NCCL groups in the same order (tensor, data, pipeline,
   // embedding), as ncclCommInitRank of one group must not wait on another's. The
   // embedding group exists only on the first and last stages, which all make it.
-  const DeviceAvailability nccl = nccl_availability();
-  if (!nccl.available) DUFU_FAIL("rank groups on ", device.describe(), " need NCCL: ", nccl.reason);
-  groups.tensor = make_nccl_communicator(std::move(groups.tensor));
-  groups.data = make_nccl_communicator(std::move(groups.data));
-  groups.pipeline = make_nccl_communicator(std::move(groups.pipeline));
-  if (groups.embedding != nullptr) groups.embedding = make_nccl_communicator(std::move(groups.embedding));
+  for (std::unique_ptr<Communicator>* group : {&groups.tensor, &groups.data, &groups.pipeline, &groups.embedding}) {
+    if (spans_ranks(*group)) *group = make_nccl_communicator(std::move(*group));
+  }
   return groups;
 }
 

@@ -217,10 +217,10 @@ bool Trainer::setup() {
   const int slots = pp > 1 ? pp - coordinates.pp_rank : 1;
   s.activations_what = str_cat("the activations of ", slots, " micro-batch", slots > 1 ? "es" : "", " of ",
                                options.micro_batch, " x ", s.T, " tokens (train.micro_batch x model.seq_length)");
-  s.activations_bytes = activation_bytes(options.model, options.micro_batch, s.T, tp, stage, slots,
-                                         options.prefetch_batches, options.precision);
-  const MemoryPlan plan = memory_plan(parameters, s.dp, options.zero_stage == 1, options.precision == Precision::kBf16,
-                                      s.activations_bytes);
+  const MemoryPlan plan = rank_memory_plan(options.model, options.micro_batch, s.T, tp, s.dp, stage, slots,
+                                           options.prefetch_batches, options.precision, options.zero_stage == 1,
+                                           device);
+  s.activations_bytes = plan.activations;
   const double model_bytes = plan.model();
   const std::string model_what = str_cat("the model (", human_count(parameters),
                                          " parameters on this rank, with their gradients and AdamW moments)");

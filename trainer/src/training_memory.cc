@@ -8,6 +8,7 @@
 #include <sys/sysinfo.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <new>
 
 #include "dufu/common/error.h"
@@ -58,8 +59,41 @@ std::string MemoryPlan::describe(double limit_bytes) const {
   std::string text = str_cat("weights ", human_bytes(weights), ", gradients ", human_bytes(gradients),
                              ", AdamW moments ", human_bytes(moments));
   if (working_copy > 0.0) text += str_cat(", bf16 working copy ", human_bytes(working_copy));
-  return str_cat(text, ", activations ", human_bytes(activations), ": ", human_bytes(total()), " of at most ",
-                 human_bytes(limit_bytes));
+  text += str_cat(", activations ", human_bytes(activations));
+  if (scratch > 0.0) text += str_cat(", device scratch ", human_bytes(scratch));
+  return str_cat(text, ": ", human_bytes(total()), " of at most ", human_bytes(limit_bytes));
+}
+
+StepShapes training_step_shapes(const GPTConfig& config, int B, int T, int tensor_parallel_size,
+                                const PipelineStage& stage, Precision precision, double parameters) {
+  const std::int64_t N = static_cast<std::int64_t>(B) * T;
+  const std::int64_t C = config.d_model;
+  const std::int64_t Cl = C / tensor_parallel_size;
+  StepShapes shapes{.rows = N,
+                    .width = C,
+                    .parameters = static_cast<std::int64_t>(parameters),
+                    .bf16_operands = precision == Precision::kBf16};
+  if (stage_layers(config, stage) > 0) {
+    // A block's column-parallel QKV and MLP-up, and row-parallel attention-out and MLP-down.
+    shapes.matmuls = {{N, C, 3 * Cl, true}, {N, Cl, C, true}, {N, C, 4 * Cl, true}, {N, 4 * Cl, C, true}};
+  }
+  if (stage.is_last()) {
+    const std::int64_t vocab = config.padded_vocab_size(tensor_parallel_size) / tensor_parallel_size;
+    shapes.matmuls.push_back({N, C, vocab, false});  // the LM head, this rank's vocabulary slice
+  }
+  return shapes;
+}
+
+MemoryPlan rank_memory_plan(const GPTConfig& config, int B, int T, int tensor_parallel_size, int data_parallel_size,
+                            const PipelineStage& stage, int slots, int prefetch, Precision precision,
+                            bool moments_sharded, const Device& device) {
+  const double parameters = rank_parameter_count(config, tensor_parallel_size, stage);
+  MemoryPlan plan =
+      memory_plan(parameters, data_parallel_size, moments_sharded, precision == Precision::kBf16,
+                  activation_bytes(config, B, T, tensor_parallel_size, stage, slots, prefetch, precision));
+  plan.scratch = device.scratch_bytes(training_step_shapes(config, B, T, tensor_parallel_size, stage, precision,
+                                                           parameters));
+  return plan;
 }
 
 double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parallel_size, const PipelineStage& stage,

@@ -24,7 +24,7 @@ const KernelTable& kernel_table() {
 
 namespace {
 
-constexpr std::align_val_t kAlignment{64};
+constexpr std::align_val_t kAlignment{kTensorAlignmentBytes};
 
 class CpuDevice final : public Device {
  public:
@@ -57,6 +57,17 @@ class CpuDevice final : public Device {
   void zero(void* device_destination, std::size_t bytes) override { std::memset(device_destination, 0, bytes); }
   void synchronize() override {}
   double memory_capacity_bytes() const override { return memory_limit_bytes(); }
+  // The bf16 matmuls' widened operands, kept at the largest product's size.
+  double scratch_bytes(const StepShapes& shapes) const override {
+    if (!shapes.bf16_operands) return 0.0;
+    std::size_t floats = 0;
+    for (const MatmulShape& m : shapes.matmuls) {
+      floats = std::max(floats, widened_operand_floats(static_cast<std::size_t>(m.rows),
+                                                       static_cast<std::size_t>(m.inputs),
+                                                       static_cast<std::size_t>(m.outputs)));
+    }
+    return static_cast<double>(floats) * sizeof(float);
+  }
 };
 
 }  // namespace

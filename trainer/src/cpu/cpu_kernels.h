@@ -34,6 +34,9 @@ const KernelTable& kernel_table();
 // afterwards); call it before any sgemm.
 void use_single_threaded_blas();
 
+// Floats of the kept scratch the bf16 matmuls widen x [N, C] and weight [OC, C] into.
+constexpr std::size_t widened_operand_floats(std::size_t N, std::size_t C, std::size_t OC) { return (N + OC) * C; }
+
 }  // namespace dufu::trainer::cpu
 
 // The build targets baseline x86-64 (SSE2), where a vectorized exp or GELU runs at a

@@ -18,42 +18,42 @@ namespace {
 struct WidenedOperands {
   const float* x;
   const float* weight;
-  WidenedOperands(const std::uint16_t* x_bits, std::size_t x_count, const std::uint16_t* weight_bits,
-                  std::size_t weight_count) {
+  WidenedOperands(const std::uint16_t* x_bits, const std::uint16_t* weight_bits, int N, int C, int OC) {
     static std::vector<float> scratch;
-    if (scratch.size() < x_count + weight_count) scratch.resize(x_count + weight_count);
-    load_bf16(scratch.data(), x_bits, x_count);
-    load_bf16(scratch.data() + x_count, weight_bits, weight_count);
+    const auto rows = static_cast<std::size_t>(N);
+    const auto inputs = static_cast<std::size_t>(C);
+    const std::size_t needed = widened_operand_floats(rows, inputs, static_cast<std::size_t>(OC));
+    if (scratch.size() < needed) scratch.resize(needed);
+    load_bf16(scratch.data(), x_bits, rows * inputs);
+    load_bf16(scratch.data() + rows * inputs, weight_bits, needed - rows * inputs);
     x = scratch.data();
-    weight = scratch.data() + x_count;
+    weight = scratch.data() + rows * inputs;
   }
 };
-
-std::size_t product(int rows, int cols) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols); }
 
 }  // namespace
 
 void matmul_forward_bf16(float* out, const std::uint16_t* x, const std::uint16_t* weight, const float* bias, int N,
                          int C, int OC) {
-  const WidenedOperands operands(x, product(N, C), weight, product(OC, C));
+  const WidenedOperands operands(x, weight, N, C, OC);
   matmul_forward(out, operands.x, operands.weight, bias, N, C, OC);
 }
 
 void matmul_bias_gelu_forward_bf16(float* out, float* pre, const std::uint16_t* x, const std::uint16_t* weight,
                                    const float* bias, int N, int C, int OC) {
-  const WidenedOperands operands(x, product(N, C), weight, product(OC, C));
+  const WidenedOperands operands(x, weight, N, C, OC);
   matmul_bias_gelu_forward(out, pre, operands.x, operands.weight, bias, N, C, OC);
 }
 
 void matmul_backward_bf16(float* dx, float* dweight, float* dbias, const float* dout, const std::uint16_t* x,
                           const std::uint16_t* weight, int N, int C, int OC) {
-  const WidenedOperands operands(x, product(N, C), weight, product(OC, C));
+  const WidenedOperands operands(x, weight, N, C, OC);
   matmul_backward(dx, dweight, dbias, dout, operands.x, operands.weight, N, C, OC);
 }
 
 void matmul_gelu_backward_bf16(float* dpre, float* dweight, float* dbias, const float* dout, const std::uint16_t* x,
                                const std::uint16_t* weight, const float* pre, int N, int C, int OC) {
-  const WidenedOperands operands(x, product(N, C), weight, product(OC, C));
+  const WidenedOperands operands(x, weight, N, C, OC);
   matmul_gelu_backward(dpre, dweight, dbias, dout, operands.x, operands.weight, pre, N, C, OC);
 }
 

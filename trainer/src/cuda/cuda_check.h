@@ -13,7 +13,8 @@ namespace dufu::trainer::cuda {
 [[noreturn]] void fail_cuda(const char* call, cudaError_t status, const char* file, int line);
 [[noreturn]] void fail_cublas(const char* call, cublasStatus_t status, const char* file, int line);
 // NCCL's status as its number and NCCL's own two strings, so this header needs no nccl.h
-// (a toolkit without NCCL still builds the rest of the module).
+// (a toolkit without NCCL still builds the rest of the module); nccl_collectives.cu's
+// DUFU_NCCL_CHECK calls it with the strings of the library it loaded.
 [[noreturn]] void fail_nccl(const char* call, int status, const char* description, const char* last_error,
                             const char* file, int line);
 
@@ -32,18 +33,6 @@ namespace dufu::trainer::cuda {
     const cublasStatus_t dufu_cublas_status_ = (call);                                         \
     if (dufu_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                                        \
       ::dufu::trainer::cuda::fail_cublas(#call, dufu_cublas_status_, __FILE__, __LINE__);      \
-    }                                                                                          \
-  } while (false)
-
-// For files that include nccl.h: ncclGetErrorString's text of the status and
-// ncclGetLastError's account of the last failure (thread-local, so the comm is not needed).
-#define DUFU_NCCL_CHECK(call)                                                                  \
-  do {                                                                                         \
-    const ncclResult_t dufu_nccl_status_ = (call);                                             \
-    if (dufu_nccl_status_ != ncclSuccess) {                                                    \
-      ::dufu::trainer::cuda::fail_nccl(#call, static_cast<int>(dufu_nccl_status_),             \
-                                       ncclGetErrorString(dufu_nccl_status_),                  \
-                                       ncclGetLastError(nullptr), __FILE__, __LINE__);         \
     }                                                                                          \
   } while (false)
 

@@ -1,5 +1,5 @@
 // The CUDA device: memory from cudaMalloc, copies on one stream, and the table of this
-// folder's kernels. One GPU per process (the launcher's local rank picks it).
+// folder's kernels. One GPU per process (device.cc's choose_gpu picks it).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -8,25 +8,16 @@
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
-#include "dufu/common/error.h"
 #include "cuda_module.h"
-#include "nccl_entries.h"
+#include "cuda_scratch.h"
+#include "dufu/common/error.h"
 #include "dufu/trainer/device.h"
+#include "nccl_entries.h"
+#include "stream_wait.h"
 
 namespace dufu::trainer::cuda {
 
-void fail_cuda(const char* call, cudaError_t status, const char* file, int line) {
-  DUFU_FAIL("CUDA call ", call, " failed at ", file, ":", line, ": ", cudaGetErrorName(status), " (",
-            cudaGetErrorString(status), ")");
-}
-
-void fail_cublas(const char* call, cublasStatus_t status, const char* file, int line) {
-  DUFU_FAIL("cuBLAS call ", call, " failed at ", file, ":", line, ": status ", static_cast<int>(status));
-}
-
 namespace {
-
-constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;  // cuBLASLt's recommended size for Hopper
 
 // The GPU this process chose (select_device), or -1 before the choice; the first use
 // of the device fixes it to the current one if nothing was chosen.
@@ -67,14 +58,22 @@ struct Context {
     DUFU_CUBLAS_CHECK(cublasSetStream(blas, stream));
     // Deterministic cuBLAS: no atomics in its reductions.
     DUFU_CUBLAS_CHECK(cublasSetAtomicsMode(blas, CUBLAS_ATOMICS_NOT_ALLOWED));
-    DUFU_CUDA_CHECK(cudaMalloc(&workspace, kWorkspaceBytes));
+    DUFU_CUDA_CHECK(cudaMalloc(&workspace, kMatmulWorkspaceBytes));
+    // cuBLAS and cuBLASLt run on the one stream, one call after another, so they share
+    // one workspace, which the memory plan counts (without this, cuBLAS would take its
+    // own from the driver's pool the first time it runs).
+    DUFU_CUBLAS_CHECK(cublasSetWorkspace(blas, workspace, kMatmulWorkspaceBytes));
   }
 };
+
 
 Context& context() {
   static Context instance;
   return instance;
 }
+
+void (*stream_watcher)() = nullptr;
+void (*module_log)(LogLevel, const char*, const char*) = nullptr;
 
 class CudaDevice final : public Device {
  public:
@@ -101,14 +100,19 @@ class CudaDevice final : public Device {
   void release(void* memory) noexcept override {
     if (memory != nullptr) cudaFree(memory);
   }
+  // A copy from or to pageable host memory waits for the stream inside the CUDA call,
+  // where no watcher can see a dead peer: while communicators exist the stream is
+  // waited for first.
   void upload(void* device_destination, const void* host_source, std::size_t bytes) override {
+    if (stream_watcher != nullptr) wait_for_stream();
     DUFU_CUDA_CHECK(cudaMemcpyAsync(device_destination, host_source, bytes, cudaMemcpyHostToDevice, stream()));
     // The host buffer may be reused as soon as this returns.
-    DUFU_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    wait_for_stream();
   }
   void download(void* host_destination, const void* device_source, std::size_t bytes) override {
+    if (stream_watcher != nullptr) wait_for_stream();
     DUFU_CUDA_CHECK(cudaMemcpyAsync(host_destination, device_source, bytes, cudaMemcpyDeviceToHost, stream()));
-    DUFU_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    wait_for_stream();
   }
   void copy(void* device_destination, const void* device_source, std::size_t bytes) override {
     DUFU_CUDA_CHECK(cudaMemcpyAsync(device_destination, device_source, bytes, cudaMemcpyDeviceToDevice, stream()));
@@ -119,16 +123,17 @@ class CudaDevice final : public Device {
   void zero(void* device_destination, std::size_t bytes) override {
     DUFU_CUDA_CHECK(cudaMemsetAsync(device_destination, 0, bytes, stream()));
   }
-  void synchronize() override { DUFU_CUDA_CHECK(cudaStreamSynchronize(stream())); }
-  // Free memory now: what the memory plan may still take (the CUDA context and
-  // cuBLASLt's workspace are already out of it).
+  void synchronize() override { wait_for_stream(); }
+  // Free memory now, plus the device's own scratch already held (the plan counts all
+  // of it, scratch_bytes): the CUDA context and the handles are out of it.
   double memory_capacity_bytes() const override {
     context();
     std::size_t free_bytes = 0;
     std::size_t total_bytes = 0;
     DUFU_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    return static_cast<double>(free_bytes);
+    return static_cast<double>(free_bytes) + static_cast<double>(kMatmulWorkspaceBytes + scratch_capacity());
   }
+  double scratch_bytes(const StepShapes& shapes) const override { return device_scratch_bytes(shapes); }
 };
 
 }  // namespace
@@ -137,7 +142,34 @@ cudaStream_t stream() { return context().stream; }
 void* cublaslt_handle() { return context().lt; }
 void* cublas_handle() { return context().blas; }
 void* matmul_workspace() { return context().workspace; }
-std::size_t matmul_workspace_bytes() { return kWorkspaceBytes; }
+
+void wait_for_stream() {
+  if (stream_watcher == nullptr) {
+    DUFU_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    return;
+  }
+  wait_checking(
+      [] {
+        const cudaError_t status = cudaStreamQuery(stream());
+        if (status == cudaErrorNotReady) return false;
+        DUFU_CUDA_CHECK(status);
+        return true;
+      },
+      stream_watcher);
+}
+
+void set_stream_watcher(void (*check)()) { stream_watcher = check; }
+
+void set_log(void (*log)(LogLevel level, const char* subsystem, const char* message)) { module_log = log; }
+
+void log_line(LogLevel level, const std::string& message) {
+  if (module_log != nullptr) module_log(level, "cuda", message.c_str());
+}
+
+void note_fallback(FusedFallback kind, const std::string& message) {
+  static OncePerKind<FusedFallback> noted;
+  if (noted.first(kind)) log_line(LogLevel::kWarn, str_cat(message, " (said once)"));
+}
 
 DeviceAvailability availability() {
   int count = 0;
@@ -169,8 +201,13 @@ const KernelTable& kernel_table() {
 
 extern "C" __attribute__((visibility("default"))) const dufu::trainer::CudaModule* dufu_cuda_module() {
   namespace cuda = dufu::trainer::cuda;
-  static const dufu::trainer::CudaModule module{cuda::availability,    cuda::device,         cuda::device_count,
-                                                cuda::select_device,   cuda::nccl_entries(), cuda::bf16_gemm_flops,
-                                                cuda::is_device_memory};
+  static const dufu::trainer::CudaModule module{.availability = cuda::availability,
+                                                .device = cuda::device,
+                                                .device_count = cuda::device_count,
+                                                .select_device = cuda::select_device,
+                                                .nccl = cuda::nccl_entries(),
+                                                .bf16_gemm_flops = cuda::bf16_gemm_flops,
+                                                .is_device_memory = cuda::is_device_memory,
+                                                .set_log = cuda::set_log};
   return &module;
 }

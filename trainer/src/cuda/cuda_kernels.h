@@ -14,10 +14,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 
 #include "../kernel_list.h"
+#include "dufu/common/log.h"
 #include "dufu/trainer/kernel_table.h"
+#include "lt_object.h"
+#include "once_per_kind.h"
 
 namespace dufu::trainer::cuda {
 
@@ -31,9 +36,26 @@ const KernelTable& kernel_table();
 cudaStream_t stream();
 void* cublaslt_handle();  // cublasLtHandle_t
 void* cublas_handle();    // cublasHandle_t
-// Scratch for cuBLASLt (a fixed size, allocated once).
+// Scratch for cuBLASLt and cuBLAS (cuda_scratch.h's kMatmulWorkspaceBytes, allocated
+// once with the handles).
 void* matmul_workspace();
-std::size_t matmul_workspace_bytes();
+
+// Returns when the stream's work is done: cudaStreamSynchronize, or, while a watcher
+// is set (NCCL communicators exist), stream_wait.h's polling with the watcher as the
+// check, so a communicator's asynchronous error ends the wait instead of a hang.
+void wait_for_stream();
+// The check a wait runs between polls (throws on a failure), or nullptr for none.
+void set_stream_watcher(void (*check)());
+
+// A line in this process's log (device.cc hands the module its log when it loads it;
+// before that, nothing is written).
+void log_line(LogLevel level, const std::string& message);
+void set_log(void (*log)(LogLevel level, const char* subsystem, const char* message));
+// Logs `message` as a warning the first time `kind` happens in this process.
+void note_fallback(FusedFallback kind, const std::string& message);
+
+// Bytes the grow-only scratch (block_reduce.cuh) holds now.
+std::size_t scratch_capacity();
 
 void fill(float* destination, float value, std::size_t count);
 
@@ -60,18 +82,49 @@ struct LtProduct {
   float* aux = nullptr;
 };
 
-// Runs `product`, accumulated in fp32 without split-K reductions, so every sum keeps
-// one order. False when cuBLASLt has no algorithm for it (nothing was launched then).
-bool lt_matmul(const LtProduct& product);
+// `product` made ready for cuBLASLt: its descriptors, and the algorithm chosen for
+// its key (lt_algorithm_choice.h: shape, layout, epilogue, types and the operands'
+// real alignment, which cuBLASLt is told), from the device's cache or asked of the
+// heuristic once, accumulated in fp32 without split-K reductions so every sum keeps
+// one order. A heuristic that fails (any status but success or NOT_SUPPORTED, or an
+// answer not in state success) throws with the status's name; one that has no
+// algorithm leaves has_algorithm() false and says why in no_algorithm_reason().
+class LtCall {
+ public:
+  explicit LtCall(const LtProduct& product);
+  bool has_algorithm() const { return algorithm_.has_value(); }
+  const std::string& no_algorithm_reason() const { return no_algorithm_reason_; }
+  // Enqueues the product (only when has_algorithm()); again for every launch wanted.
+  void launch() const;
+
+ private:
+  LtProduct product_;
+  LtObject<cublasLtMatmulDesc_t, cublasLtMatmulDescDestroy> operation_;
+  LtObject<cublasLtMatrixLayout_t, cublasLtMatrixLayoutDestroy> lt_a_, lt_b_, d_;
+  std::optional<cublasLtMatmulAlgo_t> algorithm_;
+  std::string no_algorithm_reason_;
+};
+
+// LtCall(product).launch(); false when cuBLASLt has no algorithm (nothing launched),
+// with the reason in `reason` unless it is null.
+bool lt_matmul(const LtProduct& product, std::string* reason = nullptr);
+
+// "bf16 x bf16 -> fp32 [N, C] x [C, OC]^T with epilogue BIAS, alignment 4/256/256
+// bytes": the product for messages.
+std::string describe_lt_product(const LtProduct& product);
 
 // The linear layers' cuBLASLt products, for fp32 or bf16 operands (input_type; fp32
 // outputs). linear_product: out [N, OC] = x [N, C] · weight [OC, C]^T, plus bias unless
-// null; with pre not null, the GELU epilogue: pre = that sum and out = gelu(pre).
-// gelu_input_grad_product: dpre [N, C] = gelu'(pre) ⊙ (dout [N, OC] · weight [OC, C]),
-// the DGELU epilogue. False when cuBLASLt has no algorithm, or a GELU epilogue's width
-// is not a multiple of 8: the caller then runs the unfused kernels.
-bool linear_product(float* out, float* pre, const void* x, const void* weight, const float* bias, int N, int C, int OC,
+// null; throws naming the product and cuBLASLt's answer when it has no algorithm.
+// linear_gelu_product: the same with the bias and the GELU epilogue: pre = that sum
+// and out = gelu(pre). gelu_input_grad_product: dpre [N, C] = gelu'(pre) ⊙ (dout
+// [N, OC] · weight [OC, C]), the DGELU epilogue. The two epilogues return false when
+// the width is not a multiple of 8 or cuBLASLt has no algorithm: the caller then runs
+// the unfused kernels, and the first fallback of each kind is logged.
+void linear_product(float* out, const void* x, const void* weight, const float* bias, int N, int C, int OC,
                     cudaDataType_t input_type);
+bool linear_gelu_product(float* out, float* pre, const void* x, const void* weight, const float* bias, int N, int C,
+                         int OC, cudaDataType_t input_type);
 bool gelu_input_grad_product(float* dpre, const void* dout, const void* weight, const float* pre, int N, int C, int OC,
                              cudaDataType_t input_type);
 

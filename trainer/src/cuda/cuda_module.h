@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "dufu/common/communicator.h"  // DataType, ReduceOp: plain enums, no code of dufu_common
+#include "dufu/common/log.h"           // LogLevel
 #include "dufu/trainer/device.h"
 
 namespace dufu::trainer {
@@ -14,13 +15,19 @@ namespace dufu::trainer {
 // link dufu_common and so cannot hold a Communicator; NcclCommunicator
 // (src/nccl_communicator.cc, in dufu_trainer) is built on them. Every call enqueues on
 // the CUDA device's stream, so collectives are ordered with the kernels, and returns;
-// failures throw dufu::Error naming the NCCL call (DUFU_NCCL_CHECK). Compiled and
-// linked here; no GPU has run them.
+// failures throw dufu::Error naming the NCCL call (DUFU_NCCL_CHECK). NCCL's library is
+// not linked: library() loads it (dlopen "libnccl.so.2") the first time a group of
+// several GPUs asks, and every other entry needs it loaded. Compiled, not run.
 inline constexpr std::size_t kNcclUniqueIdBytes = 128;  // sizeof(ncclUniqueId), checked in the module
 struct CudaNccl {
+  // Whether NCCL's library loads here, or why not (naming the library); loads it once.
+  DeviceAvailability (*library)();
   // A fresh ncclUniqueId, written as kNcclUniqueIdBytes bytes (made on one rank, sent to the others).
   void (*unique_id)(unsigned char* id);
-  // ncclCommInitRank on the CUDA device; returns the ncclComm_t.
+  // ncclCommInitRank on the CUDA device; returns the ncclComm_t. While communicators
+  // exist, every wait of the device on its stream checks their asynchronous errors
+  // (ncclCommGetAsyncError): one that failed (a peer died) is aborted and the wait
+  // throws naming NCCL's error, instead of waiting forever.
   void* (*init_rank)(const unsigned char* id, int ranks, int rank);
   void (*destroy)(void* comm) noexcept;
   // ncclGroupStart / ncclGroupEnd around grouped sends and receives.
@@ -45,8 +52,9 @@ struct CudaModule {
   Device& (*device)();
   // GPUs the driver sees; only after availability() said yes.
   int (*device_count)();
-  // Makes `ordinal` the process's GPU; before device() is first used, or again with the
-  // same ordinal. Throws dufu::Error naming both ordinals when another was chosen.
+  // Makes `ordinal` (device.h's choose_gpu) the process's GPU; before device() is first
+  // used, or again with the same ordinal. Throws dufu::Error naming both ordinals when
+  // another was chosen.
   void (*select_device)(int ordinal);
   // The NCCL entries, or nullptr when the module was built without NCCL.
   const CudaNccl* nccl;
@@ -55,6 +63,8 @@ struct CudaModule {
   double (*bf16_gemm_flops)(int rows, int inner, int cols, double seconds);
   // Whether `pointer` is GPU memory (cudaMalloc'ed or managed) rather than the host's.
   bool (*is_device_memory)(const void* pointer);
+  // Where the module's own lines go (device.cc passes this process's log at load).
+  void (*set_log)(void (*log)(LogLevel level, const char* subsystem, const char* message));
 };
 
 using CudaModuleEntry = const CudaModule* (*)();

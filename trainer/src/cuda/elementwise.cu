@@ -9,6 +9,7 @@
 #include "block_reduce.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "cuda_scratch.h"
 #include "dufu/trainer/kernel_math.h"
 #include "dufu/trainer/kernel_partition.h"
 
@@ -18,7 +19,6 @@ namespace {
 
 constexpr unsigned kBlock = 256;
 // Values per partial sum of sum_of_squares, as on the CPU.
-constexpr std::size_t kSquaresChunk = std::size_t{1} << 16;
 
 __global__ void fill_kernel(float* out, float value, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
@@ -107,17 +107,24 @@ __global__ void masked_mean_loss_kernel(float* mean_out, const float* losses, co
 
 }  // namespace
 
+namespace {
+void* scratch_memory = nullptr;
+std::size_t scratch_bytes_held = 0;
+}  // namespace
+
 void* scratch(std::size_t bytes) {
-  static void* memory = nullptr;
-  static std::size_t capacity = 0;
-  if (bytes > capacity) {
-    DUFU_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the old scratch may still be in use
-    if (memory != nullptr) DUFU_CUDA_CHECK(cudaFree(memory));
-    DUFU_CUDA_CHECK(cudaMalloc(&memory, bytes));
-    capacity = bytes;
+  if (bytes > scratch_bytes_held) {
+    wait_for_stream();  // the old scratch may still be in use
+    if (scratch_memory != nullptr) DUFU_CUDA_CHECK(cudaFree(scratch_memory));
+    scratch_memory = nullptr;
+    scratch_bytes_held = 0;
+    DUFU_CUDA_CHECK(cudaMalloc(&scratch_memory, bytes));
+    scratch_bytes_held = bytes;
   }
-  return memory;
+  return scratch_memory;
 }
+
+std::size_t scratch_capacity() { return scratch_bytes_held; }
 
 void accumulate_column_sums(float* out, const float* x, int N, int C, double* partial) {
   const int chunks = row_chunk_count(N);
@@ -181,15 +188,16 @@ void adamw_update(float* params, const float* grads, float* m, float* v, std::sp
 
 double sum_of_squares(const float* values, std::size_t n) {
   if (n == 0) return 0.0;
-  const std::size_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
-  auto* partial = static_cast<double*>(scratch((chunks + 1) * sizeof(double)));
+  const std::size_t chunks = squares_chunk_count(n);
+  auto* partial = static_cast<double*>(scratch(sum_of_squares_scratch_bytes(n)));
   squares_partials_kernel<<<static_cast<unsigned>(chunks), kBlock, 0, stream()>>>(partial, values, n);
   DUFU_CUDA_CHECK_LAUNCH();
   ordered_sum_kernel<<<1, 1, 0, stream()>>>(partial + chunks, partial, chunks);
   DUFU_CUDA_CHECK_LAUNCH();
   double result = 0.0;
+  wait_for_stream();  // a pageable copy would wait for the stream without watching it
   DUFU_CUDA_CHECK(cudaMemcpyAsync(&result, partial + chunks, sizeof(double), cudaMemcpyDeviceToHost, stream()));
-  DUFU_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  wait_for_stream();
   return result;
 }
 

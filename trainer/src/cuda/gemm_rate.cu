@@ -1,16 +1,17 @@
 // The bf16 GEMM rate of this GPU through cuBLASLt, for model FLOP utilization: bf16
 // inputs and output with fp32 accumulation, the product mixed-precision training
 // spends its FLOPs in (llm.c and Megatron-LM measure MFU against the same kind of
-// number). Best of repeated runs, timed with CUDA events on the device's stream.
+// number). Best of repeated timings of 20 launches each, timed with CUDA events on the
+// device's stream around the launches alone. Compiled, not run.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "gemm_timing.h"
 
 namespace dufu::trainer::cuda {
 
@@ -45,41 +46,36 @@ double bf16_gemm_flops(int rows, int inner, int cols, double seconds) {
   DUFU_CUDA_CHECK(cudaMemsetAsync(x.pointer, kByte, bf16_bytes(std::size_t(rows) * inner), stream()));
   DUFU_CUDA_CHECK(cudaMemsetAsync(weight.pointer, kByte, bf16_bytes(std::size_t(inner) * cols), stream()));
 
-  // The same product as matmul_forward: out [rows, cols] = x [rows, inner] · W^T.
-  auto run = [&] {
-    const LtProduct product{.out = out.pointer,
-                            .a = x.pointer,
-                            .b = weight.pointer,
-                            .rows = rows,
-                            .inner = inner,
-                            .cols = cols,
-                            .b_transposed = true,
-                            .input_type = CUDA_R_16BF,
-                            .output_type = CUDA_R_16BF};
-    if (!lt_matmul(product)) {
-      DUFU_FAIL("cuBLASLt has no bf16 algorithm for ", rows, " x ", inner, " x ", cols);
-    }
-  };
-  run();  // the first call loads the kernel
-  DUFU_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  // The same product as matmul_forward: out [rows, cols] = x [rows, inner] · W^T. The
+  // descriptors and the algorithm are made once, before any timing, so the events
+  // bracket GPU work only.
+  const LtCall gemm({.out = out.pointer,
+                     .a = x.pointer,
+                     .b = weight.pointer,
+                     .rows = rows,
+                     .inner = inner,
+                     .cols = cols,
+                     .b_transposed = true,
+                     .input_type = CUDA_R_16BF,
+                     .output_type = CUDA_R_16BF});
+  if (!gemm.has_algorithm()) DUFU_FAIL("bf16 GEMM rate: ", gemm.no_algorithm_reason());
+  gemm.launch();  // the first launch loads the kernel
+  wait_for_stream();
 
-  const double flops = 2.0 * rows * inner * cols;
   Event start, stop;
-  double best = 0.0;
-  int runs = 0;
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-  do {
-    DUFU_CUDA_CHECK(cudaEventRecord(start.event, stream()));
-    run();
-    DUFU_CUDA_CHECK(cudaEventRecord(stop.event, stream()));
-    DUFU_CUDA_CHECK(cudaEventSynchronize(stop.event));
-    float milliseconds = 0.0f;
-    DUFU_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start.event, stop.event));
-    if (milliseconds > 0.0f) best = std::max(best, flops / (1e-3 * milliseconds));
-    ++runs;
-  } while (Clock::now() < deadline || runs < 3);
-  return best;
+  return best_flops_per_second(
+      2.0 * rows * inner * cols, [&] { gemm.launch(); },
+      [&] { DUFU_CUDA_CHECK(cudaEventRecord(start.event, stream())); },
+      [&] {
+        DUFU_CUDA_CHECK(cudaEventRecord(stop.event, stream()));
+        DUFU_CUDA_CHECK(cudaEventSynchronize(stop.event));
+        float milliseconds = 0.0f;
+        DUFU_CUDA_CHECK(cudaEventElapsedTime(&milliseconds, start.event, stop.event));
+        return 1e-3 * milliseconds;
+      },
+      [&] { return Clock::now() < deadline; });
 }
 
 }  // namespace dufu::trainer::cuda

@@ -6,6 +6,7 @@
 #include "block_reduce.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "cuda_scratch.h"
 #include "dufu/trainer/kernel_math.h"
 #include "dufu/trainer/kernel_partition.h"
 
@@ -121,7 +122,7 @@ void layernorm_backward(float* dx, float* dweight, float* dbias, const float* do
   layernorm_dx_kernel<<<N, kBlock, 0, stream()>>>(dx, dout, x, weight, mean, rstd, C);
   DUFU_CUDA_CHECK_LAUNCH();
   const int chunks = row_chunk_count(N);
-  auto* partial = static_cast<double*>(scratch(static_cast<std::size_t>(chunks) * 2 * C * sizeof(double)));
+  auto* partial = static_cast<double*>(scratch(layernorm_scratch_bytes(N, C)));
   const dim3 grid(blocks_for(static_cast<std::size_t>(C), kBlock), static_cast<unsigned>(chunks));
   layernorm_dparams_partials<<<grid, kBlock, 0, stream()>>>(partial, dout, x, mean, rstd, N, C, chunks);
   DUFU_CUDA_CHECK_LAUNCH();

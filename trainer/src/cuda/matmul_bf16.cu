@@ -22,21 +22,15 @@
 #include "block_reduce.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
-#include "dufu/trainer/kernel_partition.h"
+#include "cuda_scratch.h"
 
 namespace dufu::trainer::cuda {
 
 namespace {
 
-// Regions of the scratch start 256 bytes apart at least, the alignment cuBLASLt's
-// fastest kernels want.
-constexpr std::size_t kAlignElements = 128;
-
-std::size_t aligned(std::size_t elements) { return (elements + kAlignElements - 1) / kAlignElements * kAlignElements; }
-
 // The bf16 copy of dout (exact: its values are on the bf16 grid), in the scratch.
 const std::uint16_t* bf16_copy(const float* values, std::size_t count) {
-  auto* bits = static_cast<std::uint16_t*>(scratch(aligned(count) * sizeof(std::uint16_t)));
+  auto* bits = static_cast<std::uint16_t*>(scratch(bf16_copy_scratch_bytes(count)));
   to_bf16_bits(bits, values, count);
   return bits;
 }
@@ -60,7 +54,7 @@ void weight_and_bias_grads_bf16(float* dweight, float* dbias, const float* dout,
                                  CUDA_R_16BF, OC, &one, dweight, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
                                  CUBLAS_GEMM_DEFAULT));
   if (dbias != nullptr) {
-    auto* partial = static_cast<double*>(scratch(static_cast<std::size_t>(row_chunk_count(N)) * OC * sizeof(double)));
+    auto* partial = static_cast<double*>(scratch(column_sum_scratch_bytes(N, OC)));
     accumulate_column_sums(dbias, dout, N, OC, partial);
   }
 }
@@ -70,17 +64,15 @@ void weight_and_bias_grads_bf16(float* dweight, float* dbias, const float* dout,
 void matmul_forward_bf16(float* out, const std::uint16_t* x, const std::uint16_t* weight, const float* bias, int N,
                          int C, int OC) {
   if (N == 0 || OC == 0) return;
-  if (!linear_product(out, nullptr, x, weight, bias, N, C, OC, CUDA_R_16BF)) {
-    DUFU_FAIL("cuBLASLt has no bf16 algorithm for matmul_forward with N ", N, ", C ", C, ", OC ", OC);
-  }
+  linear_product(out, x, weight, bias, N, C, OC, CUDA_R_16BF);
 }
 
 void matmul_bias_gelu_forward_bf16(float* out, float* pre, const std::uint16_t* x, const std::uint16_t* weight,
                                    const float* bias, int N, int C, int OC) {
   if (N == 0 || OC == 0) return;
-  if (linear_product(out, pre, x, weight, bias, N, C, OC, CUDA_R_16BF)) return;
+  if (linear_gelu_product(out, pre, x, weight, bias, N, C, OC, CUDA_R_16BF)) return;
   // As matmul_bias_gelu_forward: widths the epilogue cannot keep take two kernels.
-  matmul_forward_bf16(pre, x, weight, nullptr, N, C, OC);
+  linear_product(pre, x, weight, nullptr, N, C, OC, CUDA_R_16BF);
   bias_gelu_forward(out, pre, pre, bias, N, OC);
 }
 

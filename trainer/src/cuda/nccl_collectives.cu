@@ -1,13 +1,24 @@
 // The module's NCCL entries (cuda_module.h's CudaNccl): thin wrappers of NCCL calls on
 // the device's stream, and the fold kernel of the deterministic all-reduce. The order
 // of the fold is collective_fold.h's, which the CPU tests check, so what runs here is
-// only the launch. Compiled and linked; no GPU has run this file.
+// only the launch.
+//
+// NCCL's library is opened with dlopen("libnccl.so.2") the first time a group of
+// several GPUs asks for it, never linked: a run on one GPU, or on a machine without
+// NCCL, needs none (tests/trainer/cuda_module_needs_test.py checks the module's
+// DT_NEEDED). nccl.h is read at build time for the types only.
+//
+// Compiled and linked; no GPU has run this file.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
@@ -26,6 +37,102 @@ void fail_nccl(const char* call, int status, const char* description, const char
 
 namespace {
 
+constexpr const char* kNcclLibrary = "libnccl.so.2";
+
+// NCCL's functions, from the library dlopen found.
+struct NcclLibrary {
+  decltype(&ncclGetUniqueId) get_unique_id = nullptr;
+  decltype(&ncclCommInitRank) comm_init_rank = nullptr;
+  decltype(&ncclCommDestroy) comm_destroy = nullptr;
+  decltype(&ncclCommAbort) comm_abort = nullptr;
+  decltype(&ncclCommGetAsyncError) comm_get_async_error = nullptr;
+  decltype(&ncclGroupStart) group_start = nullptr;
+  decltype(&ncclGroupEnd) group_end = nullptr;
+  decltype(&ncclSend) send = nullptr;
+  decltype(&ncclRecv) recv = nullptr;
+  decltype(&ncclAllGather) all_gather = nullptr;
+  decltype(&ncclBroadcast) broadcast = nullptr;
+  decltype(&ncclGetErrorString) get_error_string = nullptr;
+  decltype(&ncclGetLastError) get_last_error = nullptr;
+};
+
+struct NcclLoad {
+  NcclLibrary functions;
+  std::string failure;  // empty when loaded
+};
+
+template <typename Function>
+bool find(void* handle, const char* name, Function& function, std::string& failure) {
+  function = reinterpret_cast<Function>(::dlsym(handle, name));
+  if (function == nullptr && failure.empty()) {
+    failure = str_cat("NCCL's library ", kNcclLibrary, " has no ", name, " (NCCL 2.13 or newer is needed)");
+  }
+  return function != nullptr;
+}
+
+const NcclLoad& nccl_load() {
+  static const NcclLoad load = [] {
+    NcclLoad result;
+    // RTLD_LOCAL: NCCL's symbols stay out of the process's namespace.
+    void* handle = ::dlopen(kNcclLibrary, RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      result.failure = str_cat("cannot load NCCL's library ", kNcclLibrary, ": ", ::dlerror(),
+                               "; HINT: install NCCL (libnccl2) or add its directory to LD_LIBRARY_PATH");
+      return result;
+    }
+    NcclLibrary& f = result.functions;
+    std::string& failure = result.failure;
+    find(handle, "ncclGetUniqueId", f.get_unique_id, failure);
+    find(handle, "ncclCommInitRank", f.comm_init_rank, failure);
+    find(handle, "ncclCommDestroy", f.comm_destroy, failure);
+    find(handle, "ncclCommAbort", f.comm_abort, failure);
+    find(handle, "ncclCommGetAsyncError", f.comm_get_async_error, failure);
+    find(handle, "ncclGroupStart", f.group_start, failure);
+    find(handle, "ncclGroupEnd", f.group_end, failure);
+    find(handle, "ncclSend", f.send, failure);
+    find(handle, "ncclRecv", f.recv, failure);
+    find(handle, "ncclAllGather", f.all_gather, failure);
+    find(handle, "ncclBroadcast", f.broadcast, failure);
+    find(handle, "ncclGetErrorString", f.get_error_string, failure);
+    find(handle, "ncclGetLastError", f.get_last_error, failure);
+    return result;
+  }();
+  return load;
+}
+
+DeviceAvailability library() {
+  const NcclLoad& load = nccl_load();
+  if (!load.failure.empty()) return {false, load.failure};
+  return {true, ""};
+}
+
+// The loaded library; every entry but library() runs after nccl_availability said yes.
+const NcclLibrary& nccl() {
+  const NcclLoad& load = nccl_load();
+  if (!load.failure.empty()) DUFU_FAIL(load.failure);
+  return load.functions;
+}
+
+}  // namespace
+
+}  // namespace dufu::trainer::cuda
+
+// ncclGetErrorString's text of the status and ncclGetLastError's account of the last
+// failure (thread-local, so the comm is not needed).
+#define DUFU_NCCL_CHECK(call)                                                                          \
+  do {                                                                                                 \
+    const ncclResult_t dufu_nccl_status_ = (call);                                                     \
+    if (dufu_nccl_status_ != ncclSuccess) {                                                            \
+      ::dufu::trainer::cuda::fail_nccl(#call, static_cast<int>(dufu_nccl_status_),                     \
+                                       nccl().get_error_string(dufu_nccl_status_),                     \
+                                       nccl().get_last_error(nullptr), __FILE__, __LINE__);            \
+    }                                                                                                  \
+  } while (false)
+
+namespace dufu::trainer::cuda {
+
+namespace {
+
 static_assert(sizeof(ncclUniqueId) == kNcclUniqueIdBytes, "ncclUniqueId changed size");
 
 ncclDataType_t nccl_type(DataType type) {
@@ -41,9 +148,35 @@ ncclDataType_t nccl_type(DataType type) {
 
 ncclComm_t as_comm(void* comm) { return static_cast<ncclComm_t>(comm); }
 
+// The communicators alive in this process, whose asynchronous errors every wait on the
+// stream checks (cuda_kernels.h's wait_for_stream), and those aborted after one.
+std::mutex comms_mutex;
+std::vector<ncclComm_t> live_comms;
+std::vector<ncclComm_t> aborted_comms;
+
+// The stream watcher: a communicator with an asynchronous error (a peer rank died, a
+// network failed) is aborted, so its kernels end and the stream can drain, and the
+// wait throws.
+void check_async_errors() {
+  const std::lock_guard lock(comms_mutex);
+  for (auto it = live_comms.begin(); it != live_comms.end(); ++it) {
+    ncclResult_t async_error = ncclSuccess;
+    DUFU_NCCL_CHECK(nccl().comm_get_async_error(*it, &async_error));
+    if (async_error == ncclSuccess || async_error == ncclInProgress) continue;
+    const std::string last_error = nccl().get_last_error(*it);
+    nccl().comm_abort(*it);
+    aborted_comms.push_back(*it);
+    live_comms.erase(it);
+    if (live_comms.empty()) set_stream_watcher(nullptr);
+    DUFU_FAIL("an NCCL communicator failed while the device waited for it: ", nccl().get_error_string(async_error),
+              last_error.empty() ? std::string() : str_cat(" (", last_error, ")"),
+              "; it was aborted. HINT: another rank died or lost its network; its own log says why");
+  }
+}
+
 void unique_id(unsigned char* id) {
   ncclUniqueId made;
-  DUFU_NCCL_CHECK(ncclGetUniqueId(&made));
+  DUFU_NCCL_CHECK(nccl().get_unique_id(&made));
   std::memcpy(id, &made, sizeof(made));
 }
 
@@ -52,31 +185,43 @@ void* init_rank(const unsigned char* id, int ranks, int rank) {
   std::memcpy(&received, id, sizeof(received));
   device();  // the stream and the GPU choice exist before NCCL binds to the current device
   ncclComm_t comm = nullptr;
-  DUFU_NCCL_CHECK(ncclCommInitRank(&comm, ranks, received, rank));
+  DUFU_NCCL_CHECK(nccl().comm_init_rank(&comm, ranks, received, rank));
+  const std::lock_guard lock(comms_mutex);
+  live_comms.push_back(comm);
+  set_stream_watcher(check_async_errors);
   return comm;
 }
 
 void destroy(void* comm) noexcept {
-  if (comm != nullptr) ncclCommDestroy(as_comm(comm));
+  if (comm == nullptr) return;
+  const std::lock_guard lock(comms_mutex);
+  const auto aborted = std::find(aborted_comms.begin(), aborted_comms.end(), as_comm(comm));
+  if (aborted != aborted_comms.end()) {  // ncclCommAbort freed it
+    aborted_comms.erase(aborted);
+    return;
+  }
+  live_comms.erase(std::remove(live_comms.begin(), live_comms.end(), as_comm(comm)), live_comms.end());
+  if (live_comms.empty()) set_stream_watcher(nullptr);
+  nccl().comm_destroy(as_comm(comm));
 }
 
-void group_start() { DUFU_NCCL_CHECK(ncclGroupStart()); }
-void group_end() { DUFU_NCCL_CHECK(ncclGroupEnd()); }
+void group_start() { DUFU_NCCL_CHECK(nccl().group_start()); }
+void group_end() { DUFU_NCCL_CHECK(nccl().group_end()); }
 
 void send(void* comm, const void* data, std::size_t count, DataType type, int peer) {
-  DUFU_NCCL_CHECK(ncclSend(data, count, nccl_type(type), peer, as_comm(comm), stream()));
+  DUFU_NCCL_CHECK(nccl().send(data, count, nccl_type(type), peer, as_comm(comm), stream()));
 }
 
 void recv(void* comm, void* data, std::size_t count, DataType type, int peer) {
-  DUFU_NCCL_CHECK(ncclRecv(data, count, nccl_type(type), peer, as_comm(comm), stream()));
+  DUFU_NCCL_CHECK(nccl().recv(data, count, nccl_type(type), peer, as_comm(comm), stream()));
 }
 
 void all_gather(void* comm, const void* input, void* output, std::size_t count, DataType type) {
-  DUFU_NCCL_CHECK(ncclAllGather(input, output, count, nccl_type(type), as_comm(comm), stream()));
+  DUFU_NCCL_CHECK(nccl().all_gather(input, output, count, nccl_type(type), as_comm(comm), stream()));
 }
 
 void broadcast(void* comm, void* data, std::size_t count, DataType type, int root) {
-  DUFU_NCCL_CHECK(ncclBroadcast(data, data, count, nccl_type(type), root, as_comm(comm), stream()));
+  DUFU_NCCL_CHECK(nccl().broadcast(data, data, count, nccl_type(type), root, as_comm(comm), stream()));
 }
 
 template <typename T>
@@ -118,8 +263,17 @@ void fold(void* destination, const void* blocks, std::size_t stride, std::size_t
 }  // namespace
 
 const CudaNccl* nccl_entries() {
-  static const CudaNccl entries{unique_id, init_rank, destroy,   group_start, group_end,
-                                send,      recv,      all_gather, broadcast,  fold};
+  static const CudaNccl entries{.library = library,
+                                .unique_id = unique_id,
+                                .init_rank = init_rank,
+                                .destroy = destroy,
+                                .group_start = group_start,
+                                .group_end = group_end,
+                                .send = send,
+                                .recv = recv,
+                                .all_gather = all_gather,
+                                .broadcast = broadcast,
+                                .fold = fold};
   return &entries;
 }
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -32,6 +33,32 @@ const char* device_kind_name(DeviceKind kind);  // "cpu", "cuda"
 // "cpu" or "cuda"; throws dufu::Error naming the choices for anything else.
 DeviceKind parse_device_kind(std::string_view name);
 
+// Every device allocation starts on a multiple of this, and BufferCarver starts every
+// tensor it carves on one: the alignment cuBLASLt's fastest kernels want of their
+// operands (and cudaMalloc's own). A tensor that is not so aligned still works; the
+// CUDA matmuls tell cuBLASLt its real alignment (lt_alignment.h).
+inline constexpr std::size_t kTensorAlignmentBytes = 256;
+
+// One matrix product of a training step: out [rows, outputs] = x [rows, inputs] ·
+// weight [outputs, inputs]^T, plus a bias when `bias` (so its backward sums columns).
+struct MatmulShape {
+  std::int64_t rows = 0;
+  std::int64_t inputs = 0;
+  std::int64_t outputs = 0;
+  bool bias = false;
+};
+
+// What a training step's kernels work on, for Device::scratch_bytes: every distinct
+// matmul, the rows and width of the LayerNorms, the parameters whose gradient norm is
+// taken, and whether the matmuls read bf16 operands (the bf16 recipe).
+struct StepShapes {
+  std::vector<MatmulShape> matmuls = {};
+  std::int64_t rows = 0;
+  std::int64_t width = 0;
+  std::int64_t parameters = 0;
+  bool bf16_operands = false;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -46,7 +73,7 @@ class Device {
   virtual MemorySpace memory_space() const = 0;
   virtual const KernelTable& kernels() const = 0;
 
-  // `bytes` of device memory, aligned to 64 bytes, contents undefined (0 bytes gives
+  // `bytes` of device memory, aligned to kTensorAlignmentBytes, contents undefined (0 bytes gives
   // a valid pointer too). Throws dufu::Error naming the device and the size when
   // there is not enough memory. release() takes what allocate() returned, or null.
   virtual void* allocate(std::size_t bytes) = 0;
@@ -70,6 +97,11 @@ class Device {
   // GPU its free memory. (Pure, so that the class keeps no key function: the CUDA
   // module, loaded with dlopen, needs its type information inline.)
   virtual double memory_capacity_bytes() const = 0;
+  // The memory the device itself takes for a step of `shapes` beyond the tensors it is
+  // given: the scratch its kernels keep (grow-only buffers, library workspaces), at
+  // its largest over the step. The memory plan adds it, so a plan that fits leaves
+  // room for it; memory_capacity_bytes() counts what of it is already held as free.
+  virtual double scratch_bytes(const StepShapes& shapes) const = 0;
 };
 
 // The process's CPU device: OpenMP threads over host memory.
@@ -82,9 +114,31 @@ struct DeviceAvailability {
   std::string reason;
 };
 DeviceAvailability device_availability(DeviceKind kind);
-// The device of that kind (the first one, for GPUs); throws dufu::Error with
-// device_availability's reason when there is none.
+// The device of that kind (for GPUs the one choose_gpu picks for this process);
+// throws dufu::Error with device_availability's or choose_gpu's reason when there is
+// none.
 Device& device_of_kind(DeviceKind kind);
+
+// Which of the `visible_gpus` GPUs this process takes, one per rank: the launcher's
+// local rank, or, when the launcher sets CUDA_VISIBLE_DEVICES (each rank then sees
+// its own GPU or GPUs), local_rank % visible_gpus. `refusal` is set, and ordinal -1,
+// when there is no GPU, or when more ranks run on the machine than it has GPUs and
+// nothing partitioned them (two ranks of one NCCL communicator cannot share a GPU).
+struct GpuChoice {
+  int ordinal = -1;
+  std::string refusal;
+};
+GpuChoice choose_gpu(int local_rank, int visible_gpus, bool visible_devices_set);
+// choose_gpu for this process: its local rank, the GPUs the driver shows it, and
+// whether CUDA_VISIBLE_DEVICES is set. Refused when no CUDA device is available.
+GpuChoice gpu_for_this_process();
+
+// Collective over `ranks`: every rank passes what it found on its own (a device or
+// library it can use, or why not) and gets the same answer, available only if every
+// rank is, else naming the lowest failing rank and its reason. Ranks that must skip or
+// fail together (an NCCL communicator's members) ask this first, so that no rank is
+// left waiting in a collective for one that gave up.
+DeviceAvailability agree_on_availability(Communicator& ranks, const DeviceAvailability& own);
 
 // `count` elements of T in one device's memory, zeroed at creation; owns it (move
 // only) and releases it when destroyed.

@@ -23,9 +23,11 @@ struct RankGroups {
   std::unique_ptr<Communicator> embedding;
 };
 
-// Collective over `world` (a host communicator). For a CUDA device every group is an
-// NCCL communicator (nccl_communicator.h; compiled, not run); throws dufu::Error with
-// the reason when NCCL is not available. For the CPU device, host groups as before.
+// Collective over `world` (a host communicator). For a CUDA device every group of
+// several ranks is an NCCL communicator (nccl_communicator.h; compiled, not run) and a
+// group of one rank a host one (nothing moves); throws dufu::Error on every rank, with
+// the first failing rank's reason, when NCCL is not available to all of them. For the
+// CPU device, host groups.
 RankGroups make_rank_groups(Communicator& world, const Topology& topology, Device& device);
 
 }  // namespace dufu::trainer

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "dufu/trainer/device.h"
 #include "dufu/trainer/gpt.h"
 
 namespace dufu::trainer {
@@ -27,6 +28,12 @@ double model_state_bytes(double parameters, int data_parallel_size, bool moments
 double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parallel_size, const PipelineStage& stage,
                         int slots, int prefetch, Precision precision);
 
+// What the kernels of one training step of this rank work on (for
+// Device::scratch_bytes): its stage's matmuls for micro-batches of B x T tokens, the
+// LayerNorms' rows and width, and its `parameters` (the gradient norm's length).
+StepShapes training_step_shapes(const GPTConfig& config, int B, int T, int tensor_parallel_size,
+                                const PipelineStage& stage, Precision precision, double parameters);
+
 // What this rank will allocate, by kind, printed at start (one line per distinct piece
 // of the model) so a user sees where the memory goes before the first step.
 struct MemoryPlan {
@@ -35,14 +42,25 @@ struct MemoryPlan {
   double moments = 0.0;       // AdamW m and v (this rank's shard under ZeRO-1)
   double working_copy = 0.0;  // the bf16 recipe's working copy of the weights
   double activations = 0.0;   // activations, their gradients, the loader's batches
+  double scratch = 0.0;       // the device's own (Device::scratch_bytes), e.g. cuBLASLt's workspace
   double model() const { return weights + gradients + moments + working_copy; }
-  double total() const { return model() + activations; }
-  // "weights 498 MB, gradients 498 MB, AdamW moments 995 MB, activations 5.43 GB:
-  // 7.42 GB of at most 25.0 GB" (the working copy only when there is one).
+  double total() const { return model() + activations + scratch; }
+  // "weights 498 MB, gradients 498 MB, AdamW moments 995 MB, activations 5.43 GB,
+  // device scratch 856 MB: 8.28 GB of at most 25.0 GB" (the working copy and the
+  // scratch only when there are any).
   std::string describe(double limit_bytes) const;
 };
 MemoryPlan memory_plan(double parameters, int data_parallel_size, bool moments_sharded, bool bf16_working_copy,
                        double activation_bytes);
+
+// This rank's plan for training micro-batches of B x T tokens: its parameters
+// (rank_parameter_count), the activations of `slots` micro-batches and `prefetch`
+// loader batches (activation_bytes), and the scratch `device` says such a step needs
+// (Device::scratch_bytes of training_step_shapes): the plan asks the device, so a plan
+// that fits leaves room for what the device allocates at the first backward.
+MemoryPlan rank_memory_plan(const GPTConfig& config, int B, int T, int tensor_parallel_size, int data_parallel_size,
+                            const PipelineStage& stage, int slots, int prefetch, Precision precision,
+                            bool moments_sharded, const Device& device);
 
 // Throws dufu::Error when `plan` needs more than `capacity_bytes` of `device` (its
 // Device::describe()), naming the plan and the knobs that shrink it: train.micro_batch

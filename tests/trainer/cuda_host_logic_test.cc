@@ -1,0 +1,169 @@
+// The CUDA backend's host logic, which runs on the CPU: the carver's 256-byte offsets,
+// the alignment cuBLASLt is told, the cache of its algorithms, the scratch the device
+// reports to the memory plan, the GEMM-rate timing loop, the stream wait that watches
+// NCCL's errors, and the once-per-kind fallback notice. The GPU parts around them are
+// thin (src/cuda/*.cu) and compiled, not run.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "buffer_carver.h"
+#include "cuda/cuda_scratch.h"
+#include "cuda/gemm_timing.h"
+#include "cuda/lt_algorithm_choice.h"
+#include "cuda/once_per_kind.h"
+#include "cuda/stream_wait.h"
+#include "dufu/trainer/device.h"
+
+namespace dufu::trainer {
+namespace {
+
+TEST(BufferCarver, EveryTensorStartsOn256Bytes) {
+  float* slots[4] = {};
+  detail::BufferCarver<float> carver;
+  carver.want(slots[0], 7);  // 28 bytes, as the LayerNorm statistics of 7 rows
+  carver.want(slots[1], 64);
+  carver.want(slots[2], 65);
+  carver.want(slots[3], 1);
+  // In floats: 64 per 256 bytes.
+  EXPECT_EQ(carver.offsets(), (std::vector<std::size_t>{0, 64, 128, 256}));
+  EXPECT_EQ(carver.total(), 320u);
+  DeviceBuffer<float> memory;
+  carver.allocate(cpu_device(), memory);
+  for (float* slot : slots) EXPECT_EQ(reinterpret_cast<std::uintptr_t>(slot) % kTensorAlignmentBytes, 0u);
+
+  std::uint16_t* bits[2] = {};
+  detail::BufferCarver<std::uint16_t> bf16_carver;
+  bf16_carver.want(bits[0], 5 * 16);  // an odd prompt's 5 rows of 16 channels: 160 bytes
+  bf16_carver.want(bits[1], 3);
+  EXPECT_EQ(bf16_carver.offsets(), (std::vector<std::size_t>{0, 128}));
+  EXPECT_EQ(bf16_carver.total(), 256u);
+}
+
+TEST(LtAlignment, TheLargestPowerOfTwoDividingTheAddressUpTo256) {
+  using cuda::operand_alignment_bytes;
+  EXPECT_EQ(operand_alignment_bytes(std::uintptr_t{0x7f0000001000}), 256u);
+  EXPECT_EQ(operand_alignment_bytes(std::uintptr_t{0x7f0000001100}), 256u);
+  EXPECT_EQ(operand_alignment_bytes(std::uintptr_t{0x7f0000001080}), 128u);
+  EXPECT_EQ(operand_alignment_bytes(std::uintptr_t{0x7f0000001010}), 16u);
+  EXPECT_EQ(operand_alignment_bytes(std::uintptr_t{0x7f000000101c}), 4u);  // a float 7 floats in
+  EXPECT_EQ(operand_alignment_bytes(std::uintptr_t{0x7f0000001002}), 2u);  // a bf16 one element in
+  EXPECT_EQ(operand_alignment_bytes(std::uintptr_t{0}), 256u);             // no operand: no constraint
+  alignas(256) static float buffer[8];
+  EXPECT_EQ(operand_alignment_bytes(buffer + 1), 4u);
+}
+
+TEST(LtAlgorithmCache, AsksOncePerKeyAndKeysTheAlignment) {
+  cuda::LtAlgorithmCache<int> cache;
+  int asked = 0;
+  const auto choose = [&] { return std::optional<int>(++asked); };
+  cuda::LtProductKey key{.rows = 7, .inner = 16, .cols = 48, .a_alignment = 256, .b_alignment = 256,
+                         .out_alignment = 256};
+  EXPECT_EQ(cache.find_or_choose(key, choose), 1);
+  EXPECT_EQ(cache.find_or_choose(key, choose), 1);  // kept: the heuristic is not asked again
+  cuda::LtProductKey misaligned = key;
+  misaligned.a_alignment = 4;
+  EXPECT_EQ(cache.find_or_choose(misaligned, choose), 2);
+  cuda::LtProductKey other_epilogue = key;
+  other_epilogue.epilogue = 1;
+  EXPECT_EQ(cache.find_or_choose(other_epilogue, choose), 3);
+  EXPECT_EQ(asked, 3);
+  // "No algorithm" is an answer too, kept so the fallback costs no heuristic either.
+  cuda::LtProductKey unsupported = key;
+  unsupported.cols = 49;
+  EXPECT_FALSE(cache.find_or_choose(unsupported, [&] { ++asked; return std::optional<int>(); }).has_value());
+  EXPECT_FALSE(cache.find_or_choose(unsupported, choose).has_value());
+  EXPECT_EQ(asked, 4);
+  // A heuristic that failed keeps nothing: the next call asks again.
+  cuda::LtProductKey failing = key;
+  failing.rows = 8;
+  EXPECT_THROW(cache.find_or_choose(failing, []() -> std::optional<int> { throw std::runtime_error("failed"); }),
+               std::runtime_error);
+  EXPECT_EQ(cache.find_or_choose(failing, choose), 5);
+  EXPECT_EQ(cache.size(), 5u);
+}
+
+TEST(CudaScratch, TheLogitsGradientsBf16CopyAndTheWorkspaceAreInThePlan) {
+  // GPT-2 124M's last stage at B 4, T 1024: N 4096 rows, C 768, vocabulary 50304.
+  const std::int64_t N = 4096, C = 768, V = 50304;
+  StepShapes shapes{.matmuls = {{N, C, 3 * C, true}, {N, C, C, true}, {N, C, 4 * C, true}, {N, 4 * C, C, true},
+                                {N, C, V, false}},
+                    .rows = N,
+                    .width = C,
+                    .parameters = 124'000'000,
+                    .bf16_operands = true};
+  // bf16: the LM head's dout copy, N x V x 2 bytes, is the largest request.
+  EXPECT_EQ(cuda::step_scratch_bytes(shapes), static_cast<std::size_t>(N * V * 2));
+  EXPECT_DOUBLE_EQ(cuda::device_scratch_bytes(shapes), 32.0 * 1024 * 1024 + static_cast<double>(N * V * 2));
+  // fp32: no copies; the largest is the MLP-up bias's partial sums, 32 chunks x 4C doubles.
+  shapes.bf16_operands = false;
+  EXPECT_EQ(cuda::step_scratch_bytes(shapes), static_cast<std::size_t>(32 * 4 * C * 8));
+  // An odd copy rounds up to 256 bytes, as the scratch asks.
+  EXPECT_EQ(cuda::bf16_copy_scratch_bytes(7), 256u);
+  // Few rows: as many chunks as rows.
+  EXPECT_EQ(cuda::layernorm_scratch_bytes(5, 16), static_cast<std::size_t>(2 * 5 * 16 * 8));
+  EXPECT_EQ(cuda::sum_of_squares_scratch_bytes((std::size_t{1} << 16) + 1), 3 * sizeof(double));
+}
+
+TEST(GemmTiming, TheEventsBracketTwentyLaunchesAndNothingElse) {
+  std::string trace;
+  int ticks = 0;
+  const double rate = cuda::best_flops_per_second(
+      1e9, [&] { trace += 'L'; }, [&] { trace += '['; },
+      [&] {
+        trace += ']';
+        return 0.5 * (++ticks);  // 0.5 s, then 1 s, 1.5 s: the first timing is the best
+      },
+      [] { return false; });
+  const std::string timing = "[" + std::string(cuda::kLaunchesPerTiming, 'L') + "]";
+  EXPECT_EQ(trace, timing + timing + timing);  // at least three timings, launches only inside
+  EXPECT_GE(cuda::kLaunchesPerTiming, 20);
+  EXPECT_DOUBLE_EQ(rate, 1e9 * cuda::kLaunchesPerTiming / 0.5);
+}
+
+TEST(StreamWait, ChecksBetweenPollsAndStopsWhenTheCheckThrows) {
+  int polls = 0;
+  int checks = 0;
+  cuda::wait_checking([&] { return ++polls > 3; }, [&] { ++checks; });
+  EXPECT_EQ(polls, 4);
+  EXPECT_EQ(checks, 3);
+  // A stream that never drains (NCCL waiting for a dead peer) ends with the check's error.
+  checks = 0;
+  EXPECT_THROW(cuda::wait_checking([] { return false; },
+                                   [&] {
+                                     if (++checks == 5) throw std::runtime_error("peer died");
+                                   }),
+               std::runtime_error);
+  EXPECT_EQ(checks, 5);
+}
+
+TEST(ChooseGpu, OneGpuPerRankOrTheLaunchersPartition) {
+  EXPECT_EQ(choose_gpu(0, 1, false).ordinal, 0);
+  EXPECT_EQ(choose_gpu(3, 4, false).ordinal, 3);
+  // Two ranks on a one-GPU machine would share it: refused in words, with the way out.
+  const GpuChoice shared = choose_gpu(1, 1, false);
+  EXPECT_EQ(shared.ordinal, -1);
+  for (const char* part : {"local rank 1", "1 GPU;", "HINT", "CUDA_VISIBLE_DEVICES"}) {
+    EXPECT_NE(shared.refusal.find(part), std::string::npos) << part << " not in: " << shared.refusal;
+  }
+  // CUDA_VISIBLE_DEVICES set by the launcher: local rank 1 sees its own GPU as 0.
+  EXPECT_EQ(choose_gpu(1, 1, true).ordinal, 0);
+  EXPECT_EQ(choose_gpu(5, 2, true).ordinal, 1);
+  EXPECT_EQ(choose_gpu(0, 0, true).ordinal, -1);
+  EXPECT_EQ(choose_gpu(0, 0, false).refusal, "this process sees no GPU");
+}
+
+TEST(OncePerKind, EachKindOfFallbackIsNotedOnce) {
+  cuda::OncePerKind<cuda::FusedFallback> noted;
+  EXPECT_TRUE(noted.first(cuda::FusedFallback::kGeluForwardWidth));
+  EXPECT_FALSE(noted.first(cuda::FusedFallback::kGeluForwardWidth));
+  EXPECT_TRUE(noted.first(cuda::FusedFallback::kDgeluNoAlgorithm));
+  EXPECT_FALSE(noted.first(cuda::FusedFallback::kDgeluNoAlgorithm));
+  EXPECT_FALSE(noted.first(cuda::FusedFallback::kGeluForwardWidth));
+}
+
+}  // namespace
+}  // namespace dufu::trainer

@@ -1,0 +1,64 @@
+// The CUDA device's own memory beyond the tensors it is given: cuBLASLt's workspace
+// (cuBLAS is handed the same one, as both run on the device's one stream) and the
+// grow-only scratch its kernels share (block_reduce.cuh's scratch()). The kernels ask
+// scratch() for these sizes and CudaDevice::scratch_bytes reports their maximum over
+// a step to the memory plan, from the same functions, so the two cannot drift apart.
+// Host arithmetic only, so the CPU tests check it.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "../buffer_carver.h"
+#include "dufu/trainer/device.h"
+#include "dufu/trainer/kernel_partition.h"
+
+namespace dufu::trainer::cuda {
+
+// cuBLASLt's recommended workspace for Hopper, allocated once with the device's handles.
+inline constexpr std::size_t kMatmulWorkspaceBytes = std::size_t{32} << 20;
+
+// sum_of_squares adds its values in chunks of this many, then the chunks in order.
+inline constexpr std::size_t kSquaresChunk = std::size_t{1} << 16;
+
+// The partial column sums of a bias gradient over N rows of C columns.
+constexpr std::size_t column_sum_scratch_bytes(int N, int C) {
+  return static_cast<std::size_t>(row_chunk_count(N)) * static_cast<std::size_t>(C) * sizeof(double);
+}
+// LayerNorm's dweight and dbias partials over N rows of C.
+constexpr std::size_t layernorm_scratch_bytes(int N, int C) { return 2 * column_sum_scratch_bytes(N, C); }
+constexpr std::size_t squares_chunk_count(std::size_t n) { return (n + kSquaresChunk - 1) / kSquaresChunk; }
+// sum_of_squares's chunk sums and their total.
+constexpr std::size_t sum_of_squares_scratch_bytes(std::size_t n) {
+  return (squares_chunk_count(n) + 1) * sizeof(double);
+}
+// The bf16 copy of a bf16-recipe backward's output gradient of `count` elements (the
+// logits gradient, for the LM head): it precedes the same backward's bias partials in
+// the scratch, which overwrite it once the GEMMs reading it are done (stream order).
+constexpr std::size_t bf16_copy_scratch_bytes(std::size_t count) {
+  return detail::aligned_count<std::uint16_t>(count) * sizeof(std::uint16_t);
+}
+
+// The scratch a training step of `shapes` grows to: the largest single request.
+inline std::size_t step_scratch_bytes(const StepShapes& shapes) {
+  const int N = static_cast<int>(shapes.rows);
+  std::size_t largest = std::max(layernorm_scratch_bytes(N, static_cast<int>(shapes.width)),
+                                 sum_of_squares_scratch_bytes(static_cast<std::size_t>(shapes.parameters)));
+  for (const MatmulShape& m : shapes.matmuls) {
+    const int rows = static_cast<int>(m.rows);
+    if (m.bias) largest = std::max(largest, column_sum_scratch_bytes(rows, static_cast<int>(m.outputs)));
+    if (shapes.bf16_operands) {
+      largest = std::max(largest, bf16_copy_scratch_bytes(static_cast<std::size_t>(m.rows) *
+                                                          static_cast<std::size_t>(m.outputs)));
+    }
+  }
+  return largest;
+}
+
+// All of the device's own memory for a step: the workspace and the scratch.
+inline double device_scratch_bytes(const StepShapes& shapes) {
+  return static_cast<double>(kMatmulWorkspaceBytes) + static_cast<double>(step_scratch_bytes(shapes));
+}
+
+}  // namespace dufu::trainer::cuda
