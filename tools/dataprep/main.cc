@@ -12,7 +12,7 @@
 #include "dufu/common/atomic_file.h"
 #include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
-#include "dufu/dataprep/distributed_preprocess.h"
+#include "dufu/common/rank_agreement.h"
 
 namespace {
 
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     // --help and --version are "errors" with exit code 0: let CLI11 print them.
     if (error.get_exit_code() == 0) return app.exit(error);
     return fail(std::string(error.what()) + " (see --help)");
-  } catch (const dufu::dataprep::RanksStopped& stopped) {
+  } catch (const dufu::RanksStopped& stopped) {
     // Every rank of a divided job agreed to stop and cleaned up: one of them reports.
     if (stopped.report()) fail(stopped.what());
     return 1;

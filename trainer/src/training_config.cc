@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <set>
 #include <string_view>
 
 #include "dufu/common/error.h"
@@ -242,6 +243,17 @@ TrainingOptions training_options(const Config& config) {
   options.valid_data.split.megatron_part = 1;
   options.valid_data.num_samples = static_cast<std::uint64_t>(options.eval_batches) * options.micro_batch;
   return options;
+}
+
+std::vector<AgreedSetting> rank_shared_settings(const Config& config) {
+  static const std::set<std::string_view> kPerRank = {"train.threads", "data.workers", "data.prefetch",
+                                                      "data.cache_dir"};
+  std::vector<AgreedSetting> settings;
+  for (const ConfigKnob& knob : config.schema().knobs()) {
+    if (kPerRank.contains(knob.name)) continue;
+    settings.push_back({knob.name, config_value_to_toml(config.get(knob.name)), ""});
+  }
+  return settings;
 }
 
 }  // namespace dufu::trainer
