@@ -101,8 +101,7 @@ PreprocessStats preprocess_part(const PreprocessOptions& options, ShardSpec shar
   }
   tokenizer_identity += str_cat(" pattern ", options.tokenizer_pattern);
   manifest.tokenizer_sha256 = sha256_hex(tokenizer_identity);
-  manifest.job_sha256 = sha256_hex(
-      str_cat(manifest.inputs_sha256, "\n", manifest.options, "\n", manifest.tokenizer_sha256, "\n", shard.parts));
+  manifest.job_sha256 = job_sha256_of(manifest);
   manifest.layout = output_layout(options);
   manifest.dtype = setup.dtype;
   manifest.covers = plan.part_inputs(shard.part);
