@@ -49,7 +49,7 @@ std::set<std::string> names_in(const std::string& dir) {
 TEST(FileSizeLimit, ATrainingRunReportsTheFailedCheckpointWriteInOneLine) {
   TempDir dir;
   write_all(dir.file("config.toml"), dufu::testing::fortunes_layout_config_toml());
-  const std::string config = shell_quote(dir.file("config.toml")) + " train.steps=1";
+  const std::string config = shell_quote(dir.file("config.toml")) + " train.steps=2 eval.interval=0";
   // Without a limit first, so that the index caches exist and the checkpoint is the
   // first file too large (its model file is about 1.3 MB).
   const CommandResult unlimited = run_command(shell_quote(train_tool()) + " " + config + " run.dir=" +
