@@ -427,9 +427,10 @@ void Config::load_toml(std::string_view text, const std::string& source_name) {
   if (const std::size_t bad = first_invalid_utf8(text); bad != std::string_view::npos) {
     const std::string_view before = text.substr(0, bad);
     const std::size_t line_start = before.rfind('\n') == std::string_view::npos ? 0 : before.rfind('\n') + 1;
+    const auto byte = static_cast<unsigned>(static_cast<unsigned char>(text[bad]));
     DUFU_FAIL(source_name, ":", std::count(before.begin(), before.end(), '\n') + 1, ":", bad - line_start + 1,
-              ": TOML syntax error: not valid UTF-8 (byte 0x", std::hex, static_cast<unsigned>(static_cast<unsigned char>(text[bad])),
-              std::dec, " at byte offset ", bad, " of the file); HINT: save the file as UTF-8");
+              ": TOML syntax error: not valid UTF-8 (byte 0x", std::hex, byte, std::dec, " at byte offset ", bad,
+              " of the file); HINT: save the file as UTF-8");
   }
   toml::table document;
   try {

@@ -24,7 +24,9 @@ std::string compared_text(const std::vector<AgreedSetting>& settings) {
 
 std::string sent_text(const std::vector<AgreedSetting>& settings) {
   std::string text;
-  for (const AgreedSetting& setting : settings) text += str_cat(setting.name, '\0', setting.value, '\0', setting.note, '\0');
+  for (const AgreedSetting& setting : settings) {
+    text += str_cat(setting.name, '\0', setting.value, '\0', setting.note, '\0');
+  }
   return text;
 }
 
@@ -51,7 +53,9 @@ std::string broadcast_text(Communicator& world, std::string text, int root) {
   auto size = static_cast<std::int64_t>(text.size());
   world.broadcast(std::span<std::int64_t>(&size, 1), root);
   text.resize(static_cast<std::size_t>(size));
-  if (size > 0) world.broadcast(std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(text.data()), text.size()), root);
+  if (size > 0) {
+    world.broadcast(std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(text.data()), text.size()), root);
+  }
   return text;
 }
 
@@ -80,7 +84,7 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 std::optional<std::string> rank_disagreement(Communicator& world, const std::vector<AgreedSetting>& settings) {
   if (world.size() == 1) return std::nullopt;
-  std::string digest = sha256_hex(compared_text(settings));
+  const std::string digest = sha256_hex(compared_text(settings));
   std::vector<std::uint8_t> digests(digest.size() * static_cast<std::size_t>(world.size()));
   world.all_gather(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(digest.data()), digest.size()),
                    digests);
@@ -101,8 +105,10 @@ std::optional<std::string> rank_disagreement(Communicator& world, const std::vec
   std::string what;
   for (std::size_t i = 0; i < std::max(first.size(), second.size()); ++i) {
     if (i >= first.size() || i >= second.size() || first[i].name != second[i].name) {
-      what = str_cat("rank ", other, " has ", i < second.size() ? "the setting '" + second[i].name + "'" : "fewer settings",
-                     " where rank 0 has ", i < first.size() ? "'" + first[i].name + "'" : "fewer settings");
+      const auto named = [](const std::vector<AgreedSetting>& list, std::size_t at) {
+        return at < list.size() ? "the setting '" + list[at].name + "'" : std::string("fewer settings");
+      };
+      what = str_cat("rank ", other, " has ", named(second, i), " where rank 0 has ", named(first, i));
       break;
     }
     if (first[i].value != second[i].value) {

@@ -438,7 +438,9 @@ TEST_F(DistributedPreprocess, MergeRefusesAManifestEditedToClaimFewerParts) {
       << edited.output;
   // Renamed to match what it claims.
   const std::string renamed = sharded + ".part-0-of-1";
-  for (const char* extension : {".bin", ".idx", ".manifest"}) std::filesystem::rename(part + extension, renamed + extension);
+  for (const char* extension : {".bin", ".idx", ".manifest"}) {
+    std::filesystem::rename(part + extension, renamed + extension);
+  }
   const CommandResult alone = dataprep("merge " + shell_quote(renamed) + merged);
   EXPECT_EQ(alone.exit_code, 1);
   EXPECT_NE(alone.output.find(renamed + ".manifest: its job_sha256 is not that of its inputs, options, tokenizer and "
