@@ -142,6 +142,8 @@ void install_cleanup_signal_handlers() {
   }
 }
 
+void ignore_file_size_signal() noexcept { ::signal(SIGXFSZ, SIG_IGN); }
+
 int register_cleanup_path(const std::string& path) noexcept {
   if (path.empty() || path.size() >= kCleanupPathMax) return -1;
   for (int i = 0; i < kCleanupSlots; ++i) {

@@ -217,8 +217,9 @@ std::string comment_lines(std::string_view text, std::string_view prefix) {
 }
 
 // UTF-8 as TOML (and JSON, where checkpoints keep the configuration) requires it: no
-// overlong forms, no surrogates, nothing above U+10FFFF.
-bool is_valid_utf8(std::string_view text) {
+// overlong forms, no surrogates, nothing above U+10FFFF. The offset of the first byte
+// of the first sequence that is not, or npos.
+std::size_t first_invalid_utf8(std::string_view text) {
   for (std::size_t i = 0; i < text.size();) {
     const auto lead = static_cast<unsigned char>(text[i]);
     // Bytes in the sequence, the lead byte's payload and the least code point that
@@ -239,20 +240,22 @@ bool is_valid_utf8(std::string_view text) {
         code = lead & 0x07;
         least = 0x10000;
       } else {
-        return false;
+        return i;
       }
     }
-    if (text.size() - i < length) return false;
+    if (text.size() - i < length) return i;
     for (std::size_t k = 1; k < length; ++k) {
       const auto next = static_cast<unsigned char>(text[i + k]);
-      if ((next & 0xC0) != 0x80) return false;
+      if ((next & 0xC0) != 0x80) return i;
       code = (code << 6) | (next & 0x3F);
     }
-    if (code < least || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return false;
+    if (code < least || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return i;
     i += length;
   }
-  return true;
+  return std::string_view::npos;
 }
+
+bool is_valid_utf8(std::string_view text) { return first_invalid_utf8(text) == std::string_view::npos; }
 
 std::string_view trim(std::string_view text) {
   const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
@@ -420,6 +423,15 @@ void Config::load_file(const std::string& path) {
 }
 
 void Config::load_toml(std::string_view text, const std::string& source_name) {
+  // Checked here: toml++ names the line before the one that holds a bad byte.
+  if (const std::size_t bad = first_invalid_utf8(text); bad != std::string_view::npos) {
+    const std::string_view before = text.substr(0, bad);
+    const std::size_t line_start = before.rfind('\n') == std::string_view::npos ? 0 : before.rfind('\n') + 1;
+    const auto byte = static_cast<unsigned>(static_cast<unsigned char>(text[bad]));
+    DUFU_FAIL(source_name, ":", std::count(before.begin(), before.end(), '\n') + 1, ":", bad - line_start + 1,
+              ": TOML syntax error: not valid UTF-8 (byte 0x", std::hex, byte, std::dec, " at byte offset ", bad,
+              " of the file); HINT: save the file as UTF-8");
+  }
   toml::table document;
   try {
     document = toml::parse(text, source_name);

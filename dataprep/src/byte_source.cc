@@ -55,11 +55,12 @@ std::size_t read_fd(int fd, const std::string& name, char* out, std::size_t capa
 // block that initially holds the bytes already read to sniff the magic.
 class FileSource : public ByteSource {
  public:
-  FileSource(std::string name, Fd fd, std::unique_ptr<char[]> block, std::size_t sniffed)
+  FileSource(std::string name, Fd fd, std::unique_ptr<char[]> block, std::size_t sniffed, FileSnapshot opened)
       : ByteSource(std::move(name)),
         fd_(std::move(fd)),
         block_(std::move(block)),
         sniffed_(sniffed),
+        opened_(opened),
         raw_bytes_(sniffed) {}
 
   std::uint64_t raw_bytes_read() const override { return raw_bytes_; }
@@ -68,6 +69,8 @@ class FileSource : public ByteSource {
   std::size_t read_raw(char* out, std::size_t capacity) {
     const std::size_t n = read_fd(fd_.get(), name(), out, capacity);
     raw_bytes_ += n;
+    // Before the end is reported (and a last line without '\n' is taken whole).
+    if (n == 0 && capacity > 0) check_unchanged(fd_.get(), opened_, name());
     return n;
   }
 
@@ -76,6 +79,7 @@ class FileSource : public ByteSource {
   std::size_t sniffed_;
 
  private:
+  FileSnapshot opened_;
   std::uint64_t raw_bytes_;
 };
 
@@ -103,8 +107,8 @@ class PlainSource final : public FileSource {
 
 class ZstdSource final : public FileSource {
  public:
-  ZstdSource(std::string name, Fd fd, std::unique_ptr<char[]> block, std::size_t sniffed)
-      : FileSource(std::move(name), std::move(fd), std::move(block), sniffed),
+  ZstdSource(std::string name, Fd fd, std::unique_ptr<char[]> block, std::size_t sniffed, FileSnapshot opened)
+      : FileSource(std::move(name), std::move(fd), std::move(block), sniffed, opened),
         dctx_(ZSTD_createDCtx()),
         input_{block_.get(), sniffed_, 0} {
     if (!dctx_) DUFU_FAIL("out of memory creating a zstd decoder for '", this->name(), "'");
@@ -192,8 +196,8 @@ class ZstdSource final : public FileSource {
 
 class GzipSource final : public FileSource {
  public:
-  GzipSource(std::string name, Fd fd, std::unique_ptr<char[]> block, std::size_t sniffed)
-      : FileSource(std::move(name), std::move(fd), std::move(block), sniffed) {
+  GzipSource(std::string name, Fd fd, std::unique_ptr<char[]> block, std::size_t sniffed, FileSnapshot opened)
+      : FileSource(std::move(name), std::move(fd), std::move(block), sniffed, opened) {
     // 15 + 32: the largest window, and accept either a gzip or a zlib header.
     if (inflateInit2(&stream_, 15 + 32) != Z_OK) {
       DUFU_FAIL("out of memory creating a gzip decoder for '", this->name(), "'");
@@ -270,6 +274,23 @@ Compression sniff(const unsigned char* bytes, std::size_t size) {
 
 }  // namespace
 
+FileSnapshot FileSnapshot::of(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return {};
+  return {true, static_cast<std::uint64_t>(st.st_size),
+          static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec};
+}
+
+void check_unchanged(int fd, const FileSnapshot& opened, const std::string& name) {
+  if (!opened.regular) return;
+  const FileSnapshot now = FileSnapshot::of(fd);
+  if (now.bytes == opened.bytes && now.mtime_ns == opened.mtime_ns) return;
+  DUFU_FAIL("'", name, "' changed while it was read (",
+            now.bytes != opened.bytes ? str_cat(opened.bytes, " bytes when opened, ", now.bytes, " now")
+                                      : std::string("modified after it was opened"),
+            "): its last line may be cut short; HINT: preprocess a file once it is written completely");
+}
+
 std::unique_ptr<ByteSource> open_byte_source(const std::string& path) {
   const bool is_stdin = path == "-";
   std::string name = is_stdin ? std::string("<stdin>") : path;
@@ -284,6 +305,7 @@ std::unique_ptr<ByteSource> open_byte_source(const std::string& path) {
     // Only a hint: failure merely costs read-ahead.
     (void)::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
   }
+  const FileSnapshot opened = FileSnapshot::of(fd.get());
 
   // A pipe may deliver fewer bytes than the magic needs in one read.
   std::unique_ptr<char[]> block(new char[kBlockSize]);
@@ -309,13 +331,13 @@ std::unique_ptr<ByteSource> open_byte_source(const std::string& path) {
 
   switch (compression) {
     case Compression::kZstd:
-      return std::make_unique<ZstdSource>(std::move(name), std::move(fd), std::move(block), sniffed);
+      return std::make_unique<ZstdSource>(std::move(name), std::move(fd), std::move(block), sniffed, opened);
     case Compression::kGzip:
-      return std::make_unique<GzipSource>(std::move(name), std::move(fd), std::move(block), sniffed);
+      return std::make_unique<GzipSource>(std::move(name), std::move(fd), std::move(block), sniffed, opened);
     case Compression::kNone:
       break;
   }
-  return std::make_unique<PlainSource>(std::move(name), std::move(fd), std::move(block), sniffed);
+  return std::make_unique<PlainSource>(std::move(name), std::move(fd), std::move(block), sniffed, opened);
 }
 
 }  // namespace dufu::dataprep

@@ -279,14 +279,22 @@ PreprocessStats preprocess_distributed(const PreprocessOptions& options, Communi
   const int rank = world.rank(), ranks = world.size();
   Progress* shown = rank == 0 ? progress : nullptr;
 
-  // Every rank checks the options and loads the tokenizer; rank 0 alone locks the
+  // Every rank checks the options and loads the tokenizer, and the ranks compare what
+  // decides the output before anything is written; then rank 0 alone locks the
   // outputs and looks at the inputs, so they are described once.
   std::optional<PreprocessSetup> setup;
-  std::vector<std::unique_ptr<ShardOutputLock>> locks;
-  std::string inputs_text;
+  std::vector<AgreedSetting> settings;
   agree(world, [&] {
     check_joinable_layout(output_layout(options));
     setup.emplace(set_up_preprocess(options));
+    settings = preprocess_job_settings(options, *setup);
+  });
+  if (const std::optional<std::string> difference = rank_disagreement(world, settings)) {
+    throw RanksStopped(*difference, rank == 0);
+  }
+  std::vector<std::unique_ptr<ShardOutputLock>> locks;
+  std::string inputs_text;
+  agree(world, [&] {
     if (rank != 0) return;
     for (const auto& prefix : setup->output_prefixes) {
       locks.push_back(std::make_unique<ShardOutputLock>(prefix));

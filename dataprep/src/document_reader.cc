@@ -161,6 +161,18 @@ bool DocumentReader::open_next_input() {
   return true;
 }
 
+std::string DocumentReader::place(std::size_t input, std::uint64_t input_line) const {
+  const InputRange& range = inputs_.at(input);
+  const std::string name = range.path == "-" ? "<stdin>" : range.path;
+  if (input_line == 0) return name;
+  if (range.whole) return str_cat(name, ":", input_line);
+  try {
+    return str_cat(name, ":", LineRangeSource(range.path, range.begin, range.end).lines_before() + input_line);
+  } catch (const Error&) {
+    return str_cat(name, ", line ", input_line, " of its bytes ", range.begin, " to ", range.end);
+  }
+}
+
 std::string DocumentReader::too_long_message(const std::string& where, std::uint64_t line) const {
   return str_cat(where, ":", line, ": line longer than ", options_.max_document_bytes,
                  " bytes, the limit of one document (--max-document-bytes)");
@@ -198,6 +210,8 @@ bool DocumentReader::next(Document* doc) {
           doc->fields[0] = std::move(content);
           doc->source = s.path;
           doc->line = 0;
+          doc->input = next_input_ - 1;
+          doc->input_line = 0;
           return true;
         }
       }
@@ -217,6 +231,8 @@ bool DocumentReader::next(Document* doc) {
         doc->fields[0].assign(line);
         doc->source = s.path;
         doc->line = s.range == nullptr ? reader.line_number() : 0;
+        doc->input = next_input_ - 1;
+        doc->input_line = reader.line_number();
         return true;
       }
     } else {
@@ -265,6 +281,8 @@ bool DocumentReader::next(Document* doc) {
         if (!good) continue;
         doc->source = s.path;
         doc->line = s.range == nullptr ? reader.line_number() : 0;
+        doc->input = next_input_ - 1;
+        doc->input_line = reader.line_number();
         return true;
       }
     }

@@ -26,6 +26,7 @@ LineRangeSource::LineRangeSource(const std::string& path, std::uint64_t begin, s
   if (begin > end) DUFU_FAIL("internal error: byte range [", begin, ", ", end, ") of '", path, "' is reversed");
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) DUFU_FAIL("cannot open '", path, "': ", errno_message(errno));
+  opened_ = FileSnapshot::of(fd_);
 }
 
 LineRangeSource::~LineRangeSource() {
@@ -74,7 +75,9 @@ std::size_t LineRangeSource::read(char* out, std::size_t capacity) {
       finishing_last_line ? capacity : static_cast<std::size_t>(std::min<std::uint64_t>(capacity, end_ - position_));
   std::size_t n = read_at(position_, out, wanted);
   if (n == 0) {
-    done_ = true;  // the file ends here (a last line without '\n')
+    // The file ends here: a last line without '\n', unless the file is still growing.
+    check_unchanged(fd_, opened_, name());
+    done_ = true;
     return 0;
   }
   if (finishing_last_line) {
@@ -88,6 +91,8 @@ std::size_t LineRangeSource::read(char* out, std::size_t capacity) {
   }
   position_ += n;
   delivered_ += n;
+  // The last line may have run past the end into bytes written since it was opened.
+  if (done_) check_unchanged(fd_, opened_, name());
   return n;
 }
 

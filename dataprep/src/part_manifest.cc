@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <limits>
 #include <map>
 #include <memory>
 
 #include "dufu/common/atomic_file.h"
+#include "dufu/common/digest.h"
 #include "dufu/common/error.h"
 #include "dufu/common/json_writer.h"
 
@@ -106,6 +108,10 @@ std::string sha256_of_file(const std::string& path) {
   return hex;
 }
 
+std::string job_sha256_of(const PartManifest& m) {
+  return sha256_hex(str_cat(m.inputs_sha256, "\n", m.options, "\n", m.tokenizer_sha256, "\n", m.parts));
+}
+
 void write_part_manifest(const std::string& part_prefix, const PartManifest& m) {
   JsonWriter json;
   json.begin_object()
@@ -172,9 +178,21 @@ PartManifest read_part_manifest(const std::string& part_prefix) {
     DUFU_FAIL(path, ": not a version ", kVersion, " manifest of a dufu preprocess part");
   }
   PartManifest m;
-  m.part = static_cast<int>(fields.number("part"));
-  m.parts = static_cast<int>(fields.number("parts"));
-  if (m.parts < 1 || m.part >= m.parts) DUFU_FAIL(path, ": part ", m.part, " of ", m.parts, " is impossible");
+  const std::uint64_t part = fields.number("part"), parts = fields.number("parts");
+  if (parts < 1 || part >= parts || parts > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) {
+    DUFU_FAIL(path, ": part ", part, " of ", parts, " is impossible");
+  }
+  m.part = static_cast<int>(part);
+  m.parts = static_cast<int>(parts);
+  const std::string named = str_cat(".part-", part, "-of-", parts);
+  // A part renamed to something else is still a part; only its own kind of name counts.
+  const std::size_t slash = part_prefix.rfind('/');
+  const std::size_t at = part_prefix.rfind(".part-");
+  if (at != std::string::npos && (slash == std::string::npos || at > slash) &&
+      part_prefix.find("-of-", at) != std::string::npos && part_prefix.substr(at) != named) {
+    DUFU_FAIL(path, ": says part ", part, " of ", parts, " but its name says '", part_prefix.substr(at),
+              "'; HINT: a manifest is not to be edited: run the part again");
+  }
   m.key = fields.text("key");
   m.job_sha256 = fields.text("job_sha256");
   m.inputs_sha256 = fields.text("inputs_sha256");
@@ -207,6 +225,10 @@ PartManifest read_part_manifest(const std::string& part_prefix) {
     std::string_view message;
     if (element.get_string().get(message)) DUFU_FAIL(path, ": an entry of 'first_errors' is not a string");
     m.first_errors.emplace_back(message);
+  }
+  if (m.job_sha256 != job_sha256_of(m)) {
+    DUFU_FAIL(path, ": its job_sha256 is not that of its inputs, options, tokenizer and part count (", m.parts,
+              "), which were changed after it was written; HINT: a manifest is not to be edited: run the part again");
   }
   return m;
 }

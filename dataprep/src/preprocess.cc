@@ -38,6 +38,8 @@ struct TextBatch {
   std::size_t num_records = 0;
   // fields[record * num_keys + key]
   std::vector<std::string> fields;
+  // Each record's input and line there (Document::input, input_line), for messages.
+  std::vector<std::pair<std::size_t, std::uint64_t>> places;
 };
 
 struct TokenBatch {
@@ -187,6 +189,7 @@ void read_batches(DocumentReader& reader, std::size_t num_keys, std::size_t batc
   };
   while (reader.next(&document)) {
     ++totals->records;
+    batch.places.emplace_back(document.input, document.input_line);
     for (std::size_t key = 0; key < num_keys; ++key) {
       batch_text += document.fields[key].size();
       batch.fields.push_back(std::move(document.fields[key]));
@@ -203,7 +206,7 @@ void read_batches(DocumentReader& reader, std::size_t num_keys, std::size_t batc
 }
 
 void tokenize_batches(const Tokenizer& tokenizer, std::size_t num_keys, std::optional<int> eod,
-                      Pipeline& pipeline) {
+                      const DocumentReader& reader, Pipeline& pipeline) {
   const auto encoder = tokenizer.make_encoder();  // one per worker: it keeps a cache
   std::vector<std::int32_t> ids;
   TextBatch text;
@@ -220,7 +223,13 @@ void tokenize_batches(const Tokenizer& tokenizer, std::size_t num_keys, std::opt
       for (std::size_t key = 0; key < num_keys; ++key) {
         const std::string& field = text.fields[record * num_keys + key];
         result.text_bytes += field.size();
-        encoder->encode(field, &ids);
+        try {
+          encoder->encode(field, &ids);
+        } catch (const Error& error) {
+          // A pre-tokenizer pattern that gives up (PCRE2's match limit) on one document.
+          const auto& [input, line] = text.places[record];
+          DUFU_FAIL(reader.place(input, line), ": ", error.what());
+        }
         if (!ids.empty() && eod) ids.push_back(*eod);
         result.tokens[key].insert(result.tokens[key].end(), ids.begin(), ids.end());
         result.lengths[key].push_back(ids.size());
@@ -327,7 +336,7 @@ void run_pipeline(const PreprocessOptions& options, const PreprocessSetup& setup
     try {
       workers.emplace_back([&] {
         try {
-          tokenize_batches(setup.tokenizer, num_keys, setup.eod, pipeline);
+          tokenize_batches(setup.tokenizer, num_keys, setup.eod, reader, pipeline);
         } catch (...) {
           pipeline.abort(std::current_exception());
         }

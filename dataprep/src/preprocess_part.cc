@@ -33,6 +33,35 @@ std::string options_text(const PreprocessOptions& options, const PreprocessSetup
 
 }  // namespace
 
+std::vector<AgreedSetting> preprocess_job_settings(const PreprocessOptions& options, const PreprocessSetup& setup) {
+  std::string inputs;
+  for (const std::string& input : setup.inputs) inputs += (inputs.empty() ? "" : " ") + input;
+  std::string keys;
+  for (const std::string& key : options.reader.json_keys) keys += (keys.empty() ? "" : " ") + key;
+  std::vector<AgreedSetting> settings = {
+      {"--input (expanded)", inputs, ""},
+      {"--output-prefix", options.output_prefix, ""},
+      {"the SHA-256 of --tokenizer-model", sha256_of_file(options.tokenizer_model), options.tokenizer_model}};
+  if (!options.tokenizer_merges.empty()) {
+    settings.push_back(
+        {"the SHA-256 of --tokenizer-merges", sha256_of_file(options.tokenizer_merges), options.tokenizer_merges});
+  }
+  const std::vector<AgreedSetting> choices = {
+      {"--tokenizer-pattern", options.tokenizer_pattern, ""},
+      {"--json-keys", keys, ""},
+      {"--impl", std::string(impl_name(options.impl)), ""},
+      {"--layout", std::string(layout_name(output_layout(options))), ""},
+      {"--dtype", std::string(dtype_name(setup.dtype)), options.dtype ? "" : "from the vocabulary size"},
+      {"--append-eod", options.append_eod ? "given" : "not given", ""},
+      {"--eod-id", setup.eod ? std::to_string(*setup.eod) : "none", ""},
+      {"--txt-document", options.reader.txt_document == TxtDocument::kFile ? "file" : "line", ""},
+      {"--stdin-format", options.reader.stdin_format == InputFormat::kTxt ? "txt" : "jsonl", ""},
+      {"--max-document-bytes", std::to_string(options.reader.max_document_bytes), ""},
+      {"--on-error", options.reader.skip_bad_records ? "skip" : "fail", ""}};
+  settings.insert(settings.end(), choices.begin(), choices.end());
+  return settings;
+}
+
 ShardSpec parse_shard(std::string_view text) {
   ShardSpec shard;
   const auto slash = text.find('/');
@@ -72,8 +101,7 @@ PreprocessStats preprocess_part(const PreprocessOptions& options, ShardSpec shar
   }
   tokenizer_identity += str_cat(" pattern ", options.tokenizer_pattern);
   manifest.tokenizer_sha256 = sha256_hex(tokenizer_identity);
-  manifest.job_sha256 = sha256_hex(
-      str_cat(manifest.inputs_sha256, "\n", manifest.options, "\n", manifest.tokenizer_sha256, "\n", shard.parts));
+  manifest.job_sha256 = job_sha256_of(manifest);
   manifest.layout = output_layout(options);
   manifest.dtype = setup.dtype;
   manifest.covers = plan.part_inputs(shard.part);

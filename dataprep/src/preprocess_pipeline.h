@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "dufu/common/rank_agreement.h"
 #include "dufu/dataprep/preprocess.h"
 #include "dufu/dataprep/tokenizer.h"
 
@@ -30,6 +31,12 @@ IndexLayout output_layout(const PreprocessOptions& options);
 // Checks the options (ranges, keys, output prefix, output-as-input), expands the
 // inputs and loads the tokenizer. Throws dufu::Error.
 PreprocessSetup set_up_preprocess(const PreprocessOptions& options);
+
+// Every setting of a job that decides the bytes it writes (not --workers,
+// --batch-bytes or --quiet), the tokenizer by its files' SHA-256, and the expanded
+// input list and output prefix: what the ranks of a divided job must agree on.
+// Throws dufu::Error when a tokenizer file cannot be read.
+std::vector<AgreedSetting> preprocess_job_settings(const PreprocessOptions& options, const PreprocessSetup& setup);
 
 // Called by the writing thread between batches, and at least every `interval` while it
 // waits for one; throwing from it stops the run (the pipeline rethrows that error).

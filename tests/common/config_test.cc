@@ -231,6 +231,24 @@ TEST(Config, TomlSyntaxErrorsGiveFileLineAndColumn) {
   EXPECT_EQ(config.get_int("model.n_layer"), 12);
 }
 
+// Issue 26: toml++ named the line before the one holding a byte that is not UTF-8.
+TEST(Config, InvalidUtf8IsReportedAtItsLineAndColumn) {
+  TempDir dir;
+  const std::string path = dir.file("latin1.toml");
+  for (const std::string& bad : {std::string("\xe9"), std::string("\xc3\x28"), std::string("\xed\xa0\x80")}) {
+    testing::write_all(path, "[model]\nn_layer = 4\n\n[data]\nblend = \"caf" + bad + "\"\n");
+    Config config(make_schema());
+    const std::string message = error_of([&] { config.load_file(path); });
+    EXPECT_TRUE(Contains(message, path + ":5:13: TOML syntax error: not valid UTF-8 (byte 0x"));
+    EXPECT_TRUE(Contains(message, "at byte offset 40 of the file); HINT: save the file as UTF-8"));
+  }
+  // The first byte of a file, and a line of its own after a blank one.
+  testing::write_all(path, "\xff");
+  EXPECT_TRUE(Contains(error_of([&] { Config(make_schema()).load_file(path); }), path + ":1:1: TOML syntax error"));
+  testing::write_all(path, "run_name = \"a\"\n\n\xfe\n");
+  EXPECT_TRUE(Contains(error_of([&] { Config(make_schema()).load_file(path); }), path + ":3:1: TOML syntax error"));
+}
+
 TEST(Config, AMissingFileIsNamed) {
   TempDir dir;
   Config config(make_schema());

@@ -418,4 +418,37 @@ TEST_F(DistributedPreprocess, MergeRefusesMissingRepeatedAndMismatchedParts) {
   EXPECT_FALSE(std::filesystem::exists(out_ + "/merged.idx"));
 }
 
+// Issue 26: a manifest edited to claim fewer parts (part 0 of 3 said to be the only
+// one) let merge publish a third of the job as the whole.
+TEST_F(DistributedPreprocess, MergeRefusesAManifestEditedToClaimFewerParts) {
+  const std::string sharded = out_ + "/s";
+  const CommandResult run = dataprep(preprocess_flags(sharded, "mmap") + " --shard 0/3");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string part = sharded + ".part-0-of-3";
+  std::string manifest = read_all(part + ".manifest");
+  const std::string claim = "\"parts\":3";
+  ASSERT_NE(manifest.find(claim), std::string::npos) << manifest;
+  manifest.replace(manifest.find(claim), claim.size(), "\"parts\":1");
+  write_all(part + ".manifest", manifest);
+  const std::string merged = " -o " + shell_quote(out_ + "/merged");
+  const CommandResult edited = dataprep("merge " + shell_quote(part) + merged);
+  EXPECT_EQ(edited.exit_code, 1);
+  EXPECT_NE(edited.output.find(part + ".manifest: says part 0 of 1 but its name says '.part-0-of-3'"),
+            std::string::npos)
+      << edited.output;
+  // Renamed to match what it claims.
+  const std::string renamed = sharded + ".part-0-of-1";
+  for (const char* extension : {".bin", ".idx", ".manifest"}) {
+    std::filesystem::rename(part + extension, renamed + extension);
+  }
+  const CommandResult alone = dataprep("merge " + shell_quote(renamed) + merged);
+  EXPECT_EQ(alone.exit_code, 1);
+  EXPECT_NE(alone.output.find(renamed + ".manifest: its job_sha256 is not that of its inputs, options, tokenizer and "
+                                        "part count (1), which were changed after it was written"),
+            std::string::npos)
+      << alone.output;
+  EXPECT_FALSE(std::filesystem::exists(out_ + "/merged.bin"));
+  EXPECT_FALSE(std::filesystem::exists(out_ + "/merged.idx"));
+}
+
 }  // namespace

@@ -242,6 +242,58 @@ TEST_F(DocumentReaderTest, InvalidUtf8InTxt) {
   EXPECT_EQ(file_reader.reported_errors(), (std::vector<std::string>{path + ": invalid UTF-8"}));
 }
 
+// Issue 26: a txt file still being written ends in a line cut short, which was kept as
+// a document (jsonl failed on it as malformed JSON). A file whose size changed while
+// it was read is refused at its end, before that line is handed out, whole or as the
+// byte range of a divided job. The first read takes the whole small file, so the
+// change lands between it and the read that finds the end.
+TEST_F(DocumentReaderTest, AFileThatChangesWhileItIsReadIsRefusedAtItsEnd) {
+  const std::string path = dir_.file("growing.txt");
+  const std::string changed = "'" + path + "' changed while it was read (";
+  const std::vector<InputRange> whole = {InputRange{.path = path}};
+  const std::vector<InputRange> range = {InputRange{.path = path, .whole = false, .begin = 0, .end = 16}};
+  for (const std::vector<InputRange>* inputs : {&whole, &range}) {
+    write("growing.txt", "first\nsecond\ntor");
+    DocumentReader reader(*inputs, {});
+    Document doc;
+    ASSERT_TRUE(reader.next(&doc));
+    EXPECT_EQ(doc.fields[0], "first");
+    std::ofstream(path, std::ios::app) << "n line\n";
+    const std::string message = error_of([&] {
+      while (reader.next(&doc)) EXPECT_NE(doc.fields[0], "tor") << "the line cut short became a document";
+    });
+    EXPECT_EQ(message, changed + "16 bytes when opened, 23 now): its last line may be cut short; HINT: preprocess "
+                                 "a file once it is written completely");
+  }
+  write("growing.txt", "first\nsecond\nthird\n");
+  DocumentReader shrinking({path}, {});
+  Document doc;
+  ASSERT_TRUE(shrinking.next(&doc));
+  fs::resize_file(path, 3);
+  EXPECT_EQ(error_of([&] { read_all_docs(shrinking); }).rfind(changed + "19 bytes when opened, 3 now)", 0), 0u);
+}
+
+// Where a document came from, for messages after reading (a tokenizer failing on it):
+// the line in the file, also for a byte range that starts inside it.
+TEST_F(DocumentReaderTest, PlaceNamesTheLineInTheFile) {
+  const std::string path = write("lines.txt", "one\ntwo\nthree\nfour\nfive\n");
+  const std::string whole_file = write("whole.txt", "all of it\n");
+  // The range from byte 6 owns the lines that start at or after it: three, four, five.
+  DocumentReader reader({InputRange{.path = path, .whole = false, .begin = 6, .end = 22}, InputRange{.path = path}},
+                        {});
+  std::vector<std::string> places;
+  Document doc;
+  while (reader.next(&doc)) places.push_back(doc.fields[0] + " " + reader.place(doc.input, doc.input_line));
+  EXPECT_EQ(places, (std::vector<std::string>{"three " + path + ":3", "four " + path + ":4", "five " + path + ":5",
+                                              "one " + path + ":1", "two " + path + ":2", "three " + path + ":3",
+                                              "four " + path + ":4", "five " + path + ":5"}));
+  ReaderOptions files;
+  files.txt_document = TxtDocument::kFile;
+  DocumentReader file_reader({whole_file}, files);
+  ASSERT_TRUE(file_reader.next(&doc));
+  EXPECT_EQ(file_reader.place(doc.input, doc.input_line), whole_file);
+}
+
 TEST_F(DocumentReaderTest, ReportedErrorsAreCapped) {
   std::string jsonl;
   for (int i = 0; i < 25; ++i) jsonl += "{\"text\": 1}\n{\"text\": \"ok\"}\n";

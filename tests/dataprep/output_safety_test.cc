@@ -142,6 +142,23 @@ TEST_F(OutputSafety, AFailedWriteAtAnySizeLeavesTheOldPairWhole) {
   EXPECT_GE(failures, 13);
 }
 
+// Issue 26: under `ulimit -f` with SIGXFSZ as a shell leaves it (its default ends
+// the process), a write past the limit killed the tool without a word (exit status
+// 153) before it could clean up; it must fail as on a full disk.
+TEST_F(OutputSafety, AFileSizeLimitFromTheShellIsReportedLikeAFullDisk) {
+  write_fortunes(root_.file("old.jsonl"), 50);
+  write_fortunes(root_.file("new.jsonl"), 3000);
+  ASSERT_EQ(preprocess(root_.file("old.jsonl"), out("corpus")).exit_code, 0);
+  const Pair old = read_pair(out("corpus"));
+  const ToolResult limited = preprocess(root_.file("new.jsonl"), out("corpus"),
+                                        {.file_size_limit = 65536, .file_size_signal_as_shell_leaves_it = true});
+  EXPECT_EQ(limited.exit_code, 1) << limited.output;
+  EXPECT_NE(limited.output.find("dataprep: error: "), std::string::npos) << limited.output;
+  EXPECT_NE(limited.output.find("File too large"), std::string::npos) << limited.output;
+  EXPECT_TRUE(read_pair(out("corpus")) == old) << "the old pair was damaged";
+  EXPECT_EQ(leftovers(out_dir()), std::vector<std::string>{});
+}
+
 // The marker is written after both files: a limit between the sizes of the new files
 // and the marker's fails on the marker alone.
 TEST_F(OutputSafety, AFailedMarkerWriteLeavesTheOldPairWhole) {

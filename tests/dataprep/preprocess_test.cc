@@ -311,6 +311,38 @@ TEST(Preprocess, ModelThatIsNotSentencepieceIsRefused) {
   EXPECT_FALSE(file_exists(dir.file("out.idx")));
 }
 
+// Issue 26: a pre-tokenizer pattern that gives up on a document (PCRE2's match limit,
+// reached here by backtracking over a run of 'a's) said so without naming the input
+// line, and one worker of several hit it long after that line was read.
+TEST(Preprocess, APatternThatGivesUpOnADocumentNamesItsLine) {
+  TempDir dir;
+  static const char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string ranks;
+  for (int byte = 0; byte < 256; ++byte) {
+    ranks += kBase64[byte >> 2];
+    ranks += kBase64[(byte & 3) << 4];
+    ranks += "== " + std::to_string(byte) + "\n";
+  }
+  write_all(dir.file("bytes.tiktoken"), ranks);
+  std::string lines;
+  for (int line = 1; line < 2000; ++line) lines += "line " + std::to_string(line) + "\n";
+  write_all(dir.file("in.txt"), lines + std::string(40, 'a') + "c\nlast\n");
+  for (const std::string& input : {dir.file("in.txt"), std::string("<stdin>")}) {
+    const std::string from = input == "<stdin>" ? "--stdin-format txt -i - < " + shell_quote(dir.file("in.txt"))
+                                                : "-i " + shell_quote(input);
+    const CommandResult result = run_command(
+        shell_quote(dataprep_tool()) + " preprocess -q -j 4 --batch-bytes 64 " + from + " -o " +
+        shell_quote(dir.file("out")) + " -m " + shell_quote(dir.file("bytes.tiktoken")) +
+        " --tokenizer-pattern '(a+)+$' 2>&1");
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_NE(result.output.find("dataprep: error: " + input +
+                                 ":2000: pre-tokenizer pattern '(a+)+$' failed to match: match limit exceeded"),
+              std::string::npos)
+        << result.output;
+    EXPECT_FALSE(file_exists(dir.file("out.bin")));
+  }
+}
+
 TEST(Preprocess, OnErrorSkipCountsAndReportsBadRecords) {
   TempDir dir;
   write_all(dir.file("in.jsonl"),

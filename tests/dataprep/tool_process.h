@@ -1,6 +1,6 @@
 // Runs `dataprep` as a child process the way the fault-injection and limit tests need:
 // with a file size limit (RLIMIT_FSIZE, SIGXFSZ ignored, so writes fail with EFBIG
-// as on a full disk), an address-space limit, extra environment (DUFU_CRASH_POINT),
+// as on a full disk, or left as a shell leaves it), an address-space limit, extra environment (DUFU_CRASH_POINT),
 // stdin from a file or a pipe the test keeps open; then signals it, waits with a
 // deadline and reports its exit, output and peak RSS (wait4).
 //
@@ -42,6 +42,7 @@ constexpr bool kSanitized =
 
 struct ToolOptions {
   std::optional<rlim_t> file_size_limit = std::nullopt;      // bytes; SIGXFSZ ignored
+  bool file_size_signal_as_shell_leaves_it = false;          // with the limit: SIGXFSZ at its default
   std::optional<rlim_t> address_space_limit = std::nullopt;  // bytes; ignored in sanitizer builds
   std::vector<std::string> environment = {};                 // extra "NAME=value"
   std::string stdin_path = "/dev/null";
@@ -86,7 +87,8 @@ class ToolProcess {
       // As a shell starts a foreground job, whatever the test runner ignores.
       for (const int signal_number : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(signal_number, SIG_DFL);
       if (options.file_size_limit) {
-        ::signal(SIGXFSZ, SIG_IGN);  // stays ignored across exec: writes fail with EFBIG
+        // Ignored, it stays so across exec: writes fail with EFBIG whatever the tool does.
+        ::signal(SIGXFSZ, options.file_size_signal_as_shell_leaves_it ? SIG_DFL : SIG_IGN);
         const rlimit limit{*options.file_size_limit, *options.file_size_limit};
         if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(121);
       }

@@ -367,6 +367,17 @@ TEST(TrainingOptions, ErrorsNameTheKnob) {
                {"train.on_nonfinite", "\"ignore\""});
   expect_error([] { training_options(config_with({"model.n_head=3"})); }, {"n_head"});
   expect_error([] { training_options(config_with({"train.steps=0"})); }, {"train.steps must be at least 1"});
+  // Issue 26: past the type's limit, the message gives that limit.
+  expect_error([] { training_options(config_with({"model.vocab_size=2147483648"})); },
+               {"model.vocab_size must be at most 2147483647, got 2147483648"});
+  // Issue 26: 2^62 + 1 steps of 4 samples wrapped to a training set of 4 samples.
+  expect_error([] { training_options(config_with({"train.steps=4611686018427387905", "train.micro_batch=4"})); },
+               {"train.steps (4611686018427387905) x train.global_batch (4) x model.seq_length (256) tokens is "
+                "more than a run counts"});
+  expect_error([] { training_options(config_with({"train.steps=36028797018963968", "model.seq_length=256"})); },
+               {"x model.seq_length (256) tokens is more than a run counts"});
+  EXPECT_NO_THROW(training_options(
+      config_with({"train.steps=4503599627370495", "train.micro_batch=8"})));
   expect_error([] { training_options(config_with({"train.steps=50"})); }, {"decay ends at step 50", "= 100"});
   expect_error([] { training_options(config_with({"optim.beta2=1.5"})); }, {"optim.beta2", "[0, 1)"});
   expect_error([] { training_options(config_with({"data.impl=zip"})); }, {"zip"});

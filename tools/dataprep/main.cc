@@ -1,7 +1,8 @@
 // `dataprep`: the command-line face of the dataprep library. Every error a user can
 // cause (a bad flag, a bad file, a size that does not fit in memory) ends here as one
-// line on stderr and exit status 1; temporaries are removed on SIGINT, SIGTERM and
-// SIGHUP as well. Under mpirun one rank's error stops every rank.
+// line on stderr and exit status 1 (a write past `ulimit -f` too); temporaries are
+// removed on SIGINT, SIGTERM and SIGHUP as well. Under mpirun one rank's error stops
+// every rank.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -12,7 +13,7 @@
 #include "dufu/common/atomic_file.h"
 #include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
-#include "dufu/dataprep/distributed_preprocess.h"
+#include "dufu/common/rank_agreement.h"
 
 namespace {
 
@@ -34,6 +35,7 @@ int fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   dufu::install_cleanup_signal_handlers();
+  dufu::ignore_file_size_signal();
   CLI::App app{
       "dataprep: tokenize corpora into indexed binary shards (Megatron-LM's layouts, or fairseq's "
       "with preprocess --layout fairseq) and inspect, merge and train tokenizers for them."};
@@ -61,7 +63,7 @@ int main(int argc, char** argv) {
     // --help and --version are "errors" with exit code 0: let CLI11 print them.
     if (error.get_exit_code() == 0) return app.exit(error);
     return fail(std::string(error.what()) + " (see --help)");
-  } catch (const dufu::dataprep::RanksStopped& stopped) {
+  } catch (const dufu::RanksStopped& stopped) {
     // Every rank of a divided job agreed to stop and cleaned up: one of them reports.
     if (stopped.report()) fail(stopped.what());
     return 1;

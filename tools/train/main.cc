@@ -10,11 +10,14 @@
 
 #include "bus_error.h"
 #include "commands.h"
+#include "dufu/common/atomic_file.h"
 #include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
+#include "dufu/common/rank_agreement.h"
 
 int main(int argc, char** argv) {
   dufu::tools::report_bus_errors();  // a shard truncated under the run: one line, not "Bus error"
+  dufu::ignore_file_size_signal();   // a write past `ulimit -f`: one line, not exit 153
   CLI::App app{
       "train: train GPT models on dataprep's shards.\n"
       "  train CONFIG.toml [key=value ...]       train (or resume the run in run.dir)\n"
@@ -48,6 +51,10 @@ int main(int argc, char** argv) {
     // what is left.
     std::fprintf(stderr, "train: error: not enough memory\n");
     dufu::abort_all("not enough memory", 1);
+    return 1;
+  } catch (const dufu::RanksStopped& stopped) {
+    // Every rank found the same and stops alike: one of them reports.
+    if (stopped.report()) std::fprintf(stderr, "train: error: %s\n", stopped.what());
     return 1;
   } catch (const dufu::Error& error) {
     std::fprintf(stderr, "train: error: %s\n", error.what());

@@ -166,6 +166,25 @@ std::string create_partial(const std::string& final_dir, std::int64_t pid) {
   return partial;
 }
 
+void remove_dead_partials(const std::string& final_dir) {
+  const fs::path final_path(final_dir);
+  const std::string head = final_path.filename().string() + std::string(kPartialInfix);
+  const std::string parent = final_path.parent_path().empty() ? "." : final_path.parent_path().string();
+  std::error_code error;
+  if (!fs::is_directory(parent, error)) return;
+  try {
+    for (const DirEntry& entry : list_directory(parent)) {
+      if (!entry.is_directory || !entry.name.starts_with(head)) continue;
+      const std::string digits = entry.name.substr(head.size());
+      if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (process_exists(std::stoi(digits))) continue;
+      remove_directory(entry.path, "unfinished directory");
+    }
+  } catch (const Error& e) {
+    DUFU_LOG_WARN(kLog, "cannot clean up unfinished directories of '", final_dir, "': ", e.what());
+  }
+}
+
 void publish(const std::string& partial, const std::string& final_dir, const TrainingState& state,
              const std::map<std::string, checkpoint_files::FileRecord>& files, Existing existing) {
   try {

@@ -56,6 +56,13 @@ std::string partial_path(const std::string& final_dir, std::int64_t pid);
 // pid) and returns it. The parent of final_dir must exist.
 std::string create_partial(const std::string& final_dir, std::int64_t pid);
 
+// Removes the partial directories of final_dir whose process is gone (a write killed
+// by a signal, or by a file size limit before the tools ignored SIGXFSZ), as the next
+// job does with a run's checkpoints; for writers that hold no lock over the
+// directory's parent. A process of another machine's is taken for a living one only
+// when a process of that pid lives here.
+void remove_dead_partials(const std::string& final_dir);
+
 // What publish does with a directory already at final_dir.
 enum class Existing { kReplace, kRefuse };
 

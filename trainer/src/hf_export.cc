@@ -139,6 +139,8 @@ HfExport export_hf(const std::string& checkpoint, const std::string& destination
   const fs::path parent = target_path.parent_path();
   fs::create_directories(parent, error);
   if (error) DUFU_FAIL("cannot create directory '", parent.string(), "': ", error.message());
+  // An export killed earlier left its partial directory; nothing else would remove it.
+  checkpoint_directory::remove_dead_partials(target);
   const std::string partial = checkpoint_directory::create_partial(target, ::getpid());
   HfExport result;
   try {

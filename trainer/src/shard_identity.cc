@@ -87,6 +87,14 @@ ShardIdentity shard_identity(const std::string& prefix) {
   return identity;
 }
 
+AgreedSetting agreed_setting(const ShardIdentity& identity) {
+  return {str_cat("the data shard '", identity.prefix, "'"),
+          str_cat(dataprep::bin_path(identity.prefix), " of ", identity.bin_bytes, " bytes (sampled SHA-256 ",
+                  identity.bin_sample_sha256.substr(0, 16), "), ", dataprep::idx_path(identity.prefix), " of ",
+                  identity.idx_bytes, " bytes (SHA-256 ", identity.idx_sha256.substr(0, 16), ")"),
+          ""};
+}
+
 std::optional<std::string> shard_change(const std::vector<ShardIdentity>& recorded,
                                         const std::vector<ShardIdentity>& current, const std::string& checkpoint) {
   for (const ShardIdentity& was : recorded) {

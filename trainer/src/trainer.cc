@@ -123,6 +123,7 @@ LayoutReport describe_layout(const Topology& topology, const GPTConfig& model, c
 struct Trainer::State {
   TrainingOptions options;
   std::string config_toml;
+  std::vector<AgreedSetting> shared_settings;  // what every rank must have alike
   std::string resume_from;
   TrainingReporter& reporter;
   const std::atomic<bool>* stop_requested;
@@ -165,6 +166,7 @@ struct Trainer::State {
   State(const Config& config, std::string resume, TrainingReporter& reporter_, const std::atomic<bool>* stop)
       : options(training_options(config)),
         config_toml(config.to_toml()),
+        shared_settings(rank_shared_settings(config)),
         resume_from(std::move(resume)),
         reporter(reporter_),
         stop_requested(stop) {}
@@ -197,6 +199,24 @@ bool Trainer::setup() {
   s.T = options.model.seq_length;
 
   s.world = make_communicator();
+  // Before any rank writes: ranks started with other settings (an MPMD command line),
+  // or whose data paths name other files (node-local copies), would each train on
+  // something else; the configuration first, then the shards it names.
+  const bool reports = s.world->rank() == 0;
+  if (const std::optional<std::string> difference = rank_disagreement(*s.world, s.shared_settings)) {
+    throw RanksStopped(*difference, reports);
+  }
+  std::vector<std::string> prefixes;
+  for (const auto& [weight, prefix] : options.train_data.shards) prefixes.push_back(prefix);
+  std::vector<ShardIdentity> shards;
+  std::vector<AgreedSetting> shard_settings;
+  for (const std::string& prefix : prefixes) {
+    shards.push_back(shard_identity(prefix));
+    shard_settings.push_back(agreed_setting(shards.back()));
+  }
+  if (const std::optional<std::string> difference = rank_disagreement(*s.world, shard_settings)) {
+    throw RanksStopped(*difference, reports);
+  }
   s.topology.emplace(s.world->size(), options.tensor_parallel_size, options.pipeline_parallel_size, s.world->rank());
   const Topology& topology = *s.topology;
   s.dp = topology.data_parallel_size();
@@ -251,13 +271,9 @@ bool Trainer::setup() {
   if (options.eval_interval > 0) s.valid_dataset = dataprep::build_blend(options.valid_data).dataset;
   if (s.is_main) DUFU_LOG_INFO("train", "training data: ", s.train_blend.dataset->describe());
   TrainingState& state = s.state;
-  std::vector<std::string> prefixes;
-  for (const auto& [weight, prefix] : options.train_data.shards) prefixes.push_back(prefix);
   s.shard_watch = ShardWatch(prefixes);
   // What the checkpoints record of the data, to tell on resume whether it changed.
-  if (s.is_main) {
-    for (const std::string& prefix : prefixes) state.shards.push_back(shard_identity(prefix));
-  }
+  if (s.is_main) state.shards = shards;
 
   // On a GPU the groups are NCCL communicators (one GPU per rank), on the CPU MPI ones.
   s.groups = make_rank_groups(*s.world, topology, device);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <set>
 #include <string_view>
 
 #include "dufu/common/error.h"
@@ -84,7 +85,11 @@ std::int64_t int_in_range(const Config& config, const char* name, std::int64_t m
                           std::int64_t max = std::numeric_limits<std::int32_t>::max()) {
   const std::int64_t value = config.get_int(name);
   if (value < min || value > max) {
-    if (max >= std::numeric_limits<std::int32_t>::max()) DUFU_FAIL(name, " must be at least ", min, ", got ", value);
+    // The limits of the types the knobs are narrowed to are named as what they are.
+    if (max >= std::numeric_limits<std::int32_t>::max()) {
+      if (value < min) DUFU_FAIL(name, " must be at least ", min, ", got ", value);
+      DUFU_FAIL(name, " must be at most ", max, ", got ", value);
+    }
     DUFU_FAIL(name, " must be in [", min, ", ", max, "], got ", value);
   }
   return value;
@@ -168,6 +173,16 @@ TrainingOptions training_options(const Config& config) {
               options.micro_batch, ")");
   }
   options.steps = int_in_range(config, "train.steps", 1, std::numeric_limits<std::int64_t>::max());
+  // The run counts its samples and tokens in 64 bits, and the training set is sized to
+  // steps x global batch: a product past them would wrap to a few samples.
+  const auto run_tokens = static_cast<unsigned __int128>(options.steps) *
+                          static_cast<unsigned __int128>(options.global_batch) *
+                          static_cast<unsigned __int128>(options.model.seq_length);
+  if (run_tokens > static_cast<unsigned __int128>(std::numeric_limits<std::int64_t>::max())) {
+    DUFU_FAIL("train.steps (", options.steps, ") x train.global_batch (", options.global_batch,
+              ") x model.seq_length (", options.model.seq_length, ") tokens is more than a run counts (",
+              std::numeric_limits<std::int64_t>::max(), ", 2^63 - 1); HINT: train.steps counts optimizer steps");
+  }
   options.dp_bucket_mb = config.get_double("train.dp_bucket_mb");
   // At least one float, at most 1 TiB (beyond that a bucket is just the whole gradient).
   if (!(options.dp_bucket_mb * 1024.0 * 1024.0 >= sizeof(float)) || options.dp_bucket_mb > 1024.0 * 1024.0) {
@@ -242,6 +257,17 @@ TrainingOptions training_options(const Config& config) {
   options.valid_data.split.megatron_part = 1;
   options.valid_data.num_samples = static_cast<std::uint64_t>(options.eval_batches) * options.micro_batch;
   return options;
+}
+
+std::vector<AgreedSetting> rank_shared_settings(const Config& config) {
+  static const std::set<std::string_view> kPerRank = {"train.threads", "data.workers", "data.prefetch",
+                                                      "data.cache_dir"};
+  std::vector<AgreedSetting> settings;
+  for (const ConfigKnob& knob : config.schema().knobs()) {
+    if (kPerRank.contains(knob.name)) continue;
+    settings.push_back({knob.name, config_value_to_toml(config.get(knob.name)), ""});
+  }
+  return settings;
 }
 
 }  // namespace dufu::trainer

@@ -85,6 +85,12 @@ void install_cleanup_signal_handlers();
 int register_cleanup_path(const std::string& path) noexcept;  // slot, or -1
 void unregister_cleanup_path(int slot) noexcept;
 
+// A write past the file size limit (`ulimit -f`, RLIMIT_FSIZE) raises SIGXFSZ, whose
+// default ends the process without a word (exit status 153) and before any cleanup.
+// Ignored, the write fails with EFBIG ("File too large") instead, which the writer
+// reports and cleans up after as it does a full disk. Every tool calls it first.
+void ignore_file_size_signal() noexcept;
+
 // Holds those signals back while alive (for a sequence of renames that must not be
 // cut short); a signal that arrived meanwhile takes effect when the last one ends.
 class DeferCleanupSignals {

@@ -30,8 +30,22 @@ class ByteSource {
   std::string name_;
 };
 
+// What a regular file was when it was opened, to tell at its end whether it changed
+// while it was read: a file still being written ends in a line cut short, which a
+// txt reader would otherwise take for a whole document.
+struct FileSnapshot {
+  bool regular = false;  // only regular files are compared (not pipes or stdin from one)
+  std::uint64_t bytes = 0;
+  std::int64_t mtime_ns = 0;
+  static FileSnapshot of(int fd);
+};
+// Throws dufu::Error naming `name` when the file behind `fd` is no longer what
+// `opened` saw (its size or modification time).
+void check_unchanged(int fd, const FileSnapshot& opened, const std::string& name);
+
 // "-" reads stdin. Throws dufu::Error if the file cannot be opened, or if its name
-// ends in .zst/.gz and the magic bytes disagree.
+// ends in .zst/.gz and the magic bytes disagree; its read() throws at the end of a
+// regular file that changed since it was opened (check_unchanged).
 std::unique_ptr<ByteSource> open_byte_source(const std::string& path);
 
 // Splits a ByteSource into lines ('\n' removed, a trailing '\r' kept as data) with

@@ -19,6 +19,7 @@
 
 #include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
+#include "dufu/common/rank_agreement.h"
 #include "dufu/dataprep/preprocess.h"
 
 namespace dufu::dataprep {
@@ -30,16 +31,9 @@ struct ShardSpec {
 // "K/N" with 0 <= K < N; throws naming the text otherwise.
 ShardSpec parse_shard(std::string_view text);
 
-// Thrown on every rank of a divided job that stopped because some rank failed, after
-// every rank removed its files. Only one rank (rank 0) should print it.
-class RanksStopped : public Error {
- public:
-  RanksStopped(const std::string& message, bool report) : Error(message), report_(report) {}
-  bool report() const { return report_; }
-
- private:
-  bool report_;
-};
+// A divided job that stopped because some rank failed, or because the ranks were not
+// started alike, throws RanksStopped (rank_agreement.h) on every rank, after every
+// rank removed its files.
 
 // Writes part K of the job's N-way division as PREFIX.part-K-of-N (per JSON key, as
 // output_prefixes_for names them) and its manifest (part_manifest.h). Stats are the

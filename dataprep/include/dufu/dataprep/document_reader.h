@@ -49,6 +49,11 @@ struct Document {
   // 1-based line; 0 for whole-file documents and for those of a byte range that starts
   // inside its file (whose line numbers are counted only for messages).
   std::uint64_t line = 0;
+  // Where it was read, for a message about it later (DocumentReader::place): the
+  // index of its input, and its 1-based line in what was read of that input (the
+  // file, or the byte range); 0 for whole-file documents.
+  std::size_t input = 0;
+  std::uint64_t input_line = 0;
 };
 
 // One input of a reader: a whole file (or "-"), or the lines of a byte range of a
@@ -73,6 +78,11 @@ class DocumentReader {
   // Throws dufu::Error "FILE:LINE: what" for a bad record unless skipping; IO errors
   // and corrupt compressed streams always throw.
   bool next(Document* doc);
+
+  // "FILE:LINE" of a document read from input `input` at `input_line` (a Document's
+  // fields), the line counted in the file; "FILE" for whole-file documents. Safe to
+  // call from any thread while the reader lives (a range's line count reads the file).
+  std::string place(std::size_t input, std::uint64_t input_line) const;
 
   std::uint64_t raw_bytes_read() const;     // real bytes consumed from all inputs so far
   std::uint64_t total_input_bytes() const;  // sum of regular-file sizes and ranges (0 for stdin)

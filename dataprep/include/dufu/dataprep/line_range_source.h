@@ -20,6 +20,8 @@ class LineRangeSource final : public ByteSource {
   LineRangeSource(const std::string& path, std::uint64_t begin, std::uint64_t end);
   ~LineRangeSource() override;
 
+  // Throws at the end of the range when the file changed since it was opened
+  // (check_unchanged): its last line may then run into bytes still being written.
   std::size_t read(char* out, std::size_t capacity) override;
   // The bytes of the owned lines delivered so far: ranges that tile a file sum to its
   // size, as the whole file read at once would count.
@@ -36,6 +38,7 @@ class LineRangeSource final : public ByteSource {
   void find_first_line();
 
   int fd_ = -1;
+  FileSnapshot opened_;
   std::uint64_t begin_, end_;
   std::uint64_t position_ = 0;  // next file offset to deliver
   std::uint64_t start_ = 0;     // offset of the first owned line

@@ -42,9 +42,15 @@ std::string part_prefix(const std::string& output_prefix, int part, int parts);
 // Lower-case hex SHA-256 of a file's contents (streamed). Throws naming the file.
 std::string sha256_of_file(const std::string& path);
 
+// The job_sha256 of a manifest's inputs, options, tokenizer and part count.
+std::string job_sha256_of(const PartManifest& manifest);
+
 // Written atomically (AtomicFile). Throws dufu::Error.
 void write_part_manifest(const std::string& part_prefix, const PartManifest& manifest);
-// Throws naming the file when it is missing, unreadable or not a manifest.
+// Throws naming the file when it is missing, unreadable or not a manifest, or when
+// its job_sha256 is not that of its own fields or its name (PREFIX.part-K-of-N) gives
+// another part or part count: a manifest edited by hand to claim fewer parts would let
+// merge publish a shard that lacks the others' documents.
 PartManifest read_part_manifest(const std::string& part_prefix);
 bool has_part_manifest(const std::string& part_prefix);
 

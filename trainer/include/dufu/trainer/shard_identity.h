@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "dufu/common/rank_agreement.h"
 #include "dufu/trainer/checkpoint_state.h"
 
 namespace dufu::trainer {
@@ -26,6 +27,10 @@ namespace dufu::trainer {
 // The identity of the shard PREFIX (reads PREFIX.idx whole and 64 KiB of
 // PREFIX.bin); throws dufu::Error naming the file when it cannot be read.
 ShardIdentity shard_identity(const std::string& prefix);
+
+// The identity as a setting every rank of a run must share (rank_agreement.h): a
+// path that names another copy of the data on another node is found at the start.
+AgreedSetting agreed_setting(const ShardIdentity& identity);
 
 // What changed, naming the shard and the file, when a shard that `recorded` (a
 // checkpoint's, `checkpoint` naming it) lists under the same prefix as `current`

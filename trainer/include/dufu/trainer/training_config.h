@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dufu/common/config.h"
+#include "dufu/common/rank_agreement.h"
 #include "dufu/dataprep/blend_builder.h"
 #include "dufu/trainer/device.h"
 #include "dufu/trainer/gpt.h"
@@ -72,5 +73,10 @@ struct TrainingOptions {
 // that is not a multiple of the micro-batch, a missing data.blend, a float knob that
 // is NaN, infinite or beyond the float range, ...).
 TrainingOptions training_options(const Config& config);
+
+// What every rank of a run must have alike (rank_agreement.h): every knob but those
+// that only tune the rank they are given to and may differ between nodes
+// (train.threads, data.workers, data.prefetch, data.cache_dir).
+std::vector<AgreedSetting> rank_shared_settings(const Config& config);
 
 }  // namespace dufu::trainer
