@@ -22,6 +22,7 @@ namespace dufu::dataprep {
 namespace {
 
 using dufu::testing::error_of;
+using dufu::testing::expect_error;
 
 namespace fs = std::filesystem;
 using dufu::testing::gzip_bytes;

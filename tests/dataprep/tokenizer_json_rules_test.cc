@@ -74,8 +74,6 @@ TEST_F(TokenizerJsonRules, AVocabularyStringGivenTwiceTakesItsLastId) {
   EXPECT_EQ(encode(tokenizer_json(R"(,"ab":256,"ab":257)"), "ab a"), (Ids{257, 32, 97}));
   // A byte's own string given again: the byte is that id, its first id is unused.
   EXPECT_EQ(encode(tokenizer_json(R"(,"ab":256,"a":257)"), "ab a"), (Ids{256, 32, 257}));
-  const auto tokenizer = dataprep::Tokenizer::load(write("tokenizer.json", tokenizer_json(R"(,"ab":256,"a":257)")));
-  EXPECT_EQ(tokenizer.decode({97, 257}), "a");
 }
 
 TEST_F(TokenizerJsonRules, AnObjectGivenTwiceIsTheLastOne) {
@@ -90,7 +88,7 @@ TEST_F(TokenizerJsonRules, AnObjectGivenTwiceIsTheLastOne) {
 
 TEST_F(TokenizerJsonRules, AGpt2VocabularyStringGivenTwiceTakesItsLastId) {
   const dataprep::Tokenizer tokenizer = dataprep::Tokenizer::load(dataprep::TokenizerSpec{
-      .model = write("vocab.json", vocab_json(R"(,"ab":256,"ab":257)")), .merges = write("merges.txt", "a b\n")});
+      .model = write("vocab.json", vocab_json(R"(,"ab":256,"ab":257)")), .merges = write("merges.txt", "a b\n"), .pattern = {}});
   Ids ids;
   tokenizer.encode("ab", &ids);
   EXPECT_EQ(ids, (Ids{257}));
@@ -106,6 +104,10 @@ TEST_F(TokenizerJsonRules, AnEmptySplitPatternMakesEveryCharacterAPiece) {
           << pattern << " " << behavior;
     }
   }
+  // A literal pattern (HuggingFace escapes it into a regex) splits where it occurs.
+  const std::string on_space = R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"String": " "}, "behavior": "Removed"}, )" +
+                               std::string(kByteLevel) + "]}";
+  EXPECT_EQ(encode(tokenizer_json(R"(,"ab":256)", on_space), "ab ab"), (Ids{256, 256}));
   // A pattern that can match empty splits where it does (HuggingFace: a|xx|b).
   const std::string pre_tokenizer =
       R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "x*"}, "behavior": "Isolated"}, )" +

@@ -37,7 +37,7 @@ def files_of(directory):
     return {name: open(os.path.join(directory, name), "rb").read() for name in sorted(os.listdir(directory))}
 
 
-def interrupted_runs(model, corpus, previous_corpus, work_dir, repetitions, seed=1, workers=2):
+def interrupted_runs(model, corpus, previous_corpus, work_dir, repetitions, seed=1, workers=2, batch_bytes=1 << 20):
     """Runs dufu.preprocess of `corpus` over a pair made from `previous_corpus`,
     SIGINT landing at a random moment of each run. Returns the seconds from each
     signal to the KeyboardInterrupt; raises AssertionError if a run finished, or the
@@ -47,7 +47,7 @@ def interrupted_runs(model, corpus, previous_corpus, work_dir, repetitions, seed
     os.makedirs(measure_dir, exist_ok=True)
     os.makedirs(out_dir, exist_ok=True)
     start = time.monotonic()
-    dufu.preprocess([corpus], os.path.join(measure_dir, "whole"), model, workers=workers)
+    dufu.preprocess([corpus], os.path.join(measure_dir, "whole"), model, workers=workers, batch_bytes=batch_bytes)
     duration = time.monotonic() - start
     prefix = os.path.join(out_dir, "corpus")
     dufu.preprocess([previous_corpus], prefix, model, workers=workers)
@@ -58,10 +58,11 @@ def interrupted_runs(model, corpus, previous_corpus, work_dir, repetitions, seed
     total = os.path.getsize(corpus)
     latencies = []
     for run in range(repetitions):
-        # The moment is a random share of the work done (5-80 %), as the progress
+        # The moment is a random share of the work done (5-50 %), as the progress
         # counters tell it, not of a time measured on an earlier run: on a loaded
-        # machine a delay could land after the end.
-        share = rng.uniform(0.05, 0.8)
+        # machine a delay could land after the end. The counters lag the work by up to
+        # a poll (50 ms), so a later moment could be after the end on a small corpus.
+        share = rng.uniform(0.05, 0.5)
         done = [0]
         signalled = []
         finished = threading.Event()
@@ -69,7 +70,8 @@ def interrupted_runs(model, corpus, previous_corpus, work_dir, repetitions, seed
         def interrupt():
             while done[0] < share * total and not finished.is_set():
                 time.sleep(0.001)
-            if not finished.is_set():
+            # The callback's last call reports the finished job.
+            if done[0] < total and not finished.is_set():
                 signalled.append(time.monotonic())
                 os.kill(os.getpid(), signal.SIGINT)
 
@@ -79,7 +81,8 @@ def interrupted_runs(model, corpus, previous_corpus, work_dir, repetitions, seed
         timer = threading.Thread(target=interrupt)
         timer.start()
         try:
-            dufu.preprocess([corpus], prefix, model, workers=workers, progress=progress, progress_interval=0.01)
+            dufu.preprocess([corpus], prefix, model, workers=workers, batch_bytes=batch_bytes, progress=progress,
+                            progress_interval=0.01)
         except KeyboardInterrupt:
             raised = time.monotonic()
         else:
@@ -88,7 +91,7 @@ def interrupted_runs(model, corpus, previous_corpus, work_dir, repetitions, seed
             raise AssertionError(f"run {run}: preprocess ran to its end through a SIGINT at {share:.0%} of the input")
         finished.set()
         timer.join()
-        assert signalled, f"run {run}: KeyboardInterrupt without a signal"
+        assert signalled, f"run {run}: KeyboardInterrupt without a signal, or after the job's end"
         latencies.append(raised - signalled[0])
         after = files_of(out_dir)
         assert sorted(after) == sorted(before), f"run {run}: the folder holds {sorted(after)}, not {sorted(before)}"

@@ -26,8 +26,11 @@ def corpus():
 
 def test_sigint_at_a_random_moment_keeps_the_previous_pair(corpus, tmp_path):
     model, jsonl = corpus
-    big = make_corpus(jsonl, str(tmp_path / "big.jsonl"), 4_000_000)
-    duration, latencies = interrupted_runs(model, big, jsonl, str(tmp_path), repetitions=3, workers=2)
+    # 40 MB of repeated text: about 2 s, which the word cache makes fast.
+    big = make_corpus(jsonl, str(tmp_path / "big.jsonl"), 40_000_000)
+    # Batches of 64 KiB: the progress counters, which pick the moment, move in small steps.
+    duration, latencies = interrupted_runs(model, big, jsonl, str(tmp_path), repetitions=3, workers=2,
+                                           batch_bytes=1 << 16)
     print(f"uninterrupted {duration:.2f} s; KeyboardInterrupt after {[round(s, 3) for s in latencies]} s")
 
 
@@ -58,7 +61,7 @@ def test_sigint_while_the_loader_waits_consumes_no_batch(tmp_path):
     write_mmidx_shard(prefix, [[1000]] * 100)
     dataset = dufu.CausalLMDataset(dufu.IndexedDataset(prefix), seq_length=1, use_cache=False)
     sampler = dufu.SequentialSampler(len(dataset))
-    loader = dufu.DataLoader(dataset, sampler, micro_batch=len(dataset) * 40, workers=1, prefetch_batches=1,
+    loader = dufu.DataLoader(dataset, sampler, micro_batch=len(dataset) * 8, workers=1, prefetch_batches=1,
                              with_indices=True)
     state = loader.state_dict()
 

@@ -64,11 +64,15 @@ bool is_valid_utf8(std::string_view bytes) {
 
 RegexSplitter::RegexSplitter(std::string pattern, RegexDialect dialect, bool literal)
     : pattern_(std::move(pattern)), dialect_(dialect), code_(std::make_unique<Code>()) {
-  std::uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF;
-  if (literal) options |= PCRE2_LITERAL;
-  // Rust's regex: `$` only at the end of the text. Oniguruma's Ruby syntax: `^`/`$`
-  // at line boundaries.
-  options |= dialect == RegexDialect::kTiktoken ? PCRE2_DOLLAR_ENDONLY : PCRE2_MULTILINE;
+  std::uint32_t options = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF;
+  if (literal) {
+    // PCRE2 refuses PCRE2_LITERAL with the options below, which a literal needs not.
+    options |= PCRE2_LITERAL;
+  } else {
+    // Rust's regex: `$` only at the end of the text. Oniguruma's Ruby syntax: `^`/`$`
+    // at line boundaries.
+    options |= PCRE2_UCP | (dialect == RegexDialect::kTiktoken ? PCRE2_DOLLAR_ENDONLY : PCRE2_MULTILINE);
+  }
   int error = 0;
   PCRE2_SIZE offset = 0;
   code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern_.data()), pattern_.size(), options,
