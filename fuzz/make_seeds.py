@@ -64,6 +64,10 @@ put("jsonl_reader", "ascii_escapes.jsonl",
 put("jsonl_reader", "long_text.jsonl",
     json.dumps({"text": "word " * 30, "meta": "m"}) + "\n" + json.dumps({"text": "", "meta": ""}))
 put("jsonl_reader", "surrogates.jsonl", '{"text": "\\ud83d\\ude00 \\ud800 lone", "meta": "\\u0000"}\n')
+# A key given twice (the second spelled with an escape): json.loads keeps the last.
+put("jsonl_reader", "duplicate_keys.jsonl",
+    '{"text": "first", "meta": "m1", "text": "second", "meta": "m2"}\n'
+    '{"t\\u0065xt": "escaped first", "meta": "m", "text": "plain last"}\n{"text": 1, "text": "string last"}\n')
 
 # ---- compressed streams ------------------------------------------------------------
 def zstd(data, *args):
@@ -312,6 +316,17 @@ put("huggingface_json", "llama3_style_split.json", tokenizer_json(
          "behavior": "Isolated", "invert": False},
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
     merges_as_pairs=True, ignore_merges=True))
+# A vocabulary string and the model given twice: tokenizers keeps the last of each.
+duplicated = tokenizer_json(BYTE_LEVEL)
+put("huggingface_json", "duplicate_keys.json",
+    duplicated.replace('"vocab": {', '"vocab": {\n  "th": 3,', 1).replace(
+        '\n "model": {', '\n "model": {"type": "WordPiece", "vocab": {}},\n "model": {', 1))
+put("huggingface_json", "empty_split_pattern.json", tokenizer_json(
+    {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": ""}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}]}))
+put("gpt2_vocab", "duplicate_keys",
+    json.dumps(vocab, ensure_ascii=False).replace("{", '{"th": 5, ', 1) + "\0" + "\n".join(merge_lines) + "\n")
 put("huggingface_json", "prefix_space_removed.json", tokenizer_json(
     {"type": "Sequence", "pretokenizers": [
         {"type": "Split", "pattern": {"String": " "}, "behavior": "Removed", "invert": False},

@@ -19,7 +19,8 @@ namespace bip = boost::interprocess;
 
 struct MappedFile::Mapping {
   // The region keeps the pages mapped on its own; the file_mapping (and its
-  // descriptor) can go as soon as the region exists.
+  // descriptor) is kept only when asked for (descriptor()).
+  bip::file_mapping file;
   bip::mapped_region region;
 };
 
@@ -33,7 +34,7 @@ std::string describe(const bip::interprocess_exception& e) {
 
 }  // namespace
 
-MappedFile MappedFile::open(const std::string& path) {
+MappedFile MappedFile::open(const std::string& path, bool keep_descriptor) {
   // stat first: Boost would report a missing file or a directory less clearly, and
   // the size decides whether there is anything to map at all.
   struct stat st {};
@@ -54,17 +55,20 @@ MappedFile MappedFile::open(const std::string& path) {
   } catch (const bip::interprocess_exception& e) {
     DUFU_FAIL("cannot open '", path, "': ", describe(e));
   }
+  auto mapping = std::make_unique<Mapping>();
+  mapping->file = std::move(file);
   if (st.st_size == 0) {
     // Boost refuses to map zero bytes, and empty shards are legal.
-    return MappedFile(path, nullptr, nullptr, 0);
+    if (!keep_descriptor) mapping->file = bip::file_mapping();
+    return MappedFile(path, std::move(mapping), nullptr, 0);
   }
 
-  auto mapping = std::make_unique<Mapping>();
   try {
-    mapping->region = bip::mapped_region(file, bip::read_only);
+    mapping->region = bip::mapped_region(mapping->file, bip::read_only);
   } catch (const bip::interprocess_exception& e) {
     DUFU_FAIL("cannot map '", path, "' (", st.st_size, " bytes): ", describe(e));
   }
+  if (!keep_descriptor) mapping->file = bip::file_mapping();
   // The region's size is authoritative: the file may have changed since stat.
   const auto* data = static_cast<const std::byte*>(mapping->region.get_address());
   const std::uint64_t size = mapping->region.get_size();
@@ -94,5 +98,10 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 MappedFile::~MappedFile() = default;
+
+int MappedFile::descriptor() const {
+  // A default-constructed file_mapping holds -1 (Boost's invalid handle).
+  return mapping_ ? mapping_->file.get_mapping_handle().handle : -1;
+}
 
 }  // namespace dufu

@@ -142,12 +142,19 @@ struct InfiniteDataLoader::Impl {
     }
   }
 
-  Batch next() {
+  Batch next() { return *try_next(std::chrono::milliseconds::max()); }
+
+  std::optional<Batch> try_next(std::chrono::milliseconds timeout) {
     std::unique_lock lock(mutex);
-    ready.wait(lock, [this] {
+    const auto next_is_done = [this] {
       const auto it = slots.find(next_return);
       return it != slots.end() && it->second.done;
-    });
+    };
+    if (timeout == std::chrono::milliseconds::max()) {
+      ready.wait(lock, next_is_done);
+    } else if (!ready.wait_for(lock, timeout, next_is_done)) {
+      return std::nullopt;
+    }
     const auto it = slots.find(next_return);
     // A failed batch stays failed: every call rethrows until restore().
     if (it->second.error) std::rethrow_exception(it->second.error);
@@ -196,6 +203,10 @@ InfiniteDataLoader::InfiniteDataLoader(std::shared_ptr<const TokenDataset> datas
 InfiniteDataLoader::~InfiniteDataLoader() { impl_->stop_workers(); }
 
 Batch InfiniteDataLoader::next() { return impl_->next(); }
+
+std::optional<Batch> InfiniteDataLoader::try_next(std::chrono::milliseconds timeout) {
+  return impl_->try_next(timeout);
+}
 
 LoaderState InfiniteDataLoader::state() const {
   std::lock_guard lock(impl_->mutex);

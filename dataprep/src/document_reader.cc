@@ -9,10 +9,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "dufu/common/error.h"
 #include "dufu/dataprep/byte_source.h"
 #include "dufu/dataprep/line_range_source.h"
+#include "json_members.h"
 
 namespace dufu::dataprep {
 namespace {
@@ -265,14 +267,15 @@ bool DocumentReader::next(Document* doc) {
         bool good = true;
         for (std::size_t i = 0; i < options_.json_keys.size() && good; ++i) {
           const std::string& key = options_.json_keys[i];
-          simdjson::dom::element value;
+          // {"text": "a", "text": "b"} is "b", as Megatron's json.loads reads it.
+          const std::optional<simdjson::dom::element> value = last_member(object, key);
           std::string_view text;
-          if (object.at_key(key).get(value)) {
+          if (!value) {
             record_bad(str_cat(where, ":", line_number(), ": missing key '", key, "'"));
             good = false;
-          } else if (value.get_string().get(text)) {
+          } else if (value->get_string().get(text)) {
             record_bad(str_cat(where, ":", line_number(), ": key '", key, "' is not a string (it is ",
-                               json_type_name(value.type()), ")"));
+                               json_type_name(value->type()), ")"));
             good = false;
           } else {
             doc->fields[i].assign(text);

@@ -100,6 +100,21 @@ void check_byte_range(const std::string& path, std::uint64_t bin_size, std::uint
   }
 }
 
+// A .bin cut shorter under a live dataset is refused on every read, whatever the impl:
+// reading a mapping past the file's new end raises SIGBUS, which would kill the
+// process (the Python interpreter) instead of failing with the file's name. One fstat
+// per read; a truncation that lands between it and the read can still fault.
+void check_not_truncated(int descriptor, const std::string& path, std::uint64_t size_when_opened) {
+  struct stat st {};
+  if (::fstat(descriptor, &st) != 0) DUFU_FAIL("cannot stat '", path, "': ", errno_message(errno));
+  const auto size_now = static_cast<std::uint64_t>(st.st_size);
+  if (size_now < size_when_opened) {
+    DUFU_FAIL("'", path, "' was truncated while open: it has ", size_now, " bytes, ", size_when_opened,
+              " when the dataset opened it; HINT: a shard must not be rewritten in place while it is read ",
+              "(dufu's own tools replace files by renaming)");
+  }
+}
+
 class MmapIndexedDataset final : public IndexedDataset {
  public:
   MmapIndexedDataset(std::string prefix, Index index, MappedFile bin)
@@ -108,7 +123,9 @@ class MmapIndexedDataset final : public IndexedDataset {
 
   void read_bytes(std::uint64_t offset, std::uint64_t size, std::byte* out) const override {
     check_byte_range(bin_.path(), bin_size(), offset, size);
-    if (size > 0) std::memcpy(out, bin_.data() + offset, size);
+    if (size == 0) return;
+    check_not_truncated(bin_.descriptor(), bin_.path(), bin_size());
+    std::memcpy(out, bin_.data() + offset, size);
   }
 
  private:
@@ -124,6 +141,8 @@ class LazyIndexedDataset final : public IndexedDataset {
 
   void read_bytes(std::uint64_t offset, std::uint64_t size, std::byte* out) const override {
     check_byte_range(bin_.path(), bin_size(), offset, size);
+    if (size == 0) return;
+    check_not_truncated(bin_.descriptor(), bin_.path(), bin_size());
     bin_.read_exact(offset, size, out);
   }
 
@@ -133,18 +152,24 @@ class LazyIndexedDataset final : public IndexedDataset {
 
 // The .bin held in memory once per node: ranks on one machine attach to the same
 // shared-memory copy instead of each reading their own.
+// The copy does not fault when the file shrinks, but serving bytes the shard no longer
+// has would hide what the other impls report, so the file is watched all the same.
 class CachedIndexedDataset final : public IndexedDataset {
  public:
-  CachedIndexedDataset(std::string prefix, Index index, SharedFileCopy bin)
+  CachedIndexedDataset(std::string prefix, Index index, ReadOnlyFile file, SharedFileCopy bin)
       : IndexedDataset(std::move(prefix), std::move(index), IndexImpl::kCached, bin.size()),
+        file_(std::move(file)),
         bin_(std::move(bin)) {}
 
   void read_bytes(std::uint64_t offset, std::uint64_t size, std::byte* out) const override {
-    check_byte_range(bin_path(prefix()), bin_size(), offset, size);
-    if (size > 0) std::memcpy(out, bin_.data() + offset, size);
+    check_byte_range(file_.path(), bin_size(), offset, size);
+    if (size == 0) return;
+    check_not_truncated(file_.descriptor(), file_.path(), bin_size());
+    std::memcpy(out, bin_.data() + offset, size);
   }
 
  private:
+  ReadOnlyFile file_;  // the file the copy was made of, watched for truncation
   SharedFileCopy bin_;
 };
 
@@ -226,7 +251,7 @@ std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string& prefix, 
   switch (impl) {
     case IndexImpl::kMmap: {
       Index index = Index::open(idx_path(prefix), /*map=*/true);
-      MappedFile file = MappedFile::open(bin);
+      MappedFile file = MappedFile::open(bin, /*keep_descriptor=*/true);
       check_bin_size(bin, index, file.size());
       return std::make_unique<MmapIndexedDataset>(prefix, std::move(index), std::move(file));
     }
@@ -238,9 +263,13 @@ std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string& prefix, 
     }
     case IndexImpl::kCached: {
       Index index = Index::open(idx_path(prefix), /*map=*/false);
+      ReadOnlyFile file = ReadOnlyFile::open(bin);
       SharedFileCopy copy = SharedFileCopy::open(bin);
       check_bin_size(bin, index, copy.size());
-      return std::make_unique<CachedIndexedDataset>(prefix, std::move(index), std::move(copy));
+      if (file.size() != copy.size()) {
+        DUFU_FAIL("'", bin, "' changed size while being opened (", file.size(), " then ", copy.size(), " bytes)");
+      }
+      return std::make_unique<CachedIndexedDataset>(prefix, std::move(index), std::move(file), std::move(copy));
     }
   }
   DUFU_FAIL("internal error: unknown dataset impl ", static_cast<int>(impl));

@@ -8,6 +8,7 @@
 #include "preprocess_pipeline.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -32,6 +33,8 @@ namespace {
 constexpr std::size_t kBytesCounter = 0;
 constexpr std::size_t kDocumentsCounter = 1;
 constexpr std::size_t kTokensCounter = 2;
+// How often the writer looks at PreprocessOptions::stop while it waits for a batch.
+constexpr std::chrono::milliseconds kStopPoll{20};
 
 struct TextBatch {
   std::uint64_t sequence = 0;
@@ -138,6 +141,9 @@ class Pipeline {
     --in_flight_;
     slot_free_.notify_one();
   }
+  // Read without the lock by workers between documents, so that a failure or a stop
+  // does not wait for the batches they are tokenizing.
+  bool aborting() const { return aborted_.load(std::memory_order_relaxed); }
   void abort(std::exception_ptr error) {
     std::lock_guard lock(mutex_);
     if (!first_error_) first_error_ = error;
@@ -160,7 +166,7 @@ class Pipeline {
   std::size_t in_flight_ = 0;
   bool reading_done_ = false;
   std::uint64_t total_batches_ = 0;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};
   std::exception_ptr first_error_;
 };
 
@@ -220,6 +226,7 @@ void tokenize_batches(const Tokenizer& tokenizer, std::size_t num_keys, std::opt
       result.lengths[key].reserve(text.num_records);
     }
     for (std::size_t record = 0; record < text.num_records; ++record) {
+      if (pipeline.aborting()) return;
       for (std::size_t key = 0; key < num_keys; ++key) {
         const std::string& field = text.fields[record * num_keys + key];
         result.text_bytes += field.size();
@@ -354,9 +361,13 @@ void run_pipeline(const PreprocessOptions& options, const PreprocessSetup& setup
     TokenBatch batch;
     auto next_tick = std::chrono::steady_clock::now() + (tick ? tick->interval : std::chrono::milliseconds(0));
     for (std::uint64_t sequence = 0;;) {
-      const auto deadline = tick ? next_tick : std::chrono::steady_clock::time_point::max();
+      auto deadline = tick ? next_tick : std::chrono::steady_clock::time_point::max();
+      if (options.stop != nullptr) deadline = std::min(deadline, std::chrono::steady_clock::now() + kStopPoll);
       const Pipeline::Popped popped = pipeline.pop_result(sequence, &batch, deadline);
-      if (tick && (popped != Pipeline::Popped::kBatch || std::chrono::steady_clock::now() >= next_tick)) {
+      if (options.stop != nullptr && options.stop->load()) {
+        DUFU_FAIL("preprocess was stopped before its end; its outputs are not written");
+      }
+      if (tick && (popped == Pipeline::Popped::kAllDone || std::chrono::steady_clock::now() >= next_tick)) {
         tick->call();
         next_tick = std::chrono::steady_clock::now() + tick->interval;
       }
@@ -390,6 +401,9 @@ void run_pipeline(const PreprocessOptions& options, const PreprocessSetup& setup
   reader_thread.join();
   for (auto& worker : workers) worker.join();
   if (auto error = pipeline.first_error()) std::rethrow_exception(error);
+  if (options.stop != nullptr && options.stop->load()) {  // asked after the last batch, before any commit
+    DUFU_FAIL("preprocess was stopped before its end; its outputs are not written");
+  }
   if (progress) progress->add(kBytesCounter, bytes_done_since_last());  // input after the last document
   stats->records = totals.records;
   stats->input_bytes = totals.input_bytes;

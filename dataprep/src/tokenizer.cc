@@ -27,11 +27,18 @@ char first_non_blank(const std::string& path) {
   return 0;
 }
 
+bool starts_with_utf8_bom(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[3] = {};
+  return in.read(head, 3) && head[0] == '\xEF' && head[1] == '\xBB' && head[2] == '\xBF';
+}
+
 }  // namespace
 
 TokenizerFileKind tokenizer_file_kind(const TokenizerSpec& spec) {
   if (ends_with(spec.model, ".tiktoken")) return TokenizerFileKind::kTiktoken;
-  if (first_non_blank(spec.model) == '{') {
+  // A .json that does not start with '{' is still JSON: its reader says what is wrong.
+  if (first_non_blank(spec.model) == '{' || ends_with(spec.model, ".json")) {
     // tokenizer.json has a "model"; vocab.json is a flat map and needs merges.txt.
     return spec.merges.empty() ? TokenizerFileKind::kHuggingFaceJson : TokenizerFileKind::kGpt2Vocab;
   }
@@ -44,6 +51,12 @@ Tokenizer Tokenizer::load(const TokenizerSpec& spec) {
     DUFU_FAIL("cannot open tokenizer model '", spec.model, "': ", errno_message(errno));
   }
   if (!S_ISREG(info.st_mode)) DUFU_FAIL("tokenizer model '", spec.model, "' is not a regular file");
+  // Said here, before a reader guesses the kind from the first bytes and mistakes them.
+  if (info.st_size == 0) DUFU_FAIL("tokenizer model '", spec.model, "' is empty (0 bytes)");
+  if (starts_with_utf8_bom(spec.model)) {
+    DUFU_FAIL("tokenizer model '", spec.model, "' starts with a UTF-8 byte-order mark, which JSON does not allow ",
+              "(HuggingFace tokenizers and Python's json refuse it too); HINT: remove its first 3 bytes");
+  }
   const TokenizerFileKind kind = tokenizer_file_kind(spec);
   if (!spec.pattern.empty() && kind != TokenizerFileKind::kTiktoken) {
     DUFU_FAIL("--tokenizer-pattern is for .tiktoken rank files; '", spec.model, "' is not one");

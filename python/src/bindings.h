@@ -30,8 +30,13 @@ std::shared_ptr<const dataprep::IndexedDataset> shard_dataset(const py::handle& 
 py::dtype numpy_dtype(dataprep::DType dtype);
 
 // Python's negative indexing and an IndexError (not dufu's message) past the end, so
-// `for item in dataset` and dataset[-1] behave as for a list.
-std::uint64_t python_index(std::int64_t index, std::uint64_t size, const char* what);
+// `for item in dataset` and dataset[-1] behave as for a list: any int (numpy's too),
+// however large, is an index in or out of range; anything else a TypeError naming it.
+std::uint64_t python_index(const py::handle& index, std::uint64_t size, const char* what);
+
+// A count or position read from a Python value (a state_dict's entry, an epoch): a
+// DufuError naming `what` and the value unless it is an int in [0, 2**64).
+std::uint64_t python_count(const py::handle& value, const std::string& what);
 
 // "mmap" | "lazy" | "cached" (dufu's own error for anything else).
 dataprep::IndexImpl impl_from_name(const std::string& name);

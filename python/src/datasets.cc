@@ -41,7 +41,7 @@ dataprep::SplitSpec make_split(const std::optional<std::string>& split, const st
   return spec;
 }
 
-py::array_t<std::int32_t> sample(const TokenDataset& dataset, std::int64_t index) {
+py::array_t<std::int32_t> sample(const TokenDataset& dataset, const py::object& index) {
   const std::uint64_t position = python_index(index, dataset.size(), "sample");
   py::array_t<std::int32_t> out(static_cast<py::ssize_t>(dataset.sample_length()));
   std::span<std::int32_t> tokens(out.mutable_data(), dataset.sample_length());
@@ -53,12 +53,11 @@ py::array_t<std::int32_t> sample(const TokenDataset& dataset, std::int64_t index
 }
 
 // Samples `indices` as one [len(indices), sample_length] int32 array.
-py::array_t<std::int32_t> samples(const TokenDataset& dataset, const std::vector<std::int64_t>& indices) {
+py::array_t<std::int32_t> samples(const TokenDataset& dataset, const py::iterable& indices) {
   std::vector<std::uint64_t> positions;
-  positions.reserve(indices.size());
-  for (const std::int64_t index : indices) positions.push_back(python_index(index, dataset.size(), "sample"));
+  for (const py::handle index : indices) positions.push_back(python_index(index, dataset.size(), "sample"));
   const std::uint64_t columns = dataset.sample_length();
-  py::array_t<std::int32_t> out({static_cast<py::ssize_t>(indices.size()), static_cast<py::ssize_t>(columns)});
+  py::array_t<std::int32_t> out({static_cast<py::ssize_t>(positions.size()), static_cast<py::ssize_t>(columns)});
   std::int32_t* data = out.mutable_data();
   {
     py::gil_scoped_release release;
@@ -207,7 +206,12 @@ A weighted mix of datasets (Megatron's BlendedDataset): sample s comes from the 
 furthest behind its weight. size None blends exhaustively (weights = dataset sizes).)doc")
       .def(py::init(&make_blend), py::arg("datasets"), py::arg("weights"), py::arg("size") = py::none(),
            py::arg("cache_dir") = "", py::arg("use_cache") = true)
-      .def("source_of", &BlendedDataset::source_of, py::arg("index"),
+      .def(
+          "source_of",
+          [](const BlendedDataset& blend, const py::object& index) {
+            return blend.source_of(python_index(index, blend.size(), "blend sample"));
+          },
+          py::arg("index"),
            "(dataset number, sample of that dataset) of blend sample `index`.")
       .def_property_readonly("weights", &BlendedDataset::weights, "The normalized weights.")
       .def_property_readonly("num_datasets", &BlendedDataset::num_datasets)

@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings.h"
+#include "interruptible.h"
 #include "dufu/common/error.h"
 #include "dufu/dataprep/data_loader.h"
 #include "samplers.h"
@@ -37,9 +38,9 @@ LoaderState state_from_dict(const py::dict& state) {
     if (!state.contains(key)) DUFU_FAIL("loader state_dict has no '", key, "' (keys: epoch, position, batches_served)");
   }
   LoaderState out;
-  out.next.epoch = state["epoch"].cast<std::uint64_t>();
-  out.next.position = state["position"].cast<std::uint64_t>();
-  out.batches_served = state["batches_served"].cast<std::uint64_t>();
+  out.next.epoch = python_count(state["epoch"], "loader state_dict['epoch']");
+  out.next.position = python_count(state["position"], "loader state_dict['position']");
+  out.batches_served = python_count(state["batches_served"], "loader state_dict['batches_served']");
   return out;
 }
 
@@ -59,12 +60,19 @@ std::unique_ptr<InfiniteDataLoader> make_loader(std::shared_ptr<dataprep::TokenD
   return std::make_unique<InfiniteDataLoader>(std::move(dataset), std::move(made), options, start);
 }
 
+// Waits in slices, with Python's signal handlers run between them: a Ctrl-C while
+// the workers read raises KeyboardInterrupt at once and consumes no batch.
 py::tuple next_batch(InfiniteDataLoader& loader) {
-  dataprep::Batch batch;
-  {
-    py::gil_scoped_release release;
-    batch = loader.next();
+  std::optional<dataprep::Batch> ready;
+  while (true) {
+    {
+      py::gil_scoped_release release;
+      ready = loader.try_next(kSignalPoll);
+    }
+    if (ready) break;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
+  dataprep::Batch& batch = *ready;
   std::vector<std::int64_t> indices(batch.indices.begin(), batch.indices.end());
   const auto rows = static_cast<py::ssize_t>(batch.rows);
   return py::make_tuple(owned_array(std::move(batch.tokens), {rows, static_cast<py::ssize_t>(batch.columns)}),

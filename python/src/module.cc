@@ -33,13 +33,44 @@ py::dtype numpy_dtype(dataprep::DType dtype) {
   DUFU_FAIL("unknown token dtype code ", static_cast<int>(dtype));
 }
 
-std::uint64_t python_index(std::int64_t index, std::uint64_t size, const char* what) {
+namespace {
+
+std::string type_name_of(const py::handle& value) { return py::str(py::type::handle_of(value).attr("__name__")); }
+
+}  // namespace
+
+std::uint64_t python_index(const py::handle& index, std::uint64_t size, const char* what) {
+  if (!PyIndex_Check(index.ptr())) {
+    throw py::type_error(str_cat(what, " indices must be integers, not ", type_name_of(index)));
+  }
+  const py::int_ integer = py::reinterpret_steal<py::int_>(PyNumber_Index(index.ptr()));
+  if (!integer) throw py::error_already_set();
+  int overflow = 0;
+  const long long value = PyLong_AsLongLongAndOverflow(integer.ptr(), &overflow);
+  if (value == -1 && PyErr_Occurred()) throw py::error_already_set();
   const std::int64_t signed_size = static_cast<std::int64_t>(size);
-  const std::int64_t resolved = index < 0 ? index + signed_size : index;
-  if (resolved < 0 || resolved >= signed_size) {
-    throw py::index_error(str_cat(what, " index ", index, " is out of range (", size, " items)"));
+  const std::int64_t resolved = value < 0 ? value + signed_size : value;
+  if (overflow != 0 || resolved < 0 || resolved >= signed_size) {
+    throw py::index_error(str_cat(what, " index ", std::string(py::repr(integer)), " is out of range (", size,
+                                  " items)"));
   }
   return static_cast<std::uint64_t>(resolved);
+}
+
+std::uint64_t python_count(const py::handle& value, const std::string& what) {
+  // bool is an int to Python, but True as an epoch is a mistake.
+  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr())) {
+    DUFU_FAIL(what, " must be a non-negative integer, not ", type_name_of(value), " (",
+              std::string(py::repr(value)), ")");
+  }
+  const py::int_ integer = py::reinterpret_steal<py::int_>(PyNumber_Index(value.ptr()));
+  if (!integer) throw py::error_already_set();
+  const unsigned long long result = PyLong_AsUnsignedLongLong(integer.ptr());
+  if (result == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();
+    DUFU_FAIL(what, " must be an integer from 0 to 2**64 - 1, got ", std::string(py::repr(integer)));
+  }
+  return result;
 }
 
 dataprep::IndexImpl impl_from_name(const std::string& name) { return dataprep::parse_impl(name); }

@@ -1,17 +1,19 @@
 // dufu.preprocess: `dataprep preprocess` from Python, with the tool's options. The job
-// runs on its own thread without the GIL; progress goes to the terminal (the tool's
-// bar or lines on stderr), nowhere, or to a Python callable that the calling thread
+// runs on its own thread without the GIL (interruptible.h: Ctrl-C and a failing
+// callback stop it at the next batch); progress goes to the terminal (the tool's bar
+// or lines on stderr), nowhere, or to a Python callable that the calling thread
 // invokes about every `progress_interval` seconds with the counters so far.
 #include "dufu/dataprep/preprocess.h"
 
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <chrono>
-#include <future>
-#include <thread>
+#include <functional>
 
 #include "bindings.h"
+#include "interruptible.h"
 #include "dufu/common/error.h"
 #include "dufu/common/progress.h"
 #include "dufu/dataprep/distributed_preprocess.h"
@@ -100,44 +102,21 @@ py::dict preprocess(std::vector<std::string> inputs, std::string output_prefix, 
     throw py::type_error("progress must be True (terminal), False or None (quiet) or a callable taking a dict");
   }
   Progress meter("preprocess", {{"MB", 1e6}, {"docs", 1}, {"tokens", 1}}, ProgressOptions{.quiet = !terminal});
-  if (!callback) {
-    PreprocessStats stats;
-    {
-      py::gil_scoped_release release;
-      stats = run(options, shard, &meter);
-    }
-    return stats_dict(stats);
-  }
-
-  // The job on a thread; this thread calls back with the GIL between waits.
-  std::future<PreprocessStats> job =
-      std::async(std::launch::async, [&options, &shard, &meter] { return run(options, shard, &meter); });
+  std::atomic<bool> stop{false};
+  options.stop = &stop;
   const auto interval = std::chrono::duration<double>(std::max(progress_interval, 0.01));
-  std::optional<py::error_already_set> callback_error;
-  while (true) {
-    bool done = false;
-    {
-      py::gil_scoped_release release;
-      done = job.wait_for(interval) == std::future_status::ready;
-    }
-    if (done) break;
-    if (callback_error) continue;
-    // A failing callback cannot stop the job (it has no cancel); its error is raised
-    // once the job has finished, so no thread outlives this call.
-    try {
-      progress(progress_dict(meter));
-    } catch (py::error_already_set& e) {
-      callback_error.emplace(std::move(e));
-    }
-  }
-  PreprocessStats stats;
-  {
-    py::gil_scoped_release release;
-    stats = job.get();  // rethrows the job's dufu::Error
-  }
+  auto next_call = std::chrono::steady_clock::now() + interval;
+  const std::function<void()> call_back = [&] {
+    if (!callback || std::chrono::steady_clock::now() < next_call) return;
+    progress(progress_dict(meter));
+    next_call = std::chrono::steady_clock::now() + interval;
+  };
+  // A Ctrl-C or an exception from the callback stops the job at its next batch; the
+  // previous output, if any, stays as it was.
+  const PreprocessStats stats =
+      run_interruptibly(stop, [&options, &shard, &meter] { return run(options, shard, &meter); }, call_back);
   meter.finish();
-  if (callback_error) throw std::move(*callback_error);
-  progress(progress_dict(meter));
+  if (callback) progress(progress_dict(meter));
   return stats_dict(stats);
 }
 

@@ -32,12 +32,13 @@ Iterating yields the current epoch's indices; set_epoch(e) picks epoch e's order
       .def(
           "__len__", [](const SamplerRecipe& self) { return self.instance->size(); }, "Indices per epoch.")
       .def(
-          "set_epoch", [](SamplerRecipe& self, std::uint64_t epoch) { self.instance->set_epoch(epoch); },
+          "set_epoch",
+          [](SamplerRecipe& self, const py::object& epoch) { self.instance->set_epoch(python_count(epoch, "epoch")); },
           py::arg("epoch"))
       .def_property_readonly("epoch", [](const SamplerRecipe& self) { return self.instance->epoch(); })
       .def(
           "at",
-          [](const SamplerRecipe& self, std::int64_t position) {
+          [](const SamplerRecipe& self, const py::object& position) {
             return self.instance->at(python_index(position, self.instance->size(), "sampler position"));
           },
           py::arg("position"), "The dataset index at `position` of the current epoch.")

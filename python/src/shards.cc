@@ -8,7 +8,9 @@
 // binding maps the .bin a second time (read-only, the same page-cache pages) instead
 // of reaching into the library.
 #include <pybind11/stl.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <optional>
 #include <vector>
 
@@ -35,7 +37,7 @@ std::shared_ptr<Shard> open_shard(const std::string& prefix, const std::string& 
     shard->dataset = IndexedDataset::open(prefix, impl);
     const bool ids_as_stored = dataprep::stored_id_offset(shard->dataset->index().layout()) == 0;
     if (impl == dataprep::IndexImpl::kMmap && ids_as_stored) {
-      auto bin = std::make_shared<MappedFile>(MappedFile::open(dataprep::bin_path(prefix)));
+      auto bin = std::make_shared<MappedFile>(MappedFile::open(dataprep::bin_path(prefix), /*keep_descriptor=*/true));
       if (bin->size() != shard->dataset->bin_size()) {
         DUFU_FAIL("'", dataprep::bin_path(prefix), "' changed size while being opened (", shard->dataset->bin_size(),
                   " then ", bin->size(), " bytes)");
@@ -44,6 +46,19 @@ std::shared_ptr<Shard> open_shard(const std::string& prefix, const std::string& 
     }
   }
   return shard;
+}
+
+// A view is handed out only while the .bin still has every byte it had when opened
+// (as the library checks each read): numpy would read a truncated mapping with SIGBUS.
+// A view already held when the file shrinks is beyond reach (README, Python).
+void check_not_truncated(const MappedFile& bin) {
+  struct stat st {};
+  if (::fstat(bin.descriptor(), &st) != 0) DUFU_FAIL("cannot stat '", bin.path(), "': ", errno_message(errno));
+  if (static_cast<std::uint64_t>(st.st_size) < bin.size()) {
+    DUFU_FAIL("'", bin.path(), "' was truncated while open: it has ", st.st_size, " bytes, ", bin.size(),
+              " when the dataset opened it; HINT: a shard must not be rewritten in place while it is read ",
+              "(dufu's own tools replace files by renaming)");
+  }
 }
 
 // A read-only numpy array over `count` items at `data`, owned by (a reference to) the
@@ -70,7 +85,10 @@ py::array read_item(const Shard& shard, std::uint64_t sequence, std::uint64_t of
   const py::dtype dtype = numpy_dtype(dataset.dtype());
   const std::uint64_t item_size = dataprep::dtype_size(dataset.dtype());
   const std::uint64_t byte_offset = (dataset.index().sequence_offset(sequence) + offset) * item_size;
-  if (shard.bin) return mapped_view(shard.bin, dtype, shard.bin->data() + byte_offset, count);
+  if (shard.bin) {
+    check_not_truncated(*shard.bin);
+    return mapped_view(shard.bin, dtype, shard.bin->data() + byte_offset, count);
+  }
   if (dataprep::stored_id_offset(dataset.index().layout()) != 0) {
     // read_tokens undoes the stored id + 1; the result is given back in the shard's dtype.
     py::array_t<std::int32_t> tokens(static_cast<py::ssize_t>(count));
@@ -127,13 +145,13 @@ number of sequences.)doc")
       .def("__len__", [](const Shard& shard) { return shard.dataset->num_sequences(); })
       .def(
           "__getitem__",
-          [](const Shard& shard, std::int64_t index) {
+          [](const Shard& shard, const py::object& index) {
             return read_item(shard, python_index(index, shard.dataset->num_sequences(), "sequence"), 0, std::nullopt);
           },
           py::arg("index"), "Sequence `index` (negative counts from the end) as a numpy array.")
       .def(
           "get",
-          [](const Shard& shard, std::int64_t index, std::uint64_t offset, std::optional<std::uint64_t> length) {
+          [](const Shard& shard, const py::object& index, std::uint64_t offset, std::optional<std::uint64_t> length) {
             return read_item(shard, python_index(index, shard.dataset->num_sequences(), "sequence"), offset, length);
           },
           py::arg("index"), py::arg("offset") = 0, py::arg("length") = py::none(),
@@ -156,6 +174,7 @@ number of sequences.)doc")
           "bin_buffer",
           [](const Shard& shard) -> py::object {
             if (!shard.bin) return py::none();
+            check_not_truncated(*shard.bin);
             return mapped_view(shard.bin, py::dtype("u1"), shard.bin->data(), shard.bin->size());
           },
           "The mapped .bin as a read-only uint8 array (impl mmap), which the items view; else None.")

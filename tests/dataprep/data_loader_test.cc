@@ -307,6 +307,22 @@ TEST(DataLoaderTest, DestructorWaitsForSlowReadsWithoutHanging) {
   }, "destroying a loader mid-read");
 }
 
+// try_next waits at most its timeout and consumes nothing when the batch is not
+// ready: the Python loader waits in such slices to answer Ctrl-C.
+TEST(DataLoaderTest, TryNextTimesOutWithoutConsumingABatch) {
+  auto dataset = make_dataset(30);
+  dataset->delay = milliseconds(100);  // 0.6 s per batch: the first try comes long before
+  InfiniteDataLoader loader(dataset, make_sequential_sampler(30), {6, 1, 1});
+  EXPECT_FALSE(loader.try_next(milliseconds(0)).has_value());
+  EXPECT_EQ(loader.state().batches_served, 0U);
+  std::optional<Batch> batch;
+  while (!batch) batch = loader.try_next(milliseconds(1));
+  const std::vector<Batch> expected = expected_batches(make_sequential_sampler(30), 6, 2);
+  expect_batch_eq(*batch, expected[0], "first batch");
+  expect_batch_eq(loader.next(), expected[1], "second batch");
+  EXPECT_EQ(loader.state().batches_served, 2U);
+}
+
 TEST(DataLoaderTest, WorkerErrorsSurfaceFromNextInOrder) {
   auto dataset = make_dataset(20);
   dataset->fail_at = 7;

@@ -22,6 +22,7 @@ namespace dufu::dataprep {
 namespace {
 
 using dufu::testing::error_of;
+using dufu::testing::expect_error;
 
 namespace fs = std::filesystem;
 using dufu::testing::gzip_bytes;
@@ -111,6 +112,26 @@ TEST_F(DocumentReaderTest, JsonlKeysAndEscapes) {
             (std::vector<Doc>{{{"two\nlines", "caf\xc3\xa9 \xf0\x9f\x98\x80"}, path, 1},
                               {{"", "\"quoted\" \\ /"}, path, 4},
                               {{"raw caf\xc3\xa9", "t"}, path, 5}}));
+}
+
+// A key given twice is read as Python's json.loads (Megatron's preprocess_data.py)
+// reads it: the last value, also when the two spellings differ only by escapes.
+TEST_F(DocumentReaderTest, JsonlKeyGivenTwiceIsItsLastValue) {
+  const std::string path = write("dup.jsonl",
+                                 "{\"text\": \"first\", \"text\": \"second\"}\n"
+                                 "{\"t\\u0065xt\": \"escaped\", \"title\": \"a\", \"text\": \"plain\", \"title\": \"b\"}\n"
+                                 "{\"text\": 5, \"text\": \"a number first\"}\n");
+  ReaderOptions options;
+  options.json_keys = {"text", "title"};
+  options.skip_bad_records = true;
+  EXPECT_EQ(read_all_docs({path}, options), (std::vector<Doc>{{{"plain", "b"}, path, 2}}));
+  options.json_keys = {"text"};
+  EXPECT_EQ(read_all_docs({path}, options),
+            (std::vector<Doc>{{{"second"}, path, 1}, {{"plain"}, path, 2}, {{"a number first"}, path, 3}}));
+  write("string_first.jsonl", "{\"text\": \"a string first\", \"text\": 5}\n");
+  options.skip_bad_records = false;
+  expect_error([&] { read_all_docs({dir_.file("string_first.jsonl")}, options); },
+               {"string_first.jsonl:1", "key 'text' is not a string"});
 }
 
 std::string make_jsonl(std::size_t documents) {

@@ -64,16 +64,3 @@ def test_preprocess_errors_carry_the_tools_message(corpus, tmp_path):
         dufu.preprocess([str(bad)], str(tmp_path / "py"), model, on_error="ignore")
     with pytest.raises(TypeError, match="progress"):
         dufu.preprocess([str(bad)], str(tmp_path / "py"), model, progress="yes")
-
-
-def test_a_failing_callback_stops_nothing_and_raises(corpus, tmp_path):
-    model, jsonl = corpus
-
-    def callback(counters):
-        raise KeyError("from the callback")
-
-    with pytest.raises(KeyError, match="from the callback"):
-        dufu.preprocess([jsonl], str(tmp_path / "py"), model, workers=1, batch_bytes=1 << 12, progress=callback,
-                        progress_interval=0.01)
-    # The job itself finished: its outputs exist.
-    assert os.path.exists(str(tmp_path / "py") + ".idx")

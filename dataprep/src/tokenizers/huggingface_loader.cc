@@ -11,6 +11,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "../json_members.h"
 #include "byte_level_bpe.h"
 #include "dufu/common/error.h"
 
@@ -103,12 +104,11 @@ class JsonFile {
     if (value.get(result)) fail(where, "is " + type_name(value.type()) + ", not an object");
     return result;
   }
+  // The last member named `key` (json_members.h), as HuggingFace reads a key given twice.
   std::optional<element> field(const element& value, const char* key) const {
     simdjson::dom::object object;
     if (value.get(object)) return std::nullopt;
-    element result;
-    if (object.at_key(key).get(result)) return std::nullopt;
-    return result;
+    return last_member(object, key);
   }
   bool is_null_or_missing(const element& value, const char* key) const {
     const auto found = field(value, key);
@@ -157,22 +157,24 @@ Vocabulary read_vocab(const JsonFile& file, const element& vocab_value, const st
                       ByteLevelBpeConfig& config) {
   Vocabulary vocab;
   const simdjson::dom::object entries = file.object(vocab_value, where);
-  // The ids first: the tables they index are as large as the largest.
-  std::int64_t largest_id = -1;
-  std::size_t tokens = 0;
+  // A string given twice takes its last id and the id of its earlier entry stays
+  // unused, as in tokenizers' vocabulary (a map filled in file order).
   for (const auto [key, value] : entries) {
     std::int64_t id = -1;
     if (value.get(id) || id < 0 || id >= (1LL << 30)) file.fail(where, "has an id that is not a small integer");
-    largest_id = std::max(largest_id, id);
-    ++tokens;
+    vocab.ids.insert_or_assign(std::string(key), static_cast<std::int32_t>(id));
   }
-  check_id_range(file.path(), largest_id, tokens);
+  // The ids first: the tables they index are as large as the largest.
+  std::int64_t largest_id = -1;
+  for (const auto& [text, id] : vocab.ids) largest_id = std::max<std::int64_t>(largest_id, id);
+  check_id_range(file.path(), largest_id, vocab.ids.size());
+  // In file order, so that two strings sharing an id resolve as before: the later one.
   for (const auto [key, value] : entries) {
     const std::int64_t id = value.get_int64().value_unsafe();
     const std::string text(key);
+    if (vocab.ids.at(text) != id) continue;  // given again later
     const auto bytes = byte_level_bytes(text);
     add_token(config, static_cast<std::int32_t>(id), bytes ? *bytes : text);
-    vocab.ids.emplace(text, static_cast<std::int32_t>(id));
   }
   for (int byte = 0; byte < 256; ++byte) {
     const auto found = vocab.ids.find(byte_char(byte));
@@ -292,11 +294,7 @@ void add_normalizer(const JsonFile& file, const element& value, const std::strin
                        ", which dufu does not implement (it implements NFC, NFD, NFKC, NFKD and Sequence of them)");
 }
 
-std::int32_t named_eod(const std::unordered_map<std::string, std::int32_t>& tokens, const std::string& preferred) {
-  if (!preferred.empty()) {
-    const auto found = tokens.find(preferred);
-    if (found != tokens.end()) return found->second;
-  }
+std::int32_t named_eod(const std::unordered_map<std::string, std::int32_t>& tokens) {
   for (const char* name : {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"}) {
     const auto found = tokens.find(name);
     if (found != tokens.end()) return found->second;
@@ -304,17 +302,32 @@ std::int32_t named_eod(const std::unordered_map<std::string, std::int32_t>& toke
   return -1;
 }
 
-// eos_token of a tokenizer_config.json beside tokenizer.json, if there is one.
-std::string configured_eos(const std::string& tokenizer_json) {
+// The id of the eos_token that a tokenizer_config.json beside tokenizer.json names,
+// as a string or as an AddedToken's "content"; nullopt when there is no such file,
+// no eos_token or a null one. Any other eos_token is refused: a silent fallback to
+// <|endoftext|> would end every document with a token the model's owner did not mean.
+std::optional<std::int32_t> configured_eos(const std::string& tokenizer_json,
+                                           const std::unordered_map<std::string, std::int32_t>& tokens) {
   const auto path = std::filesystem::path(tokenizer_json).parent_path() / "tokenizer_config.json";
   std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) return {};
+  if (!std::filesystem::is_regular_file(path, error)) return std::nullopt;
   const JsonFile file(path.string());
   const auto eos = file.field(file.root(), "eos_token");
-  if (!eos || eos->is_null()) return {};
-  if (eos->is_string()) return file.string(*eos, "eos_token");
-  if (const auto content = file.field(*eos, "content")) return file.string(*content, "eos_token.content");
-  return {};
+  if (!eos || eos->is_null()) return std::nullopt;
+  std::string name;
+  if (eos->is_string()) {
+    name = file.string(*eos, "eos_token");
+  } else if (const auto content = file.field(*eos, "content")) {
+    name = file.string(*content, "eos_token.content");
+  } else {
+    file.fail("eos_token", "is " + type_name(eos->type()) + ", not a token's string or {\"content\": string}");
+  }
+  const auto found = tokens.find(name);
+  if (found == tokens.end()) {
+    file.fail("eos_token", "'" + name + "' is not a token of '" + tokenizer_json +
+                               "' (neither in its vocabulary nor in its added_tokens)");
+  }
+  return found->second;
 }
 
 }  // namespace
@@ -406,7 +419,7 @@ std::unique_ptr<TokenizerModel> load_huggingface_json(const TokenizerSpec& spec)
       named[content] = static_cast<std::int32_t>(id);
     }
   }
-  config.eod_id = named_eod(named, configured_eos(spec.model));
+  config.eod_id = configured_eos(spec.model, named).value_or(named_eod(named));
   config.name = str_cat("HuggingFace byte-level BPE (", config.token_bytes.size(), " ids, ", index, " merges) from ",
                         spec.model);
   return make_byte_level_bpe(std::move(config));
@@ -433,7 +446,7 @@ std::unique_ptr<TokenizerModel> load_gpt2_vocab(const TokenizerSpec& spec) {
   }
   if (in.bad()) DUFU_FAIL("cannot read '", spec.merges, "'");
   add_byte_level(config, false, true);
-  config.eod_id = named_eod(vocab.ids, "");
+  config.eod_id = named_eod(vocab.ids);
   config.name = str_cat("GPT-2 byte-level BPE (", config.token_bytes.size(), " ids, ", index, " merges) from ",
                         spec.model);
   return make_byte_level_bpe(std::move(config));

@@ -64,11 +64,15 @@ bool is_valid_utf8(std::string_view bytes) {
 
 RegexSplitter::RegexSplitter(std::string pattern, RegexDialect dialect, bool literal)
     : pattern_(std::move(pattern)), dialect_(dialect), code_(std::make_unique<Code>()) {
-  std::uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF;
-  if (literal) options |= PCRE2_LITERAL;
-  // Rust's regex: `$` only at the end of the text. Oniguruma's Ruby syntax: `^`/`$`
-  // at line boundaries.
-  options |= dialect == RegexDialect::kTiktoken ? PCRE2_DOLLAR_ENDONLY : PCRE2_MULTILINE;
+  std::uint32_t options = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF;
+  if (literal) {
+    // PCRE2 refuses PCRE2_LITERAL with the options below, which a literal needs not.
+    options |= PCRE2_LITERAL;
+  } else {
+    // Rust's regex: `$` only at the end of the text. Oniguruma's Ruby syntax: `^`/`$`
+    // at line boundaries.
+    options |= PCRE2_UCP | (dialect == RegexDialect::kTiktoken ? PCRE2_DOLLAR_ENDONLY : PCRE2_MULTILINE);
+  }
   int error = 0;
   PCRE2_SIZE offset = 0;
   code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern_.data()), pattern_.size(), options,
@@ -108,8 +112,8 @@ RegexSplitter::Matcher::Matcher(const RegexSplitter& splitter)
 
 RegexSplitter::Matcher::~Matcher() = default;
 
-bool RegexSplitter::Matcher::find(std::string_view text, std::size_t start, std::size_t* begin,
-                                  std::size_t* end) {
+bool RegexSplitter::Matcher::find(std::string_view text, std::size_t start, std::size_t previous_end,
+                                  std::size_t* begin, std::size_t* end) {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   while (start <= text.size()) {
     const int result =
@@ -123,12 +127,13 @@ bool RegexSplitter::Matcher::find(std::string_view text, std::size_t start, std:
       DUFU_FAIL("pre-tokenizer pattern '", splitter_.pattern_, "' failed to match: ", pcre2_message(result));
     }
     const PCRE2_SIZE* vector = pcre2_get_ovector_pointer(state_->match_data);
-    if (vector[1] > vector[0]) {
+    const bool empty_splits = splitter_.dialect_ == RegexDialect::kHuggingFace && vector[0] != previous_end;
+    if (vector[1] > vector[0] || empty_splits) {
       *begin = vector[0];
       *end = vector[1];
       return true;
     }
-    // An empty match is no piece: go on one character later.
+    // Go on one character later.
     if (vector[0] >= text.size()) return false;
     const std::size_t length = utf8_sequence_length(text, vector[0]);
     start = vector[0] + (length == 0 ? 1 : length);

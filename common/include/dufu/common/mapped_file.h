@@ -12,8 +12,9 @@ namespace dufu {
 
 class MappedFile {
  public:
-  // Throws dufu::Error naming the path if the file cannot be opened or mapped.
-  static MappedFile open(const std::string& path);
+  // Throws dufu::Error naming the path if the file cannot be opened or mapped. With
+  // `keep_descriptor` the file stays open for descriptor() (one descriptor each).
+  static MappedFile open(const std::string& path, bool keep_descriptor = false);
 
   MappedFile(MappedFile&&) noexcept;
   MappedFile& operator=(MappedFile&&) noexcept;
@@ -23,6 +24,9 @@ class MappedFile {
   std::uint64_t size() const { return size_; }
   std::span<const std::byte> bytes() const { return {data_, static_cast<std::size_t>(size_)}; }
   const std::string& path() const { return path_; }
+  // The mapped file's descriptor, when opened with keep_descriptor (else -1): fstat on
+  // it tells whether the file shrank under the mapping, where reading raises SIGBUS.
+  int descriptor() const;
 
  private:
   struct Mapping;

@@ -4,8 +4,10 @@
 // state that restores to the exact next batch after a restart.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,10 @@ class InfiniteDataLoader {
   // The next batch, in sampler order, whatever the number of workers. Rethrows a
   // worker's error (e.g. an IO error) here.
   Batch next();
+  // next(), or nullopt when the batch is not ready within `timeout`: lets a caller
+  // that must stay responsive (Python's Ctrl-C) wait in slices. Nothing is consumed
+  // by a call that times out.
+  std::optional<Batch> try_next(std::chrono::milliseconds timeout);
   // The state before the next call to next().
   LoaderState state() const;
   // Drops prefetched batches and continues from `state`.

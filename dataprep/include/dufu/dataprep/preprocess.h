@@ -4,6 +4,7 @@
 // depend on the number of workers.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -37,6 +38,10 @@ struct PreprocessOptions {
   // Documents per work item: large enough to amortize queue traffic, small enough
   // that workers stay balanced.
   std::size_t batch_bytes = 1 << 20;
+  // Set from another thread to stop the run at the next batch it writes (the Python
+  // package's Ctrl-C): the run then throws dufu::Error and, as on any error, leaves
+  // no output and no temporary.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct PreprocessStats {

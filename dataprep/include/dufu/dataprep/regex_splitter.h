@@ -5,7 +5,9 @@
 //     matches is dropped, as tiktoken's find_iter drops it (its patterns leave none).
 //   - kHuggingFace (Oniguruma, Ruby syntax): `^` and `$` are line anchors; text
 //     between matches is a piece too (the Split pre-tokenizer's Isolated behaviour),
-//     and with `matches_are_pieces` false only that text is (Removed).
+//     and with `matches_are_pieces` false only that text is (Removed). An empty match
+//     splits the text there, except right where the previous match ended (the rule
+//     of the onig crate's find_iter): an empty pattern cuts every character apart.
 // Bytes that are not valid UTF-8 never match; they always come out as pieces of their
 // own, so no byte is lost.
 #pragma once
@@ -44,8 +46,11 @@ class RegexSplitter {
     void split(std::string_view text, Piece&& piece, bool matches_are_pieces = true);
 
    private:
-    // The first non-empty match at or after `start`: true and [*begin, *end).
-    bool find(std::string_view text, std::size_t start, std::size_t* begin, std::size_t* end);
+    // The first match at or after `start`: true and [*begin, *end). Empty matches
+    // are skipped, except in kHuggingFace where only one ending at `previous_end`
+    // (the end of the match before) is.
+    bool find(std::string_view text, std::size_t start, std::size_t previous_end, std::size_t* begin,
+              std::size_t* end);
     // Whether the gap [begin, end) between matches is emitted.
     bool emit_gap(std::string_view gap) const;
 
@@ -70,10 +75,11 @@ void RegexSplitter::Matcher::split(std::string_view text, Piece&& piece, bool ma
   std::size_t done = 0;
   std::size_t begin = 0;
   std::size_t end = 0;
-  while (done < text.size() && find(text, done, &begin, &end)) {
+  std::size_t previous_end = std::string_view::npos;
+  while (done < text.size() && find(text, done, previous_end, &begin, &end)) {
     if (begin > done && emit_gap(text.substr(done, begin - done))) piece(text.substr(done, begin - done));
-    if (matches_are_pieces) piece(text.substr(begin, end - begin));
-    done = end;
+    if (matches_are_pieces && end > begin) piece(text.substr(begin, end - begin));
+    done = previous_end = end;
   }
   if (done < text.size() && emit_gap(text.substr(done))) piece(text.substr(done));
 }

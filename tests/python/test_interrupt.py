@@ -1,0 +1,80 @@
+"""Long calls of the package stop when told to: Ctrl-C (SIGINT) at a random moment of
+dufu.preprocess, and an exception from its progress callback, end the run before its
+end and leave the previous output pair as it was with nothing beside it; a Ctrl-C
+while DataLoader waits for a batch raises at once and consumes no batch."""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import dufu
+from conftest import FIXTURE_DIR, write_mmidx_shard
+from preprocess_interrupt import files_of, interrupted_runs, make_corpus
+
+
+@pytest.fixture
+def corpus():
+    model, jsonl = os.path.join(FIXTURE_DIR, "fortunes.model"), os.path.join(FIXTURE_DIR, "fortunes.jsonl")
+    if not (os.path.exists(model) and os.path.exists(jsonl)):
+        pytest.skip("the tokenizer fixture (fortunes.model, fortunes.jsonl) is missing: run through ctest")
+    return model, jsonl
+
+
+def test_sigint_at_a_random_moment_keeps_the_previous_pair(corpus, tmp_path):
+    model, jsonl = corpus
+    # 40 MB of repeated text: about 2 s, which the word cache makes fast.
+    big = make_corpus(jsonl, str(tmp_path / "big.jsonl"), 40_000_000)
+    # Batches of 64 KiB: the progress counters, which pick the moment, move in small steps.
+    duration, latencies = interrupted_runs(model, big, jsonl, str(tmp_path), repetitions=3, workers=2,
+                                           batch_bytes=1 << 16)
+    print(f"uninterrupted {duration:.2f} s; KeyboardInterrupt after {[round(s, 3) for s in latencies]} s")
+
+
+def test_a_failing_callback_stops_the_run_and_keeps_the_previous_pair(corpus, tmp_path):
+    model, jsonl = corpus
+    big = make_corpus(jsonl, str(tmp_path / "big.jsonl"), 4_000_000)
+    out = tmp_path / "out"
+    out.mkdir()
+    dufu.preprocess([jsonl], str(out / "corpus"), model)
+    before = files_of(str(out))
+    calls = []
+
+    def callback(counters):
+        calls.append(counters)
+        raise KeyError("from the callback")
+
+    with pytest.raises(KeyError, match="from the callback"):
+        dufu.preprocess([big], str(out / "corpus"), model, workers=1, batch_bytes=1 << 12, progress=callback,
+                        progress_interval=0.01)
+    assert len(calls) == 1
+    assert files_of(str(out)) == before
+
+
+def test_sigint_while_the_loader_waits_consumes_no_batch(tmp_path):
+    # Tiny samples in huge batches: one batch keeps a worker busy long enough for the
+    # signal to land while next() waits for it.
+    prefix = str(tmp_path / "shard")
+    write_mmidx_shard(prefix, [[1000]] * 100)
+    dataset = dufu.CausalLMDataset(dufu.IndexedDataset(prefix), seq_length=1, use_cache=False)
+    sampler = dufu.SequentialSampler(len(dataset))
+    loader = dufu.DataLoader(dataset, sampler, micro_batch=len(dataset) * 8, workers=1, prefetch_batches=1,
+                             with_indices=True)
+    state = loader.state_dict()
+
+    def interrupt():
+        time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Thread(target=interrupt)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        next(loader)
+    timer.join()
+    assert loader.state_dict() == state
+    _, indices = next(loader)
+    assert indices[:5].tolist() == [0, 1, 2, 3, 4]
+    assert loader.state_dict()["batches_served"] == 1
