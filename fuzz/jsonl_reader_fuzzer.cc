@@ -17,6 +17,8 @@
 
 namespace {
 
+using dufu::fuzz::fuzz_require;
+
 // Line `number` (from 1) of the input, without its '\r\n' or '\n'.
 std::string_view input_line(std::string_view input, std::uint64_t number) {
   std::size_t begin = 0;
@@ -35,8 +37,9 @@ std::string_view input_line(std::string_view input, std::uint64_t number) {
 void check_as_python_reads(std::string_view line, const std::vector<std::string>& keys,
                            const std::vector<std::string>& fields) {
   simdjson::dom::parser parser;
+  const simdjson::padded_string padded(line);
   simdjson::dom::object object;
-  fuzz_require(!parser.parse(simdjson::padded_string(line)).get_object().get(object),
+  fuzz_require(!parser.parse(padded).get_object().get(object),
                "a document's line is not a JSON object");
   std::map<std::string, std::string_view, std::less<>> as_dict;
   for (const simdjson::dom::key_value_pair member : object) {
