@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "buffer_carver.h"
+#include "cuda/cuda_module.h"
 #include "cuda/cuda_scratch.h"
 #include "cuda/gemm_timing.h"
 #include "cuda/lt_algorithm_choice.h"
@@ -154,6 +155,22 @@ TEST(ChooseGpu, OneGpuPerRankOrTheLaunchersPartition) {
   EXPECT_EQ(choose_gpu(5, 2, true).ordinal, 1);
   EXPECT_EQ(choose_gpu(0, 0, true).ordinal, -1);
   EXPECT_EQ(choose_gpu(0, 0, false).refusal, "this process sees no GPU");
+}
+
+// The module opens NCCL with dlopen and finds every function it calls (no GPU needed):
+// where libnccl.so.2 is installed (as in this repository's toolkit) it loads; where it
+// is not, the one reason names it.
+TEST(NcclLibrary, OpensByDlopenWithEveryFunctionOrNamesTheLibrary) {
+  std::string reason;
+  const CudaModule* module = loaded_cuda_module(&reason);
+  if (module == nullptr) GTEST_SKIP() << "no CUDA module: " << reason;
+  if (module->nccl == nullptr) GTEST_SKIP() << "the CUDA module was built without nccl.h";
+  const DeviceAvailability library = module->nccl->library();
+  if (!library.available) {
+    EXPECT_NE(library.reason.find("libnccl.so.2"), std::string::npos) << library.reason;
+    EXPECT_EQ(library.reason.find('\n'), std::string::npos) << library.reason;
+  }
+  EXPECT_EQ(module->nccl->library().available, library.available);  // loaded once, the same answer
 }
 
 TEST(OncePerKind, EachKindOfFallbackIsNotedOnce) {

@@ -20,11 +20,13 @@ namespace dufu::trainer {
 
 namespace {
 
+#if defined(DUFU_CUDA_MODULE)
 // The module's lines (a fused epilogue's fallback, ...) go to this process's log: the
 // module does not link dufu_common, so it is handed this function when it loads.
 void log_for_module(LogLevel level, const char* subsystem, const char* message) {
   if (log_enabled(level)) log_message(level, subsystem, message);
 }
+#endif
 
 // The CUDA device's module, loaded once: its entry points, or why there are none.
 struct CudaModuleLoad {
