@@ -216,11 +216,8 @@ int run(const Options& options) {
   const double mfu = flops_per_token * tokens_per_s / peak;
   const double nominal_peak = options.nominal_peak_tflops * 1e12;
   const double mfu_nominal = nominal_peak > 0 ? flops_per_token * tokens_per_s / nominal_peak : 0.0;
-  const dufu::trainer::PipelineStage whole_model{};
-  const dufu::trainer::MemoryPlan plan = dufu::trainer::memory_plan(
-      dufu::trainer::rank_parameter_count(config, 1, whole_model), 1, false,
-      precision == dufu::trainer::Precision::kBf16,
-      dufu::trainer::activation_bytes(config, B, T, 1, whole_model, 1, 0, precision));
+  const dufu::trainer::MemoryPlan plan =
+      dufu::trainer::rank_memory_plan(config, B, T, 1, 1, {}, 1, 0, precision, false, device);
 
   std::printf("dufu train step: n_layer %d, d_model %d, n_head %d, vocab %d (padded %d), %zu parameters\n",
               config.n_layer, config.d_model, config.n_head, config.vocab_size, config.padded_vocab_size(),
