@@ -28,6 +28,7 @@ BuiltBlend build_blend(const BlendConfig& config) {
     options.split = config.split;
     options.cache_dir = config.cache_dir;
     options.use_cache = config.use_cache;
+    options.stop = config.stop;
     if (config.num_samples) {
       options.num_samples = per_shard_samples.empty() ? *config.num_samples : per_shard_samples[i];
     }

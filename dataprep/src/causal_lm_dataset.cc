@@ -12,6 +12,7 @@
 #include <numeric>
 #include <string_view>
 #include <system_error>
+#include <utility>
 
 #include "dufu/common/error.h"
 #include "dufu/common/npy.h"
@@ -168,7 +169,11 @@ std::pair<std::uint64_t, std::uint64_t> split_document_range(const SplitSpec& sp
 CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequence_ids,
                                         const std::function<std::uint64_t(std::uint64_t)>& sequence_length,
                                         std::uint64_t seq_length, std::optional<std::uint64_t> num_samples,
-                                        std::uint32_t seed) {
+                                        std::uint32_t seed, const std::atomic<bool>* stop) {
+  const auto check_stop = [stop] {
+    if (stop != nullptr && stop->load(std::memory_order_relaxed)) DUFU_FAIL("building the indices was stopped");
+  };
+  constexpr std::uint64_t kStopCheckMask = (1U << 20) - 1;
   if (seq_length == 0) DUFU_FAIL("seq_length must be at least 1");
   if (seq_length >= static_cast<std::uint64_t>(kInt32Max)) {
     DUFU_FAIL("seq_length ", seq_length, " is too long (Megatron stores it as int32)");
@@ -184,6 +189,7 @@ CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequenc
   std::vector<std::int64_t> sizes(m);
   std::uint64_t tokens = 0;
   for (std::uint64_t k = 0; k < m; ++k) {
+    if ((k & kStopCheckMask) == 0) check_stop();
     if (sequence_ids[k] < 0) DUFU_FAIL("negative sequence id ", sequence_ids[k], " in the split");
     const std::uint64_t length = sequence_length(static_cast<std::uint64_t>(sequence_ids[k]));
     if (__builtin_add_overflow(tokens, length, &tokens) ||
@@ -235,6 +241,7 @@ CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequenc
     std::iota(order.begin() + static_cast<std::ptrdiff_t>(e * m),
               order.begin() + static_cast<std::ptrdiff_t>((e + 1) * m), 0);
   }
+  check_stop();
   if (separate_final_epoch) {
     const std::size_t first = (epochs - 1) * m;
     rng.shuffle(std::span<std::int32_t>(order.data(), first));
@@ -253,7 +260,9 @@ CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequenc
   std::int64_t offset = 0;
   sample_index[0] = 0;
   sample_index[1] = 0;
+  check_stop();
   for (std::uint64_t s = 1; s <= n; ++s) {
+    if ((s & kStopCheckMask) == 0) check_stop();
     std::int64_t remaining = window;
     while (remaining != 0) {
       const std::int64_t available = sizes[static_cast<std::size_t>(order[position])] - offset;
@@ -275,12 +284,14 @@ CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequenc
     sample_index[2 * s + 1] = offset;
   }
 
+  check_stop();
   const std::uint64_t first_part = separate_final_epoch ? samples_before_final : n;
   std::vector<std::int64_t> shuffle_index = sized_array<std::int64_t>(n, str_cat("the shuffle index of ", n, " samples"));
   std::iota(shuffle_index.begin(), shuffle_index.end(), std::int64_t{0});
   rng.shuffle(std::span<std::int64_t>(shuffle_index.data(), first_part));
   if (first_part < n) rng.shuffle(std::span<std::int64_t>(shuffle_index.data() + first_part, n - first_part));
 
+  check_stop();  // the last look before the caller publishes the indices
   for (auto& entry : order) entry = sequence_ids[static_cast<std::size_t>(entry)];
 
   CausalLMIndices indices;
@@ -314,6 +325,8 @@ struct CausalLMDataset::Arrays {
 CausalLMDataset::CausalLMDataset(std::shared_ptr<const IndexedDataset> shard, CausalLMOptions options)
     : shard_(std::move(shard)), options_(std::move(options)), arrays_(std::make_unique<Arrays>()) {
   if (!shard_) DUFU_FAIL("CausalLMDataset needs a shard");
+  // Only the construction can be stopped; the flag's owner need not outlive it.
+  const std::atomic<bool>* const stop = std::exchange(options_.stop, nullptr);
   const std::string& prefix = shard_->prefix();
   std::pair<std::uint64_t, std::uint64_t> documents;
   try {
@@ -347,7 +360,7 @@ CausalLMDataset::CausalLMDataset(std::shared_ptr<const IndexedDataset> shard, Ca
   Arrays& arrays = *arrays_;
   if (!options_.use_cache) {
     arrays.owned = build_causal_lm_indices(sequence_ids, length_of, options_.seq_length, options_.num_samples,
-                                           options_.seed);
+                                           options_.seed, stop);
     arrays.document = arrays.owned.document_index;
     arrays.sample64 = arrays.owned.sample_index.data();
     arrays.shuffle64 = arrays.owned.shuffle_index.data();
@@ -359,7 +372,7 @@ CausalLMDataset::CausalLMDataset(std::shared_ptr<const IndexedDataset> shard, Ca
   const IndexCache cache(options_.cache_dir.empty() ? default_index_cache_dir() : options_.cache_dir);
   cache_path_ = cache.get_or_build(description_, [&](const std::string& temp_dir) {
     const CausalLMIndices built =
-        build_causal_lm_indices(sequence_ids, length_of, options_.seq_length, options_.num_samples, options_.seed);
+        build_causal_lm_indices(sequence_ids, length_of, options_.seq_length, options_.num_samples, options_.seed, stop);
     std::uint64_t longest = 0;
     for (const std::int32_t seq : sequence_ids) longest = std::max(longest, index.sequence_length(seq));
     write_indices(temp_dir, built, longest);

@@ -1,14 +1,17 @@
 // dufu.TokenDataset and its kinds: the causal-LM dataset over one shard (Megatron's
 // split, document/sample/shuffle indices, cached as .npy under the same keys the C++
 // tools use), the weighted blend, and build_blend, the exact path of `dataprep
-// build-index`, `dataprep sample` and the trainer. Index building runs without the GIL.
+// build-index`, `dataprep sample` and the trainer. Index building runs without the GIL,
+// on a thread of its own that Ctrl-C stops (interruptible.h).
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <optional>
 #include <variant>
 #include <vector>
 
 #include "bindings.h"
+#include "interruptible.h"
 #include "dufu/common/error.h"
 #include "dufu/dataprep/blend_builder.h"
 #include "dufu/dataprep/blended_dataset.h"
@@ -81,8 +84,11 @@ std::shared_ptr<CausalLMDataset> make_causal_lm(const py::handle& shard, std::ui
   options.cache_dir = cache_dir;
   options.use_cache = use_cache;
   auto dataset = shard_dataset(shard);
-  py::gil_scoped_release release;
-  return std::make_shared<CausalLMDataset>(std::move(dataset), std::move(options));
+  std::atomic<bool> stop{false};
+  options.stop = &stop;
+  return run_interruptibly(stop, [&dataset, &options] {
+    return std::make_shared<CausalLMDataset>(std::move(dataset), std::move(options));
+  });
 }
 
 py::array_t<std::int32_t> document_index(const CausalLMDataset& dataset) {
@@ -130,6 +136,8 @@ std::shared_ptr<BlendedDataset> make_blend(const std::vector<std::shared_ptr<Tok
   options.size = size;
   options.cache_dir = cache_dir;
   options.use_cache = use_cache;
+  // The blend's indices have no stop point (one linear pass): a Ctrl-C is raised when
+  // they are built.
   py::gil_scoped_release release;
   return std::make_shared<BlendedDataset>(std::move(parts), std::move(weights), std::move(descriptions),
                                           std::move(options));
@@ -163,8 +171,9 @@ dataprep::BuiltBlend build(const BlendSpec& data_path, const std::string& impl, 
   config.split = make_split(split, split_part, {0.0, 1.0});
   config.cache_dir = cache_dir;
   config.use_cache = use_cache;
-  py::gil_scoped_release release;
-  return dataprep::build_blend(config);
+  std::atomic<bool> stop{false};
+  config.stop = &stop;
+  return run_interruptibly(stop, [&config] { return dataprep::build_blend(config); });
 }
 
 }  // namespace

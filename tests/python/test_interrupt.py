@@ -1,7 +1,8 @@
 """Long calls of the package stop when told to: Ctrl-C (SIGINT) at a random moment of
 dufu.preprocess, and an exception from its progress callback, end the run before its
 end and leave the previous output pair as it was with nothing beside it; a Ctrl-C
-while DataLoader waits for a batch raises at once and consumes no batch."""
+while DataLoader waits for a batch raises at once and consumes no batch, and one
+while a CausalLMDataset builds its indices stops the building and caches nothing."""
 
 import os
 import signal
@@ -78,3 +79,26 @@ def test_sigint_while_the_loader_waits_consumes_no_batch(tmp_path):
     _, indices = next(loader)
     assert indices[:5].tolist() == [0, 1, 2, 3, 4]
     assert loader.state_dict()["batches_served"] == 1
+
+
+def test_sigint_while_building_indices_caches_nothing(tmp_path):
+    # Ten million samples of one token: building their indices takes a few tenths of
+    # a second, signalled after 20 ms.
+    prefix = str(tmp_path / "shard")
+    write_mmidx_shard(prefix, [[1000]] * 100)
+    shard = dufu.IndexedDataset(prefix)
+    cache = tmp_path / "cache"
+
+    def interrupt():
+        time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Thread(target=interrupt)
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        dufu.CausalLMDataset(shard, seq_length=1, num_samples=10_000_000, cache_dir=str(cache))
+    timer.join()
+    assert not cache.exists() or os.listdir(cache) == []
+    # The next build finishes and is cached.
+    dataset = dufu.CausalLMDataset(shard, seq_length=1, num_samples=1000, cache_dir=str(cache))
+    assert len(dataset) >= 1000 and os.path.isdir(dataset.cache_path)

@@ -5,6 +5,7 @@
 // same samples from the same caches.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -28,6 +29,7 @@ struct BlendConfig {
   SplitSpec split;
   std::string cache_dir;  // empty = default_index_cache_dir()
   bool use_cache = true;
+  const std::atomic<bool>* stop = nullptr;  // CausalLMOptions::stop of every part
 };
 
 struct BuiltBlend {

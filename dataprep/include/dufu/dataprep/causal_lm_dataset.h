@@ -5,6 +5,7 @@
 // Algorithms: docs/index-algorithms.md. Works on every impl (mmap, lazy, cached).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -47,6 +48,9 @@ struct CausalLMOptions {
   SplitSpec split;
   std::string cache_dir;                     // empty = default_index_cache_dir()
   bool use_cache = true;                     // false = build in memory, never touch disk
+  // Set from another thread to stop building the indices (the Python package's
+  // Ctrl-C): the constructor then throws dufu::Error and caches nothing.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 // The three index arrays (docs/index-algorithms.md, section 4); sample and shuffle are held as int64
@@ -64,11 +68,12 @@ struct CausalLMIndices {
 // Builds the indices in memory. `sequence_ids` are the shard's sequence numbers in the
 // split (Megatron's `documents`); `sequence_length(id)` is called once per entry, before
 // the linear sample walk. Throws dufu::Error when seq_length is 0 or longer than the
-// split's tokens minus one.
+// split's tokens minus one, or when `stop` is set (looked at every million entries
+// and between the phases; a shuffle runs to its end).
 CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequence_ids,
                                         const std::function<std::uint64_t(std::uint64_t)>& sequence_length,
                                         std::uint64_t seq_length, std::optional<std::uint64_t> num_samples,
-                                        std::uint32_t seed);
+                                        std::uint32_t seed, const std::atomic<bool>* stop = nullptr);
 
 class CausalLMDataset : public TokenDataset {
  public:
