@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "dufu/common/error.h"
+#include "dufu/common/open_file_limit.h"
 #include "dufu/common/mapped_file.h"
 #include "dufu/common/read_only_file.h"
 #include "dufu/common/shared_file_copy.h"
@@ -248,6 +249,9 @@ std::unique_ptr<IndexedDataset> IndexedDataset::open(const std::string& prefix, 
   // A pair whose replacement was cut between its two renames is refused here, even
   // where the sizes happen to agree.
   check_shard_pair(prefix);
+  // Each impl keeps the .bin's descriptor for the dataset's life: large blends need
+  // more than the usual soft limit.
+  raise_open_file_limit();
   switch (impl) {
     case IndexImpl::kMmap: {
       Index index = Index::open(idx_path(prefix), /*map=*/true);

@@ -3,7 +3,12 @@
 // the mmap impl's mapping past the file's new end used to kill the process with
 // SIGBUS; the cached impl served bytes the shard no longer had.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
 
 #include <cstdint>
 #include <string>
@@ -37,6 +42,44 @@ TEST(TruncatedShardTest, EveryReadOfEveryImplRaises) {
     }
     std::vector<std::byte> bytes(4);
     expect_error([&] { dataset->read_bytes(0, bytes.size(), bytes.data()); }, {bin_path(prefix), "truncated"});
+  }
+}
+
+// Watching for truncation keeps each shard's descriptor open, so a blend of more
+// shards than the soft limit on open files (often 1024; 64 here) must still open: the
+// first dataset raises the soft limit to the hard one. In a child process, whose
+// limits the other tests do not share.
+TEST(TruncatedShardTest, MoreShardsThanTheSoftLimitOnOpenFilesOpenInEveryImpl) {
+  rlimit limit{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &limit), 0);
+  constexpr int kShards = 150;
+  if (limit.rlim_max < 4 * kShards) GTEST_SKIP() << "the hard limit on open files is " << limit.rlim_max;
+  for (const IndexImpl impl : {IndexImpl::kMmap, IndexImpl::kLazy, IndexImpl::kCached}) {
+    SCOPED_TRACE(std::string(impl_name(impl)));
+    dufu::testing::TempDir dir;
+    const auto prefix = [&](int shard) { return dir.file("shard-" + std::to_string(shard)); };
+    IndexedDatasetWriter writer(prefix(0), layout_for_impl(impl), DType::kInt32);
+    writer.add_document(std::vector<std::int32_t>{7, 8, 9});
+    writer.commit();
+    for (int shard = 1; shard < kShards; ++shard) {
+      std::filesystem::copy_file(bin_path(prefix(0)), bin_path(prefix(shard)));
+      std::filesystem::copy_file(idx_path(prefix(0)), idx_path(prefix(shard)));
+    }
+    EXPECT_EXIT(
+        {
+          rlimit low = limit;
+          low.rlim_cur = 64;
+          if (::setrlimit(RLIMIT_NOFILE, &low) != 0) std::_Exit(2);
+          std::vector<std::unique_ptr<IndexedDataset>> datasets;
+          for (int shard = 0; shard < kShards; ++shard) {
+            datasets.push_back(IndexedDataset::open(prefix(shard), impl));
+          }
+          for (const auto& dataset : datasets) {
+            if (dataset->sequence(0).back() != 9) std::_Exit(3);
+          }
+          std::_Exit(0);
+        },
+        ::testing::ExitedWithCode(0), "");
   }
 }
 
