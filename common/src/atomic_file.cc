@@ -189,6 +189,9 @@ AtomicFile::AtomicFile(std::string final_path) : final_path_(std::move(final_pat
   if (parts.basename.empty() || parts.basename == "." || parts.basename == "..") {
     DUFU_FAIL("cannot write '", final_path_, "': not a file name");
   }
+  // A cleanup signal between creating the temporary and registering it would leave it
+  // behind: the handler waits until it is registered.
+  const DeferCleanupSignals registered_before_any_cleanup;
   for (int attempt = 0; attempt < kMaxCreateAttempts; ++attempt) {
     temp_path_ = str_cat(parts.prefix, '.', parts.basename, ".tmp.", ::getpid(), '.',
                          temp_counter.fetch_add(1, std::memory_order_relaxed));
