@@ -47,6 +47,7 @@ BuiltBlend build_blend(const BlendConfig& config) {
   options.size = config.num_samples;
   options.cache_dir = config.cache_dir;
   options.use_cache = config.use_cache;
+  options.stop = config.stop;
   // Megatron normalizes in its builder and again in BlendedDataset: passing the
   // normalized weights repeats that, so the indices match it to the last bit.
   auto blend = std::make_shared<const BlendedDataset>(parts, built.weights, descriptions, options);

@@ -14,6 +14,7 @@
 #include "dufu/common/error.h"
 #include "dufu/common/npy.h"
 #include "dufu/dataprep/index_cache.h"
+#include "index_build_stop.h"
 #include "sized_array.h"
 
 namespace dufu::dataprep {
@@ -99,7 +100,7 @@ void check_blend_size(std::uint64_t size) {
 // Megatron's helper: one scan of the (active) datasets per sample. O(size × datasets).
 template <bool kLimited>
 void blend_by_scanning(const std::vector<double>& weights_in, const std::vector<std::uint64_t>& limits,
-                       BlendIndices& out) {
+                       const std::atomic<bool>* stop, BlendIndices& out) {
   const std::size_t n = weights_in.size();
   const double* weights = weights_in.data();
   std::vector<double> count_storage(n, 0.0);
@@ -113,6 +114,7 @@ void blend_by_scanning(const std::vector<double>& weights_in, const std::vector<
   std::int64_t* dataset_sample_index = out.dataset_sample_index.data();
   const std::size_t size = out.dataset_index.size();
   for (std::size_t s = 0; s < size; ++s) {
+    if ((s & kStopCheckMask) == 0) throw_if_stopped(stop);
     const double x = std::max(static_cast<double>(s), 1.0);
     std::size_t best = 0;
     double best_error = std::numeric_limits<double>::lowest();
@@ -246,10 +248,11 @@ class TournamentBlender {
     deadlines_ = DeadlineHeap(leaves_);
   }
 
-  void run(BlendIndices& out) {
+  void run(const std::atomic<bool>* stop, BlendIndices& out) {
     for (std::size_t node = leaves_ - 1; node >= 1; --node) update(node, 1.0, 1);
     std::size_t picked_leaf = 0;
     for (std::size_t s = 0; s < out.dataset_index.size(); ++s) {
+      if ((s & kStopCheckMask) == 0) throw_if_stopped(stop);
       const std::int64_t xi = std::max<std::int64_t>(static_cast<std::int64_t>(s), 1);
       const double x = static_cast<double>(xi);
       for (std::size_t node = picked_leaf / 2; node >= 1; node /= 2) update(node, x, xi);
@@ -324,19 +327,19 @@ class TournamentBlender {
 
 // Chooses the scan or the tournament; both give identical indices.
 BlendIndices blend(const std::vector<double>& weights, const std::vector<std::uint64_t>* limits,
-                   std::uint64_t size) {
+                   std::uint64_t size, const std::atomic<bool>* stop) {
   BlendIndices out;
   out.dataset_index = sized_array<std::int16_t>(size, str_cat("the blend's dataset index of ", size, " samples"));
   out.dataset_sample_index = sized_array<std::int64_t>(size, str_cat("the blend's sample index of ", size, " samples"));
   if (size == 0) return out;
   if (weights.size() <= kPlainScanMaxDatasets) {
     if (limits == nullptr) {
-      blend_by_scanning<false>(weights, {}, out);
+      blend_by_scanning<false>(weights, {}, stop, out);
     } else {
-      blend_by_scanning<true>(weights, *limits, out);
+      blend_by_scanning<true>(weights, *limits, stop, out);
     }
   } else {
-    TournamentBlender(weights, limits).run(out);
+    TournamentBlender(weights, limits).run(stop, out);
   }
   return out;
 }
@@ -406,13 +409,14 @@ std::vector<std::uint64_t> blend_dataset_sizes(const std::vector<double>& normal
   return sizes;
 }
 
-BlendIndices build_blend_indices(const std::vector<double>& normalized_weights, std::uint64_t size) {
+BlendIndices build_blend_indices(const std::vector<double>& normalized_weights, std::uint64_t size,
+                                 const std::atomic<bool>* stop) {
   check_blend_weights(normalized_weights);
   check_blend_size(size);
-  return blend(normalized_weights, nullptr, size);
+  return blend(normalized_weights, nullptr, size, stop);
 }
 
-BlendIndices build_exhaustive_blend_indices(const std::vector<std::uint64_t>& sizes) {
+BlendIndices build_exhaustive_blend_indices(const std::vector<std::uint64_t>& sizes, const std::atomic<bool>* stop) {
   if (sizes.empty()) DUFU_FAIL("a blend needs at least one dataset");
   if (sizes.size() > kMaxDatasets) {
     DUFU_FAIL("a blend takes at most ", kMaxDatasets, " datasets (int16 dataset ids); got ", sizes.size());
@@ -430,7 +434,7 @@ BlendIndices build_exhaustive_blend_indices(const std::vector<std::uint64_t>& si
     weights[d] = static_cast<double>(static_cast<std::int64_t>(sizes[d])) / static_cast<double>(total);
   }
   // An empty dataset starts used up; Megatron would offer it (and never retire it).
-  return blend(weights, &sizes, total);
+  return blend(weights, &sizes, total, stop);
 }
 
 struct BlendedDataset::Arrays {
@@ -487,7 +491,9 @@ BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const TokenDataset>> 
     for (std::size_t d = 0; d < n; ++d) weights_[d] = static_cast<double>(sizes[d]) / static_cast<double>(blend_size);
   }
   auto build = [&] {
-    return options.size ? build_blend_indices(weights_, blend_size) : build_exhaustive_blend_indices(sizes);
+    // Only the construction can be stopped; the flag's owner need not outlive it.
+    return options.size ? build_blend_indices(weights_, blend_size, options.stop)
+                        : build_exhaustive_blend_indices(sizes, options.stop);
   };
 
   std::ostringstream description;

@@ -17,6 +17,7 @@
 #include "dufu/common/error.h"
 #include "dufu/common/npy.h"
 #include "dufu/common/numpy_random.h"
+#include "index_build_stop.h"
 #include "sized_array.h"
 
 namespace dufu::dataprep {
@@ -170,10 +171,7 @@ CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequenc
                                         const std::function<std::uint64_t(std::uint64_t)>& sequence_length,
                                         std::uint64_t seq_length, std::optional<std::uint64_t> num_samples,
                                         std::uint32_t seed, const std::atomic<bool>* stop) {
-  const auto check_stop = [stop] {
-    if (stop != nullptr && stop->load(std::memory_order_relaxed)) DUFU_FAIL("building the indices was stopped");
-  };
-  constexpr std::uint64_t kStopCheckMask = (1U << 20) - 1;
+  const auto check_stop = [stop] { throw_if_stopped(stop); };
   if (seq_length == 0) DUFU_FAIL("seq_length must be at least 1");
   if (seq_length >= static_cast<std::uint64_t>(kInt32Max)) {
     DUFU_FAIL("seq_length ", seq_length, " is too long (Megatron stores it as int32)");

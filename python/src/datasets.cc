@@ -136,11 +136,12 @@ std::shared_ptr<BlendedDataset> make_blend(const std::vector<std::shared_ptr<Tok
   options.size = size;
   options.cache_dir = cache_dir;
   options.use_cache = use_cache;
-  // The blend's indices have no stop point (one linear pass): a Ctrl-C is raised when
-  // they are built.
-  py::gil_scoped_release release;
-  return std::make_shared<BlendedDataset>(std::move(parts), std::move(weights), std::move(descriptions),
-                                          std::move(options));
+  std::atomic<bool> stop{false};
+  options.stop = &stop;
+  return run_interruptibly(stop, [&parts, &weights, &descriptions, &options] {
+    return std::make_shared<BlendedDataset>(std::move(parts), std::move(weights), std::move(descriptions),
+                                            std::move(options));
+  });
 }
 
 std::pair<py::array_t<std::int16_t>, py::array_t<std::int64_t>> blend_indices(const BlendedDataset& blend) {

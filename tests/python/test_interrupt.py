@@ -102,3 +102,28 @@ def test_sigint_while_building_indices_caches_nothing(tmp_path):
     # The next build finishes and is cached.
     dataset = dufu.CausalLMDataset(shard, seq_length=1, num_samples=1000, cache_dir=str(cache))
     assert len(dataset) >= 1000 and os.path.isdir(dataset.cache_path)
+
+
+def test_sigint_while_building_a_blend_caches_nothing(tmp_path):
+    # A blend of 100 million samples over three datasets: its own indices (one pass, no
+    # shuffle) take about a second to build and 1 GB to hold, signalled after 50 ms.
+    # Without a stop point the build finishes and is cached before the interrupt is raised.
+    prefix = str(tmp_path / "shard")
+    write_mmidx_shard(prefix, [[1000]] * 100)
+    parts = [dufu.CausalLMDataset(dufu.IndexedDataset(prefix), seq_length=1, use_cache=False) for _ in range(3)]
+    cache = tmp_path / "cache"
+
+    def interrupt():
+        time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Thread(target=interrupt)
+    timer.start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        dufu.BlendedDataset(parts, [0.5, 0.3, 0.2], size=100_000_000, cache_dir=str(cache), use_cache=True)
+    print(f"KeyboardInterrupt {time.monotonic() - started:.3f} s after the start")
+    timer.join()
+    assert not cache.exists() or os.listdir(cache) == []
+    blend = dufu.BlendedDataset(parts, [0.5, 0.3, 0.2], size=1000, cache_dir=str(cache), use_cache=True)
+    assert len(blend) == 1000 and os.path.isdir(blend.cache_path)

@@ -29,7 +29,7 @@ struct BlendConfig {
   SplitSpec split;
   std::string cache_dir;  // empty = default_index_cache_dir()
   bool use_cache = true;
-  const std::atomic<bool>* stop = nullptr;  // CausalLMOptions::stop of every part
+  const std::atomic<bool>* stop = nullptr;  // stops every part's and the blend's index building
 };
 
 struct BuiltBlend {

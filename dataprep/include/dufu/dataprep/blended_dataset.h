@@ -6,6 +6,7 @@
 // indices.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -34,15 +35,20 @@ struct BlendIndices {
   std::vector<std::int64_t> dataset_sample_index;
 };
 // Megatron's greedy blending over `size` samples (at most 32766 datasets).
-BlendIndices build_blend_indices(const std::vector<double>& normalized_weights, std::uint64_t size);
+BlendIndices build_blend_indices(const std::vector<double>& normalized_weights, std::uint64_t size,
+                                 const std::atomic<bool>* stop = nullptr);
 // Exhaustive blending: weights = dataset sizes, a dataset drops out once used up;
 // the blend has sum(sizes) samples.
-BlendIndices build_exhaustive_blend_indices(const std::vector<std::uint64_t>& sizes);
+BlendIndices build_exhaustive_blend_indices(const std::vector<std::uint64_t>& sizes,
+                                            const std::atomic<bool>* stop = nullptr);
 
 struct BlendOptions {
   std::optional<std::uint64_t> size;  // none = exhaustive
   std::string cache_dir;              // empty = default_index_cache_dir()
   bool use_cache = true;
+  // Set from another thread to stop building the indices (the Python package's Ctrl-C);
+  // the build then fails with "building the indices was stopped" and caches nothing.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 class BlendedDataset : public TokenDataset {
