@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Checks the include graph against the architecture's layers (docs/architecture.md):
+
+- libraries point one way: common <- dataprep <- trainer <- tools, python;
+- inside the trainer, a folder includes only its own layer or lower ones
+  (TRAINER_LAYERS, lowest first): no backend reaches up to the model;
+- inside dataprep, no two rooms include each other, directly or round a loop (a room
+  is a header and the source of the same name).
+
+Prints every arrow that breaks a rule, with the line, and exits 1 if there is one.
+usage: scripts/check_layers.py [REPO_ROOT]"""
+import os
+import re
+import sys
+from collections import defaultdict
+
+LIBRARY_ORDER = ["common", "dataprep", "trainer", "tools", "python"]
+
+# Trainer folders (of src/ and include/dufu/trainer/), lowest layer first; files at the
+# top of those folders belong to the layer named "".
+TRAINER_LAYERS = [
+    {"device", "cpu", "cuda"},
+    {"model"},
+    {"parallel", "checkpoint"},
+    {"run", "export"},
+]
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+SOURCE_SUFFIXES = (".h", ".cc", ".cu", ".cuh", ".cpp", ".hpp")
+
+
+def library_of(path):
+    top = path.split("/", 1)[0]
+    return top if top in LIBRARY_ORDER else None
+
+
+def resolve(root, including, name):
+    library = library_of(including)
+    candidates = [os.path.join(os.path.dirname(including), name)]
+    if library in ("common", "dataprep", "trainer"):
+        candidates.append(os.path.join(library, "src", name))
+    candidates += [os.path.join(lib, "include", name) for lib in ("common", "dataprep", "trainer")]
+    for candidate in candidates:
+        candidate = os.path.normpath(candidate)
+        if os.path.isfile(os.path.join(root, candidate)):
+            return candidate
+    return None
+
+
+def room_path(path, library):
+    """The path inside the library with src/ and include/dufu/<library>/ removed."""
+    for prefix in (f"{library}/src/", f"{library}/include/dufu/{library}/"):
+        if path.startswith(prefix):
+            return path[len(prefix):]
+    return None
+
+
+def trainer_layer(path):
+    inner = room_path(path, "trainer")
+    if inner is None:
+        return None
+    folder = inner.split("/", 1)[0] if "/" in inner else ""
+    for rank, folders in enumerate(TRAINER_LAYERS):
+        if folder in folders:
+            return rank
+    return None
+
+
+def dataprep_room(path):
+    inner = room_path(path, "dataprep")
+    return None if inner is None else os.path.splitext(inner)[0]
+
+
+def strongly_connected(graph):
+    index, low, on_stack, stack, components, counter = {}, {}, set(), [], [], [0]
+
+    def visit(node):
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for next_node in graph[node]:
+            if next_node not in index:
+                visit(next_node)
+                low[node] = min(low[node], low[next_node])
+            elif next_node in on_stack:
+                low[node] = min(low[node], index[next_node])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            components.append(component)
+
+    for node in list(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def main():
+    root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
+    sys.setrecursionlimit(10000)
+    problems = []
+    unplaced = set()
+    dataprep_graph = defaultdict(set)
+    dataprep_arrows = defaultdict(list)
+    files = 0
+    for library in LIBRARY_ORDER:
+        for directory, _, names in os.walk(os.path.join(root, library)):
+            for name in sorted(names):
+                if not name.endswith(SOURCE_SUFFIXES):
+                    continue
+                path = os.path.relpath(os.path.join(directory, name), root)
+                files += 1
+                with open(os.path.join(root, path), encoding="utf-8") as source:
+                    for number, line in enumerate(source, 1):
+                        match = INCLUDE.match(line)
+                        if not match:
+                            continue
+                        target = resolve(root, path, match.group(1))
+                        if target is None:
+                            continue  # a third-party or generated header
+                        where = f"{path}:{number}: includes {target}"
+                        target_library = library_of(target)
+                        if LIBRARY_ORDER.index(target_library) > LIBRARY_ORDER.index(library):
+                            problems.append(f"{where} ({library} must not depend on {target_library})")
+                        if library == "trainer" and target_library == "trainer":
+                            from_layer, to_layer = trainer_layer(path), trainer_layer(target)
+                            for placed, layer in ((path, from_layer), (target, to_layer)):
+                                if layer is None and room_path(placed, "trainer") is not None:
+                                    unplaced.add(placed)
+                            if from_layer is not None and to_layer is not None and to_layer > from_layer:
+                                problems.append(f"{where} (a lower trainer layer reaches up)")
+                        if library == "dataprep" and target_library == "dataprep":
+                            from_room, to_room = dataprep_room(path), dataprep_room(target)
+                            if from_room and to_room and from_room != to_room:
+                                dataprep_graph[from_room].add(to_room)
+                                dataprep_graph.setdefault(to_room, set())
+                                dataprep_arrows[(from_room, to_room)].append(where)
+    for component in strongly_connected(dataprep_graph):
+        if len(component) > 1:
+            members = set(component)
+            arrows = [w for (a, b), ws in dataprep_arrows.items() if a in members and b in members for w in ws]
+            problems.append("dataprep rooms that include each other: " + ", ".join(sorted(members)) + "\n    " +
+                            "\n    ".join(sorted(arrows)))
+    for path in sorted(unplaced):
+        problems.append(f"{path}: in no trainer layer (scripts/check_layers.py, TRAINER_LAYERS)")
+    for problem in problems:
+        print(problem)
+    print(f"check_layers: {files} files, {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
