@@ -25,6 +25,7 @@
 #include "dufu/common/atomic_file.h"
 #include "dufu/common/log.h"
 #include "dufu/dataprep/anonymous_file.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
 #include "dufu/dataprep/part_join.h"
 #include "dufu/dataprep/preprocess_plan.h"
 #include "dufu/dataprep/shard_output.h"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dufu/common/rank_agreement.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
 #include "dufu/dataprep/preprocess.h"
 #include "dufu/dataprep/tokenizer.h"
 

@@ -20,7 +20,7 @@
 #include "dufu/common/error.h"
 #include "dufu/common/file_lock.h"
 #include "dufu/common/log.h"
-#include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/index.h"
 
 namespace dufu::dataprep {
 namespace {

@@ -2,6 +2,7 @@
 // layouts (written by hand from docs/formats.md, not by dufu), fairseq's variant,
 // round trips through every impl, and one test per kind of corrupt input.
 #include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
 
 #include <gtest/gtest.h>
 

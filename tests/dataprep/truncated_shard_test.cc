@@ -16,6 +16,7 @@
 
 #include "dufu/common/error.h"
 #include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
 #include "support/expect_error.h"
 #include "support/temp_dir.h"
 

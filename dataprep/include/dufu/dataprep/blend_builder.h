@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "dufu/dataprep/causal_lm_dataset.h"
-#include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/index.h"
 #include "dufu/dataprep/token_dataset.h"
 
 namespace dufu::dataprep {
