@@ -2,7 +2,7 @@
 // does, fastest when a piece is a few bytes), a heap of candidate merges for long ones.
 // Both apply the lowest-priority merge first and the leftmost among equals, so they
 // give the same tokens.
-#include "dufu/dataprep/byte_pair_encoder.h"
+#include "byte_pair_encoder.h"
 
 #include <algorithm>
 #include <cstring>
