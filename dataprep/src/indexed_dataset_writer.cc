@@ -297,7 +297,7 @@ void IndexedDatasetWriter::write_mmidx(AtomicFile& idx) const {
   idx.write_value(static_cast<std::uint64_t>(lengths_.size()));
   if (documents) idx.write_value(static_cast<std::uint64_t>(document_indices_.size()));
   write_vector(idx, lengths_);
-  // Byte offsets accumulate in 64 bits: int32 pointers broke Megatron merges.
+  // Byte offsets accumulate in 64 bits: an int32 sum wraps once the .bin passes 2 GiB.
   const std::uint64_t item = dtype_size(dtype_);
   std::uint64_t pointer = 0;
   write_int64s(idx, lengths_.size(), [&](std::uint64_t i) {

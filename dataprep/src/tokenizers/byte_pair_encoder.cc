@@ -59,7 +59,7 @@ std::uint64_t hash_bytes(std::string_view bytes) {
     left -= 8;
   }
   if (left > 0) {
-    // Byte by byte: a memcpy of a variable length is a library call, which cost as
+    // Byte by byte: a memcpy of a variable length is a library call, which costs as
     // much as the rest of the hash on short pieces.
     std::uint64_t word = 0;
     for (std::size_t k = 0; k < left; ++k) word |= std::uint64_t{static_cast<unsigned char>(data[k])} << (8 * k);

@@ -87,7 +87,7 @@ TiktokenPretokenizer::~TiktokenPretokenizer() = default;
 
 const TiktokenPretokenizer::Block& TiktokenPretokenizer::classify_block(std::uint32_t block) {
   // Shared by every matcher of the process: asking PCRE2 (interpreted) 768 times per
-  // block cost a fresh encoder ~30 ms on CJK text, whose ideographs span 82 blocks.
+  // block costs a fresh encoder ~30 ms on CJK text, whose ideographs span 82 blocks.
   // Blocks are written once under the lock and never freed.
   static std::mutex mutex;
   static std::vector<std::unique_ptr<const Block>> table(0x110000 >> 8);
