@@ -3,6 +3,8 @@
 // layout is refused by name. Everything a reader later trusts (array bounds,
 // contiguous sequences, closed documents) is checked here, once, so that the accessors
 // can stay cheap.
+// The names of the impls and layouts, and of a shard's two files, are here too: the
+// reader, the writer and the shard output all use them.
 #include "dufu/dataprep/index.h"
 
 #include <fcntl.h>
