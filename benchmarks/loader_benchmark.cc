@@ -24,6 +24,7 @@
 #include "dufu/dataprep/causal_lm_dataset.h"
 #include "dufu/dataprep/data_loader.h"
 #include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
 #include "dufu/dataprep/sampler.h"
 
 namespace {

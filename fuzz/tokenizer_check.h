@@ -14,7 +14,7 @@
 
 #include "dufu/dataprep/tokenizer.h"
 #include "fuzz_input.h"
-#include "tokenizers/byte_level_bpe.h"  // dataprep/src: utf8_lossy
+#include "tokenizers/utf8.h"  // dataprep/src: utf8_lossy
 
 namespace dufu::fuzz {
 

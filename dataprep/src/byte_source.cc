@@ -154,8 +154,8 @@ class ZstdSource final : public FileSource {
 
   // Notes the content size a frame's header declares. The streaming decoder does not
   // hold every frame to it: with a small output buffer, a frame whose last block is
-  // empty ends early without an error (found by fuzz/zstd_source_fuzzer.cc), so a
-  // corrupt frame would read as a shorter, valid one.
+  // empty ends early without an error, so a corrupt frame would read as a shorter,
+  // valid one.
   void start_frame() {
     // The header may straddle two blocks: move the rest of this one to the front.
     while (input_.size - input_.pos < kMaxFrameHeader) {

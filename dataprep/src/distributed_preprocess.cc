@@ -6,6 +6,8 @@
 // Every step that can fail on one rank ends in an agreement (settle), so all ranks
 // stop together, remove what they wrote, and rank 0 names the first failing rank's
 // error. Nothing of the job is left under the final names unless it all succeeded.
+// run_preprocess, at the end, is the tool's choice between the undivided, sharded and
+// MPI runs.
 #include "dufu/dataprep/distributed_preprocess.h"
 
 #include <dirent.h>
@@ -23,9 +25,12 @@
 #include <thread>
 
 #include "dufu/common/atomic_file.h"
+#include "dufu/common/launch_environment.h"
 #include "dufu/common/log.h"
 #include "dufu/dataprep/anonymous_file.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
 #include "dufu/dataprep/part_join.h"
+#include "dufu/dataprep/preprocess_part.h"
 #include "dufu/dataprep/preprocess_plan.h"
 #include "dufu/dataprep/shard_output.h"
 #include "preprocess_pipeline.h"
@@ -426,6 +431,23 @@ PreprocessStats preprocess_distributed(const PreprocessOptions& options, Communi
   if (shown) shown->finish();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
+}
+
+PreprocessStats run_preprocess(const PreprocessOptions& options, const std::optional<ShardSpec>& shard,
+                               Progress* progress) {
+  const LaunchEnvironment launch = detect_launch_environment();
+  if (shard) {
+    if (launch.world_size > 1) {
+      DUFU_FAIL("--shard ", shard->part, "/", shard->parts, " under ", launch.describe(),
+                ": the launcher already divides the job among its ranks; use one or the other");
+    }
+    return preprocess_part(options, *shard, progress);
+  }
+  if (launch.world_size > 1) {
+    const auto world = make_communicator(launch);
+    return preprocess_distributed(options, *world, progress);
+  }
+  return preprocess(options, progress);
 }
 
 }  // namespace dufu::dataprep

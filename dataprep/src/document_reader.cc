@@ -14,6 +14,7 @@
 #include "dufu/common/error.h"
 #include "dufu/dataprep/byte_source.h"
 #include "dufu/dataprep/line_range_source.h"
+#include "dufu/dataprep/line_reader.h"
 #include "json_members.h"
 
 namespace dufu::dataprep {

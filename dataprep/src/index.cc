@@ -3,7 +3,9 @@
 // layout is refused by name. Everything a reader later trusts (array bounds,
 // contiguous sequences, closed documents) is checked here, once, so that the accessors
 // can stay cheap.
-#include "dufu/dataprep/indexed_dataset.h"
+// The names of the impls and layouts, and of a shard's two files, are here too: the
+// reader, the writer and the shard output all use them.
+#include "dufu/dataprep/index.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -26,6 +28,65 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace dufu::dataprep {
 
+IndexImpl parse_impl(std::string_view name) {
+  if (name == "mmap") return IndexImpl::kMmap;
+  if (name == "lazy") return IndexImpl::kLazy;
+  if (name == "cached") return IndexImpl::kCached;
+  DUFU_FAIL("unknown dataset impl '", name, "' (expected mmap, lazy or cached)");
+}
+
+std::string_view impl_name(IndexImpl impl) {
+  switch (impl) {
+    case IndexImpl::kMmap:
+      return "mmap";
+    case IndexImpl::kLazy:
+      return "lazy";
+    case IndexImpl::kCached:
+      return "cached";
+  }
+  DUFU_FAIL("internal error: unknown dataset impl ", static_cast<int>(impl));
+}
+
+std::string_view layout_name(IndexLayout layout) {
+  switch (layout) {
+    case IndexLayout::kMMIDIDX:
+      return "MMIDIDX";
+    case IndexLayout::kTNTIDX:
+      return "TNTIDX";
+    case IndexLayout::kFairseqTNTIDX:
+      return "TNTIDX (fairseq)";
+    case IndexLayout::kFairseqMMIDIDX:
+      return "MMIDIDX (fairseq)";
+  }
+  DUFU_FAIL("internal error: unknown index layout ", static_cast<int>(layout));
+}
+
+LayoutFamily parse_layout_family(std::string_view name) {
+  if (name == "megatron") return LayoutFamily::kMegatron;
+  if (name == "fairseq") return LayoutFamily::kFairseq;
+  DUFU_FAIL("unknown index layout family '", name, "' (expected megatron or fairseq)");
+}
+
+std::string_view layout_family_name(LayoutFamily family) {
+  return family == LayoutFamily::kFairseq ? "fairseq" : "megatron";
+}
+
+IndexLayout layout_for_impl(IndexImpl impl, LayoutFamily family) {
+  if (family == LayoutFamily::kFairseq) {
+    return impl == IndexImpl::kMmap ? IndexLayout::kFairseqMMIDIDX : IndexLayout::kFairseqTNTIDX;
+  }
+  return impl == IndexImpl::kMmap ? IndexLayout::kMMIDIDX : IndexLayout::kTNTIDX;
+}
+
+bool layout_has_document_index(IndexLayout layout) {
+  return layout == IndexLayout::kMMIDIDX || layout == IndexLayout::kTNTIDX;
+}
+
+std::int32_t stored_id_offset(IndexLayout layout) { return layout == IndexLayout::kFairseqTNTIDX ? 1 : 0; }
+
+std::string bin_path(const std::string& prefix) { return prefix + ".bin"; }
+std::string idx_path(const std::string& prefix) { return prefix + ".idx"; }
+
 struct Index::Storage {
   std::optional<MappedFile> mapped;
   std::vector<std::byte> owned;
@@ -35,14 +96,8 @@ struct Index::Storage {
 
 namespace {
 
-constexpr char kMMIDIDXMagic[] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
-constexpr char kTNTIDXMagic[] = {'T', 'N', 'T', 'I', 'D', 'X', '\0', '\0'};
 // fairseq's Huffman-coded layout (fairseq/data/huffman), which dufu does not read.
 constexpr char kHuffmanMagic[] = {'H', 'U', 'F', 'F', 'I', 'D', 'X', '\0', '\0'};
-constexpr std::uint64_t kMMIDIDXHeaderBytes = 34;
-constexpr std::uint64_t kFairseqMMIDIDXHeaderBytes = 26;
-constexpr std::uint64_t kTNTIDXHeaderBytes = 56;
-constexpr std::uint64_t kFairseqHeaderBytes = 48;
 
 template <typename T>
 T load(const std::byte* at) {
@@ -107,7 +162,7 @@ struct Header {
 };
 
 void check_version(const std::string& path, std::uint64_t version) {
-  if (version != 1) {
+  if (version != kIndexVersion) {
     corrupt(path, str_cat("unsupported version ", version, " (only version 1 exists)"));
   }
 }
@@ -160,8 +215,8 @@ Header parse_mmidx(const std::string& path, const std::byte* data, std::uint64_t
 }
 
 Header parse_tntidx(const std::string& path, const std::byte* data, std::uint64_t size) {
-  if (size < kFairseqHeaderBytes) {
-    corrupt(path, str_cat("file is ", size, " bytes, shorter than the ", kFairseqHeaderBytes,
+  if (size < kFairseqTNTIDXHeaderBytes) {
+    corrupt(path, str_cat("file is ", size, " bytes, shorter than the ", kFairseqTNTIDXHeaderBytes,
                           "-byte TNTIDX header"));
   }
   Header h;
@@ -180,7 +235,7 @@ Header parse_tntidx(const std::string& path, const std::byte* data, std::uint64_
   // (The two cannot both fit: in a fairseq file the would-be doc_count is
   // dim_offsets[0] = 0, and then the legacy layout is 8 bytes longer.)
   // dim_offsets and data_offsets hold N+1 entries each: 16(N+1) = 16N + 16.
-  CheckedSize fairseq_size(kFairseqHeaderBytes);
+  CheckedSize fairseq_size(kFairseqTNTIDXHeaderBytes);
   fairseq_size.add(h.sequences, 16).add(1, 16).add(sizes_count, 8);
   std::optional<std::uint64_t> doc_count;
   CheckedSize legacy_size(kTNTIDXHeaderBytes);
@@ -197,7 +252,7 @@ Header parse_tntidx(const std::string& path, const std::byte* data, std::uint64_
   } else if (fairseq_size.equals(size)) {
     h.layout = IndexLayout::kFairseqTNTIDX;
     h.document_entries = h.sequences + 1;
-    arrays_at = kFairseqHeaderBytes;
+    arrays_at = kFairseqTNTIDXHeaderBytes;
   } else {
     corrupt(path,
             str_cat("file is ", size, " bytes but its header (N=", h.sequences, ", s=", sizes_count,

@@ -19,67 +19,9 @@
 #include "dufu/common/mapped_file.h"
 #include "dufu/common/read_only_file.h"
 #include "dufu/common/shared_file_copy.h"
+#include "dufu/dataprep/shard_output.h"
 
 namespace dufu::dataprep {
-
-IndexImpl parse_impl(std::string_view name) {
-  if (name == "mmap") return IndexImpl::kMmap;
-  if (name == "lazy") return IndexImpl::kLazy;
-  if (name == "cached") return IndexImpl::kCached;
-  DUFU_FAIL("unknown dataset impl '", name, "' (expected mmap, lazy or cached)");
-}
-
-std::string_view impl_name(IndexImpl impl) {
-  switch (impl) {
-    case IndexImpl::kMmap:
-      return "mmap";
-    case IndexImpl::kLazy:
-      return "lazy";
-    case IndexImpl::kCached:
-      return "cached";
-  }
-  DUFU_FAIL("internal error: unknown dataset impl ", static_cast<int>(impl));
-}
-
-std::string_view layout_name(IndexLayout layout) {
-  switch (layout) {
-    case IndexLayout::kMMIDIDX:
-      return "MMIDIDX";
-    case IndexLayout::kTNTIDX:
-      return "TNTIDX";
-    case IndexLayout::kFairseqTNTIDX:
-      return "TNTIDX (fairseq)";
-    case IndexLayout::kFairseqMMIDIDX:
-      return "MMIDIDX (fairseq)";
-  }
-  DUFU_FAIL("internal error: unknown index layout ", static_cast<int>(layout));
-}
-
-LayoutFamily parse_layout_family(std::string_view name) {
-  if (name == "megatron") return LayoutFamily::kMegatron;
-  if (name == "fairseq") return LayoutFamily::kFairseq;
-  DUFU_FAIL("unknown index layout family '", name, "' (expected megatron or fairseq)");
-}
-
-std::string_view layout_family_name(LayoutFamily family) {
-  return family == LayoutFamily::kFairseq ? "fairseq" : "megatron";
-}
-
-IndexLayout layout_for_impl(IndexImpl impl, LayoutFamily family) {
-  if (family == LayoutFamily::kFairseq) {
-    return impl == IndexImpl::kMmap ? IndexLayout::kFairseqMMIDIDX : IndexLayout::kFairseqTNTIDX;
-  }
-  return impl == IndexImpl::kMmap ? IndexLayout::kMMIDIDX : IndexLayout::kTNTIDX;
-}
-
-bool layout_has_document_index(IndexLayout layout) {
-  return layout == IndexLayout::kMMIDIDX || layout == IndexLayout::kTNTIDX;
-}
-
-std::int32_t stored_id_offset(IndexLayout layout) { return layout == IndexLayout::kFairseqTNTIDX ? 1 : 0; }
-
-std::string bin_path(const std::string& prefix) { return prefix + ".bin"; }
-std::string idx_path(const std::string& prefix) { return prefix + ".idx"; }
 
 namespace {
 

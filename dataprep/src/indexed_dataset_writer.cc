@@ -3,6 +3,8 @@
 // or TNTIDX, or fairseq's variants of both without a document index, docs/formats.md
 // sections 3-5) and replaces both as a pair. In anonymous mode (a divided job's parts)
 // the .bin has no name and the index is handed over in memory instead.
+#include "dufu/dataprep/indexed_dataset_writer.h"
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -19,10 +21,6 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace dufu::dataprep {
 namespace {
-
-constexpr char kMMIDIDXMagic[] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
-constexpr char kTNTIDXMagic[] = {'T', 'N', 'T', 'I', 'D', 'X', '\0', '\0'};
-constexpr std::uint64_t kVersion = 1;
 
 DType writable_dtype(DType dtype, IndexLayout layout) {
   if (!dtype_is_integer(dtype)) {
@@ -294,12 +292,12 @@ AnonymousShard IndexedDatasetWriter::finish_anonymous() {
 void IndexedDatasetWriter::write_mmidx(AtomicFile& idx) const {
   const bool documents = layout_has_document_index(layout_);
   idx.write(kMMIDIDXMagic, sizeof(kMMIDIDXMagic));
-  idx.write_value(kVersion);
+  idx.write_value(kIndexVersion);
   idx.write_value(static_cast<std::uint8_t>(dtype_));
   idx.write_value(static_cast<std::uint64_t>(lengths_.size()));
   if (documents) idx.write_value(static_cast<std::uint64_t>(document_indices_.size()));
   write_vector(idx, lengths_);
-  // Byte offsets accumulate in 64 bits: int32 pointers broke Megatron merges.
+  // Byte offsets accumulate in 64 bits: an int32 sum wraps once the .bin passes 2 GiB.
   const std::uint64_t item = dtype_size(dtype_);
   std::uint64_t pointer = 0;
   write_int64s(idx, lengths_.size(), [&](std::uint64_t i) {
@@ -315,7 +313,7 @@ void IndexedDatasetWriter::write_tntidx(AtomicFile& idx) const {
   const bool documents = layout_has_document_index(layout_);
   const std::uint64_t n = lengths_.size();
   idx.write(kTNTIDXMagic, sizeof(kTNTIDXMagic));
-  idx.write_value(kVersion);
+  idx.write_value(kIndexVersion);
   idx.write_value(static_cast<std::uint64_t>(dtype_));
   idx.write_value(static_cast<std::uint64_t>(dtype_size(dtype_)));
   idx.write_value(n);                                                     // N items

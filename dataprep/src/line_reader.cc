@@ -2,10 +2,10 @@
 // JSON parser without being copied and with the readable padding simdjson requires.
 // A line longer than the limit is reported as soon as the limit is passed and then
 // skipped in place, so no input (not even /dev/zero) makes the buffer grow past it.
+#include "dufu/dataprep/line_reader.h"
+
 #include <algorithm>
 #include <cstring>
-
-#include "dufu/dataprep/byte_source.h"
 
 namespace dufu::dataprep {
 namespace {

@@ -2,9 +2,12 @@
 // (older merge tools dropped the document indices of all but the first input). The
 // parts of a divided preprocess job (each with its manifest) are checked as a set
 // first, then joined by part_join.h, the code MPI ranks use, one part after another.
+#include "dufu/dataprep/merge.h"
+
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
 #include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
 #include "dufu/dataprep/part_join.h"
 #include "dufu/dataprep/part_manifest.h"
 #include "dufu/dataprep/shard_output.h"

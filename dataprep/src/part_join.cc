@@ -16,11 +16,6 @@
 namespace dufu::dataprep {
 namespace {
 
-constexpr char kMMIDIDXMagic[] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
-constexpr char kTNTIDXMagic[] = {'T', 'N', 'T', 'I', 'D', 'X', '\0', '\0'};
-constexpr std::uint64_t kVersion = 1;
-constexpr std::uint64_t kMMIDIDXHeader = sizeof(kMMIDIDXMagic) + 8 + 1 + 8 + 8;
-constexpr std::uint64_t kTNTIDXHeader = sizeof(kTNTIDXMagic) + 6 * 8;
 constexpr std::size_t kChunkEntries = 8192;
 
 // Byte offsets of the .idx arrays for n sequences and d documents.
@@ -32,11 +27,11 @@ struct IdxArrays {
 IdxArrays idx_arrays(IndexLayout layout, std::uint64_t n, std::uint64_t d) {
   IdxArrays a;
   if (layout == IndexLayout::kMMIDIDX) {
-    a.lengths = kMMIDIDXHeader;
+    a.lengths = kMMIDIDXHeaderBytes;
     a.pointers = a.lengths + 4 * n;
     a.documents = a.pointers + 8 * n;
   } else {
-    a.dims = kTNTIDXHeader;
+    a.dims = kTNTIDXHeaderBytes;
     a.offsets = a.dims + 8 * (n + 1);
     a.sizes = a.offsets + 8 * (n + 1);
     a.documents = a.sizes + 8 * n;
@@ -124,13 +119,13 @@ void JoinTarget::write_header(const JoinLayout& layout) {
   auto put = [&](const auto& value) { header.append(reinterpret_cast<const char*>(&value), sizeof(value)); };
   if (layout.layout() == IndexLayout::kMMIDIDX) {
     header.append(kMMIDIDXMagic, sizeof(kMMIDIDXMagic));
-    put(kVersion);
+    put(kIndexVersion);
     put(static_cast<std::uint8_t>(layout.dtype()));
     put(n);
     put(entries);
   } else {
     header.append(kTNTIDXMagic, sizeof(kTNTIDXMagic));
-    put(kVersion);
+    put(kIndexVersion);
     put(static_cast<std::uint64_t>(layout.dtype()));
     put(layout.item_bytes());
     put(n);

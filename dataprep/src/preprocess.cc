@@ -24,6 +24,7 @@
 #include "dufu/common/error.h"
 #include "dufu/common/human_units.h"
 #include "dufu/common/log.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
 #include "dufu/dataprep/shard_output.h"
 #include "dufu/dataprep/tokenizer.h"
 

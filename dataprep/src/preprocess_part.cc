@@ -1,5 +1,7 @@
 // `dataprep preprocess --shard K/N`: one part of a divided job, written with its
-// manifest, and the choice between the undivided, sharded and MPI runs.
+// manifest.
+#include "dufu/dataprep/preprocess_part.h"
+
 #include <unistd.h>
 
 #include <charconv>
@@ -7,8 +9,6 @@
 
 #include "dufu/common/digest.h"
 #include "dufu/common/json_writer.h"
-#include "dufu/common/launch_environment.h"
-#include "dufu/dataprep/distributed_preprocess.h"
 #include "dufu/dataprep/part_join.h"
 #include "dufu/dataprep/part_manifest.h"
 #include "dufu/dataprep/preprocess_plan.h"
@@ -139,23 +139,6 @@ PreprocessStats preprocess_part(const PreprocessOptions& options, ShardSpec shar
   if (progress) progress->finish();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
-}
-
-PreprocessStats run_preprocess(const PreprocessOptions& options, const std::optional<ShardSpec>& shard,
-                               Progress* progress) {
-  const LaunchEnvironment launch = detect_launch_environment();
-  if (shard) {
-    if (launch.world_size > 1) {
-      DUFU_FAIL("--shard ", shard->part, "/", shard->parts, " under ", launch.describe(),
-                ": the launcher already divides the job among its ranks; use one or the other");
-    }
-    return preprocess_part(options, *shard, progress);
-  }
-  if (launch.world_size > 1) {
-    const auto world = make_communicator(launch);
-    return preprocess_distributed(options, *world, progress);
-  }
-  return preprocess(options, progress);
 }
 
 }  // namespace dufu::dataprep

@@ -1,6 +1,7 @@
-// The parts of preprocess.cc that divided runs reuse (distributed_preprocess.cc): the
-// checks and tokenizer loading done before any input is read, and the pipeline that
-// turns a reader's documents into shard writers' documents, in order.
+// The parts of preprocess.cc that divided runs reuse (preprocess_part.cc and
+// distributed_preprocess.cc): the checks and tokenizer loading done before any input
+// is read, and the pipeline that turns a reader's documents into shard writers'
+// documents, in order. preprocess.h is the public face of preprocess.cc, this the rest.
 #pragma once
 
 #include <chrono>
@@ -10,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dufu/common/rank_agreement.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
 #include "dufu/dataprep/preprocess.h"
 #include "dufu/dataprep/tokenizer.h"
 
@@ -31,12 +32,6 @@ IndexLayout output_layout(const PreprocessOptions& options);
 // Checks the options (ranges, keys, output prefix, output-as-input), expands the
 // inputs and loads the tokenizer. Throws dufu::Error.
 PreprocessSetup set_up_preprocess(const PreprocessOptions& options);
-
-// Every setting of a job that decides the bytes it writes (not --workers,
-// --batch-bytes or --quiet), the tokenizer by its files' SHA-256, and the expanded
-// input list and output prefix: what the ranks of a divided job must agree on.
-// Throws dufu::Error when a tokenizer file cannot be read.
-std::vector<AgreedSetting> preprocess_job_settings(const PreprocessOptions& options, const PreprocessSetup& setup);
 
 // Called by the writing thread between batches, and at least every `interval` while it
 // waits for one; throwing from it stops the run (the pipeline rethrows that error).

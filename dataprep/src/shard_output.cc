@@ -20,7 +20,7 @@
 #include "dufu/common/error.h"
 #include "dufu/common/file_lock.h"
 #include "dufu/common/log.h"
-#include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/index.h"
 
 namespace dufu::dataprep {
 namespace {
@@ -192,7 +192,8 @@ void recover_interrupted_replacement(const std::string& prefix) {
 void remove_dead_temporaries(const std::string& prefix) {
   const SplitPrefix parts = split_prefix(prefix);
   // The marker's own name is hidden (see shard_replacing_path).
-  const std::string finals[] = {parts.name + ".bin", parts.name + ".idx", "." + parts.name + ".replacing"};
+  const std::string finals[] = {bin_path(parts.name), idx_path(parts.name),
+                                split_prefix(shard_replacing_path(prefix)).name};
   DIR* dir = ::opendir(parts.dir.c_str());
   if (dir == nullptr) return;
   int removed = 0;

@@ -7,7 +7,9 @@
 #include <fstream>
 
 #include "dufu/common/error.h"
-#include "tokenizers/byte_level_bpe.h"
+#include "tokenizers/huggingface_loader.h"
+#include "tokenizers/sentencepiece_tokenizer.h"
+#include "tokenizers/tiktoken_loader.h"
 
 namespace dufu::dataprep {
 

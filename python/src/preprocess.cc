@@ -16,7 +16,7 @@
 #include "interruptible.h"
 #include "dufu/common/error.h"
 #include "dufu/common/progress.h"
-#include "dufu/dataprep/distributed_preprocess.h"
+#include "dufu/dataprep/preprocess_part.h"
 
 namespace dufu::python {
 namespace {

@@ -3,7 +3,7 @@
 // small alphabet, with a random vocabulary built the way tiktoken's is (every pair
 // whose bytes form a token merges, priority = rank, so equal priorities are common)
 // and one built the way a merges.txt is (one priority per merge line).
-#include "dufu/dataprep/byte_pair_encoder.h"
+#include "tokenizers/byte_pair_encoder.h"
 
 #include <gtest/gtest.h>
 

@@ -20,6 +20,7 @@
 #include "support/stdin_pipe.h"
 #include "support/temp_dir_test.h"
 #include "dufu/dataprep/byte_source.h"
+#include "dufu/dataprep/line_reader.h"
 
 namespace dufu::dataprep {
 namespace {

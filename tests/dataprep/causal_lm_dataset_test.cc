@@ -1,7 +1,8 @@
 // Tests of the causal-LM dataset: Megatron's split bookends, indices bit-identical to
 // an independent numpy reference (tests/reference/gpt_indices_reference.py), exact
-// sample content on shards whose tokens encode their position, every impl, the
-// cache as the dataset uses it, and a shard of more than 2^32 tokens made of holes.
+// sample content on shards whose tokens encode their position, every impl, and a
+// shard of more than 2^32 tokens made of holes. The cache as the dataset uses it:
+// causal_lm_cache_test.cc.
 #include "dufu/dataprep/causal_lm_dataset.h"
 
 #include <fcntl.h>
@@ -24,8 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "causal_lm_test_support.h"
 #include "support/expect_error.h"
-#include "support/fork_child.h"
 #include "support/synthetic_shard.h"
 #include "support/temp_dir.h"
 #include "dufu/common/error.h"
@@ -39,6 +40,7 @@ using dufu::testing::expect_error;
 namespace fs = std::filesystem;
 
 using dufu::testing::TempDir;
+using namespace causal_lm_testing;
 
 
 std::string run_command(const std::string& command, int* exit_code) {
@@ -54,58 +56,6 @@ std::string run_command(const std::string& command, int* exit_code) {
   const int status = ::pclose(pipe);
   *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
   return output;
-}
-
-// Lengths 1..41 in a scrambled order: short and long documents next to each other, so
-// samples cross several documents and some documents hold several samples.
-std::vector<std::uint64_t> varied_lengths(std::uint64_t count) {
-  std::vector<std::uint64_t> lengths(count);
-  for (std::uint64_t k = 0; k < count; ++k) lengths[k] = 1 + (k * 37 + 11) % 41;
-  return lengths;
-}
-
-std::shared_ptr<const IndexedDataset> open_shard(const std::string& prefix, IndexImpl impl = IndexImpl::kMmap) {
-  return IndexedDataset::open(prefix, impl);
-}
-
-std::shared_ptr<const IndexedDataset> make_shard(const TempDir& dir, const std::string& name,
-                                                 const std::vector<std::uint64_t>& lengths,
-                                                 IndexLayout layout = IndexLayout::kMMIDIDX,
-                                                 DType dtype = DType::kInt32) {
-  const std::string prefix = dir.file(name);
-  dufu::testing::write_synthetic_shard(prefix, lengths, layout, dtype);
-  return open_shard(prefix);
-}
-
-CausalLMOptions in_memory(std::uint64_t seq_length, std::optional<std::uint64_t> num_samples,
-                          std::uint32_t seed, SplitSpec split = {}) {
-  CausalLMOptions options;
-  options.seq_length = seq_length;
-  options.num_samples = num_samples;
-  options.seed = seed;
-  options.split = std::move(split);
-  options.use_cache = false;
-  return options;
-}
-
-SplitSpec megatron(const std::string& split, int part) {
-  SplitSpec spec;
-  spec.megatron_split = split;
-  spec.megatron_part = part;
-  return spec;
-}
-
-SplitSpec oslo(double start, double end) {
-  SplitSpec spec;
-  spec.start_weight = start;
-  spec.end_weight = end;
-  return spec;
-}
-
-std::vector<std::int32_t> sample(const TokenDataset& dataset, std::uint64_t i) {
-  std::vector<std::int32_t> out(dataset.sample_length());
-  dataset.get(i, out);
-  return out;
 }
 
 // Every token of every epoch in document_index order, as synthetic positions: sample j
@@ -426,156 +376,6 @@ TEST(CausalLMDatasetTest, ClearErrors) {
   dufu::testing::write_synthetic_shard(broken, {5, 3, 7});
   fs::resize_file(bin_path(broken), 10);
   expect_error([&] { open_shard(broken); }, {bin_path(broken)});
-}
-
-// --- the cache, as the dataset uses it ------------------------------------------------
-
-CausalLMOptions cached(const TempDir& dir, std::uint64_t seq_length, std::optional<std::uint64_t> num_samples,
-                       std::uint32_t seed, SplitSpec split = {}) {
-  CausalLMOptions options = in_memory(seq_length, num_samples, seed, std::move(split));
-  options.use_cache = true;
-  options.cache_dir = dir.file("cache");
-  return options;
-}
-
-std::vector<std::vector<std::int32_t>> all_samples(const TokenDataset& dataset) {
-  std::vector<std::vector<std::int32_t>> samples;
-  for (std::uint64_t i = 0; i < dataset.size(); ++i) samples.push_back(sample(dataset, i));
-  return samples;
-}
-
-TEST(CausalLMCacheTest, CachedAndInMemoryDatasetsAgree) {
-  TempDir dir;
-  const auto shard = make_shard(dir, "shard", varied_lengths(60));
-  const CausalLMDataset on_disk(shard, cached(dir, 16, 200, 3));
-  const CausalLMDataset in_ram(shard, in_memory(16, 200, 3));
-  EXPECT_TRUE(in_ram.cache_path().empty());
-  EXPECT_EQ(on_disk.description(), in_ram.description());
-  EXPECT_EQ(on_disk.num_epochs(), in_ram.num_epochs());
-  EXPECT_EQ(all_samples(on_disk), all_samples(in_ram));
-  EXPECT_EQ(dufu::testing::read_all(on_disk.cache_path() + "/description.txt"), on_disk.description());
-}
-
-TEST(CausalLMCacheTest, SecondConstructionFindsTheCacheWithoutRebuilding) {
-  TempDir dir;
-  const auto shard = make_shard(dir, "shard", varied_lengths(60));
-  const CausalLMDataset first(shard, cached(dir, 16, 200, 3));
-  std::map<std::string, fs::file_time_type> mtimes;
-  for (const auto& entry : fs::directory_iterator(first.cache_path())) {
-    mtimes[entry.path().string()] = entry.last_write_time();
-  }
-  ASSERT_EQ(mtimes.size(), 5u);  // three arrays, description.txt, done
-  const CausalLMDataset second(shard, cached(dir, 16, 200, 3));
-  EXPECT_EQ(second.cache_path(), first.cache_path());
-  for (const auto& [path, mtime] : mtimes) EXPECT_EQ(fs::last_write_time(path), mtime) << path;
-  EXPECT_EQ(all_samples(second), all_samples(first));
-}
-
-TEST(CausalLMCacheTest, EveryInputThatChangesTheArraysChangesTheKey) {
-  TempDir dir;
-  const auto lengths = varied_lengths(60);
-  const auto shard = make_shard(dir, "shard", lengths);
-  const std::vector<CausalLMOptions> variants = {
-      cached(dir, 16, 200, 3),
-      cached(dir, 16, 200, 3, megatron("8,1,1", 0)),  // OSLO's key forgot the split
-      cached(dir, 16, 200, 3, megatron("8,1,1", 1)),
-      cached(dir, 16, 200, 3, oslo(0.0, 0.5)),
-      cached(dir, 16, 200, 4),
-      cached(dir, 17, 200, 3),
-      cached(dir, 16, 201, 3),
-      cached(dir, 16, std::nullopt, 3),
-  };
-  std::set<std::string> paths;
-  for (const auto& options : variants) paths.insert(CausalLMDataset(shard, options).cache_path());
-  EXPECT_EQ(paths.size(), variants.size());
-
-  // Rewriting the shard (new mtime) is a new key as well.
-  const std::string before = CausalLMDataset(shard, variants[0]).cache_path();
-  dufu::testing::write_synthetic_shard(dir.file("shard"), lengths);
-  const std::string after = CausalLMDataset(open_shard(dir.file("shard")), variants[0]).cache_path();
-  EXPECT_NE(before, after);
-}
-
-TEST(CausalLMCacheTest, MapsInt64SampleAndShuffleArrays) {
-  TempDir dir;
-  const auto shard = make_shard(dir, "shard", varied_lengths(60));
-  const CausalLMDataset narrow(shard, cached(dir, 16, 200, 3));
-  const std::string path = narrow.cache_path();
-  ASSERT_EQ(NpyArray::open(path + "/sample_index.npy").descr(), "<i4");
-  ASSERT_EQ(NpyArray::open(path + "/shuffle_index.npy").descr(), "<u4");
-  const auto expected = all_samples(narrow);
-
-  // What Megatron writes for very large indices: the same values as <i8.
-  std::vector<std::int64_t> rows, order;
-  for (std::uint64_t r = 0; r <= narrow.size(); ++r) {
-    rows.push_back(narrow.sample_index_at(r).first);
-    rows.push_back(narrow.sample_index_at(r).second);
-  }
-  for (std::uint64_t i = 0; i < narrow.size(); ++i) order.push_back(narrow.shuffle_index_at(i));
-  write_npy<std::int64_t>(path + "/sample_index.npy", rows, {narrow.size() + 1, 2});
-  write_npy<std::int64_t>(path + "/shuffle_index.npy", order);
-
-  const CausalLMDataset wide(shard, cached(dir, 16, 200, 3));
-  EXPECT_EQ(wide.cache_path(), path);
-  EXPECT_EQ(NpyArray::open(path + "/sample_index.npy").descr(), "<i8");
-  EXPECT_EQ(all_samples(wide), expected);
-}
-
-TEST(CausalLMCacheTest, ACacheOfAnotherFormatVersionIsAClearError) {
-  TempDir dir;
-  const auto shard = make_shard(dir, "shard", varied_lengths(60));
-  const std::string path = CausalLMDataset(shard, cached(dir, 16, 200, 3)).cache_path();
-  dufu::testing::write_all(path + "/done", "dufu index cache format v0\n");
-  expect_error([&] { CausalLMDataset(shard, cached(dir, 16, 200, 3)); }, {path, "format", "v0", "delete"});
-}
-
-TEST(CausalLMCacheTest, ArraysThatDoNotFitTheDescriptionAreRefused) {
-  TempDir dir;
-  const auto shard = make_shard(dir, "shard", varied_lengths(60));
-  const std::string path = CausalLMDataset(shard, cached(dir, 16, 200, 3)).cache_path();
-  write_npy<std::uint32_t>(path + "/shuffle_index.npy", std::vector<std::uint32_t>{0, 1, 2});
-  expect_error([&] { CausalLMDataset(shard, cached(dir, 16, 200, 3)); }, {path, "does not hold"});
-}
-
-// FNV-1a over every sample, for comparing what separate processes read.
-std::uint64_t samples_digest(const TokenDataset& dataset) {
-  std::uint64_t hash = 1469598103934665603ULL;
-  for (std::uint64_t i = 0; i < dataset.size(); ++i) {
-    for (const std::int32_t token : sample(dataset, i)) {
-      hash = (hash ^ static_cast<std::uint32_t>(token)) * 1099511628211ULL;
-    }
-  }
-  return hash;
-}
-
-TEST(CausalLMCacheTest, ConcurrentProcessesBuildOneCacheAndReadEqualSamples) {
-  TempDir dir;
-  const auto lengths = varied_lengths(2000);
-  const std::string prefix = dir.file("shard");
-  dufu::testing::write_synthetic_shard(prefix, lengths);
-  const std::uint64_t expected = samples_digest(CausalLMDataset(open_shard(prefix), in_memory(8, 20000, 11)));
-
-  // Both children are released at once so their builds race.
-  const std::vector<int> exit_codes = dufu::testing::race_children(2, [&](int k) {
-    const CausalLMDataset dataset(open_shard(prefix), cached(dir, 8, 20000, 11));
-    dufu::testing::write_all(dir.file("digest" + std::to_string(k)),
-                             std::to_string(samples_digest(dataset)) + " " + dataset.cache_path());
-    return 0;
-  });
-  for (const int code : exit_codes) EXPECT_EQ(code, 0) << "child exit code";
-  const std::string a = dufu::testing::read_all(dir.file("digest0"));
-  const std::string b = dufu::testing::read_all(dir.file("digest1"));
-  EXPECT_EQ(a, b);
-  EXPECT_EQ(a.substr(0, a.find(' ')), std::to_string(expected));
-
-  std::vector<std::string> key_dirs;
-  for (const auto& entry : fs::directory_iterator(dir.file("cache"))) {
-    const std::string name = entry.path().filename().string();
-    EXPECT_NE(name.rfind(".tmp", 0), 0u) << "leftover temporary " << name;
-    if (entry.is_directory()) key_dirs.push_back(name);
-  }
-  ASSERT_EQ(key_dirs.size(), 1u);
-  EXPECT_TRUE(dufu::testing::file_exists(dir.file("cache/" + key_dirs[0] + "/done")));
 }
 
 // --- scale ----------------------------------------------------------------------------

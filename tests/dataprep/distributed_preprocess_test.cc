@@ -23,6 +23,7 @@
 #include "dufu/common/json_writer.h"
 #include "dufu/dataprep/anonymous_file.h"
 #include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
 #include "dufu/dataprep/part_join.h"
 #include "support/compression.h"
 #include "support/temp_dir.h"

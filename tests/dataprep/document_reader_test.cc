@@ -263,11 +263,11 @@ TEST_F(DocumentReaderTest, InvalidUtf8InTxt) {
   EXPECT_EQ(file_reader.reported_errors(), (std::vector<std::string>{path + ": invalid UTF-8"}));
 }
 
-// Issue 26: a txt file still being written ends in a line cut short, which was kept as
-// a document (jsonl failed on it as malformed JSON). A file whose size changed while
-// it was read is refused at its end, before that line is handed out, whole or as the
-// byte range of a divided job. The first read takes the whole small file, so the
-// change lands between it and the read that finds the end.
+// Issue 26: a txt file still being written ends in a line cut short, which a reader
+// would keep as a document (and fail on as malformed JSON in jsonl). A file whose
+// size changed while it was read is refused at its end, before that line is handed
+// out, whole or as the byte range of a divided job. The first read takes the whole
+// small file, so the change lands between it and the read that finds the end.
 TEST_F(DocumentReaderTest, AFileThatChangesWhileItIsReadIsRefusedAtItsEnd) {
   const std::string path = dir_.file("growing.txt");
   const std::string changed = "'" + path + "' changed while it was read (";

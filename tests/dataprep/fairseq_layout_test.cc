@@ -16,6 +16,8 @@
 
 #include "dufu/dataprep/dtype.h"
 #include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
+#include "dufu/dataprep/merge.h"
 #include "support/expect_error.h"
 #include "support/temp_dir.h"
 #include "support/tool_runner.h"

@@ -67,7 +67,7 @@ TEST_F(FuzzRegressionTest, ZstdMatchesBeyondTheDeclaredWindowAreRefusedForAnyRea
 
 // The same through the document reader, whose reads are 1 MiB: a frame that declares
 // 1.5 MiB of records but ends after its first 100 KB of whole records (an empty last
-// block, no checksum) was read as those records, a silently truncated input.
+// block, no checksum) must not read as those records, a silently truncated input.
 TEST_F(FuzzRegressionTest, ZstdFrameHoldingLessThanItDeclaresStopsTheDocumentReader) {
   const std::size_t declared = 1536 * 1024;
   const std::string record = "{\"text\": \"a line of the corpus\"}\n";

@@ -12,6 +12,8 @@
 #include "support/temp_dir.h"
 #include "dufu/common/error.h"
 #include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
+#include "dufu/dataprep/merge.h"
 
 namespace dufu::dataprep {
 namespace {

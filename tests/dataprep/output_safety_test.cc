@@ -21,6 +21,7 @@
 
 #include "dufu/common/error.h"
 #include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
 #include "dufu/dataprep/shard_output.h"
 #include "support/synthetic_shard.h"
 #include "support/temp_dir.h"

@@ -1,10 +1,10 @@
 // Issue 26: the ranks of `dataprep preprocess` under mpirun must have been started
 // alike. An MPMD command line gives one rank other options, and a tokenizer path that
-// names another file on another node gives it another vocabulary: each rank then
-// wrote its part its own way and the joined shard was corrupt, with exit status 0. The
-// ranks compare every option that decides the bytes, the tokenizer's SHA-256, the
-// inputs and the output before anything is written: one error line naming the option,
-// no output or temporary, the previous pair untouched.
+// names another file on another node gives it another vocabulary: each rank would
+// then write its part its own way and the joined shard be corrupt, with exit status
+// 0. The ranks compare every option that decides the bytes, the tokenizer's SHA-256,
+// the inputs and the output before anything is written: one error line naming the
+// option, no output or temporary, the previous pair untouched.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -4,7 +4,7 @@
 // whitespace before line breaks and at the end, numbers of every category, combining
 // marks, 4-byte characters, code points from the whole range), and refusal of text
 // that is not valid UTF-8, which stays with PCRE2.
-#include "dufu/dataprep/tiktoken_pretokenizer.h"
+#include "tokenizers/tiktoken_pretokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "../../dataprep/src/tokenizers/byte_level_bpe.h"
-#include "dufu/dataprep/regex_splitter.h"
+#include "tokenizers/pretokenizer_patterns.h"
+#include "tokenizers/regex_splitter.h"
 
 namespace dufu::dataprep {
 namespace {

@@ -1,7 +1,7 @@
 // A .bin cut shorter while a dataset over it is open (an in-place rewrite, a full disk
-// on a copy): every read raises dufu::Error naming the file, in every impl. Reading
-// the mmap impl's mapping past the file's new end used to kill the process with
-// SIGBUS; the cached impl served bytes the shard no longer had.
+// on a copy): every read raises dufu::Error naming the file, in every impl. Unchecked,
+// reading the mmap impl's mapping past the file's new end kills the process with
+// SIGBUS, and the cached impl serves bytes the shard no longer has.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -16,6 +16,7 @@
 
 #include "dufu/common/error.h"
 #include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
 #include "support/expect_error.h"
 #include "support/temp_dir.h"
 

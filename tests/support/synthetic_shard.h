@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
 
 namespace dufu::testing {
 

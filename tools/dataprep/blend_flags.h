@@ -7,15 +7,16 @@
 #include <string>
 
 #include "dufu/dataprep/blend_builder.h"
+#include "dufu/dataprep/causal_lm_dataset.h"
 
 namespace dufu::tools {
 
 struct BlendFlags {
   std::string data_path;
   std::string impl = "mmap";
-  std::uint64_t seq_length = 2048;
+  std::uint64_t seq_length = dataprep::kDefaultSeqLength;
   std::uint64_t num_samples = 0;  // 0 = one epoch / exhaustive
-  std::uint32_t seed = 1234;
+  std::uint32_t seed = dataprep::kDefaultSeed;
   std::string split = "969,30,1";
   std::string split_part = "train";
   std::string cache_dir;

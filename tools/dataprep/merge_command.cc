@@ -6,7 +6,7 @@
 
 #include "commands.h"
 #include "dufu/common/human_units.h"
-#include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/merge.h"
 
 namespace dufu::tools {
 namespace {

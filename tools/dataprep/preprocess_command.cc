@@ -9,6 +9,7 @@
 #include "dufu/common/launch_environment.h"
 #include "dufu/common/progress.h"
 #include "dufu/dataprep/distributed_preprocess.h"
+#include "dufu/dataprep/preprocess_part.h"
 #include "dufu/dataprep/preprocess.h"
 #include "dufu/common/human_units.h"
 

@@ -8,74 +8,17 @@
 #include <filesystem>
 
 #include "dufu/common/error.h"
-#include "dufu/dataprep/tiktoken_pretokenizer.h"
 #include "piece_cache.h"
+#include "tiktoken_pretokenizer.h"
+#include "utf8.h"
 
 namespace dufu::dataprep::tokenizers {
-
-// tiktoken 0.12's patterns, verbatim.
-const char* const kGpt2Pattern =
-    R"('(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s)";
-const char* const kCl100kPattern =
-    R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s)";
-const char* const kO200kPattern =
-    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
-    R"(|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?)"
-    R"(|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-// tokenizers' ByteLevel pre-tokenizer (pre_tokenizers/byte_level.rs).
-const char* const kHuggingFaceByteLevelPattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 void check_id_range(const std::string& path, std::int64_t largest_id, std::size_t tokens) {
   if (largest_id >= static_cast<std::int64_t>(tokens) + kMaxIdGap) {
     DUFU_FAIL("'", path, "' has the id ", largest_id, " but defines only ", tokens, " tokens: dufu keeps tables by id ",
               "and refuses more than ", kMaxIdGap, " unused ids");
   }
-}
-
-std::string utf8_lossy(std::string_view bytes) {
-  if (is_valid_utf8(bytes)) return std::string(bytes);
-  std::string text;
-  text.reserve(bytes.size() + 8);
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(bytes[k]); };
-  for (std::size_t i = 0; i < bytes.size();) {
-    const unsigned char lead = byte(i);
-    if (lead < 0x80) {
-      text += static_cast<char>(lead);
-      ++i;
-      continue;
-    }
-    std::size_t length = 0;
-    unsigned char low = 0x80, high = 0xBF;
-    if (lead >= 0xC2 && lead <= 0xDF) {
-      length = 2;
-    } else if (lead >= 0xE0 && lead <= 0xEF) {
-      length = 3;
-      if (lead == 0xE0) low = 0xA0;
-      if (lead == 0xED) high = 0x9F;
-    } else if (lead >= 0xF0 && lead <= 0xF4) {
-      length = 4;
-      if (lead == 0xF0) low = 0x90;
-      if (lead == 0xF4) high = 0x8F;
-    }
-    // The maximal subpart: the lead byte and as many continuation bytes as are valid.
-    std::size_t good = length == 0 ? 0 : 1;
-    while (good > 0 && good < length && i + good < bytes.size()) {
-      const unsigned char next = byte(i + good);
-      const unsigned char lo = good == 1 ? low : 0x80;
-      const unsigned char hi = good == 1 ? high : 0xBF;
-      if (next < lo || next > hi) break;
-      ++good;
-    }
-    if (length != 0 && good == length) {
-      text.append(bytes.substr(i, length));
-      i += length;
-    } else {
-      text += "\xEF\xBF\xBD";
-      i += std::max<std::size_t>(good, 1);
-    }
-  }
-  return text;
 }
 
 void normalize_unicode(UnicodeForm form, std::string_view text, std::string* out) {

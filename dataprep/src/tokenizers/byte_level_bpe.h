@@ -1,17 +1,18 @@
 // Byte-level BPE behind the Tokenizer interface: what the .tiktoken, tokenizer.json
-// and vocab.json + merges.txt loaders build. Text -> (normalizer) -> pre-tokenizer
+// and vocab.json + merges.txt loaders (tiktoken_loader.h, huggingface_loader.h) build. Text -> (normalizer) -> pre-tokenizer
 // stages -> pieces -> a per-encoder cache of pieces -> BytePairModel.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
-#include "dufu/dataprep/byte_pair_encoder.h"
-#include "dufu/dataprep/regex_splitter.h"
-#include "dufu/dataprep/tokenizer.h"
+#include "byte_pair_encoder.h"
+#include "dufu/dataprep/tokenizer_model.h"
+#include "regex_splitter.h"
 
 namespace dufu::dataprep::tokenizers {
 
@@ -44,32 +45,15 @@ struct ByteLevelBpeConfig {
 
 std::unique_ptr<TokenizerModel> make_byte_level_bpe(ByteLevelBpeConfig config);
 
-// The pieces between the loaders.
-std::unique_ptr<TokenizerModel> load_tiktoken(const TokenizerSpec& spec);
-std::unique_ptr<TokenizerModel> load_huggingface_json(const TokenizerSpec& spec);
-std::unique_ptr<TokenizerModel> load_gpt2_vocab(const TokenizerSpec& spec);
-std::unique_ptr<TokenizerModel> load_sentencepiece(const TokenizerSpec& spec);
-
-// The pre-tokenizer patterns of tiktoken's encodings (tiktoken_ext/openai_public.py)
-// and HuggingFace's ByteLevel.
-extern const char* const kGpt2Pattern;
-extern const char* const kCl100kPattern;
-extern const char* const kO200kPattern;
-extern const char* const kHuggingFaceByteLevelPattern;
-
 // Token ids index dense tables (token bytes, merges), so memory follows the largest
 // id, not the file: an id more than kMaxIdGap past the number of tokens the file
-// defines is refused, naming the file (a rank file of a few lines with the rank
-// 777777777 took 25 GB; found by fuzz/tiktoken_fuzzer.cc). Real vocabularies are
-// dense, or nearly (HuggingFace's added tokens follow the vocabulary).
+// defines is refused, naming the file, because otherwise a rank file of a few lines
+// with one rank near 10^9 would make tables of tens of gigabytes. Real vocabularies
+// are dense, or nearly (HuggingFace's added tokens follow the vocabulary).
 inline constexpr std::int64_t kMaxIdGap = std::int64_t{1} << 20;
 void check_id_range(const std::string& path, std::int64_t largest_id, std::size_t tokens);
 
 // `text` in Unicode normalization form `form` (ICU), appended to `out`.
 void normalize_unicode(UnicodeForm form, std::string_view text, std::string* out);
-
-// Replaces ill-formed UTF-8 by U+FFFD, one per maximal subpart (what Python's
-// errors="replace" and Rust's from_utf8_lossy do).
-std::string utf8_lossy(std::string_view bytes);
 
 }  // namespace dufu::dataprep::tokenizers

@@ -2,7 +2,7 @@
 // does, fastest when a piece is a few bytes), a heap of candidate merges for long ones.
 // Both apply the lowest-priority merge first and the leftmost among equals, so they
 // give the same tokens.
-#include "dufu/dataprep/byte_pair_encoder.h"
+#include "byte_pair_encoder.h"
 
 #include <algorithm>
 #include <cstring>
@@ -59,7 +59,7 @@ std::uint64_t hash_bytes(std::string_view bytes) {
     left -= 8;
   }
   if (left > 0) {
-    // Byte by byte: a memcpy of a variable length is a library call, which cost as
+    // Byte by byte: a memcpy of a variable length is a library call, which costs as
     // much as the rest of the hash on short pieces.
     std::uint64_t word = 0;
     for (std::size_t k = 0; k < left; ++k) word |= std::uint64_t{static_cast<unsigned char>(data[k])} << (8 * k);

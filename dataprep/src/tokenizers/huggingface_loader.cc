@@ -3,6 +3,8 @@
 // are in GPT-2's byte-to-unicode alphabet and are turned back into bytes, so the
 // merges run on bytes like tiktoken's. Every component is checked: one dufu does not
 // implement is refused by its name rather than approximated.
+#include "huggingface_loader.h"
+
 #include <simdjson.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "../json_members.h"
 #include "byte_level_bpe.h"
 #include "dufu/common/error.h"
+#include "pretokenizer_patterns.h"
 
 namespace dufu::dataprep::tokenizers {
 namespace {

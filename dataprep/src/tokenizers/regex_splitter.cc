@@ -1,11 +1,12 @@
 // PCRE2 behind RegexSplitter. Patterns are compiled once (with the JIT when the
 // platform has it) and shared; each thread matches with its own match data.
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "dufu/dataprep/regex_splitter.h"
+#include "regex_splitter.h"
 
 #include <pcre2.h>
 
 #include "dufu/common/error.h"
+#include "utf8.h"
 
 namespace dufu::dataprep {
 
@@ -23,44 +24,7 @@ std::string pcre2_message(int error) {
   return reinterpret_cast<const char*>(buffer);
 }
 
-// Length of the UTF-8 sequence starting at text[i], or 0 when it is not well formed.
-std::size_t utf8_sequence_length(std::string_view text, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  if (lead < 0x80) return 1;
-  std::size_t length = 0;
-  unsigned char low = 0x80, high = 0xBF;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    if (lead == 0xE0) low = 0xA0;
-    if (lead == 0xED) high = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    if (lead == 0xF0) low = 0x90;
-    if (lead == 0xF4) high = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + length > text.size()) return 0;
-  if (byte(i + 1) < low || byte(i + 1) > high) return 0;
-  for (std::size_t k = 2; k < length; ++k) {
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
-  }
-  return length;
-}
-
 }  // namespace
-
-bool is_valid_utf8(std::string_view bytes) {
-  for (std::size_t i = 0; i < bytes.size();) {
-    const std::size_t length = utf8_sequence_length(bytes, i);
-    if (length == 0) return false;
-    i += length;
-  }
-  return true;
-}
 
 RegexSplitter::RegexSplitter(std::string pattern, RegexDialect dialect, bool literal)
     : pattern_(std::move(pattern)), dialect_(dialect), code_(std::make_unique<Code>()) {
@@ -133,16 +97,16 @@ bool RegexSplitter::Matcher::find(std::string_view text, std::size_t start, std:
       *end = vector[1];
       return true;
     }
-    // Go on one character later.
+    // Go on one character later, or one byte past a byte of an ill-formed sequence.
     if (vector[0] >= text.size()) return false;
-    const std::size_t length = utf8_sequence_length(text, vector[0]);
-    start = vector[0] + (length == 0 ? 1 : length);
+    const tokenizers::Utf8Sequence sequence = tokenizers::utf8_sequence(text, vector[0]);
+    start = vector[0] + (sequence.valid ? sequence.length : 1);
   }
   return false;
 }
 
 bool RegexSplitter::Matcher::emit_gap(std::string_view gap) const {
-  return splitter_.keeps_gaps() || !is_valid_utf8(gap);
+  return splitter_.keeps_gaps() || !tokenizers::is_valid_utf8(gap);
 }
 
 }  // namespace dufu::dataprep

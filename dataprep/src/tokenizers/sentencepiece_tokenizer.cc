@@ -15,6 +15,8 @@
 // sentencepiece's BPE merge loop (sentencepiece_word_bpe.h), the rest through Encode. The
 // conditions are read from the model's NormalizerSpec, TrainerSpec and pieces; when
 // one fails, the encoder is plain Encode, and the log says so once.
+#include "sentencepiece_tokenizer.h"
+
 #include <sentencepiece_processor.h>
 
 #include <array>

@@ -1,6 +1,8 @@
 // A tiktoken rank file: one "base64(token bytes) rank" per line. The rank is the id
 // and the merge priority; every two tokens whose concatenation is a token merge into
 // it (tiktoken's _byte_pair_merge), so the merge table holds every such split.
+#include "tiktoken_loader.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 
 #include "byte_level_bpe.h"
 #include "dufu/common/error.h"
+#include "pretokenizer_patterns.h"
 
 namespace dufu::dataprep::tokenizers {
 namespace {

@@ -4,7 +4,7 @@
 //   cl100k: '(?i:[sdmt]|ll|ve|re) |[^\r\n\p{L}\p{N}]?+\p{L}++ |\p{N}{1,3}+
 //           | ?[^\s\p{L}\p{N}]++[\r\n]*+ |\s++$ |\s*[\r\n] |\s+(?!\S) |\s
 #define PCRE2_CODE_UNIT_WIDTH 8
-#include "dufu/dataprep/tiktoken_pretokenizer.h"
+#include "tiktoken_pretokenizer.h"
 
 #include <pcre2.h>
 
@@ -12,9 +12,8 @@
 #include <mutex>
 #include <string>
 
-#include "byte_level_bpe.h"
 #include "dufu/common/error.h"
-#include "dufu/dataprep/regex_splitter.h"
+#include "pretokenizer_patterns.h"
 
 namespace dufu::dataprep {
 
@@ -88,7 +87,7 @@ TiktokenPretokenizer::~TiktokenPretokenizer() = default;
 
 const TiktokenPretokenizer::Block& TiktokenPretokenizer::classify_block(std::uint32_t block) {
   // Shared by every matcher of the process: asking PCRE2 (interpreted) 768 times per
-  // block cost a fresh encoder ~30 ms on CJK text, whose ideographs span 82 blocks.
+  // block costs a fresh encoder ~30 ms on CJK text, whose ideographs span 82 blocks.
   // Blocks are written once under the lock and never freed.
   static std::mutex mutex;
   static std::vector<std::unique_ptr<const Block>> table(0x110000 >> 8);
@@ -111,21 +110,12 @@ bool TiktokenPretokenizer::valid_utf8(std::string_view text) {
       ++i;
       continue;
     }
-    // The multi-byte rest: the splitter's strict check (no overlongs, surrogates).
+    // The multi-byte rest: utf8.h's strict check (no overlongs, surrogates).
     const std::size_t start = i;
     while (i < text.size() && static_cast<unsigned char>(text[i]) >= 0x80) ++i;
-    if (!is_valid_utf8(text.substr(start, i - start))) return false;
+    if (!tokenizers::is_valid_utf8(text.substr(start, i - start))) return false;
   }
   return true;
-}
-
-TiktokenPretokenizer::Char TiktokenPretokenizer::decode(std::string_view text, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<char32_t>(static_cast<unsigned char>(text[i + k])); };
-  const char32_t lead = byte(0);
-  if (lead < 0x80) return {lead, 1};
-  if (lead < 0xE0) return {((lead & 0x1F) << 6) | (byte(1) & 0x3F), 2};
-  if (lead < 0xF0) return {((lead & 0x0F) << 12) | ((byte(1) & 0x3F) << 6) | (byte(2) & 0x3F), 3};
-  return {((lead & 0x07) << 18) | ((byte(1) & 0x3F) << 12) | ((byte(2) & 0x3F) << 6) | (byte(3) & 0x3F), 4};
 }
 
 // The whitespace alternatives, from a \s at `begin`: \s++$, then (cl100k only, with

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "dufu/dataprep/causal_lm_dataset.h"
-#include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/index.h"
 #include "dufu/dataprep/token_dataset.h"
 
 namespace dufu::dataprep {
@@ -23,9 +23,9 @@ struct BlendConfig {
   // (weight, shard prefix) pairs, e.g. from parse_blend_spec("0.7 A 0.3 B").
   std::vector<std::pair<double, std::string>> shards;
   IndexImpl impl = IndexImpl::kMmap;
-  std::uint64_t seq_length = 2048;
+  std::uint64_t seq_length = kDefaultSeqLength;
   std::optional<std::uint64_t> num_samples;  // none: one epoch of each shard, exhaustive blend
-  std::uint32_t seed = 1234;
+  std::uint32_t seed = kDefaultSeed;
   SplitSpec split;
   std::string cache_dir;  // empty = default_index_cache_dir()
   bool use_cache = true;

@@ -41,10 +41,14 @@ std::vector<std::uint64_t> megatron_split_bookends(const std::string& split, std
 std::pair<std::uint64_t, std::uint64_t> split_document_range(const SplitSpec& split,
                                                              std::uint64_t num_documents);
 
+// The defaults of a dataset, blend or not, whichever front end builds it.
+inline constexpr std::uint64_t kDefaultSeqLength = 2048;
+inline constexpr std::uint32_t kDefaultSeed = 1234;
+
 struct CausalLMOptions {
-  std::uint64_t seq_length = 2048;
+  std::uint64_t seq_length = kDefaultSeqLength;
   std::optional<std::uint64_t> num_samples;  // none = one epoch
-  std::uint32_t seed = 1234;
+  std::uint32_t seed = kDefaultSeed;
   SplitSpec split;
   std::string cache_dir;                     // empty = default_index_cache_dir()
   bool use_cache = true;                     // false = build in memory, never touch disk

@@ -1,7 +1,7 @@
 // `dataprep preprocess` divided among processes, with the output of the undivided job:
 // under mpirun or srun (one part per rank, joined into the final shard by the ranks
 // together), or one part per `--shard K/N` run (a job-array task, another machine),
-// joined later by `dataprep merge`. The division is preprocess_plan.h's, the parts are
+// joined later by `dataprep merge` (preprocess_part.h). The division is preprocess_plan.h's, the parts are
 // ordinary shards written by the same pipeline, and the join is part_join.h's.
 //
 // Under MPI every rank writes its part beside the output (hidden names), then copies
@@ -14,31 +14,18 @@
 #pragma once
 
 #include <optional>
-#include <string>
-#include <string_view>
 
 #include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
 #include "dufu/common/rank_agreement.h"
 #include "dufu/dataprep/preprocess.h"
+#include "dufu/dataprep/preprocess_part.h"
 
 namespace dufu::dataprep {
-
-struct ShardSpec {
-  int part = 0;   // K, 0-based
-  int parts = 1;  // N
-};
-// "K/N" with 0 <= K < N; throws naming the text otherwise.
-ShardSpec parse_shard(std::string_view text);
 
 // A divided job that stopped because some rank failed, or because the ranks were not
 // started alike, throws RanksStopped (rank_agreement.h) on every rank, after every
 // rank removed its files.
-
-// Writes part K of the job's N-way division as PREFIX.part-K-of-N (per JSON key, as
-// output_prefixes_for names them) and its manifest (part_manifest.h). Stats are the
-// part's.
-PreprocessStats preprocess_part(const PreprocessOptions& options, ShardSpec shard, Progress* progress);
 
 // Every rank of `world` calls it; the job's output is the undivided job's. Stats are
 // the whole job's (every rank gets them); `progress` is used on rank 0 only.

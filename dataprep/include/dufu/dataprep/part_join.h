@@ -12,7 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/index.h"
+#include "dufu/dataprep/indexed_dataset_writer.h"
 
 namespace dufu::dataprep {
 

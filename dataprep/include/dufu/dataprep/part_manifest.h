@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/index.h"
 #include "dufu/dataprep/preprocess_plan.h"
 
 namespace dufu::dataprep {

@@ -13,7 +13,7 @@
 #include "dufu/common/progress.h"
 #include "dufu/dataprep/document_reader.h"
 #include "dufu/dataprep/dtype.h"
-#include "dufu/dataprep/indexed_dataset.h"
+#include "dufu/dataprep/index.h"
 
 namespace dufu::dataprep {
 

@@ -67,9 +67,6 @@ class RegexSplitter {
   std::unique_ptr<Code> code_;
 };
 
-// True if `bytes` is well-formed UTF-8.
-bool is_valid_utf8(std::string_view bytes);
-
 template <typename Piece>
 void RegexSplitter::Matcher::split(std::string_view text, Piece&& piece, bool matches_are_pieces) {
   std::size_t done = 0;

@@ -1,7 +1,7 @@
 // An allocator for large tables read at random (the tokenizers' merge and piece
 // tables, megabytes each): whole 2 MB pages, which Linux backs with transparent huge
 // pages when asked (madvise). With 4 kB pages nearly every look-up into a cold table
-// also missed the TLB, and waited for a page walk before its cache miss. Blocks
+// also misses the TLB, and waits for a page walk before its cache miss. Blocks
 // smaller than a huge page are allocated as usual.
 #pragma once
 
