@@ -5,7 +5,7 @@
 // and replaced checkpoints are cleaned up; and every kind of damage (truncation, a
 // flipped byte, a garbled state.json, another model shape, wrong tensors) is refused
 // with a message naming the file and the problem.
-#include "dufu/trainer/checkpoint.h"
+#include "dufu/trainer/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
 
@@ -24,9 +24,9 @@
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
 #include "dufu/common/npy.h"
-#include "dufu/trainer/gpt.h"
-#include "dufu/trainer/optimizer.h"
-#include "dufu/trainer/safetensors.h"
+#include "dufu/trainer/checkpoint/safetensors.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/optimizer.h"
 #include "support/expect_error.h"
 #include "support/float_compare.h"
 #include "support/gpt_fixture.h"

@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "buffer_carver.h"
-#include "cuda/cuda_module.h"
 #include "cuda/cuda_scratch.h"
 #include "cuda/gemm_timing.h"
 #include "cuda/lt_algorithm_choice.h"
 #include "cuda/once_per_kind.h"
 #include "cuda/stream_wait.h"
-#include "dufu/trainer/device.h"
+#include "device/buffer_carver.h"
+#include "device/cuda_module.h"
+#include "dufu/trainer/device/device.h"
 
 namespace dufu::trainer {
 namespace {

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/checkpoint.h"
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/gpt.h"
-#include "dufu/trainer/optimizer.h"
+#include "dufu/trainer/checkpoint/checkpoint.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/optimizer.h"
 #include "support/gpt_fixture.h"
 #include "support/temp_dir.h"
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/bf16.h"
-#include "dufu/trainer/device.h"
+#include "dufu/trainer/device/bf16.h"
+#include "dufu/trainer/device/device.h"
 #include "kernel_test_support.h"
 
 namespace dufu::trainer::testing {

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "dufu/common/communicator.h"
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/nccl_communicator.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/parallel/nccl_communicator.h"
 #include "support/mpi_world.h"
 
 namespace dufu::trainer {

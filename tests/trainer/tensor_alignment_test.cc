@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/generate.h"
-#include "dufu/trainer/gpt.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/run/generate.h"
 #include "support/alignment_checking_device.h"
 #include "support/gpt_fixture.h"
 

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "dufu/common/file_lock.h"
-#include "dufu/trainer/device.h"
+#include "dufu/trainer/device/device.h"
 #include "support/float_compare.h"
 #include "support/fortunes_shard.h"
 #include "support/run_dir.h"

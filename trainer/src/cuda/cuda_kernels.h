@@ -18,9 +18,9 @@
 #include <span>
 #include <string>
 
-#include "../kernel_list.h"
+#include "device/kernel_list.h"
 #include "dufu/common/log.h"
-#include "dufu/trainer/kernel_table.h"
+#include "dufu/trainer/device/kernel_table.h"
 #include "lt_object.h"
 #include "once_per_kind.h"
 
@@ -141,7 +141,7 @@ double bf16_gemm_flops(int rows, int inner, int cols, double seconds);
 
 }  // namespace dufu::trainer::cuda
 
-#include "dufu/trainer/device.h"
+#include "dufu/trainer/device/device.h"
 
 namespace dufu::trainer::cuda {
 // Whether a CUDA device can be used here (the driver answers and has a device), and

@@ -22,9 +22,9 @@
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
-#include "cuda_module.h"
+#include "device/cuda_module.h"
 #include "dufu/common/error.h"
-#include "dufu/trainer/collective_fold.h"
+#include "dufu/trainer/device/collective_fold.h"
 #include "nccl_entries.h"
 
 namespace dufu::trainer::cuda {
