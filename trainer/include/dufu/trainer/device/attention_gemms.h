@@ -54,13 +54,13 @@ struct AttentionShape {
 
 namespace attention_gemm_detail {
 inline GemmOperand qkv_part(AttentionBuffer buffer, const AttentionShape& s, int b, int part) {
-  return {buffer, s.qkv_offset(b, part), 3 * s.C, s.head_size()};
+  return {.buffer = buffer, .offset = s.qkv_offset(b, part), .ld = 3 * s.C, .stride = s.head_size()};
 }
 inline GemmOperand rows_of_c(AttentionBuffer buffer, const AttentionShape& s, int b) {
-  return {buffer, s.out_offset(b), s.C, s.head_size()};
+  return {.buffer = buffer, .offset = s.out_offset(b), .ld = s.C, .stride = s.head_size()};
 }
 inline GemmOperand square(AttentionBuffer buffer, const AttentionShape& s, int b) {
-  return {buffer, s.att_offset(b), s.T, static_cast<long long>(s.T) * s.T};
+  return {.buffer = buffer, .offset = s.att_offset(b), .ld = s.T, .stride = static_cast<long long>(s.T) * s.T};
 }
 }  // namespace attention_gemm_detail
 
@@ -68,98 +68,98 @@ inline GemmOperand square(AttentionBuffer buffer, const AttentionShape& s, int b
 // kernel then masks): att^T = K Q^T, i.e. m = n = T, k = hs, A = K' transposed.
 inline StridedBatchedGemm attention_scores_gemm(const AttentionShape& s, int b) {
   using namespace attention_gemm_detail;
-  return {true,
-          false,
-          s.T,
-          s.T,
-          s.head_size(),
-          s.scale(),
-          0.0f,
-          qkv_part(AttentionBuffer::kQkv, s, b, 1),
-          qkv_part(AttentionBuffer::kQkv, s, b, 0),
-          square(AttentionBuffer::kAtt, s, b),
-          s.NH};
+  return {.transpose_a = true,
+          .transpose_b = false,
+          .m = s.T,
+          .n = s.T,
+          .k = s.head_size(),
+          .alpha = s.scale(),
+          .beta = 0.0f,
+          .a = qkv_part(AttentionBuffer::kQkv, s, b, 1),
+          .b = qkv_part(AttentionBuffer::kQkv, s, b, 0),
+          .c = square(AttentionBuffer::kAtt, s, b),
+          .batch_count = s.NH};
 }
 
 // out = att V (att zero above the diagonal): out^T = V^T att^T.
 inline StridedBatchedGemm attention_values_gemm(const AttentionShape& s, int b) {
   using namespace attention_gemm_detail;
-  return {false,
-          false,
-          s.head_size(),
-          s.T,
-          s.T,
-          1.0f,
-          0.0f,
-          qkv_part(AttentionBuffer::kQkv, s, b, 2),
-          square(AttentionBuffer::kAtt, s, b),
-          rows_of_c(AttentionBuffer::kOut, s, b),
-          s.NH};
+  return {.transpose_a = false,
+          .transpose_b = false,
+          .m = s.head_size(),
+          .n = s.T,
+          .k = s.T,
+          .alpha = 1.0f,
+          .beta = 0.0f,
+          .a = qkv_part(AttentionBuffer::kQkv, s, b, 2),
+          .b = square(AttentionBuffer::kAtt, s, b),
+          .c = rows_of_c(AttentionBuffer::kOut, s, b),
+          .batch_count = s.NH};
 }
 
 // Backward, into the scratch: datt = dout V^T; datt^T = V dout^T.
 inline StridedBatchedGemm attention_datt_gemm(const AttentionShape& s, int b) {
   using namespace attention_gemm_detail;
-  return {true,
-          false,
-          s.T,
-          s.T,
-          s.head_size(),
-          1.0f,
-          0.0f,
-          qkv_part(AttentionBuffer::kQkv, s, b, 2),
-          rows_of_c(AttentionBuffer::kDout, s, b),
-          square(AttentionBuffer::kScratch, s, b),
-          s.NH};
+  return {.transpose_a = true,
+          .transpose_b = false,
+          .m = s.T,
+          .n = s.T,
+          .k = s.head_size(),
+          .alpha = 1.0f,
+          .beta = 0.0f,
+          .a = qkv_part(AttentionBuffer::kQkv, s, b, 2),
+          .b = rows_of_c(AttentionBuffer::kDout, s, b),
+          .c = square(AttentionBuffer::kScratch, s, b),
+          .batch_count = s.NH};
 }
 
 // dv = att^T dout; dv^T = dout^T att.
 inline StridedBatchedGemm attention_dv_gemm(const AttentionShape& s, int b) {
   using namespace attention_gemm_detail;
-  return {false,
-          true,
-          s.head_size(),
-          s.T,
-          s.T,
-          1.0f,
-          0.0f,
-          rows_of_c(AttentionBuffer::kDout, s, b),
-          square(AttentionBuffer::kAtt, s, b),
-          qkv_part(AttentionBuffer::kDqkv, s, b, 2),
-          s.NH};
+  return {.transpose_a = false,
+          .transpose_b = true,
+          .m = s.head_size(),
+          .n = s.T,
+          .k = s.T,
+          .alpha = 1.0f,
+          .beta = 0.0f,
+          .a = rows_of_c(AttentionBuffer::kDout, s, b),
+          .b = square(AttentionBuffer::kAtt, s, b),
+          .c = qkv_part(AttentionBuffer::kDqkv, s, b, 2),
+          .batch_count = s.NH};
 }
 
 // The scratch holds dscores (the softmax backward's output, zero above the diagonal):
 // dq = scale dscores K; dq^T = K^T dscores^T.
 inline StridedBatchedGemm attention_dq_gemm(const AttentionShape& s, int b) {
   using namespace attention_gemm_detail;
-  return {false,
-          false,
-          s.head_size(),
-          s.T,
-          s.T,
-          s.scale(),
-          0.0f,
-          qkv_part(AttentionBuffer::kQkv, s, b, 1),
-          square(AttentionBuffer::kScratch, s, b),
-          qkv_part(AttentionBuffer::kDqkv, s, b, 0),
-          s.NH};
+  return {.transpose_a = false,
+          .transpose_b = false,
+          .m = s.head_size(),
+          .n = s.T,
+          .k = s.T,
+          .alpha = s.scale(),
+          .beta = 0.0f,
+          .a = qkv_part(AttentionBuffer::kQkv, s, b, 1),
+          .b = square(AttentionBuffer::kScratch, s, b),
+          .c = qkv_part(AttentionBuffer::kDqkv, s, b, 0),
+          .batch_count = s.NH};
 }
 
 // dk = scale dscores^T Q; dk^T = Q^T dscores.
 inline StridedBatchedGemm attention_dk_gemm(const AttentionShape& s, int b) {
   using namespace attention_gemm_detail;
-  return {false,
-          true,
-          s.head_size(),
-          s.T,
-          s.T,
-          s.scale(),
-          0.0f,
-          qkv_part(AttentionBuffer::kQkv, s, b, 0),
-          square(AttentionBuffer::kScratch, s, b),
-          qkv_part(AttentionBuffer::kDqkv, s, b, 1),
-          s.NH};
+  return {.transpose_a = false,
+          .transpose_b = true,
+          .m = s.head_size(),
+          .n = s.T,
+          .k = s.T,
+          .alpha = s.scale(),
+          .beta = 0.0f,
+          .a = qkv_part(AttentionBuffer::kQkv, s, b, 0),
+          .b = square(AttentionBuffer::kScratch, s, b),
+          .c = qkv_part(AttentionBuffer::kDqkv, s, b, 1),
+          .batch_count = s.NH};
 }
 
 }  // namespace dufu::trainer
