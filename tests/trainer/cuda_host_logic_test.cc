@@ -2,7 +2,7 @@
 // the alignment cuBLASLt is told, the cache of its algorithms, the scratch the device
 // reports to the memory plan, the GEMM-rate timing loop, the stream wait that watches
 // NCCL's errors, and the once-per-kind fallback notice. The GPU parts around them are
-// thin (src/cuda/*.cu) and compiled, not run.
+// kept thin (src/cuda/*.cu), so that what can go wrong in them is tested here.
 #include <gtest/gtest.h>
 
 #include <cstdint>

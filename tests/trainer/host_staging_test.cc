@@ -1,4 +1,4 @@
-// Host staging (trainer/src/host_staging.h): everything that reads or writes a
+// Host staging (trainer/src/checkpoint/host_staging.h): everything that reads or writes a
 // model's device memory as host memory (checkpoints, parallel checkpoints, generation,
 // export) must download or upload it. Run on the guarded device
 // (support/guarded_device.h), whose memory is PROT_NONE outside its own kernels and

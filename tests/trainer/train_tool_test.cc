@@ -329,7 +329,7 @@ TEST_F(TrainToolTest, ConfigurationErrorsAreClear) {
   EXPECT_NE(printed.output.find("lr = 0.5"), std::string::npos) << printed.output;
 }
 
-// Without a usable CUDA device (none here, ever) the reason is the device layer's own,
+// Without a usable CUDA device the reason is the device layer's own,
 // in one line, and nothing is created; a misspelt device is refused naming the knob.
 TEST_F(TrainToolTest, CudaDeviceIsRefusedWithTheReason) {
   const CommandResult misspelt = train(shell_quote(write_config("cuda")) + " train.device=gpu");

@@ -367,10 +367,11 @@ TEST(TrainingOptions, ErrorsNameTheKnob) {
                {"train.on_nonfinite", "\"ignore\""});
   expect_error([] { training_options(config_with({"model.n_head=3"})); }, {"n_head"});
   expect_error([] { training_options(config_with({"train.steps=0"})); }, {"train.steps must be at least 1"});
-  // Issue 26: past the type's limit, the message gives that limit.
+  // Past the type's limit, the message gives that limit.
   expect_error([] { training_options(config_with({"model.vocab_size=2147483648"})); },
                {"model.vocab_size must be at most 2147483647, got 2147483648"});
-  // Issue 26: 2^62 + 1 steps of 4 samples wrapped to a training set of 4 samples.
+  // 2^62 + 1 steps of 4 samples would wrap the 64-bit sample count to a training set
+  // of 4 samples.
   expect_error([] { training_options(config_with({"train.steps=4611686018427387905", "train.micro_batch=4"})); },
                {"train.steps (4611686018427387905) x train.global_batch (4) x model.seq_length (256) tokens is "
                 "more than a run counts"});

@@ -3,8 +3,6 @@
 // the activations kept for the backward stored as bf16 bits. The conversions are
 // bf16.h's DUFU_HOST_DEVICE functions, the ones the CPU device and its tests run, so
 // both devices give the same bits for the same input.
-//
-// Compiled and linked here; no GPU has run it.
 #include <cuda_runtime.h>
 
 #include <cstddef>

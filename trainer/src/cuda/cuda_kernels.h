@@ -5,8 +5,6 @@
 // reduction are fixed by the sizes alone (kernel_partition.h), and no reduction uses
 // floating-point atomics, so a run repeated gives the same bits. Checks of targets and
 // token ids are the caller's (GPT checks them on the host before any kernel).
-//
-// Compiled and linked in CI; no GPU has run them.
 #pragma once
 
 #include <cublasLt.h>

@@ -7,8 +7,6 @@
 // several GPUs asks for it, never linked: a run on one GPU, or on a machine without
 // NCCL, needs none (tests/trainer/cuda_module_needs_test.py checks the module's
 // DT_NEEDED). nccl.h is read at build time for the types only.
-//
-// Compiled and linked; no GPU has run this file.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>

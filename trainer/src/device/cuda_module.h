@@ -13,11 +13,11 @@ namespace dufu::trainer {
 
 // --- NCCL (src/cuda/nccl_collectives.cu): plain functions, because the module does not
 // link dufu_common and so cannot hold a Communicator; NcclCommunicator
-// (src/nccl_communicator.cc, in dufu_trainer) is built on them. Every call enqueues on
+// (src/parallel/nccl_communicator.cc, in dufu_trainer) is built on them. Every call enqueues on
 // the CUDA device's stream, so collectives are ordered with the kernels, and returns;
 // failures throw dufu::Error naming the NCCL call (DUFU_NCCL_CHECK). NCCL's library is
 // not linked: library() loads it (dlopen "libnccl.so.2") the first time a group of
-// several GPUs asks, and every other entry needs it loaded. Compiled, not run.
+// several GPUs asks, and every other entry needs it loaded.
 inline constexpr std::size_t kNcclUniqueIdBytes = 128;  // sizeof(ncclUniqueId), checked in the module
 struct CudaNccl {
   // Whether NCCL's library loads here, or why not (naming the library); loads it once.

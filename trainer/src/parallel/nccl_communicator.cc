@@ -17,7 +17,7 @@
 // unchanged on CUDA; which memory a buffer is in is asked of the driver per call.
 //
 // Every call only enqueues on the CUDA device's stream; traffic seconds therefore
-// measure the enqueueing, not the transfer. Compiled and linked; no GPU has run it.
+// measure the enqueueing, not the transfer.
 #include "dufu/trainer/parallel/nccl_communicator.h"
 
 #include <cstdint>

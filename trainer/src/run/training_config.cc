@@ -33,8 +33,8 @@ ConfigSchema training_config_schema() {
                 "Resume even when a shard differs from the one the checkpoint was trained on (size or index "
                 "digest); the samples then differ from the run's");
   schema.add_string("train.device", "cpu",
-                    "Where the model runs: cpu, or cuda (compiled, not run on a GPU; one GPU per rank, NCCL between "
-                    "ranks; refused with the reason where there is no GPU)");
+                    "Where the model runs: cpu, or cuda (one GPU per rank, NCCL between ranks; refused with the "
+                    "reason where there is no GPU)");
   schema.add_int("train.micro_batch", 8, "Samples per forward/backward")
       .add_int("train.global_batch", 0, "Samples per optimizer step, a multiple of the micro-batch (0 = micro_batch)")
       .add_int("train.steps", 1000, "Optimizer steps to train for")
@@ -46,7 +46,7 @@ ConfigSchema training_config_schema() {
       .add_string("train.precision", "fp32",
                   "fp32, or bf16: bf16 matmul inputs, weight working copy and stored activations with fp32 master "
                   "weights, moments, LayerNorm statistics, softmax and loss (kernels compute in fp32 and round to "
-                  "bf16 at the recipe's points; on cuda: compiled, not run)")
+                  "bf16 at the recipe's points)")
       .add_double("train.dp_bucket_mb", 25.0,
                   "MiB of gradient per data-parallel collective (PyTorch DDP's bucket_cap_mb); the result does not "
                   "depend on it, the collectives' scratch memory does");

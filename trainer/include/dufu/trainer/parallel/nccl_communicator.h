@@ -3,9 +3,6 @@
 // calls live in the CUDA device's module (src/cuda/nccl_collectives.cu); this side keeps
 // the Communicator contract (communicator.h): sums are the left fold over ranks in
 // rank order, bitwise the same on every rank and as the MPI backend's.
-//
-// Compiled and linked; no GPU has run it (the tests that would are labelled gpu and
-// skip here with the reason).
 #pragma once
 
 #include <memory>

@@ -24,7 +24,7 @@ struct RankGroups {
 };
 
 // Collective over `world` (a host communicator). For a CUDA device every group of
-// several ranks is an NCCL communicator (nccl_communicator.h; compiled, not run) and a
+// several ranks is an NCCL communicator (nccl_communicator.h) and a
 // group of one rank a host one (nothing moves); throws dufu::Error on every rank, with
 // the first failing rank's reason, when NCCL is not available to all of them. For the
 // CPU device, host groups.
