@@ -220,10 +220,7 @@ bool Trainer::setup() {
   s.topology.emplace(s.world->size(), options.tensor_parallel_size, options.pipeline_parallel_size, s.world->rank());
   const Topology& topology = *s.topology;
   s.dp = topology.data_parallel_size();
-  if (options.global_batch % (options.micro_batch * s.dp) != 0) {
-    DUFU_FAIL("train.global_batch (", options.global_batch, ") must be a multiple of train.micro_batch (",
-              options.micro_batch, ") x the data-parallel size (", s.dp, ")");
-  }
+  check_global_batch(options, s.dp);
   s.accumulation = options.accumulation_steps(s.dp);
   s.is_main = s.world->rank() == 0;
   const auto coordinates = topology.coordinates();

@@ -13,7 +13,16 @@
 
 namespace dufu::trainer {
 
+namespace {
+
+const char* nonfinite_action_name(NonFiniteAction action) {
+  return action == NonFiniteAction::kSkip ? "skip" : "stop";
+}
+
+}  // namespace
+
 ConfigSchema training_config_schema() {
+  const TrainingOptions defaults;
   ConfigSchema schema;
   schema.add_int("model.n_layer", 4, "Transformer blocks")
       .add_int("model.n_head", 4, "Attention heads per block (must divide model.d_model)")
@@ -21,33 +30,33 @@ ConfigSchema training_config_schema() {
       .add_int("model.vocab_size", 32000, "Vocabulary size: the tokenizer's (every token id must be below it)")
       .add_int("model.vocab_multiple", 128, "The embedding gets a multiple of this many rows (padding masked)")
       .add_int("model.seq_length", 256, "Tokens per training sample (context length)")
-      .add_int("model.init_seed", 1234, "Seed of the GPT-2 weight initialisation");
+      .add_int("model.init_seed", defaults.init_seed, "Seed of the GPT-2 weight initialisation");
   schema.add_string("data.blend", "", "Megatron-style blend of shard prefixes: \"0.7 A 0.3 B\", or one prefix")
       .add_string("data.impl", "mmap", "How shards are read: mmap, lazy or cached")
       .add_string("data.split", "969,30,1", "Megatron split of each shard's documents: train,valid,test")
       .add_int("data.seed", 1234, "Seed of the sample shuffle (Megatron's default 1234)")
       .add_string("data.cache_dir", "", "Index cache directory (default: $DUFU_CACHE_DIR or ~/.cache/dufu)")
-      .add_int("data.workers", 2, "Loader threads reading samples")
-      .add_int("data.prefetch", 4, "Batches the loader prepares ahead")
-      .add_bool("data.allow_changed_shards", false,
+      .add_int("data.workers", defaults.loader_workers, "Loader threads reading samples")
+      .add_int("data.prefetch", defaults.prefetch_batches, "Batches the loader prepares ahead")
+      .add_bool("data.allow_changed_shards", defaults.allow_changed_shards,
                 "Resume even when a shard differs from the one the checkpoint was trained on (size or index "
                 "digest); the samples then differ from the run's");
-  schema.add_string("train.device", "cpu",
+  schema.add_string("train.device", device_kind_name(defaults.device),
                     "Where the model runs: cpu, or cuda (one GPU per rank, NCCL between ranks; refused with the "
                     "reason where there is no GPU)");
-  schema.add_int("train.micro_batch", 8, "Samples per forward/backward")
+  schema.add_int("train.micro_batch", defaults.micro_batch, "Samples per forward/backward")
       .add_int("train.global_batch", 0, "Samples per optimizer step, a multiple of the micro-batch (0 = micro_batch)")
-      .add_int("train.steps", 1000, "Optimizer steps to train for")
-      .add_string("train.on_nonfinite", "stop",
+      .add_int("train.steps", defaults.steps, "Optimizer steps to train for")
+      .add_string("train.on_nonfinite", nonfinite_action_name(defaults.on_nonfinite),
                   "What a NaN or Inf loss or gradient does: stop (error naming the step) or skip (no update)")
-      .add_int("train.exit_at_step", 0,
+      .add_int("train.exit_at_step", defaults.exit_at_step,
                "Stop with a checkpoint after this step (0 = run to train.steps): splits a run into jobs")
-      .add_int("train.threads", 0, "OpenMP threads for the kernels (0 = OMP_NUM_THREADS or every core)")
-      .add_string("train.precision", "fp32",
+      .add_int("train.threads", defaults.threads, "OpenMP threads for the kernels (0 = OMP_NUM_THREADS or every core)")
+      .add_string("train.precision", precision_name(defaults.precision),
                   "fp32, or bf16: bf16 matmul inputs, weight working copy and stored activations with fp32 master "
                   "weights, moments, LayerNorm statistics, softmax and loss (kernels compute in fp32 and round to "
                   "bf16 at the recipe's points)")
-      .add_double("train.dp_bucket_mb", 25.0,
+      .add_double("train.dp_bucket_mb", defaults.dp_bucket_mb,
                   "MiB of gradient per data-parallel collective (PyTorch DDP's bucket_cap_mb); the result does not "
                   "depend on it, the collectives' scratch memory does");
   schema.add_double("optim.lr", 6e-4, "Peak learning rate, reached at the end of the warmup")
@@ -58,23 +67,27 @@ ConfigSchema training_config_schema() {
       .add_double("optim.beta2", 0.95, "AdamW beta2")
       .add_double("optim.eps", 1e-8, "AdamW epsilon")
       .add_double("optim.weight_decay", 0.1, "Decoupled weight decay of the matrices (not biases or LayerNorm)")
-      .add_double("optim.grad_clip", 1.0, "Clip the global gradient norm to this (0 = no clipping)");
-  schema.add_int("eval.interval", 100, "Evaluate on the validation split every this many steps (0 = never)")
-      .add_int("eval.batches", 8, "Micro-batches per evaluation (the same ones each time)");
-  schema.add_int("checkpoint.interval", 100, "Save a checkpoint every this many steps (0 = only at the end)")
-      .add_int("checkpoint.keep", 3, "Newest checkpoints kept");
-  schema.add_int("dist.tensor_parallel_size", 1, "Tensor-parallel ranks (Megatron: heads and MLP split, vocab-parallel embedding and loss)")
-      .add_int("dist.pipeline_parallel_size", 1, "Pipeline stages (1F1B schedule over the micro-batches of a step)")
+      .add_double("optim.grad_clip", defaults.grad_clip, "Clip the global gradient norm to this (0 = no clipping)");
+  schema.add_int("eval.interval", defaults.eval_interval,
+                 "Evaluate on the validation split every this many steps (0 = never)")
+      .add_int("eval.batches", defaults.eval_batches, "Micro-batches per evaluation (the same ones each time)");
+  schema.add_int("checkpoint.interval", defaults.checkpoint_interval,
+                 "Save a checkpoint every this many steps (0 = only at the end)")
+      .add_int("checkpoint.keep", defaults.checkpoint_keep, "Newest checkpoints kept");
+  schema.add_int("dist.tensor_parallel_size", defaults.tensor_parallel_size,
+                 "Tensor-parallel ranks (Megatron: heads and MLP split, vocab-parallel embedding and loss)")
+      .add_int("dist.pipeline_parallel_size", defaults.pipeline_parallel_size,
+               "Pipeline stages (1F1B schedule over the micro-batches of a step)")
       .add_string("dist.pipeline_num_layers", "",
                   "Layers per pipeline stage, e.g. \"5,7\" (empty: an even split, earlier stages one more)")
       .add_string("dist.pipeline_stage_ids", "",
                   "The stage of each layer, e.g. \"0,0,0,0,0,1,1,1,1,1,1,1\" (LiBai's explicit stage ids; "
                   "instead of dist.pipeline_num_layers)")
-      .add_int("dist.zero_stage", 0,
+      .add_int("dist.zero_stage", defaults.zero_stage,
                "1: shard the AdamW moments over the data-parallel ranks (ZeRO-1: reduce-scatter, update, "
                "all-gather); 0: every rank keeps them all");
-  schema.add_string("run.dir", "runs/gpt", "Directory of the run: checkpoints, metrics.jsonl, config.toml")
-      .add_int("run.log_interval", 1, "Print a step line every this many steps");
+  schema.add_string("run.dir", defaults.run_dir, "Directory of the run: checkpoints, metrics.jsonl, config.toml")
+      .add_int("run.log_interval", defaults.log_interval, "Print a step line every this many steps");
   return schema;
 }
 
@@ -168,10 +181,7 @@ TrainingOptions training_options(const Config& config) {
   options.micro_batch = static_cast<int>(int_in_range(config, "train.micro_batch", 1));
   const std::int64_t global_batch = int_in_range(config, "train.global_batch", 0);
   options.global_batch = global_batch == 0 ? options.micro_batch : static_cast<int>(global_batch);
-  if (options.global_batch % options.micro_batch != 0) {
-    DUFU_FAIL("train.global_batch (", options.global_batch, ") must be a multiple of train.micro_batch (",
-              options.micro_batch, ")");
-  }
+  check_global_batch(options, 1);
   options.steps = int_in_range(config, "train.steps", 1, std::numeric_limits<std::int64_t>::max());
   // The run counts its samples and tokens in 64 bits, and the training set is sized to
   // steps x global batch: a product past them would wrap to a few samples.
@@ -189,9 +199,9 @@ TrainingOptions training_options(const Config& config) {
     DUFU_FAIL("train.dp_bucket_mb must be between 4 bytes (3.8e-6) and 1048576 MiB, got ", options.dp_bucket_mb);
   }
   const std::string& on_nonfinite = config.get_string("train.on_nonfinite");
-  if (on_nonfinite == "stop") {
+  if (on_nonfinite == nonfinite_action_name(NonFiniteAction::kStop)) {
     options.on_nonfinite = NonFiniteAction::kStop;
-  } else if (on_nonfinite == "skip") {
+  } else if (on_nonfinite == nonfinite_action_name(NonFiniteAction::kSkip)) {
     options.on_nonfinite = NonFiniteAction::kSkip;
   } else {
     DUFU_FAIL("train.on_nonfinite must be \"stop\" or \"skip\", got \"", on_nonfinite, "\"");
@@ -257,6 +267,16 @@ TrainingOptions training_options(const Config& config) {
   options.valid_data.split.megatron_part = 1;
   options.valid_data.num_samples = static_cast<std::uint64_t>(options.eval_batches) * options.micro_batch;
   return options;
+}
+
+void check_global_batch(const TrainingOptions& options, int data_parallel_size) {
+  if (options.global_batch % (options.micro_batch * data_parallel_size) == 0) return;
+  if (data_parallel_size == 1) {
+    DUFU_FAIL("train.global_batch (", options.global_batch, ") must be a multiple of train.micro_batch (",
+              options.micro_batch, ")");
+  }
+  DUFU_FAIL("train.global_batch (", options.global_batch, ") must be a multiple of train.micro_batch (",
+            options.micro_batch, ") x the data-parallel size (", data_parallel_size, ")");
 }
 
 std::vector<AgreedSetting> rank_shared_settings(const Config& config) {

@@ -1,7 +1,8 @@
 // Every knob of a training run, declared once (name, type, default, help) for the
 // TOML file, the command-line overrides, `train --help`, the effective configuration
 // printed at start and the copy saved with each checkpoint; and its typed, checked
-// form.
+// form. A knob read into a field of TrainingOptions takes its default from that
+// field's initialiser, so each default is written once.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +36,9 @@ struct TrainingOptions {
   bool allow_changed_shards = false;
 
   int micro_batch = 8;
-  int global_batch = 8;  // a multiple of micro_batch x data-parallel size: gradient accumulation
+  // A multiple of micro_batch x data-parallel size: gradient accumulation. The knob's
+  // default, 0, means one micro-batch.
+  int global_batch = micro_batch;
   std::int64_t steps = 1000;
   std::int64_t exit_at_step = 0;  // stop after this step with a checkpoint; 0 = never
   NonFiniteAction on_nonfinite = NonFiniteAction::kStop;
@@ -60,7 +63,7 @@ struct TrainingOptions {
   std::vector<int> pipeline_num_layers;  // layers per stage; empty = an even split
   int zero_stage = 0;  // 1: AdamW moments sharded over the data-parallel ranks
 
-  std::string run_dir;
+  std::string run_dir = "runs/gpt";
   std::int64_t log_interval = 1;
 
   int accumulation_steps(int data_parallel_size = 1) const {
@@ -73,6 +76,11 @@ struct TrainingOptions {
 // that is not a multiple of the micro-batch, a missing data.blend, a float knob that
 // is NaN, infinite or beyond the float range, ...).
 TrainingOptions training_options(const Config& config);
+
+// Throws dufu::Error naming both knobs unless train.global_batch is a multiple of
+// train.micro_batch x `data_parallel_size`: training_options checks it for one rank,
+// the trainer again once the launcher's ranks give the data-parallel size.
+void check_global_batch(const TrainingOptions& options, int data_parallel_size);
 
 // What every rank of a run must have alike (rank_agreement.h): every knob but those
 // that only tune the rank they are given to and may differ between nodes
