@@ -49,8 +49,9 @@ class Trainer {
   // writes its config.toml, builds the data and records its shards' identity, the
   // layout, the model and optimizer (initialised, or loaded from the checkpoint to
   // resume from, after comparing the shards with the ones it records), the loader and
-  // metrics.jsonl, and measures the sgemm peak. Reports effective_config and layout, then run_summary; or nothing_to_do and
-  // returns false when the run is already at train.steps.
+  // metrics.jsonl, and measures the sgemm peak. Reports effective_config and layout,
+  // then run_summary; or nothing_to_do and returns false when the run is already at
+  // train.steps.
   bool setup();
 
   // One optimizer step: the global batch forward and backward, gradient reduction and
