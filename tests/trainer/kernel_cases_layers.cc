@@ -408,8 +408,6 @@ Outputs run_attention_backward(const Shape& s, Device* device, int calls) {
   return {{"dqkv", dqkv}};
 }
 
-// ---- classifier --------------------------------------------------------------------
-
 }  // namespace
 
 std::vector<OpCase> layer_op_cases() {
