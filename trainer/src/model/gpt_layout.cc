@@ -25,6 +25,14 @@ bool stage_holds(const PipelineStage& stage, const std::string& name) {
   return stage.is_last();  // ln_f
 }
 
+void check_tensor_parallel_size(int tensor_parallel_size) {
+  if (tensor_parallel_size < 1) DUFU_FAIL("tensor_parallel_size must be at least 1, got ", tensor_parallel_size);
+}
+
+void check_pipeline_stages(int stages) {
+  if (stages < 1) DUFU_FAIL("pipeline_parallel_size must be at least 1, got ", stages);
+}
+
 }  // namespace
 
 PipelineStage resolve_pipeline_stage(const GPTConfig& config, PipelineStage stage) {
@@ -48,7 +56,7 @@ PipelineStage resolve_pipeline_stage(const GPTConfig& config, PipelineStage stag
 }
 
 int GPTConfig::padded_vocab_size(int tensor_parallel_size) const {
-  if (tensor_parallel_size < 1) DUFU_FAIL("tensor_parallel_size must be at least 1, got ", tensor_parallel_size);
+  check_tensor_parallel_size(tensor_parallel_size);
   const long long multiple = static_cast<long long>(vocab_multiple) * tensor_parallel_size;
   const long long padded = (vocab_size + multiple - 1) / multiple * multiple;
   if (padded > INT_MAX) {
@@ -86,7 +94,7 @@ std::size_t ParamTensor::size() const {
 std::vector<ParamTensor> gpt_parameter_layout(const GPTConfig& config, int tensor_parallel_size) {
   config.validate();
   const int tp = tensor_parallel_size;
-  if (tp < 1) DUFU_FAIL("tensor_parallel_size must be at least 1, got ", tp);
+  check_tensor_parallel_size(tp);
   if (config.n_head % tp != 0) {
     DUFU_FAIL("GPT config: n_head ", config.n_head, " is not divisible by the tensor parallel size ", tp,
               "; HINT: each tensor-parallel rank computes n_head / tp whole heads, so choose a tp that divides n_head");
@@ -129,7 +137,7 @@ std::vector<ParamTensor> gpt_parameter_layout(const GPTConfig& config, int tenso
 }
 
 std::vector<int> pipeline_layer_split(int n_layer, int stages, std::span<const int> pipeline_num_layers) {
-  if (stages < 1) DUFU_FAIL("pipeline_parallel_size must be at least 1, got ", stages);
+  check_pipeline_stages(stages);
   if (n_layer < stages) {
     DUFU_FAIL("pipeline_parallel_size ", stages, " is more stages than the model's ", n_layer,
               " layers; HINT: every stage needs at least one layer, so use at most n_layer stages");
@@ -159,7 +167,7 @@ std::vector<int> pipeline_layer_split(int n_layer, int stages, std::span<const i
 }
 
 std::vector<int> pipeline_layer_split_from_stage_ids(int n_layer, int stages, std::span<const int> stage_of_layer) {
-  if (stages < 1) DUFU_FAIL("pipeline_parallel_size must be at least 1, got ", stages);
+  check_pipeline_stages(stages);
   if (stage_of_layer.size() != static_cast<std::size_t>(n_layer)) {
     DUFU_FAIL("pipeline stage ids: ", stage_of_layer.size(), " ids for n_layer ", n_layer,
               " layers; HINT: give every layer its stage");
