@@ -22,9 +22,9 @@
 #include <span>
 #include <vector>
 
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/gpt.h"
-#include "dufu/trainer/optimizer.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/optimizer.h"
 
 namespace {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "dufu/common/communicator.h"
-#include "dufu/trainer/data_parallel_optimizer.h"
+#include "dufu/trainer/parallel/data_parallel_optimizer.h"
 
 namespace {
 

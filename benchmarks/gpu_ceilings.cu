@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "dufu/common/error.h"
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/flops.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/model/flops.h"
 
 namespace {
 

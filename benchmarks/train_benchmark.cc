@@ -38,12 +38,12 @@
 #include "dufu/common/atomic_file.h"
 #include "dufu/common/error.h"
 #include "dufu/common/json_writer.h"
-#include "dufu/trainer/checkpoint.h"
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/flops.h"
-#include "dufu/trainer/gpt.h"
-#include "dufu/trainer/optimizer.h"
-#include "dufu/trainer/training_memory.h"
+#include "dufu/trainer/checkpoint/checkpoint.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/model/flops.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/optimizer.h"
+#include "dufu/trainer/run/training_memory.h"
 
 namespace {
 

@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "checkpoint_state_json.h"  // trainer/src: the reader and writer themselves
-#include "dufu/trainer/checkpoint_state.h"
+#include "checkpoint/checkpoint_state_json.h"  // trainer/src: the reader and writer themselves
+#include "dufu/trainer/checkpoint/checkpoint_state.h"
 #include "fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

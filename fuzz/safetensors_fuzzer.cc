@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/safetensors.h"
+#include "dufu/trainer/checkpoint/safetensors.h"
 #include "fuzz_input.h"
 
 namespace {

@@ -10,7 +10,7 @@
 #include <variant>
 
 #include "dufu/common/config.h"
-#include "dufu/trainer/training_config.h"
+#include "dufu/trainer/run/training_config.h"
 #include "fuzz_input.h"
 
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "dufu/common/error.h"
-#include "dufu/trainer/device.h"
+#include "dufu/trainer/device/device.h"
 #include "support/forwarding_cpu_device.h"
 
 namespace dufu::testing {

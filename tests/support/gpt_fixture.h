@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "dufu/trainer/gpt.h"
+#include "dufu/trainer/model/gpt.h"
 
 namespace dufu::testing {
 

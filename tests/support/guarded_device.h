@@ -18,9 +18,9 @@
 #include <map>
 #include <string>
 
-#include "../../trainer/src/kernel_list.h"
+#include "../../trainer/src/device/kernel_list.h"
 #include "dufu/common/error.h"
-#include "dufu/trainer/device.h"
+#include "dufu/trainer/device/device.h"
 
 namespace dufu::testing {
 

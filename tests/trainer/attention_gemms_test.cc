@@ -4,7 +4,7 @@
 // attention issues them, and the result must be the double-precision reference
 // attention (kernel_reference.h). A wrong transpose, leading dimension, offset or
 // batch stride in the plans shows up here, without a GPU.
-#include "dufu/trainer/attention_gemms.h"
+#include "dufu/trainer/device/attention_gemms.h"
 
 #include <gtest/gtest.h>
 

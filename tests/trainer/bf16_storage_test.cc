@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/gpt.h"
-#include "dufu/trainer/gpt_layout.h"
-#include "dufu/trainer/gpt_pieces.h"
-#include "dufu/trainer/training_memory.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/gpt_layout.h"
+#include "dufu/trainer/model/gpt_pieces.h"
+#include "dufu/trainer/run/training_memory.h"
 #include "support/forwarding_cpu_device.h"
 #include "support/gpt_fixture.h"
 

@@ -3,7 +3,7 @@
 // kernel against the helper, and the GPT under train.precision = bf16 without data:
 // fp32 untouched by the knob, bf16 close to fp32 but not equal, deterministic, and
 // its working copy of the weights following the fp32 masters.
-#include "dufu/trainer/bf16.h"
+#include "dufu/trainer/device/bf16.h"
 
 #include <gtest/gtest.h>
 
@@ -18,10 +18,10 @@
 #include "dufu/common/communicator.h"
 #include "dufu/common/config.h"
 #include "dufu/common/error.h"
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/gpt.h"
-#include "dufu/trainer/optimizer.h"
-#include "dufu/trainer/training_config.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/optimizer.h"
+#include "dufu/trainer/run/training_config.h"
 #include "support/expect_error.h"
 #include "support/forwarding_cpu_device.h"
 #include "support/gpt_fixture.h"

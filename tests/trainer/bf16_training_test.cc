@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/bf16.h"
-#include "dufu/trainer/safetensors.h"
+#include "dufu/trainer/checkpoint/safetensors.h"
+#include "dufu/trainer/device/bf16.h"
 #include "support/fortunes_shard.h"
 #include "support/run_dir.h"
 #include "support/temp_dir.h"

@@ -30,9 +30,9 @@
 
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
-#include "dufu/trainer/checkpoint.h"
-#include "dufu/trainer/gpt.h"
-#include "dufu/trainer/optimizer.h"
+#include "dufu/trainer/checkpoint/checkpoint.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/optimizer.h"
 #include "support/fork_child.h"
 #include "support/gpt_fixture.h"
 #include "support/temp_dir.h"

@@ -1,138 +1,44 @@
-// Tests for checkpoints (checkpoint.h): a save and load restores weights, AdamW
-// moments, step count and training state bit for bit; model.safetensors has HF's
-// GPT-2 layout, checked tensor by tensor and by PyTorch (tests/reference/
-// hf_checkpoint_reference.py computes the loss of the file's weights); old, partial
-// and replaced checkpoints are cleaned up; and every kind of damage (truncation, a
-// flipped byte, a garbled state.json, another model shape, wrong tensors) is refused
-// with a message naming the file and the problem.
-#include "dufu/trainer/checkpoint.h"
-
+// Tests for saving and loading checkpoints (checkpoint.h): a save and load restores
+// weights, AdamW moments, step count and training state bit for bit; model.safetensors
+// has HF's GPT-2 layout, checked tensor by tensor and by PyTorch (tests/reference/
+// hf_checkpoint_reference.py computes the loss of the file's weights); old and
+// replaced checkpoints are cleaned up on save; and a load refuses another model shape
+// or wrong tensors, and a save non-finite weights, with a message naming the file and
+// the problem. What a load verifies of state.json and the files is
+// checkpoint_state_test.cc's, finding a usable checkpoint checkpoint_find_test.cc's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
 #include <limits>
-#include <random>
 #include <set>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "checkpoint_test_support.h"
 #include "dufu/common/error.h"
-#include "dufu/common/log.h"
 #include "dufu/common/npy.h"
-#include "dufu/trainer/gpt.h"
-#include "dufu/trainer/optimizer.h"
-#include "dufu/trainer/safetensors.h"
+#include "dufu/trainer/checkpoint/checkpoint.h"
+#include "dufu/trainer/checkpoint/safetensors.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/optimizer.h"
 #include "support/expect_error.h"
 #include "support/float_compare.h"
 #include "support/gpt_fixture.h"
-#include "support/temp_dir_test.h"
 #include "support/tool_runner.h"
 
 namespace dufu::trainer {
 namespace {
 
-namespace fs = std::filesystem;
+using namespace checkpoint_testing;  // the fixture and helpers the checkpoint tests share
 using dufu::testing::bitwise_equal;
 using dufu::testing::expect_error;
 using dufu::testing::read_all;
 using dufu::testing::relative_error;
 using dufu::testing::write_all;
-
-constexpr int kB = 2;
-constexpr int kT = 16;
-
-GPTConfig small_config() {
-  // vocab_size 100 is padded to 128: 28 padding rows that the checkpoint cuts.
-  return dufu::testing::small_gpt_config(
-      {.n_layer = 2, .n_head = 4, .d_model = 32, .vocab_size = 100, .vocab_multiple = 64, .seq_length = kT});
-}
-
-using Batch = dufu::testing::TokenBatch;
-
-// Next-token targets with a few positions ignored (-1).
-Batch make_batch(int vocab_size, std::uint32_t seed) {
-  return dufu::testing::next_token_batch(kB, kT, vocab_size, seed, {3, kT + 7});
-}
-
-// A model and its optimizer after `steps` AdamW updates from GPT-2's initialisation,
-// so the weights and both moments are all non-trivial.
-struct Trained {
-  GPT model;
-  AdamW optimizer;
-  Batch batch;
-
-  Trained(std::uint32_t seed, int steps, const GPTConfig& config = small_config())
-      : model(config), optimizer(model, AdamWOptions{}), batch(make_batch(config.vocab_size, seed)) {
-    model.init_gpt2(seed);
-    for (int i = 0; i < steps; ++i) step();
-  }
-  void step() {
-    model.zero_grad();
-    model.forward(batch.tokens, batch.targets, kB, kT);
-    model.backward();
-    optimizer.step(model.params(), model.grads(), 1e-3f);
-  }
-};
-
-// Every field set, with values that exercise the JSON: quotes, newlines, non-ASCII,
-// the extremes of the integer types.
-TrainingState make_state(std::int64_t step) {
-  TrainingState state;
-  state.step = step;
-  state.consumed_samples = 1000 + static_cast<std::uint64_t>(step) * 8;
-  state.consumed_tokens = 18446744073709551615ull;  // above INT64_MAX: JSON's unsigned range
-  state.skipped_steps = 2;
-  state.train_loader_state = "epoch=1 \"quoted\"\nline\t2 \\ caf\xc3\xa9 \x01";
-  state.init_seed = 4294967295u;
-  state.data_seed = 7;
-  state.model = small_config();
-  state.config_toml = "[model]\nn_layer = 2\nname = \"a \\\"b\\\"\"\n";
-  state.shards = {{"data/web \"1\"", 18446744073709551615ull, 16, std::string(64, 'a'), std::string(64, 'b')},
-                  {"/abs/code", 2, 0, std::string(64, '0'), std::string(64, 'f')}};
-  return state;
-}
-
-std::vector<std::string> names_of(const std::vector<std::string>& paths) {
-  std::vector<std::string> names;
-  for (const std::string& path : paths) names.push_back(fs::path(path).filename().string());
-  return names;
-}
-
-std::set<std::string> list_dir(const std::string& dir) {
-  std::set<std::string> names;
-  for (const auto& entry : fs::directory_iterator(dir)) names.insert(entry.path().filename().string());
-  return names;
-}
-
-// The tensors of a safetensors file, to write back with changes.
-std::vector<safetensors::TensorRef> refs_of(const safetensors::File& file) {
-  std::vector<safetensors::TensorRef> refs;
-  for (const safetensors::TensorView& tensor : file.tensors()) {
-    refs.push_back({tensor.name, tensor.dtype, tensor.shape, tensor.bytes.data()});
-  }
-  return refs;
-}
-
-class CheckpointTest : public dufu::testing::TempDirTest {
- protected:
-  void SetUp() override {
-    saved_level_ = log_level();
-    set_log_level(LogLevel::kWarn);  // keep "saved checkpoint" lines out of the output
-  }
-  void TearDown() override { set_log_level(saved_level_); }
-
-  std::string run_dir() const { return dir_.file("run"); }
-  std::string save(const Trained& run, std::int64_t step, int keep_last = 100) {
-    return save_checkpoint(run_dir(), run.model, run.optimizer, make_state(step), keep_last);
-  }
-
-  LogLevel saved_level_ = LogLevel::kInfo;
-};
 
 TEST_F(CheckpointTest, RoundTripIsBitwise) {
   Trained run(11, 3);
@@ -356,108 +262,6 @@ TEST_F(CheckpointTest, SaveRejectsBadArgumentsAndReportsIOFailures) {
   expect_error([&] { save(run, 1); }, {run_dir() + "/checkpoints"});
 }
 
-TEST_F(CheckpointTest, TruncatedModelFileIsRefused) {
-  Trained run(20, 1);
-  const std::string dir = save(run, 1);
-  const std::string path = dir + "/model.safetensors";
-  const auto size = fs::file_size(path);
-  fs::resize_file(path, size - 100);
-  expect_error([&] { read_checkpoint_state(dir); },
-               {dir, str_cat("model.safetensors is ", size - 100, " bytes, state.json says ", size, " (truncated?)")});
-}
-
-TEST_F(CheckpointTest, FlippedByteInOptimizerFileIsRefused) {
-  Trained run(21, 1);
-  const std::string dir = save(run, 1);
-  const std::string path = dir + "/optimizer.safetensors";
-  std::string bytes = read_all(path);
-  bytes[bytes.size() / 2] ^= 0x10;
-  write_all(path, bytes);
-  expect_error([&] { read_checkpoint_state(dir); }, {dir, "optimizer.safetensors has SHA-256 ", "(corrupt)"});
-}
-
-TEST_F(CheckpointTest, MissingOrGarbledStateIsRefused) {
-  Trained run(22, 1);
-  const std::string dir = save(run, 3);
-  const std::string state_path = dir + "/state.json";
-  const std::string original = read_all(state_path);
-  // Each case edits one thing in the original state.json.
-  struct Case {
-    std::string from, to, message;
-  };
-  const std::vector<Case> cases = {
-      {"\"consumed_tokens\":", "\"consumed_tokenz\":", "missing field \"consumed_tokens\""},
-      {"\"step\":3,", "\"step\":\"3\",", "field \"step\" is a string, expected a non-negative integer"},
-      {"\"step\":3,", "\"step\":3.5,", "field \"step\" is a non-integer number"},
-      {"\"skipped_steps\":2", "\"skipped_steps\":-2", "field \"skipped_steps\" is -2, expected a non-negative"},
-      {"\"init_seed\":4294967295", "\"init_seed\":4294967296", "\"init_seed\" is 4294967296, more than the largest"},
-      {"\"n_head\":4,", "\"n_headz\":4,", "missing field \"model.n_head\""},
-      {"\"n_head\":4,", "\"n_head\":5,", "\"model\": GPT config: d_model 32 is not divisible by n_head 5"},
-      {"\"model\":{", "\"model\":[1],\"x\":{", "field \"model\" is an array, expected an object"},
-      {"\"train_loader_state\":\"", "\"train_loader_state\":null,\"x\":\"", "\"train_loader_state\" is null"},
-      {"\"format\":\"dufu-checkpoint\"", "\"format\":\"other\"", "\"format\" is \"other\", not \"dufu-checkpoint\""},
-      {"\"version\":2,", "\"version\":3,", "checkpoint format version 3, this build reads versions 1 to 2"},
-      {"\"tensor_parallel_size\":1", "\"tensor_parallel_size\":3",
-       "\"layout\": tensor_parallel_size 3 does not divide n_head 4"},
-      {"\"pipeline_parallel_size\":1", "\"pipeline_parallel_size\":3",
-       "\"layout\": pipeline_parallel_size 3 is more stages than the model's 2 layers"},
-      {"\"optimizer_sharded\":false", "\"optimizer_sharded\":true",
-       "\"layout\": optimizer_sharded with data_parallel_size 1"},
-      {"\"optimizer_sharded\":false", "\"optimizer_sharded\":0", "\"layout.optimizer_sharded\" is "},
-      {"\"pipeline_layers\":[]", "\"pipeline_layers\":[\"2\"]", "\"layout.pipeline_layers\" holds \"2\""},
-      {"\"layout\":{", "\"layoutz\":{", "missing field \"layout\""},
-      {"\"files\":{", "\"files\":{\"model-tp01.safetensors\":{\"bytes\":1,\"sha256\":\"" + std::string(64, 'a') +
-                         "\"},",
-       "\"files\" lists \"model-tp01.safetensors\", which a checkpoint of this layout does not have"},
-      {"\"step\":3,", "\"step\":4,", "step 4 does not match the directory name step_00000003"},
-      {"\"sha256\":\"", "\"sha256\":\"xyz", "\"files.model.safetensors.sha256\" is \"xyz"},
-      {"\"bytes\":", "\"bytez\":", "missing field \"files.model.safetensors.bytes\""},
-      {"\"optimizer.safetensors\":", "\"optimiser.safetensors\":", "missing field \"files.optimizer.safetensors\""},
-      {"\"shards\":[", "\"shards\":7,\"x\":[", "field \"shards\" is an integer, expected an array"},
-      {"\"shards\":[", "\"shards\":[7,", "field \"shards[0]\" is an integer, expected an object"},
-      {"\"bin_bytes\":", "\"bin_bytez\":", "missing field \"shards[0].bin_bytes\""},
-      {"\"idx_bytes\":16", "\"idx_bytes\":-16", "field \"shards[0].idx_bytes\" is -16"},
-      {"\"idx_sha256\":\"", "\"idx_sha256\":\"zz", "\"shards[0].idx_sha256\" is \"zz"},
-      {"\"prefix\":\"/abs/code\"", "\"prefix\":2", "field \"shards[1].prefix\" is an integer, expected a string"},
-      {original, "{\"format\":\"dufu-checkpoint\",\"version\":2,\"step\":", "state.json: not valid JSON"},
-      {original, "[1, 2]", "state.json: the top level is an array, not an object"},
-      {original, "", "state.json: not valid JSON"},
-  };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.to);
-    std::string edited = original;
-    const auto at = edited.find(c.from);
-    ASSERT_NE(at, std::string::npos) << c.from;
-    edited.replace(at, c.from.size(), c.to);
-    write_all(state_path, edited);
-    expect_error([&] { read_checkpoint_state(dir); }, {state_path + ": ", c.message});
-  }
-  write_all(state_path, original);
-  EXPECT_TRUE(read_checkpoint_state(dir) == make_state(3));
-
-  // Version 1 (before layouts) was always serial, and still reads.
-  std::string version1 = original;
-  version1.replace(version1.find("\"version\":2"), 11, "\"version\":1");
-  const auto layout_at = version1.find("\"layout\":{");
-  version1.erase(layout_at, version1.find('}', layout_at) + 2 - layout_at);
-  ASSERT_EQ(version1.find("layout"), std::string::npos) << version1;
-  write_all(state_path, version1);
-  EXPECT_TRUE(read_checkpoint_state(dir) == make_state(3));
-  // Checkpoints written before the shards were recorded have none, and still read.
-  std::string without_shards = original;
-  const auto shards_at = without_shards.find("\"shards\":[");
-  without_shards.erase(shards_at, without_shards.find("],", shards_at) + 2 - shards_at);
-  ASSERT_EQ(without_shards.find("shards"), std::string::npos) << without_shards;
-  write_all(state_path, without_shards);
-  TrainingState old_state = make_state(3);
-  old_state.shards.clear();
-  EXPECT_TRUE(read_checkpoint_state(dir) == old_state);
-  write_all(state_path, original);
-
-  fs::remove(state_path);
-  expect_error([&] { read_checkpoint_state(dir); }, {state_path + ": missing"});
-}
-
 TEST_F(CheckpointTest, OtherModelShapeIsRefusedNamingTheField) {
   Trained run(23, 1);
   const std::string dir = save(run, 1);
@@ -534,108 +338,6 @@ TEST_F(CheckpointTest, WrongTensorsAreRefusedAndNothingIsLoaded) {
   }
 }
 
-TEST_F(CheckpointTest, FindUsableSkipsCorruptNewestWithAWarning) {
-  Trained run(26, 1);
-  const std::string older = save(run, 10);
-  const std::string newer = save(run, 20);
-  std::string bytes = read_all(newer + "/model.safetensors");
-  bytes[bytes.size() - 5] ^= 0x01;
-  write_all(newer + "/model.safetensors", bytes);
-
-  ::testing::internal::CaptureStderr();
-  const std::optional<std::string> found = find_usable_checkpoint(run_dir());
-  const std::string log = ::testing::internal::GetCapturedStderr();
-  ASSERT_TRUE(found.has_value());
-  EXPECT_EQ(*found, older);
-  EXPECT_NE(log.find("WARN"), std::string::npos) << log;
-  EXPECT_NE(log.find("skipping checkpoint '" + newer + "'"), std::string::npos) << log;
-  EXPECT_NE(log.find("model.safetensors has SHA-256"), std::string::npos) << log;
-
-  // A checkpoint directory named directly is returned as it is, or refused.
-  EXPECT_EQ(find_usable_checkpoint(older), older);
-  expect_error([&] { find_usable_checkpoint(newer); }, {newer, "(corrupt)"});
-
-  // None usable: the newest one's reason.
-  fs::resize_file(older + "/optimizer.safetensors", 64);
-  ::testing::internal::CaptureStderr();
-  expect_error([&] { find_usable_checkpoint(run_dir()); },
-               {run_dir(), "none of its 2 checkpoints verifies", "model.safetensors has SHA-256"});
-  ::testing::internal::GetCapturedStderr();
-}
-
-TEST_F(CheckpointTest, FindUsableOnRunWithoutCheckpointsOrMissingPath) {
-  fs::create_directories(run_dir());
-  EXPECT_EQ(find_usable_checkpoint(run_dir()), std::nullopt);
-  fs::create_directories(run_dir() + "/checkpoints/step_00000005.partial-3");
-  EXPECT_EQ(find_usable_checkpoint(run_dir()), std::nullopt);
-
-  expect_error([&] { find_usable_checkpoint(dir_.file("nowhere")); }, {dir_.file("nowhere"), "no such"});
-  write_all(dir_.file("file"), "x");
-  expect_error([&] { find_usable_checkpoint(dir_.file("file")); }, {dir_.file("file"), "not a directory"});
-
-  // Neither is the checkpoints/ directory, nor a checkpoint without its state.json.
-  Trained run(27, 1);
-  const std::string dir = save(run, 1);
-  expect_error([&] { find_usable_checkpoint(run_dir() + "/checkpoints"); },
-               {run_dir() + "/checkpoints", "checkpoints/ directory", "HINT"});
-  fs::remove(dir + "/state.json");
-  expect_error([&] { find_usable_checkpoint(dir); }, {dir, "incomplete checkpoint", "no state.json"});
-}
-
-// A step directory without state.json is a checkpoint that cannot be used: skipped
-// with a warning when an older one verifies, and when none does the run directory is
-// refused (training must not start over it and replace them), naming the newest and
-// why.
-TEST_F(CheckpointTest, FindUsableRefusesARunWhoseCheckpointsLackStateJson) {
-  Trained run(28, 1);
-  const std::string older = save(run, 10);
-  const std::string newer = save(run, 20);
-  fs::remove(newer + "/state.json");
-  ::testing::internal::CaptureStderr();
-  EXPECT_EQ(find_usable_checkpoint(run_dir()), older);
-  const std::string log = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(log.find("skipping checkpoint '" + newer + "': " + newer + ": it has no state.json"), std::string::npos)
-      << log;
-
-  fs::remove(older + "/state.json");
-  ::testing::internal::CaptureStderr();
-  expect_error([&] { find_usable_checkpoint(run_dir()); },
-               {run_dir() + ": none of its 2 checkpoints verifies, and training will not start over them",
-                newer + ": it has no state.json", "HINT: restore a good checkpoint there, or remove " + run_dir() +
-                                                      "/checkpoints (or choose another run.dir)"});
-  ::testing::internal::GetCapturedStderr();
-  // Not even a partial directory beside them makes it a run without checkpoints.
-  fs::remove_all(older);
-  ::testing::internal::CaptureStderr();
-  expect_error([&] { find_usable_checkpoint(run_dir()); }, {"none of its 1 checkpoints verifies"});
-  ::testing::internal::GetCapturedStderr();
-}
-
-// What processes killed while saving leave behind, cleaned up by the next run: partial
-// directories go; a checkpoint moved aside for a new version of its step goes once the
-// new one is in place, and is put back when it is not (killed between the renames).
-TEST_F(CheckpointTest, LeftoversAreRemovedAndAReplacedCheckpointPutBack) {
-  Trained run(29, 1);
-  save(run, 1);
-  const std::string second = save(run, 2);
-  const std::string checkpoints = run_dir() + "/checkpoints";
-  const std::string model_bytes = read_all(second + "/model.safetensors");
-  fs::rename(second, checkpoints + "/step_00000002.replaced-31");
-  fs::create_directories(checkpoints + "/step_00000001.replaced-32");
-  fs::create_directories(checkpoints + "/step_00000003.partial-33");
-  write_all(checkpoints + "/step_00000003.partial-33/model.safetensors", "half");
-  fs::create_directories(checkpoints + "/notes.replaced-34");  // not a checkpoint's name: not ours
-  ::testing::internal::CaptureStderr();
-  remove_checkpoint_leftovers(run_dir());
-  const std::string log = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(list_dir(checkpoints),
-            (std::set<std::string>{"step_00000001", "step_00000002", "notes.replaced-34"}));
-  EXPECT_NE(log.find("restored checkpoint '" + second + "'"), std::string::npos) << log;
-  EXPECT_EQ(read_all(second + "/model.safetensors"), model_bytes);
-  EXPECT_EQ(find_usable_checkpoint(run_dir()), second);
-  remove_checkpoint_leftovers(dir_.file("no-run"));  // nothing there: nothing to do
-}
-
 // No checkpoint with a NaN or an infinity is ever published: the save fails naming
 // the step, the file and the first tensor, and the checkpoints before stay the newest.
 TEST_F(CheckpointTest, NonFiniteWeightsOrMomentsAreNeverPublished) {
@@ -655,134 +357,6 @@ TEST_F(CheckpointTest, NonFiniteWeightsOrMomentsAreNeverPublished) {
                 "the first in wte.weight is inf"});
   EXPECT_EQ(list_dir(checkpoints), (std::set<std::string>{"step_00000001"}));
   EXPECT_EQ(find_usable_checkpoint(run_dir()), good);
-}
-
-TEST(TrainingState, EqualityComparesEveryField) {
-  const TrainingState base = make_state(5);
-  EXPECT_TRUE(base == make_state(5));
-  std::vector<void (*)(TrainingState&)> changes = {
-      [](TrainingState& s) { ++s.step; },
-      [](TrainingState& s) { ++s.consumed_samples; },
-      [](TrainingState& s) { --s.consumed_tokens; },
-      [](TrainingState& s) { ++s.skipped_steps; },
-      [](TrainingState& s) { s.train_loader_state += " "; },
-      [](TrainingState& s) { --s.init_seed; },
-      [](TrainingState& s) { ++s.data_seed; },
-      [](TrainingState& s) { ++s.model.n_layer; },
-      [](TrainingState& s) { ++s.model.n_head; },
-      [](TrainingState& s) { ++s.model.d_model; },
-      [](TrainingState& s) { ++s.model.vocab_size; },
-      [](TrainingState& s) { ++s.model.vocab_multiple; },
-      [](TrainingState& s) { ++s.model.seq_length; },
-      [](TrainingState& s) { s.config_toml.clear(); },
-      [](TrainingState& s) { ++s.layout.tensor_parallel_size; },
-      [](TrainingState& s) { ++s.layout.pipeline_parallel_size; },
-      [](TrainingState& s) { ++s.layout.data_parallel_size; },
-      [](TrainingState& s) { s.layout.optimizer_sharded = true; },
-      [](TrainingState& s) { s.layout.pipeline_layers = {1, 1}; },
-      [](TrainingState& s) { s.shards.pop_back(); },
-      [](TrainingState& s) { s.shards[0].prefix += "x"; },
-      [](TrainingState& s) { --s.shards[0].bin_bytes; },
-      [](TrainingState& s) { ++s.shards[0].idx_bytes; },
-      [](TrainingState& s) { s.shards[0].idx_sha256[3] = 'c'; },
-      [](TrainingState& s) { s.shards[0].bin_sample_sha256[3] = 'c'; },
-  };
-  for (std::size_t i = 0; i < changes.size(); ++i) {
-    TrainingState changed = base;
-    changes[i](changed);
-    EXPECT_FALSE(changed == base) << "change " << i;
-  }
-}
-
-TEST(CheckpointLayout, NamesOneModelFilePerPieceAndOptimizerFilesPerShard) {
-  CheckpointLayout serial;
-  serial.data_parallel_size = 4;  // replicated moments: one copy whatever the data-parallel size
-  EXPECT_EQ(checkpoint_file_names(serial), (std::vector<std::string>{"model.safetensors", "optimizer.safetensors"}));
-  CheckpointLayout zero = serial;
-  zero.data_parallel_size = 2;
-  zero.optimizer_sharded = true;
-  EXPECT_EQ(checkpoint_file_names(zero), (std::vector<std::string>{"model.safetensors", "optimizer-dp000.safetensors",
-                                                                   "optimizer-dp001.safetensors"}));
-  CheckpointLayout tensor;
-  tensor.tensor_parallel_size = 2;
-  EXPECT_EQ(checkpoint_file_names(tensor),
-            (std::vector<std::string>{"model-tp00.safetensors", "model-tp01.safetensors", "optimizer-tp00.safetensors",
-                                      "optimizer-tp01.safetensors"}));
-  CheckpointLayout pipeline;
-  pipeline.pipeline_parallel_size = 2;
-  pipeline.pipeline_layers = {1, 3};
-  EXPECT_EQ(checkpoint_file_names(pipeline),
-            (std::vector<std::string>{"model-pp000.safetensors", "model-pp001.safetensors",
-                                      "optimizer-pp000.safetensors", "optimizer-pp001.safetensors"}));
-  CheckpointLayout all = pipeline;
-  all.tensor_parallel_size = 2;
-  all.data_parallel_size = 2;
-  all.optimizer_sharded = true;
-  const std::vector<std::string> names = checkpoint_file_names(all);
-  ASSERT_EQ(names.size(), 4u + 8u);
-  EXPECT_EQ(names[1], "model-tp01-pp000.safetensors");
-  EXPECT_EQ(names[2], "model-tp00-pp001.safetensors");
-  EXPECT_EQ(names[5], "optimizer-tp00-pp000-dp001.safetensors");
-  EXPECT_EQ(names[11], "optimizer-tp01-pp001-dp001.safetensors");
-  EXPECT_EQ(model_file_name(all, 1, 1), "model-tp01-pp001.safetensors");
-  EXPECT_EQ(optimizer_file_name(all, 0, 1, 1), "optimizer-tp00-pp001-dp001.safetensors");
-}
-
-// The pieces of every (tensor rank, stage) of a layout tile the serial buffer, and
-// each piece is what the separate tensor-parallel and pipeline moves give.
-TEST(GptPieces, TileTheSerialLayoutLikeShardAndStage) {
-  GPTConfig config = small_config();
-  config.n_layer = 4;
-  const std::size_t full_size = GPT(config).num_parameters();
-  std::vector<float> full = dufu::testing::random_floats(full_size, 5, -1.0f, 1.0f);
-  // wte's padding rows are not carried by the pieces: the serial buffer holds 0 there.
-  const ParamTensor wte = gpt_parameter_layout(config).front();
-  std::fill(full.begin() + static_cast<std::ptrdiff_t>(config.vocab_size * config.d_model),
-            full.begin() + static_cast<std::ptrdiff_t>(wte.size()), 0.0f);
-  for (const int tp : {1, 2, 4}) {
-    for (const std::vector<int>& split : {std::vector<int>{4}, std::vector<int>{1, 3}, std::vector<int>{2, 1, 1}}) {
-      SCOPED_TRACE(str_cat("tp ", tp, ", ", split.size(), " stages starting with ", split.front(), " layers"));
-      std::vector<float> assembled(full_size, 0.0f);
-      for (int stage_index = 0; stage_index < static_cast<int>(split.size()); ++stage_index) {
-        const PipelineStage stage = pipeline_stage(split, stage_index);
-        const std::vector<ParamTensor> stage_layout = gpt_stage_layout(config, gpt_parameter_layout(config), stage);
-        std::vector<float> staged(stage_layout.back().offset + stage_layout.back().size());
-        stage_gpt_buffer(config, stage, full, staged);
-        const std::vector<ParamTensor> piece_layout =
-            gpt_stage_layout(config, gpt_parameter_layout(config, tp), stage);
-        for (int rank = 0; rank < tp; ++rank) {
-          std::vector<float> piece(piece_layout.back().offset + piece_layout.back().size(), -7.0f);
-          shard_gpt_piece(config, tp, rank, stage, full, piece);
-          // The reference: stage first, then cut the stage's tensors as shard_gpt_buffer
-          // cuts the whole model's (tensor by tensor, by name).
-          std::vector<float> local(gpt_parameter_layout(config, tp).back().offset +
-                                   gpt_parameter_layout(config, tp).back().size());
-          shard_gpt_buffer(config, tp, rank, full, local);
-          const std::vector<ParamTensor> local_layout = gpt_parameter_layout(config, tp);
-          for (const ParamTensor& tensor : piece_layout) {
-            const auto match = std::find_if(local_layout.begin(), local_layout.end(),
-                                            [&](const ParamTensor& t) { return t.name == tensor.name; });
-            ASSERT_NE(match, local_layout.end());
-            ASSERT_EQ(match->size(), tensor.size());
-            EXPECT_TRUE(std::equal(piece.begin() + static_cast<std::ptrdiff_t>(tensor.offset),
-                                   piece.begin() + static_cast<std::ptrdiff_t>(tensor.offset + tensor.size()),
-                                   local.begin() + static_cast<std::ptrdiff_t>(match->offset)))
-                << tensor.name << " of rank " << rank;
-          }
-          if (tp == 1) {
-            EXPECT_EQ(piece, staged);
-          }
-          unshard_gpt_piece(config, tp, rank, stage, piece, assembled);
-        }
-      }
-      EXPECT_EQ(assembled, full);
-    }
-  }
-  std::vector<float> wrong(3);
-  expect_error([&] { shard_gpt_piece(config, 2, 0, PipelineStage{}, full, wrong); },
-               {"shard_gpt_piece", "floats"});
-  expect_error([&] { unshard_gpt_piece(config, 2, 2, PipelineStage{}, wrong, full); },
-               {"unshard_gpt_piece", "tensor rank 2 is not in [0, 2)"});
 }
 
 }  // namespace

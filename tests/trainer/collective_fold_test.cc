@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "dufu/trainer/collective_fold.h"
-#include "dufu/trainer/data_parallel_optimizer.h"
+#include "dufu/trainer/device/collective_fold.h"
+#include "dufu/trainer/parallel/data_parallel_optimizer.h"
 
 namespace dufu::trainer {
 namespace {

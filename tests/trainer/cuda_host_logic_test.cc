@@ -2,7 +2,7 @@
 // the alignment cuBLASLt is told, the cache of its algorithms, the scratch the device
 // reports to the memory plan, the GEMM-rate timing loop, the stream wait that watches
 // NCCL's errors, and the once-per-kind fallback notice. The GPU parts around them are
-// thin (src/cuda/*.cu) and compiled, not run.
+// kept thin (src/cuda/*.cu), so that what can go wrong in them is tested here.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "buffer_carver.h"
-#include "cuda/cuda_module.h"
 #include "cuda/cuda_scratch.h"
 #include "cuda/gemm_timing.h"
 #include "cuda/lt_algorithm_choice.h"
 #include "cuda/once_per_kind.h"
 #include "cuda/stream_wait.h"
-#include "dufu/trainer/device.h"
+#include "device/buffer_carver.h"
+#include "device/cuda_module.h"
+#include "dufu/trainer/device/device.h"
 
 namespace dufu::trainer {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "dufu/trainer/device.h"
+#include "dufu/trainer/device/device.h"
 
 namespace dufu::trainer {
 namespace {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/device.h"
+#include "dufu/trainer/device/device.h"
 #include "support/float_compare.h"
 #include "support/fortunes_shard.h"
 #include "support/run_dir.h"

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "dufu/common/communicator.h"
-#include "dufu/trainer/collective_fold.h"
-#include "dufu/trainer/data_parallel_optimizer.h"
-#include "dufu/trainer/gpt.h"
+#include "dufu/trainer/device/collective_fold.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/parallel/data_parallel_optimizer.h"
 #include "support/gpt_fixture.h"
 #include "support/mpi_world.h"
 

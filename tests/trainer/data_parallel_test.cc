@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/gpt.h"
-#include "dufu/trainer/safetensors.h"
+#include "dufu/trainer/checkpoint/safetensors.h"
+#include "dufu/trainer/model/gpt.h"
 #include "support/float_compare.h"
 #include "support/fortunes_shard.h"
 #include "support/run_dir.h"

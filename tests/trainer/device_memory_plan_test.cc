@@ -6,8 +6,8 @@
 #include <string>
 
 #include "dufu/common/error.h"
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/training_memory.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/run/training_memory.h"
 #include "support/forwarding_cpu_device.h"
 #include "support/gpt_fixture.h"
 

@@ -2,7 +2,7 @@
 // bits, greedy and top-k rules, draw frequencies against softmax(logits / T) with a
 // chi-square bound (fixed seeds, so deterministic), and generate's determinism, stop
 // token, context cropping and agreement with a separate full forward per step.
-#include "dufu/trainer/generate.h"
+#include "dufu/trainer/run/generate.h"
 
 #include <gtest/gtest.h>
 

@@ -19,8 +19,8 @@
 
 #include "dufu/common/error.h"
 #include "dufu/common/npy.h"
-#include "dufu/trainer/gpt.h"
-#include "dufu/trainer/optimizer.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/optimizer.h"
 #include "support/float_compare.h"
 #include "support/gpt_fixture.h"
 #include "support/temp_dir.h"

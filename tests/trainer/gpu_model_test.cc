@@ -1,8 +1,7 @@
 // The model on a GPU (label gpu): 10 steps of a small GPT on the CUDA device against
 // the CPU device (fp32 losses within 1e-4 relative, bf16 within 1e-2), and a run
 // resumed on the GPU from a checkpoint of step 5 that repeats steps 6..10 bit for bit.
-// Without a CUDA device every test is skipped with the reason. No GPU has run these
-// tests in this repository's CI.
+// Without a CUDA device every test is skipped with the reason.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/checkpoint.h"
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/gpt.h"
-#include "dufu/trainer/optimizer.h"
+#include "dufu/trainer/checkpoint/checkpoint.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/optimizer.h"
 #include "support/gpt_fixture.h"
 #include "support/temp_dir.h"
 

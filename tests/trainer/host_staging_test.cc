@@ -1,4 +1,4 @@
-// Host staging (trainer/src/host_staging.h): everything that reads or writes a
+// Host staging (trainer/src/checkpoint/host_staging.h): everything that reads or writes a
 // model's device memory as host memory (checkpoints, parallel checkpoints, generation,
 // export) must download or upload it. Run on the guarded device
 // (support/guarded_device.h), whose memory is PROT_NONE outside its own kernels and
@@ -15,13 +15,13 @@
 
 #include "dufu/common/communicator.h"
 #include "dufu/dataprep/tokenizer.h"
-#include "dufu/trainer/checkpoint.h"
-#include "dufu/trainer/data_parallel_optimizer.h"
-#include "dufu/trainer/generate.h"
-#include "dufu/trainer/gpt.h"
-#include "dufu/trainer/hf_export.h"
-#include "dufu/trainer/optimizer.h"
-#include "dufu/trainer/parallel_checkpoint.h"
+#include "dufu/trainer/checkpoint/checkpoint.h"
+#include "dufu/trainer/checkpoint/hf_export.h"
+#include "dufu/trainer/checkpoint/parallel_checkpoint.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/optimizer.h"
+#include "dufu/trainer/parallel/data_parallel_optimizer.h"
+#include "dufu/trainer/run/generate.h"
 #include "support/gpt_fixture.h"
 #include "support/guarded_device.h"
 #include "support/temp_dir.h"

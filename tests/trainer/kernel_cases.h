@@ -1,9 +1,24 @@
 // The ops the kernels test runs (kernels_test.cc): for each, a runner that calls it on
 // a device (or computes the double-precision reference when the device is null) and
 // the tolerances and contracts it is held to. The runners are split by family:
-// kernel_cases_layers.cc (embedding, LayerNorm, matmul, GELU, attention) and
-// kernel_cases_rest.cc (classifier, vocabulary-parallel pieces, glue, bf16, norms,
-// AdamW).
+// kernel_cases_layers.cc (embedding, LayerNorm, matmul, GELU, attention),
+// kernel_cases_vocabulary.cc (the classifier and the vocabulary-parallel pieces),
+// kernel_cases_step.cc (the glue between layers, the gradient's norm and scaling,
+// AdamW) and kernel_cases_bf16.cc (the bf16 conversions).
+//
+// Adding an op to every device:
+//  1. its entry in KernelTable (trainer/include/dufu/trainer/device/kernel_table.h),
+//     with its contract (which outputs it overwrites, which it accumulates into), and
+//     its name in DUFU_KERNEL_OPS (trainer/src/device/kernel_list.h), which makes it a
+//     compile error in each backend until that backend defines it;
+//  2. the CPU kernel, in trainer/src/cpu/ (declared by cpu_kernels.h from the list);
+//  3. the CUDA kernel, in trainer/src/cuda/ (declared by cuda_kernels.h from the list);
+//     per-element math both share goes in device/kernel_math.h, written once;
+//  4. the double-precision reference, in kernel_reference.h;
+//  5. a runner and a row (name, tolerances, contracts) in the kernel_cases_*.cc of its
+//     family, which runs it on every device and shape against the reference;
+//  6. for a backward, a GradCase in kernels_gradcheck_test.cc (kGradCases), which holds
+//     its gradients against finite differences of the reference forward.
 #pragma once
 
 #include <algorithm>
@@ -12,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/bf16.h"
-#include "dufu/trainer/device.h"
+#include "dufu/trainer/device/bf16.h"
+#include "dufu/trainer/device/device.h"
 #include "kernel_test_support.h"
 
 namespace dufu::trainer::testing {
@@ -86,8 +101,14 @@ inline std::vector<std::uint16_t> bf16_bits(const std::vector<float>& values) {
   return bits;
 }
 
+// Tolerances are set from the fp32 error each kernel can accumulate (sums of up to
+// 4C = 800 products for matmul, exp/tanh rounding elsewhere), with about 10x margin
+// over the errors the harness prints.
+
 // The rows of each family, in the order the test lists them.
 std::vector<OpCase> layer_op_cases();
-std::vector<OpCase> other_op_cases();
+std::vector<OpCase> vocabulary_op_cases();
+std::vector<OpCase> step_op_cases();
+std::vector<OpCase> bf16_op_cases();
 
 }  // namespace dufu::trainer::testing

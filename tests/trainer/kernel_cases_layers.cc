@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/bf16.h"
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/kernel_math.h"
-#include "dufu/trainer/kernel_partition.h"
-#include "dufu/trainer/kernel_table.h"
+#include "dufu/trainer/device/bf16.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/device/kernel_math.h"
+#include "dufu/trainer/device/kernel_partition.h"
+#include "dufu/trainer/device/kernel_table.h"
 #include "kernel_cases.h"
 #include "kernel_reference.h"
 #include "kernel_test_support.h"
@@ -407,8 +407,6 @@ Outputs run_attention_backward(const Shape& s, Device* device, int calls) {
   ref::attention_backward(dqkv, widen(dout), widen(qkv), s.B, s.T, s.C, s.NH);
   return {{"dqkv", dqkv}};
 }
-
-// ---- classifier --------------------------------------------------------------------
 
 }  // namespace
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/device.h"
+#include "dufu/trainer/device/device.h"
 
 namespace dufu::trainer::testing {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/kernel_table.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/device/kernel_table.h"
 #include "kernel_reference.h"
 #include "kernel_test_support.h"
 

@@ -7,7 +7,8 @@
 // overwrite (or accumulate) activation gradients as kernel_table.h says, are bitwise
 // repeatable, and (on the CPU) agree across OpenMP thread counts. AdamW also gets a
 // multi-step check against torch.optim.AdamW's formula and against numbers printed by
-// torch itself.
+// torch itself. How to add an op to every device, with its rows here: the top of
+// kernel_cases.h.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -22,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/kernel_math.h"
-#include "dufu/trainer/kernel_partition.h"
-#include "dufu/trainer/kernel_table.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/device/kernel_math.h"
+#include "dufu/trainer/device/kernel_partition.h"
+#include "dufu/trainer/device/kernel_table.h"
 #include "kernel_cases.h"
 #include "kernel_reference.h"
 #include "kernel_test_support.h"
@@ -37,19 +38,21 @@ namespace dufu::trainer {
 namespace {
 
 namespace ref = reference;
+using testing::bf16_op_cases;
 using testing::DeviceArgs;
 using testing::kNaN;
 using testing::kTestDevices;
 using testing::layer_op_cases;
 using testing::OpCase;
-using testing::other_op_cases;
 using testing::Outputs;
 using testing::random_floats;
 using testing::random_tokens;
 using testing::Shape;
+using testing::step_op_cases;
 using testing::TestDevice;
 using testing::Tolerance;
 using testing::Vec;
+using testing::vocabulary_op_cases;
 using testing::widen;
 
 // The shapes cover: T = 1 and NH = 1 (tiny); head sizes 4 and 5 with C not a multiple
@@ -67,8 +70,10 @@ const Shape kShapes[] = {
 
 // Every row of kernel_cases_*.cc, in one table.
 const std::vector<OpCase> kOps = [] {
-  std::vector<OpCase> ops = layer_op_cases();
-  for (const OpCase& op : other_op_cases()) ops.push_back(op);
+  std::vector<OpCase> ops;
+  for (const auto& family : {layer_op_cases(), vocabulary_op_cases(), step_op_cases(), bf16_op_cases()}) {
+    ops.insert(ops.end(), family.begin(), family.end());
+  }
   return ops;
 }();
 

@@ -3,8 +3,7 @@
 // may give each rank its own GPU through CUDA_VISIBLE_DEVICES). Where any rank lacks a
 // GPU of its own or NCCL, every rank skips every test with that rank's reason (the
 // collective nccl_availability, asked before any rank waits in the ncclUniqueId
-// broadcast) and ctest reports it skipped: no machine of this repository has a GPU, so
-// these tests have never run.
+// broadcast) and ctest reports it skipped.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -17,8 +16,8 @@
 #include <vector>
 
 #include "dufu/common/communicator.h"
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/nccl_communicator.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/parallel/nccl_communicator.h"
 #include "support/mpi_world.h"
 
 namespace dufu::trainer {

@@ -10,9 +10,9 @@
 
 #include "dufu/common/communicator.h"
 #include "dufu/common/topology.h"
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/nccl_communicator.h"
-#include "dufu/trainer/rank_groups.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/parallel/nccl_communicator.h"
+#include "dufu/trainer/parallel/rank_groups.h"
 #include "support/expect_error.h"
 #include "support/mpi_world.h"
 

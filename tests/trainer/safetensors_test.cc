@@ -3,7 +3,7 @@
 // published test vectors, hand-written files, and the Python package when the
 // reference interpreter has it), and refusal of truncated or corrupt files with a
 // message naming the file.
-#include "dufu/trainer/safetensors.h"
+#include "dufu/trainer/checkpoint/safetensors.h"
 
 #include <cstdint>
 #include <cstdlib>

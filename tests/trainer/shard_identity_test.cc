@@ -3,7 +3,7 @@
 // the files are and whenever they were written; another index, other tokens or other
 // sizes give another, and the change is named; a shard changed in place under a run
 // is caught, one renamed over it is not the run's concern.
-#include "dufu/trainer/shard_identity.h"
+#include "dufu/trainer/checkpoint/shard_identity.h"
 
 #include <gtest/gtest.h>
 

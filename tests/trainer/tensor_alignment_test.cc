@@ -1,7 +1,7 @@
 // Every activation a matmul reads or writes starts on kTensorAlignmentBytes, whatever
 // the number of rows: an odd prompt length gives LayerNorm statistics of 4 N bytes,
-// which used to shift every tensor carved after them off cuBLASLt's 256-byte
-// alignment (NOT_SUPPORTED or a misaligned address on a GPU). Checked on a CPU device
+// which, were they not rounded up, would shift every tensor carved after them off
+// cuBLASLt's 256-byte alignment (NOT_SUPPORTED or a misaligned address on a GPU). Checked on a CPU device
 // that notes misaligned operands (support/alignment_checking_device.h), under both
 // precisions, for generation and for a training step.
 #include <gtest/gtest.h>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/generate.h"
-#include "dufu/trainer/gpt.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/run/generate.h"
 #include "support/alignment_checking_device.h"
 #include "support/gpt_fixture.h"
 

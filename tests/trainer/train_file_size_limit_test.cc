@@ -13,9 +13,9 @@
 #include <set>
 #include <string>
 
-#include "dufu/trainer/checkpoint.h"
-#include "dufu/trainer/gpt.h"
-#include "dufu/trainer/optimizer.h"
+#include "dufu/trainer/checkpoint/checkpoint.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/optimizer.h"
 #include "support/fortunes_shard.h"
 #include "support/gpt_fixture.h"
 #include "support/temp_dir.h"

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "dufu/dataprep/tokenizer.h"
-#include "dufu/trainer/checkpoint.h"
-#include "dufu/trainer/generate.h"
-#include "dufu/trainer/gpt.h"
-#include "dufu/trainer/optimizer.h"
+#include "dufu/trainer/checkpoint/checkpoint.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/optimizer.h"
+#include "dufu/trainer/run/generate.h"
 #include "support/gpt_fixture.h"
 #include "support/temp_dir.h"
 #include "support/tool_runner.h"

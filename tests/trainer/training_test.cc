@@ -15,13 +15,13 @@
 
 #include "dufu/common/config.h"
 #include "dufu/common/error.h"
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/flops.h"
-#include "dufu/trainer/gpt.h"
-#include "dufu/trainer/lr_schedule.h"
-#include "dufu/trainer/optimizer.h"
-#include "dufu/trainer/training_config.h"
-#include "dufu/trainer/training_memory.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/model/flops.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/optimizer.h"
+#include "dufu/trainer/run/lr_schedule.h"
+#include "dufu/trainer/run/training_config.h"
+#include "dufu/trainer/run/training_memory.h"
 #include "kernel_test_support.h"
 #include "support/expect_error.h"
 #include "support/gpt_fixture.h"
@@ -367,10 +367,11 @@ TEST(TrainingOptions, ErrorsNameTheKnob) {
                {"train.on_nonfinite", "\"ignore\""});
   expect_error([] { training_options(config_with({"model.n_head=3"})); }, {"n_head"});
   expect_error([] { training_options(config_with({"train.steps=0"})); }, {"train.steps must be at least 1"});
-  // Issue 26: past the type's limit, the message gives that limit.
+  // Past the type's limit, the message gives that limit.
   expect_error([] { training_options(config_with({"model.vocab_size=2147483648"})); },
                {"model.vocab_size must be at most 2147483647, got 2147483648"});
-  // Issue 26: 2^62 + 1 steps of 4 samples wrapped to a training set of 4 samples.
+  // 2^62 + 1 steps of 4 samples would wrap the 64-bit sample count to a training set
+  // of 4 samples.
   expect_error([] { training_options(config_with({"train.steps=4611686018427387905", "train.micro_batch=4"})); },
                {"train.steps (4611686018427387905) x train.global_batch (4) x model.seq_length (256) tokens is "
                 "more than a run counts"});

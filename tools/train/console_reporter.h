@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "dufu/trainer/training_reporter.h"
+#include "dufu/trainer/run/training_reporter.h"
 
 namespace dufu::tools {
 

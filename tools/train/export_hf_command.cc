@@ -9,7 +9,7 @@
 
 #include "commands.h"
 #include "dufu/dataprep/tokenizer.h"
-#include "dufu/trainer/hf_export.h"
+#include "dufu/trainer/checkpoint/hf_export.h"
 
 namespace dufu::tools {
 namespace {

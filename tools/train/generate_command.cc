@@ -11,9 +11,9 @@
 #include "commands.h"
 #include "dufu/common/error.h"
 #include "dufu/dataprep/tokenizer.h"
-#include "dufu/trainer/checkpoint.h"
-#include "dufu/trainer/generate.h"
-#include "dufu/trainer/gpt.h"
+#include "dufu/trainer/checkpoint/checkpoint.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/run/generate.h"
 
 namespace dufu::tools {
 namespace {

@@ -10,7 +10,7 @@
 #include "commands.h"
 #include "dufu/common/error.h"
 #include "dufu/common/human_units.h"
-#include "dufu/trainer/checkpoint.h"
+#include "dufu/trainer/checkpoint/checkpoint.h"
 
 namespace dufu::tools {
 namespace {

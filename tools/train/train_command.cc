@@ -10,9 +10,9 @@
 #include "console_reporter.h"
 #include "dufu/common/config.h"
 #include "dufu/common/error.h"
-#include "dufu/trainer/checkpoint.h"
-#include "dufu/trainer/trainer.h"
-#include "dufu/trainer/training_config.h"
+#include "dufu/trainer/checkpoint/checkpoint.h"
+#include "dufu/trainer/run/trainer.h"
+#include "dufu/trainer/run/training_config.h"
 
 namespace dufu::tools {
 

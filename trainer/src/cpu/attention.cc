@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "cpu_kernels.h"
-#include "dufu/trainer/kernel_math.h"
+#include "dufu/trainer/device/kernel_math.h"
 
 namespace dufu::trainer::cpu {
 

@@ -10,8 +10,8 @@
 
 #include "cpu_kernels.h"
 #include "dufu/common/error.h"
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/training_memory.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/device/memory_limit.h"
 
 namespace dufu::trainer {
 namespace cpu {

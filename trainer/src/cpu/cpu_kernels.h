@@ -17,8 +17,8 @@
 #include <cstdint>
 #include <span>
 
-#include "dufu/trainer/kernel_table.h"
-#include "../kernel_list.h"
+#include "device/kernel_list.h"
+#include "dufu/trainer/device/kernel_table.h"
 
 namespace dufu::trainer::cpu {
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "cpu_kernels.h"
-#include "dufu/trainer/kernel_math.h"
-#include "dufu/trainer/kernel_partition.h"
+#include "dufu/trainer/device/kernel_math.h"
+#include "dufu/trainer/device/kernel_partition.h"
 
 namespace dufu::trainer::cpu {
 

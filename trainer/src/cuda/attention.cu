@@ -17,9 +17,9 @@
 #include "block_reduce.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
-#include "dufu/trainer/attention_gemms.h"
-#include "dufu/trainer/kernel_math.h"
-#include "dufu/trainer/kernel_partition.h"
+#include "dufu/trainer/device/attention_gemms.h"
+#include "dufu/trainer/device/kernel_math.h"
+#include "dufu/trainer/device/kernel_partition.h"
 
 namespace dufu::trainer::cuda {
 

@@ -3,8 +3,6 @@
 // the activations kept for the backward stored as bf16 bits. The conversions are
 // bf16.h's DUFU_HOST_DEVICE functions, the ones the CPU device and its tests run, so
 // both devices give the same bits for the same input.
-//
-// Compiled and linked here; no GPU has run it.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -12,8 +10,8 @@
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
-#include "dufu/trainer/bf16.h"
-#include "dufu/trainer/kernel_partition.h"
+#include "dufu/trainer/device/bf16.h"
+#include "dufu/trainer/device/kernel_partition.h"
 
 namespace dufu::trainer::cuda {
 

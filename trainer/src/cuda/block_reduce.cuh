@@ -3,7 +3,7 @@
 // order of additions depends on the block size alone, never on timing.
 #pragma once
 
-#include "dufu/trainer/kernel_partition.h"
+#include "dufu/trainer/device/kernel_partition.h"
 
 namespace dufu::trainer::cuda {
 

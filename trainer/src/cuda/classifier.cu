@@ -9,8 +9,8 @@
 #include "block_reduce.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
-#include "dufu/trainer/kernel_math.h"
-#include "dufu/trainer/kernel_partition.h"
+#include "dufu/trainer/device/kernel_math.h"
+#include "dufu/trainer/device/kernel_partition.h"
 
 namespace dufu::trainer::cuda {
 

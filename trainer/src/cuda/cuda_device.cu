@@ -8,10 +8,10 @@
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
-#include "cuda_module.h"
 #include "cuda_scratch.h"
+#include "device/cuda_module.h"
 #include "dufu/common/error.h"
-#include "dufu/trainer/device.h"
+#include "dufu/trainer/device/device.h"
 #include "nccl_entries.h"
 #include "stream_wait.h"
 

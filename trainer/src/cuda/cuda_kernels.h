@@ -5,8 +5,6 @@
 // reduction are fixed by the sizes alone (kernel_partition.h), and no reduction uses
 // floating-point atomics, so a run repeated gives the same bits. Checks of targets and
 // token ids are the caller's (GPT checks them on the host before any kernel).
-//
-// Compiled and linked in CI; no GPU has run them.
 #pragma once
 
 #include <cublasLt.h>
@@ -18,9 +16,9 @@
 #include <span>
 #include <string>
 
-#include "../kernel_list.h"
+#include "device/kernel_list.h"
 #include "dufu/common/log.h"
-#include "dufu/trainer/kernel_table.h"
+#include "dufu/trainer/device/kernel_table.h"
 #include "lt_object.h"
 #include "once_per_kind.h"
 
@@ -141,7 +139,7 @@ double bf16_gemm_flops(int rows, int inner, int cols, double seconds);
 
 }  // namespace dufu::trainer::cuda
 
-#include "dufu/trainer/device.h"
+#include "dufu/trainer/device/device.h"
 
 namespace dufu::trainer::cuda {
 // Whether a CUDA device can be used here (the driver answers and has a device), and

@@ -10,9 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "../buffer_carver.h"
-#include "dufu/trainer/device.h"
-#include "dufu/trainer/kernel_partition.h"
+#include "device/buffer_carver.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/device/kernel_partition.h"
 
 namespace dufu::trainer::cuda {
 

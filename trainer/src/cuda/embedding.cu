@@ -10,8 +10,8 @@
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
-#include "dufu/trainer/bf16.h"
-#include "dufu/trainer/kernel_partition.h"
+#include "dufu/trainer/device/bf16.h"
+#include "dufu/trainer/device/kernel_partition.h"
 
 namespace dufu::trainer::cuda {
 

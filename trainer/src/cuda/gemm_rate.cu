@@ -2,7 +2,7 @@
 // inputs and output with fp32 accumulation, the product mixed-precision training
 // spends its FLOPs in (llm.c and Megatron-LM measure MFU against the same kind of
 // number). Best of repeated timings of 20 launches each, timed with CUDA events on the
-// device's stream around the launches alone. Compiled, not run.
+// device's stream around the launches alone.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

@@ -7,8 +7,8 @@
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "cuda_scratch.h"
-#include "dufu/trainer/kernel_math.h"
-#include "dufu/trainer/kernel_partition.h"
+#include "dufu/trainer/device/kernel_math.h"
+#include "dufu/trainer/device/kernel_partition.h"
 
 namespace dufu::trainer::cuda {
 

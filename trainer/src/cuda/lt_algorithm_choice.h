@@ -12,7 +12,7 @@
 #include <optional>
 #include <utility>
 
-#include "dufu/trainer/device.h"
+#include "dufu/trainer/device/device.h"
 
 namespace dufu::trainer::cuda {
 

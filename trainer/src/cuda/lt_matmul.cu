@@ -2,7 +2,6 @@
 // algorithm chosen for its kind, kept in the device so the heuristic runs once per
 // kind of product rather than on every call. A row-major [rows, cols] matrix is a
 // column-major [cols, rows] one to cuBLAS: the layouts below say which product that is.
-// Compiled and linked here; no GPU has run it.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 

@@ -10,8 +10,6 @@
 // dout's copy lives in the shared scratch (block_reduce.cuh); work on the stream is
 // ordered, and scratch() waits for the stream before it grows, so a later user of the
 // scratch (the bias gradient's partial sums) starts after these GEMMs have read it.
-//
-// Compiled and linked here; no GPU has run it.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

@@ -7,8 +7,6 @@
 // several GPUs asks for it, never linked: a run on one GPU, or on a machine without
 // NCCL, needs none (tests/trainer/cuda_module_needs_test.py checks the module's
 // DT_NEEDED). nccl.h is read at build time for the types only.
-//
-// Compiled and linked; no GPU has run this file.
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <nccl.h>
@@ -22,9 +20,9 @@
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
-#include "cuda_module.h"
+#include "device/cuda_module.h"
 #include "dufu/common/error.h"
-#include "dufu/trainer/collective_fold.h"
+#include "dufu/trainer/device/collective_fold.h"
 #include "nccl_entries.h"
 
 namespace dufu::trainer::cuda {

@@ -2,7 +2,7 @@
 // nccl_absent.cu (nullptr) when it does not.
 #pragma once
 
-#include "cuda_module.h"
+#include "device/cuda_module.h"
 
 namespace dufu::trainer::cuda {
 const CudaNccl* nccl_entries();

@@ -40,7 +40,7 @@ enum class DataType { kFloat32, kFloat64, kInt32, kInt64, kUInt8 };
 // Where the buffers a communicator's collectives take must live. The single-process
 // and MPI backends move host memory, which is also the CPU device's memory; a GPU
 // backend (NCCL) would move its device's memory. A model pairs a communicator only
-// with a device whose memory it moves (trainer/include/dufu/trainer/device.h).
+// with a device whose memory it moves (trainer/include/dufu/trainer/device/device.h).
 enum class MemorySpace { kHost, kCudaDevice };
 const char* memory_space_name(MemorySpace space);  // "host memory", "CUDA device memory"
 enum class ReduceOp { kSum, kMax };

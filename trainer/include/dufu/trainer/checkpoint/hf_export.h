@@ -1,0 +1,64 @@
+// A checkpoint as a HuggingFace model directory, what `train export-hf` writes:
+// transformers' GPT2LMHeadModel.from_pretrained(DIR) loads it with every weight used
+// and nothing missing, and its tokenizer loads with AutoTokenizer.from_pretrained(DIR)
+// (use_fast=False for a sentencepiece model) and encodes as dufu's does.
+//
+//   config.json             GPT2Config: n_layer, n_head, n_embd (d_model), vocab_size
+//                           (the tokenizer's, without dufu's padding), n_positions
+//                           (seq_length), activation "gelu_new" (GELU's tanh form, as
+//                           dufu computes it), layer_norm_epsilon 1e-5, tied LM head,
+//                           dropout 0 (dufu trains without), the tokenizer's bos, eos
+//                           and pad ids (pad = eos when the tokenizer has no pad piece).
+//   generation_config.json  the same bos, eos and pad ids, so generate() stops at the
+//                           end of a document.
+//   model.safetensors       the weights as the serial checkpoint holds them (GPT2Model
+//                           names, Conv1D weights [in, out]); a sharded checkpoint is
+//                           assembled first, as merge_checkpoint does. The checkpoint
+//                           itself is only read.
+//   the tokenizer           a sentencepiece .model: tokenizer.model with a
+//                           tokenizer_config.json for transformers' LlamaTokenizer (no
+//                           BOS or EOS added, legacy spacing, special-token text split
+//                           as ordinary text), which encodes like sentencepiece's
+//                           EncodeAsIds; a byte-level tokenizer.json: tokenizer.json
+//                           (PreTrainedTokenizerFast); a GPT-2 vocab.json + merges.txt:
+//                           those two files (GPT2Tokenizer). A .tiktoken rank file has
+//                           no file transformers reads and is refused with a hint.
+//
+// The directory is written as <destination>.partial-<pid>/ and renamed into place when
+// every file is synced, so a failure leaves nothing under the destination's name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dufu/dataprep/tokenizer.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/model/gpt_layout.h"
+
+namespace dufu::trainer {
+
+// What export_hf wrote.
+struct HfExport {
+  std::string directory;
+  std::string checkpoint;  // the checkpoint directory the weights came from
+  std::int64_t step = 0;
+  GPTConfig model;
+  std::vector<std::string> files;  // names inside `directory`, sorted
+  std::string tokenizer_class;     // transformers' class named in tokenizer_config.json
+  std::int32_t bos_token_id = -1;  // -1: the tokenizer has none
+  std::int32_t eos_token_id = -1;
+  std::int32_t pad_token_id = -1;
+};
+
+// Writes the HuggingFace directory of `checkpoint` (a checkpoint directory, or a run
+// directory whose newest usable checkpoint is taken) into the new directory
+// `destination`, with the tokenizer `tokenizer`. Throws dufu::Error when the
+// checkpoint does not verify, the destination exists, the tokenizer cannot be loaded,
+// is a .tiktoken file or its vocabulary size is not the model's, or a write fails; no
+// destination is left behind then. The weights are loaded onto `device` (null: the
+// CPU device) and staged back through host memory for the file.
+HfExport export_hf(const std::string& checkpoint, const std::string& destination,
+                   const dataprep::TokenizerSpec& tokenizer, Device* device = nullptr);
+
+}  // namespace dufu::trainer

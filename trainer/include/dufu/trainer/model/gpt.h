@@ -1,0 +1,466 @@
+// The GPT-2 model on a Device (device.h): every parameter in one contiguous buffer
+// under HuggingFace's GPT2Model names (gpt_layout.h), GPT-2 initialisation, and a
+// forward and backward written out layer by layer as calls into the device's kernel
+// table, like llm.c's train_gpt2.c, so that each step can be read next to the PyTorch
+// reference that checks it (tests/reference/gpt_torch_reference.py). Between kernels
+// the model does no arithmetic of its own on the host: its parameters, gradients and
+// activations live in device memory, and the host only checks arguments, once, before
+// the first kernel of a call, and reads back the loss.
+//
+// The same model runs tensor parallel (Megatron-LM's layout, Shoeybi et al. 2019)
+// when given a group of ranks: each rank holds a slice of the heads, of the MLP's
+// hidden units and of the vocabulary, and the ranks meet in one all-reduce per
+// row-parallel projection and per column-parallel input gradient. Without a group (or
+// with a group of one) it is the serial model, unchanged bit for bit.
+//
+// It also runs as one stage of a pipeline (Megatron-LM's layout, Narayanan et al.
+// 2021) when given a PipelineStage: the stage holds a contiguous range of layers, the
+// first stage the embedding (wte, wpe), the last ln_f and the LM head with its own
+// copy of wte, whose gradient is summed with the first stage's (pipeline_schedule.h).
+// A stage keeps the activations of several micro-batches at once (activation slots),
+// as the 1F1B schedule needs. Tensor and pipeline parallelism combine.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/model/gpt_layout.h"
+#include "dufu/trainer/model/gpt_pieces.h"
+
+namespace dufu {
+class Communicator;
+}
+
+namespace dufu::trainer {
+
+// Pointers to the tensors of one buffer laid out as gpt_parameter_layout says: the
+// same struct serves the parameters, their gradients and optimizer moments (float),
+// and the bf16 working copy of the weights (its bits, std::uint16_t). On a pipeline
+// stage, h holds the stage's layers (h[0] is layer first_layer) and the tensors the
+// stage does not hold are null.
+template <typename T>
+struct BasicGPTLayerTensors {
+  T* ln_1_weight;
+  T* ln_1_bias;
+  T* attn_c_attn_weight;
+  T* attn_c_attn_bias;
+  T* attn_c_proj_weight;
+  T* attn_c_proj_bias;
+  T* ln_2_weight;
+  T* ln_2_bias;
+  T* mlp_c_fc_weight;
+  T* mlp_c_fc_bias;
+  T* mlp_c_proj_weight;
+  T* mlp_c_proj_bias;
+};
+template <typename T>
+struct BasicGPTTensors {
+  T* wte;
+  T* wpe;
+  std::vector<BasicGPTLayerTensors<T>> h;
+  T* ln_f_weight;
+  T* ln_f_bias;
+};
+using GPTLayerTensors = BasicGPTLayerTensors<float>;
+using GPTTensors = BasicGPTTensors<float>;
+
+// The arithmetic of a training step (train.precision). kFp32: every tensor is fp32.
+// kBf16: the mixed-precision recipe of docs/architecture.md ("Mixed precision"):
+// matmul inputs, the weights' working copy and the activations between kernels are
+// bf16 (on the CPU device: floats rounded to bf16 at those points); master weights,
+// parameter gradients, AdamW moments, LayerNorm statistics, softmax and the loss fp32.
+enum class Precision { kFp32, kBf16 };
+
+// "fp32" or "bf16"; and back, throwing dufu::Error naming `knob` for anything else.
+const char* precision_name(Precision precision);
+Precision parse_precision(std::string_view text, std::string_view knob);
+
+class GPT {
+ public:
+  // Throws dufu::Error for an invalid config. Parameters start at zero; call
+  // init_gpt2 or fill params().
+  //
+  // tensor_group: the ranks this model is split over (tensor parallelism), each
+  // constructing its GPT with the same config and calling forward, backward and the
+  // collective methods below together, with the same batch. nullptr or a group of
+  // one gives the serial model. The group must outlive the model. Throws
+  // dufu::Error when n_head is not divisible by the group's size.
+  //
+  // stage: the part of the model this rank holds under pipeline parallelism (the
+  // whole model by default); see PipelineStage and forward_stage. Throws dufu::Error
+  // for layers outside [0, n_layer) or a stage outside [0, num_stages).
+  //
+  // device: where the parameters, gradients and activations live and the kernels run
+  // (null: the CPU device); it must outlive the model. The tensor group's
+  // collectives must move that device's memory (Communicator::memory_space()), or
+  // this throws dufu::Error naming both.
+  explicit GPT(const GPTConfig& config, Communicator* tensor_group = nullptr, const PipelineStage& stage = {},
+               Device* device = nullptr);
+  // The views point into the buffers: a copy would share them, a move keeps them.
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+  GPT(GPT&&) = default;
+  GPT& operator=(GPT&&) = default;
+
+  // GPT-2's initialisation: matrices (wte, wpe, the linear layers) ~ N(0, 0.02),
+  // except the residual projections (attn.c_proj.weight, mlp.c_proj.weight) ~
+  // N(0, 0.02 / sqrt(2 · n_layer)); biases 0, LayerNorm weight 1 and bias 0, wte's
+  // padding rows 0. The draws come from
+  // std::mt19937 (whose output the C++ standard fixes) through a Box-Muller transform
+  // written out in gpt.cc, tensor after tensor in buffer order, so a seed gives the
+  // same weights with any standard library (std::normal_distribution would not).
+  // Tensor or pipeline parallel, each rank draws the full tensors the same way and
+  // keeps its piece, so a seed gives the same model for every tp and pp (and the two
+  // copies of wte on the first and last stage are equal).
+  void init_gpt2(std::uint32_t seed);
+
+  const GPTConfig& config() const { return config_; }
+  Device& device() const { return *device_; }
+  // The layers and tensors this rank holds (the whole model unless pipelined).
+  const PipelineStage& pipeline_stage() const { return stage_; }
+  // This rank's tensors and their count (the whole model when serial).
+  const std::vector<ParamTensor>& parameter_tensors() const { return layout_; }
+  std::size_t num_parameters() const { return params_.size(); }
+
+  // Tensor parallelism: the group's size (1 when serial) and this rank's place in it;
+  // this rank's columns of the logits are the vocabulary ids
+  // [vocab_begin(), vocab_begin() + local_vocab_size()), the last rank's ending in
+  // padding.
+  int tensor_parallel_size() const { return tp_; }
+  int tensor_parallel_rank() const { return tp_rank_; }
+  int vocab_begin() const { return tp_rank_ * local_vocab_size(); }
+  int local_vocab_size() const { return config_.padded_vocab_size(tp_) / tp_; }
+  // The full (serial) layout: gpt_parameter_layout(config()), and its float count.
+  // On a pipeline stage, the stage's part of it (gpt_stage_layout), which the
+  // collectives below assemble; unstage_gpt_buffer places it in the whole model.
+  const std::vector<ParamTensor>& full_parameter_tensors() const { return full_layout_; }
+  std::size_t num_full_parameters() const;
+  // Collective over the tensor group: the full-layout buffer assembled from every
+  // rank's `local` buffer (host memory) (num_parameters() floats in this rank's layout, e.g.
+  // params(), grads(), Adam moments), on every rank. Replicated tensors come from this
+  // rank (they are identical on all ranks), wte's padding rows are 0.
+  std::vector<float> gather_full(std::span<const float> local) const;
+  // This rank's piece of a full-layout buffer, into `local`; no communication.
+  void shard_full(std::span<const float> full, std::span<float> local) const;
+  // The same for the parameters and gradients, read from the device; and this rank's
+  // piece of full-layout parameters, written to it.
+  std::vector<float> gather_full_parameters() const { return gather_full(params_.to_host()); }
+  std::vector<float> gather_full_gradients() const { return gather_full(grads_.to_host()); }
+  void load_full_parameters(std::span<const float> full);
+  // Collective over the tensor group: the sum of squares of the full-layout buffer
+  // that `local` is this rank's piece of (e.g. grads(), for the gradient norm),
+  // counting replicated tensors once. Deterministic; identical on every rank.
+  // On a pipeline stage, this stage's tensors, except that the last stage leaves out
+  // its copy of wte: the sum over the pipeline group counts every parameter once.
+  double full_sum_of_squares(std::span<const float> local) const;
+  // The parameters and their gradients, in device memory (device.h says who may
+  // read it directly). Under bf16 these are the fp32 masters; taking them writable
+  // marks the bf16 working copy stale, and the next forward remakes it from them.
+  std::span<float> params() {
+    working_weights_stale_ = true;
+    return params_.span();
+  }
+  std::span<const float> params() const { return params_.span(); }
+  std::span<float> grads() { return grads_.span(); }
+  std::span<const float> grads() const { return grads_.span(); }
+  // Throws dufu::Error for a name that is not in parameter_tensors().
+  const ParamTensor& tensor(std::string_view name) const;
+  // Named views into another buffer of num_parameters() floats (e.g. Adam moments).
+  GPTTensors tensors(std::span<float> buffer) const;
+
+  // Switches the arithmetic of forward and backward (fp32 by default; fp32 is the
+  // model as it was, bit for bit). bf16 keeps a working copy of the weights in bf16,
+  // every parameter rounded, made from the masters by the first forward after they
+  // change (once per step, after the optimizer), and an fp32 copy of its biases and
+  // LayerNorm parameters for the kernels that take floats; it rounds the activations
+  // at the recipe's points, keeps the activations a backward reads in bf16 memory, and
+  // runs the embedding and the matmuls on the bf16 copies (the *_bf16 kernels).
+  // Changing the precision drops the activations of earlier forwards. Throws
+  // dufu::Error for bf16 on a device whose kernel table lacks the bf16 ops.
+  void set_precision(Precision precision);
+  Precision precision() const { return precision_; }
+
+  // Runs the model on tokens [B, T] (values in [0, vocab_size), T <= seq_length).
+  // Tensor parallel, every rank passes the same tokens and targets and gets the same
+  // loss.
+  // With targets [B, T] (values in [0, vocab_size) or -1 to ignore the position) it
+  // returns the mean loss over the non-ignored targets (0 if all are ignored) and
+  // prepares backward() to produce dloss_scale times the gradient of the SUM of the
+  // per-position losses: 1 / (number of non-ignored targets) gives the gradient of
+  // the returned mean; 1 / (that count over all micro-batches) makes the gradients
+  // that backward() accumulates over the micro-batches equal those of one big batch.
+  // Without targets (an empty span) it returns NaN and keeps the logits for
+  // logits(). Throws dufu::Error for bad sizes or token values.
+  float forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B, int T,
+                float dloss_scale);
+  // The same with dloss_scale = 1 / (number of non-ignored targets).
+  float forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B, int T);
+
+  // Logits [B·T, Vp] of the last forward, which must have had no targets (with
+  // targets the classifier overwrites them with their gradient). Only the first
+  // vocab_size columns of a row are real; the padding columns hold 0. Tensor
+  // parallel, this rank's columns only: [B·T, local_vocab_size()], vocabulary ids
+  // from vocab_begin() (the full logits are never gathered). Device memory, like
+  // params(): host code downloads what it reads (generate.cc takes the last row).
+  std::span<const float> logits() const;
+
+  // Adds the gradient of the last forward (which must have had targets) to grads();
+  // once per forward.
+  void backward();
+  void zero_grad();
+
+  // ---- pipeline stages ----
+  // forward and backward above are for the whole model (they throw on a stage of
+  // several); a stage runs micro-batches through these, each micro-batch in an
+  // activation slot (0, 1, ...) that keeps its activations until its backward, so
+  // several micro-batches can be in flight (the 1F1B schedule keeps up to
+  // num_stages - stage). Slots get memory when first used; forward and backward above
+  // use slot 0.
+  //
+  // The first stage takes `tokens` [B, T], the others `input` [B, T, C] (the previous
+  // stage's stage_output); the last stage takes `targets` (or none, for logits) and
+  // returns the loss as forward does, the others return NaN. Throws dufu::Error when
+  // the arguments do not fit the stage (tokens on a later stage, targets on an earlier
+  // one, wrong sizes) or for a negative slot.
+  float forward_stage(int slot, std::span<const std::int32_t> tokens, std::span<const float> input,
+                      std::span<const std::int32_t> targets, int B, int T, float dloss_scale);
+  // The output [B, T, C] (residual stream after the stage's last layer) of the slot's
+  // last forward on a stage other than the last; valid until the slot's next forward.
+  std::span<const float> stage_output(int slot) const;
+  // Adds the gradient of the slot's last forward to grads(), once per forward. The
+  // last stage starts from its loss (d_output empty), the others from d_output
+  // [B, T, C], the gradient of their output. Returns the gradient of the stage's input
+  // [B, T, C] (empty on the first stage), valid until the next backward.
+  std::span<const float> backward_stage(int slot, std::span<const float> d_output);
+  // Slots that hold activation memory.
+  int activation_slots() const;
+
+ private:
+  // What the forward keeps for backward, one set per layer. The residual stream of
+  // layer l enters as residual_in (the embedding for l = 0, the previous layer's
+  // residual_out otherwise), becomes residual_mid after the attention branch and
+  // residual_out after the MLP branch; each sum is fused with the LayerNorm after it.
+  // Shapes are this rank's: under tp ranks qkv holds [N, 3C/tp], att and atty cover
+  // NH/tp heads, the MLP's hidden activations are [N, 4C/tp] and the logits
+  // [N, Vp/tp]; the residual stream and LayerNorm outputs are whole ([N, C]) and
+  // identical on every rank.
+  struct LayerActivations {
+    float* ln_1;  // [N, C]
+    float* ln_1_mean;
+    float* ln_1_rstd;     // [N] each
+    float* qkv;           // [N, 3C]
+    float* att;           // [B, NH, T, T]
+    float* atty;          // [N, C] attention output, before c_proj
+    float* residual_mid;  // [N, C]
+    float* ln_2;          // [N, C]
+    float* ln_2_mean;
+    float* ln_2_rstd;
+    float* fc_pre;        // [N, 4C] c_fc output plus bias, before GELU
+    float* fc_gelu;       // [N, 4C]
+    float* residual_out;  // [N, C]
+  };
+  // Under bf16, the activations of a layer that its backward reads are kept in bf16
+  // memory from the forward to the backward (half of fp32's), and their fp32 pointers
+  // in LayerActivations point into one layer's working set (WorkingLayer), shared by
+  // all layers and slots: a layer computes in fp32, stores the rounded results
+  // (store_bf16), and its backward loads them back (load_bf16), exactly. The LayerNorm
+  // statistics stay fp32 in the slot (the recipe), and so does the residual_out of the
+  // stage's last layer, its output (stored is null).
+  struct StoredLayerActivations {
+    std::uint16_t* ln_1;
+    std::uint16_t* qkv;
+    std::uint16_t* att;
+    std::uint16_t* atty;
+    std::uint16_t* residual_mid;
+    std::uint16_t* ln_2;
+    std::uint16_t* fc_pre;
+    std::uint16_t* fc_gelu;
+    std::uint16_t* residual_out;
+  };
+  // The fp32 tensors of the layer being computed under bf16. The residual stream
+  // alternates between two buffers, as layer l reads layer l - 1's residual_out.
+  struct WorkingLayer {
+    float* ln_1;
+    float* qkv;
+    float* att;
+    float* atty;
+    float* residual_mid;
+    float* ln_2;
+    float* fc_pre;
+    float* fc_gelu;
+    float* residual[2];
+  };
+  struct Activations {
+    float* encoded;  // [N, C]
+    // Under fp32 every tensor; under bf16 the ones kept in fp32 (layer_activations()
+    // gives the pointers a layer computes with).
+    std::vector<LayerActivations> layers;
+    std::vector<StoredLayerActivations> stored;  // under bf16 only
+    std::uint16_t* ln_f_bits;                    // under bf16, the LM head's input
+    float* ln_f;  // [N, C]
+    float* ln_f_mean;
+    float* ln_f_rstd;
+    float* logits;  // [N, Vp]
+    float* losses;  // [N]
+    // Scratch reused by every layer: the output of a branch (c_proj of attention or
+    // MLP) before it joins the residual.
+    float* branch;  // [N, C]
+  };
+  // Gradients of activations, only needed (and allocated) for backward.
+  struct ActivationGrads {
+    float* residual;  // [N, C] the residual stream's gradient, accumulated through
+    float* ln;        // [N, C] gradient of a LayerNorm output
+    float* atty;      // [N, C]
+    float* qkv;       // [N, 3C]
+    float* att;       // [B, NH, T, T] attention_backward's scratch
+    float* fc_pre;    // [N, 4C] (fc_gelu's gradient is never stored: matmul_gelu_backward goes through the GELU)
+  };
+
+  // One micro-batch's activations and what its backward needs. Activations are sized
+  // for the largest B and T the slot has seen (capacity_b, capacity_t); a smaller
+  // batch uses the front of each tensor.
+  struct ActivationSlot {
+    int capacity_b = 0;
+    int capacity_t = 0;
+    bool bf16_storage = false;  // how the slot's memory is laid out
+    DeviceBuffer<float> memory;
+    DeviceBuffer<std::uint16_t> stored_memory;  // bf16 storage, under bf16
+    Activations acts{};
+    // The last forward's batch on the device (embedding_backward needs the tokens,
+    // the classifier the targets), the loss it returned, and whether the logits
+    // buffer holds logits or, after a forward with targets, their gradient.
+    DeviceBuffer<std::int32_t> tokens;
+    DeviceBuffer<std::int32_t> targets;
+    DeviceBuffer<float> loss;
+    int batch_b = 0;
+    int batch_t = 0;
+    bool has_logits = false;
+    bool backward_pending = false;
+  };
+
+  // In-place sum over the tensor group (no-op when serial).
+  void reduce_over_tensor_group(float* data, std::size_t count);
+  ActivationSlot& activation_slot(int slot);
+  void ensure_activations(ActivationSlot& slot, int B, int T);
+  void ensure_working_layer(int B, int T);
+  // Floats of a layer's activations for `rows` rows of `T` positions: an [N, C]
+  // tensor, this rank's [N, Cl] share of one, and its attention matrix.
+  struct LayerSizes {
+    std::size_t stream;
+    std::size_t share;
+    std::size_t att;
+  };
+  LayerSizes layer_sizes(std::size_t rows, std::size_t T) const;
+  // visit(count, layers.tensor...) for each activation of a layer that bf16 storage
+  // keeps, but residual_out (whose place depends on the layer): the one list of them
+  // for the fp32 layout, the bf16 storage and the working layer.
+  template <typename Visit, typename... Layers>
+  static void for_each_stored_tensor(const LayerSizes& sizes, Visit&& visit, Layers&... layers) {
+    visit(sizes.stream, layers.ln_1...);
+    visit(3 * sizes.share, layers.qkv...);
+    visit(sizes.att, layers.att...);
+    visit(sizes.share, layers.atty...);
+    visit(sizes.stream, layers.residual_mid...);
+    visit(sizes.stream, layers.ln_2...);
+    visit(4 * sizes.share, layers.fc_pre...);
+    visit(4 * sizes.share, layers.fc_gelu...);
+  }
+  // The fp32 tensors layer l of a slot computes with: its own under fp32; under bf16
+  // the working set for those kept in bf16.
+  LayerActivations layer_activations(const ActivationSlot& slot, int l) const;
+  // The bf16 copies layer l stores to (all null under fp32).
+  StoredLayerActivations stored_activations(const ActivationSlot& slot, int l) const;
+  // Under bf16, before layer l's backward: the stored activations its fp32 kernels
+  // read (qkv, att, residual_mid, fc_pre) and its input (layer l - 1's residual_out)
+  // back into the working set; its matmuls read their bf16 copies directly.
+  void load_layer_activations(const ActivationSlot& slot, int l);
+  void ensure_activation_grads(int B, int T);
+  void check_batch(std::span<const std::int32_t> tokens, std::span<const float> input,
+                   std::span<const std::int32_t> targets, int B, int T) const;
+  void require_whole_model(const char* operation) const;
+  // Under bf16: rounds `count` values to bf16 where the recipe stores bf16, and keeps
+  // their bf16 copy in `stored` unless it is null (gpt_precision.cc).
+  void round_if_bf16(float* values, std::size_t count, std::uint16_t* stored = nullptr) const;
+  // Under bf16: the working copy of the weights, remade from the masters if stale.
+  void refresh_working_weights();
+  // residual_out = residual + branch, norm_out = LayerNorm(residual_out): fused under
+  // fp32; under bf16 the sum is rounded first and the LayerNorm reads the rounded sum,
+  // and both are kept in bf16 where the stored pointers are not null.
+  void residual_layernorm(float* residual_out, float* norm_out, float* mean, float* rstd, const float* residual,
+                          const float* branch, const float* weight, const float* bias, int N, int C,
+                          std::uint16_t* stored_residual_out, std::uint16_t* stored_norm_out);
+
+  // A matmul operand in the form each precision reads it: fp32 values (under fp32) or
+  // bf16 bits (under bf16: an activation's stored copy, the weights' working copy).
+  struct Operand {
+    const float* values;
+    const std::uint16_t* bits;
+  };
+  // The linear layers and the embedding through the fp32 kernels, or under bf16 the
+  // *_bf16 ones on the bits (gpt_linear.cc); arguments as the kernels'.
+  void linear_forward(float* out, Operand x, Operand weight, const float* bias, int N, int C, int OC);
+  void linear_bias_gelu_forward(float* out, float* pre, Operand x, Operand weight, const float* bias, int N, int C,
+                                int OC);
+  void linear_backward(float* dx, float* dweight, float* dbias, const float* dout, Operand x, Operand weight, int N,
+                       int C, int OC);
+  void linear_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, Operand x, Operand weight,
+                            const float* pre, int N, int C, int OC);
+  void embed(float* out, const std::int32_t* tokens, bool adds_positions, int B, int T, int C);
+  // Views of the tensors, tensor_of(const ParamTensor&) giving each one's pointer;
+  // called in layout order.
+  template <typename T, typename TensorOf>
+  BasicGPTTensors<T> tensor_views(TensorOf&& tensor_of) const;
+
+  GPTConfig config_;
+  Device* device_;
+  const KernelTable* kernels_;  // device_->kernels()
+  PipelineStage stage_;  // num_layers resolved
+  Communicator* tensor_group_ = nullptr;  // null when serial
+  int tp_ = 1;
+  int tp_rank_ = 0;
+  std::vector<ParamTensor> layout_;
+  std::vector<ParamTensor> full_layout_;
+  DeviceBuffer<float> params_;
+  DeviceBuffer<float> grads_;
+  // The weights forward and backward read: params_ under fp32; under bf16 the
+  // working copy, p16_ for every tensor and p_ for the biases and LayerNorm parameters
+  // (null for the matrices, which only the *_bf16 kernels read).
+  GPTTensors p_;
+  BasicGPTTensors<std::uint16_t> p16_{};
+  Precision precision_ = Precision::kFp32;
+  DeviceBuffer<std::uint16_t> working_bits_;  // bf16: every parameter rounded to bf16
+  DeviceBuffer<float> working_vectors_;       // bf16: the biases and LayerNorm parameters, as floats
+  // bf16: where each run of biases and LayerNorm parameters sits in the layout and in
+  // working_vectors_.
+  struct VectorRun {
+    std::size_t offset;
+    std::size_t vector_offset;
+    std::size_t count;
+  };
+  std::vector<VectorRun> vector_runs_;
+  bool working_weights_stale_ = true;
+  GPTTensors g_;  // views into grads_
+
+  std::vector<ActivationSlot> slots_;
+  // Activation gradients are shared by the slots: one backward runs at a time.
+  int grad_capacity_b_ = 0;
+  int grad_capacity_t_ = 0;
+  DeviceBuffer<float> activation_grad_memory_;
+  // Under bf16: the working set of the layer being computed, shared by the slots.
+  int working_capacity_b_ = 0;
+  int working_capacity_t_ = 0;
+  DeviceBuffer<float> working_memory_;
+  WorkingLayer working_{};
+  ActivationGrads dacts_{};
+  // The vocab-parallel classifier's row statistics: max [N], then sum of exp and
+  // target logit [2N].
+  DeviceBuffer<float> row_max_;
+  DeviceBuffer<double> row_stats_;
+};
+
+}  // namespace dufu::trainer

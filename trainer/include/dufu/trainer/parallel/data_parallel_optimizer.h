@@ -1,0 +1,107 @@
+// The optimizer step of data-parallel training: the gradients summed over the data-
+// parallel ranks, their global norm clipped, then AdamW. Two ways:
+//   replicated  every rank all-reduces the whole gradient and updates every parameter
+//               with a full copy of the moments;
+//   ZeRO-1      the gradient is reduce-scattered, each rank updates only its shard of
+//               the parameters with only its shard's moments (1/dp of the optimizer
+//               memory), and the updated parameters are all-gathered.
+// Both give every rank the same parameters after each step; with one rank both are
+// plain AdamW. The sums are the communicator's rank-ordered, deterministic ones.
+//
+// The reduction runs in buckets of train.dp_bucket_mb (PyTorch DDP's bucket_cap_mb):
+// one collective per bucket of the flat gradient, cut without regard to tensor
+// boundaries. Every element is still the rank-ordered fold of the same values, so the
+// bucket size cannot change a bit; what it bounds is the collectives' scratch memory
+// (the NCCL backend's all-to-all needs one bucket of it, not one gradient) and, with
+// backward overlap later, how soon the first bucket can leave. Under ZeRO-1 a bucket
+// is the same slice [a, b) of every rank's shard: those slices are copied side by side
+// into a staging buffer and reduce-scattered, so each rank's slice of the sum lands
+// in its own shard, as the unbucketed reduce-scatter would put it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "dufu/common/communicator.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/optimizer.h"
+
+namespace dufu::trainer {
+
+// ZeRO-1's shard of data-parallel rank `rank` of `ranks` in a buffer of n floats:
+// [begin, end), ceil(n / ranks) floats each, the last shards shorter or empty.
+std::pair<std::size_t, std::size_t> zero_shard_range(std::size_t n, int ranks, int rank);
+
+// train.dp_bucket_mb's default, as PyTorch DDP's bucket_cap_mb.
+inline constexpr double kDefaultBucketMegabytes = 25.0;
+// Floats in `megabytes` MiB, at least one.
+std::size_t bucket_elements_for(double megabytes);
+// The buckets [begin, end) that cut n elements into pieces of bucket_elements (>= 1),
+// the last one shorter; none for n = 0.
+std::vector<std::pair<std::size_t, std::size_t>> gradient_buckets(std::size_t n, std::size_t bucket_elements);
+
+class DataParallelOptimizer {
+ public:
+  // `data_group` (and `pipeline_group`, the model's pipeline stages, and
+  // `tensor_group`, its tensor-parallel ranks, or nullptr for one) must outlive this
+  // object. The gradient norm is the whole model's:
+  // summed over tensor-parallel shards (GPT::full_sum_of_squares) and stages.
+  // bucket_elements: floats of gradient per collective (>= 1; bucket_elements_for).
+  DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group, bool shard_optimizer_state,
+                        Communicator* pipeline_group = nullptr, Communicator* tensor_group = nullptr,
+                        std::size_t bucket_elements = bucket_elements_for(kDefaultBucketMegabytes));
+
+  // Sums model.grads() over the data-parallel ranks (under ZeRO-1 only this rank's
+  // shard ends up summed), and clips the global gradient norm to max_norm (0 = no
+  // clipping). Returns the norm before clipping; the same value on every rank.
+  // The clipping factor is applied by step(), inside AdamW's pass, so the summed
+  // gradients are left unscaled.
+  double reduce_gradients_and_clip(double max_norm);
+  // One AdamW update at rate lr from the reduced, clipped gradients; collective under
+  // ZeRO-1.
+  void step(float lr);
+
+  // Takes the moments and step count of a full state (loaded from a checkpoint, for
+  // this rank's piece of the model): all of them, or under ZeRO-1 this rank's shard.
+  void load_full_state(const AdamW& full);
+  // An empty full-sized optimizer to load a checkpoint into.
+  AdamW make_full_state() const;
+
+  bool sharded() const { return sharded_; }
+  // This rank's optimizer: the whole piece's moments, or under ZeRO-1 its shard's
+  // (AdamW::shard_begin()), for checkpoints that keep each rank's state as it is.
+  const AdamW& local_state() const { return optimizer_; }
+  AdamW& local_state() { return optimizer_; }
+
+ private:
+  // ZeRO-1: the squared norm of the whole model's gradient from the reduced shards.
+  double sharded_sum_of_squares();
+  void all_reduce_in_buckets();
+  std::size_t zero_bucket_slice() const;  // floats of each rank's shard per ZeRO-1 bucket
+  void reduce_scatter_in_buckets();
+
+  GPT& model_;
+  AdamWOptions options_;
+  Communicator& group_;
+  Communicator* pipeline_group_;
+  Communicator* tensor_group_;
+  bool sharded_;
+  std::size_t shard_size_ = 0;  // elements per rank, the parameters padded to a multiple of dp
+  // reduce_gradients_and_clip's factor for step(): one pass over the gradients fewer
+  // than scaling them in place, and the same bits.
+  float grad_scale_ = 1.0f;
+  std::size_t bucket_elements_;
+  AdamW optimizer_;             // full, or this rank's shard
+  // ZeRO-1 buffers: the padded parameters (all-gathered after the update), this rank's
+  // summed gradient shard and its parameter shard.
+  // On the model's device, like the gradients they are cut from.
+  DeviceBuffer<float> padded_;
+  DeviceBuffer<float> grad_shard_;
+  DeviceBuffer<float> param_shard_;
+  // ZeRO-1: one bucket's slices of every rank's shard, side by side.
+  DeviceBuffer<float> staging_;
+};
+
+}  // namespace dufu::trainer

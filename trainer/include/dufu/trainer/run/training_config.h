@@ -1,0 +1,90 @@
+// Every knob of a training run, declared once (name, type, default, help) for the
+// TOML file, the command-line overrides, `train --help`, the effective configuration
+// printed at start and the copy saved with each checkpoint; and its typed, checked
+// form. A knob read into a field of TrainingOptions takes its default from that
+// field's initialiser, so each default is written once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dufu/common/config.h"
+#include "dufu/common/rank_agreement.h"
+#include "dufu/dataprep/blend_builder.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/optimizer.h"
+#include "dufu/trainer/run/lr_schedule.h"
+
+namespace dufu::trainer {
+
+ConfigSchema training_config_schema();
+
+enum class NonFiniteAction { kStop, kSkip };
+
+struct TrainingOptions {
+  GPTConfig model;
+  std::uint32_t init_seed = 1234;
+
+  // The training and validation data: the same blend, split parts 0 and 1.
+  dataprep::BlendConfig train_data;
+  dataprep::BlendConfig valid_data;
+  int loader_workers = 2;
+  int prefetch_batches = 4;
+  // Resume although a shard's identity differs from the checkpoint's (shard_identity.h).
+  bool allow_changed_shards = false;
+
+  int micro_batch = 8;
+  // A multiple of micro_batch x data-parallel size: gradient accumulation. The knob's
+  // default, 0, means one micro-batch.
+  int global_batch = micro_batch;
+  std::int64_t steps = 1000;
+  std::int64_t exit_at_step = 0;  // stop after this step with a checkpoint; 0 = never
+  NonFiniteAction on_nonfinite = NonFiniteAction::kStop;
+  int threads = 0;  // OpenMP threads; 0 = OpenMP's default (OMP_NUM_THREADS or all cores)
+  DeviceKind device = DeviceKind::kCpu;
+  Precision precision = Precision::kFp32;  // train.precision: fp32, or the bf16 recipe (gpt.h)
+  double dp_bucket_mb = 25.0;              // MiB of gradient per data-parallel collective (DataParallelOptimizer)
+
+  LrSchedule schedule;
+  AdamWOptions adamw;
+  double grad_clip = 1.0;  // 0 = no clipping
+
+  std::int64_t eval_interval = 100;  // 0 = no evaluation
+  int eval_batches = 8;
+
+  std::int64_t checkpoint_interval = 100;  // 0 = only at the end
+  int checkpoint_keep = 3;
+
+  // The layout over the launcher's ranks: data parallel = world / (tp x pp).
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  std::vector<int> pipeline_num_layers;  // layers per stage; empty = an even split
+  int zero_stage = 0;  // 1: AdamW moments sharded over the data-parallel ranks
+
+  std::string run_dir = "runs/gpt";
+  std::int64_t log_interval = 1;
+
+  int accumulation_steps(int data_parallel_size = 1) const {
+    return global_batch / (micro_batch * data_parallel_size);
+  }
+};
+
+// Reads and checks a Config of training_config_schema(). Throws dufu::Error naming
+// the knob for a value out of range or inconsistent with another (a global batch
+// that is not a multiple of the micro-batch, a missing data.blend, a float knob that
+// is NaN, infinite or beyond the float range, ...).
+TrainingOptions training_options(const Config& config);
+
+// Throws dufu::Error naming both knobs unless train.global_batch is a multiple of
+// train.micro_batch x `data_parallel_size`: training_options checks it for one rank,
+// the trainer again once the launcher's ranks give the data-parallel size.
+void check_global_batch(const TrainingOptions& options, int data_parallel_size);
+
+// What every rank of a run must have alike (rank_agreement.h): every knob but those
+// that only tune the rank they are given to and may differ between nodes
+// (train.threads, data.workers, data.prefetch, data.cache_dir).
+std::vector<AgreedSetting> rank_shared_settings(const Config& config);
+
+}  // namespace dufu::trainer

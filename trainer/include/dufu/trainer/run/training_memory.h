@@ -1,0 +1,80 @@
+// What a training rank allocates for the sizes a user gives (model shape, micro-batch,
+// sequence length, prefetch), estimated before anything is allocated, so that a model
+// or batch that cannot fit is refused as "not enough memory for X (needs N)" instead
+// of ending in std::bad_alloc or the kernel's OOM killer once the pages are touched.
+// The estimates follow the buffers GPT, AdamW and the loader allocate (in double, so
+// absurd sizes do not wrap around).
+#pragma once
+
+#include <string>
+
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/device/memory_limit.h"  // memory_limit_bytes, which check_memory compares with
+#include "dufu/trainer/model/gpt.h"
+
+namespace dufu::trainer {
+
+// This rank's parameters: its tensor-parallel share of the stage's layers and the
+// embeddings and head the stage holds.
+double rank_parameter_count(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage);
+
+// Bytes of weights, gradients and both AdamW moments for `parameters` (the moments
+// divided over `data_parallel_size` ranks when sharded, ZeRO-1).
+double model_state_bytes(double parameters, int data_parallel_size, bool moments_sharded);
+
+// Bytes of the activations and their gradients for `slots` micro-batches of B x T
+// tokens in flight on this rank's stage (1 unless pipelined), plus the loader's
+// `prefetch` batches of B x (T + 1) tokens. Under bf16 the activations a backward
+// reads are kept in bf16.
+double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parallel_size, const PipelineStage& stage,
+                        int slots, int prefetch, Precision precision);
+
+// What the kernels of one training step of this rank work on (for
+// Device::scratch_bytes): its stage's matmuls for micro-batches of B x T tokens, the
+// LayerNorms' rows and width, and its `parameters` (the gradient norm's length).
+StepShapes training_step_shapes(const GPTConfig& config, int B, int T, int tensor_parallel_size,
+                                const PipelineStage& stage, Precision precision, double parameters);
+
+// What this rank will allocate, by kind, printed at start (one line per distinct piece
+// of the model) so a user sees where the memory goes before the first step.
+struct MemoryPlan {
+  double weights = 0.0;       // fp32 parameters (the masters under bf16)
+  double gradients = 0.0;     // fp32
+  double moments = 0.0;       // AdamW m and v (this rank's shard under ZeRO-1)
+  double working_copy = 0.0;  // the bf16 recipe's working copy of the weights
+  double activations = 0.0;   // activations, their gradients, the loader's batches
+  double scratch = 0.0;       // the device's own (Device::scratch_bytes), e.g. cuBLASLt's workspace
+  double model() const { return weights + gradients + moments + working_copy; }
+  double total() const { return model() + activations + scratch; }
+  // "weights 498 MB, gradients 498 MB, AdamW moments 995 MB, activations 5.43 GB,
+  // device scratch 856 MB: 8.28 GB of at most 25.0 GB" (the working copy and the
+  // scratch only when there are any).
+  std::string describe(double limit_bytes) const;
+};
+MemoryPlan memory_plan(double parameters, int data_parallel_size, bool moments_sharded, bool bf16_working_copy,
+                       double activation_bytes);
+
+// This rank's plan for training micro-batches of B x T tokens: its parameters
+// (rank_parameter_count), the activations of `slots` micro-batches and `prefetch`
+// loader batches (activation_bytes), and the scratch `device` says such a step needs
+// (Device::scratch_bytes of training_step_shapes): the plan asks the device, so a plan
+// that fits leaves room for what the device allocates at the first backward.
+MemoryPlan rank_memory_plan(const GPTConfig& config, int B, int T, int tensor_parallel_size, int data_parallel_size,
+                            const PipelineStage& stage, int slots, int prefetch, Precision precision,
+                            bool moments_sharded, const Device& device);
+
+// Throws dufu::Error when `plan` needs more than `capacity_bytes` of `device` (its
+// Device::describe()), naming the plan and the knobs that shrink it: train.micro_batch
+// and model.seq_length (activations), dist.zero_stage (the AdamW moments), and
+// dist.tensor_parallel_size / dist.pipeline_parallel_size (this rank's share of the
+// model).
+void check_plan_fits_device(const MemoryPlan& plan, double capacity_bytes, const std::string& device);
+
+// Throws dufu::Error "not enough memory for <what> (needs N, this machine has M...)"
+// when `bytes` is above memory_limit_bytes().
+void check_memory(const std::string& what, double bytes);
+
+// The message of a std::bad_alloc caught while allocating `what` of about `bytes`.
+[[noreturn]] void fail_out_of_memory(const std::string& what, double bytes);
+
+}  // namespace dufu::trainer

@@ -1,0 +1,77 @@
+// The tensor files of a checkpoint (their formats are in checkpoint.h), between a
+// model piece's buffers and safetensors files. Internal to the trainer library.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "dufu/trainer/checkpoint/checkpoint_state.h"
+#include "dufu/trainer/model/gpt.h"
+
+namespace dufu::trainer::checkpoint_files {
+
+// The model shape, field by field: state.json, the metadata of model.safetensors,
+// equality and the messages naming the first field that differs all walk this table.
+struct ModelField {
+  const char* name;
+  int GPTConfig::*member;
+};
+constexpr ModelField kModelFields[] = {
+    {"n_layer", &GPTConfig::n_layer},       {"n_head", &GPTConfig::n_head},
+    {"d_model", &GPTConfig::d_model},       {"vocab_size", &GPTConfig::vocab_size},
+    {"vocab_multiple", &GPTConfig::vocab_multiple}, {"seq_length", &GPTConfig::seq_length},
+};
+
+// The first field in which two model shapes differ; null when they are the same.
+inline const ModelField* first_difference(const GPTConfig& a, const GPTConfig& b) {
+  for (const ModelField& field : kModelFields) {
+    if (a.*field.member != b.*field.member) return &field;
+  }
+  return nullptr;
+}
+
+// A piece of the model: tensor rank `tp_rank` of `tp` on `stage`, laid out as
+// gpt_stage_layout(config, gpt_parameter_layout(config, tp), stage). The serial
+// model is the piece (tp 1, whole-model stage).
+struct Piece {
+  GPTConfig config;
+  int tp = 1;
+  int tp_rank = 0;
+  PipelineStage stage;
+  bool is_serial() const { return tp == 1 && stage.num_stages == 1; }
+  std::vector<ParamTensor> layout() const;
+};
+
+// The piece of (tp_rank, pp_rank) in a checkpoint of `layout`.
+Piece piece_of(const GPTConfig& config, const CheckpointLayout& layout, int tp_rank, int pp_rank);
+
+// The weights: HF's layout for the serial piece (model.safetensors), dufu's for the
+// others. read_model checks every tensor's name, dtype and shape (and that there are
+// no others) before it writes `params`, so on an error `params` is unchanged.
+void write_model(const std::string& path, const Piece& piece, std::span<const float> params);
+void read_model(const std::string& path, const Piece& piece, std::span<float> params);
+
+// A piece's AdamW moments named per tensor (optimizer.safetensors); read_optimizer
+// returns the step count and writes m and v only once everything checked out.
+void write_optimizer(const std::string& path, const Piece& piece, std::span<const float> m,
+                     std::span<const float> v, std::int64_t step_count);
+std::int64_t read_optimizer(const std::string& path, const Piece& piece, std::span<float> m, std::span<float> v);
+
+// A ZeRO-1 shard: the moments of [begin, begin + m.size()) of the piece's flattened
+// buffer. read_optimizer_shard checks the file holds exactly that range.
+void write_optimizer_shard(const std::string& path, const Piece& piece, std::size_t begin,
+                           std::span<const float> m, std::span<const float> v, std::int64_t step_count);
+std::int64_t read_optimizer_shard(const std::string& path, const Piece& piece, std::size_t begin, std::span<float> m,
+                                  std::span<float> v);
+
+// What state.json records of each .safetensors file.
+struct FileRecord {
+  std::uint64_t bytes = 0;
+  std::string sha256;
+};
+FileRecord describe_file(const std::string& path);
+
+}  // namespace dufu::trainer::checkpoint_files

@@ -1,0 +1,129 @@
+// GPT's backward pass (see gpt.cc for the forward): the same flat sequence of kernel
+// calls per layer, in reverse, with the tensor-parallel conjugates of the forward's
+// all-reduces and the bf16 recipe's rounding points.
+#include <cstddef>
+#include <span>
+#include <string>
+
+#include "dufu/common/communicator.h"
+#include "dufu/common/error.h"
+#include "dufu/trainer/model/gpt.h"
+
+namespace dufu::trainer {
+
+void GPT::zero_grad() { device_->fill(grads_.data(), 0.0f, grads_.size()); }
+
+void GPT::backward() {
+  require_whole_model("GPT::backward");
+  backward_stage(0, {});
+}
+
+std::span<const float> GPT::backward_stage(int slot_index, std::span<const float> d_output) {
+  if (slot_index < 0 || static_cast<std::size_t>(slot_index) >= slots_.size() ||
+      !slots_[static_cast<std::size_t>(slot_index)].backward_pending) {
+    DUFU_FAIL("GPT::backward: no forward with targets to go back through",
+              stage_.num_stages > 1 ? str_cat(" in activation slot ", slot_index) : std::string(),
+              "; HINT: call forward with targets once before each backward");
+  }
+  ActivationSlot& slot = slots_[static_cast<std::size_t>(slot_index)];
+  const int B = slot.batch_b;
+  const int T = slot.batch_t;
+  const int N = B * T;
+  const int C = config_.d_model;
+  const int Cl = C / tp_;
+  const int NHl = config_.n_head / tp_;
+  const int Vl = local_vocab_size();
+  const std::size_t rows = static_cast<std::size_t>(N);
+  const std::size_t stream = rows * static_cast<std::size_t>(C);
+  if (stage_.is_last() != d_output.empty() || (!d_output.empty() && d_output.size() != stream)) {
+    DUFU_FAIL("GPT::backward_stage: pipeline stage ", stage_.stage, " of ", stage_.num_stages, " got ", d_output.size(),
+              " floats of output gradient; it needs ", stage_.is_last() ? std::size_t{0} : stream,
+              " (the last stage starts from its loss)");
+  }
+  slot.backward_pending = false;
+  ensure_activation_grads(B, T);
+  const Activations& acts = slot.acts;
+  const ActivationGrads& d = dacts_;
+  const KernelTable& k = *kernels_;
+
+  // Tensor parallel, the conjugates of the forward's communication: a column-parallel
+  // layer (c_attn, c_fc, the LM head) got the whole LayerNorm output on every rank,
+  // so the gradient of that input is the sum of every rank's part, an all-reduce; a
+  // row-parallel layer (c_proj) got the all-reduced sum, whose backward hands each
+  // rank the same output gradient with no communication, and so does the embedding.
+  //
+  // After each all-reduce the residual stream's gradient d.residual is bitwise the
+  // same on every rank, and so are the LayerNorm inputs and weights it meets, so every
+  // rank computes bitwise the same gradients for the replicated parameters (wpe, the
+  // LayerNorms, the c_proj biases): they need no reduction over the group.
+
+  // Under bf16 the activation gradients are rounded where they are stored, as the
+  // activations are; parameter gradients accumulate in fp32.
+  const std::size_t hidden = rows * 4 * static_cast<std::size_t>(Cl);
+  if (stage_.is_last()) {
+    // The classifier left dloss/dlogits in the logits buffer.
+    round_if_bf16(acts.logits, rows * static_cast<std::size_t>(Vl));
+    linear_backward(d.ln, g_.wte, nullptr, acts.logits, {acts.ln_f, acts.ln_f_bits}, {p_.wte, p16_.wte}, N, C, Vl);
+    if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
+    round_if_bf16(d.ln, stream);
+    const LayerActivations& last = acts.layers.back();  // its residual_out is fp32 under bf16 too
+    device_->fill(d.residual, 0.0f, stream);
+    k.layernorm_backward(d.residual, g_.ln_f_weight, g_.ln_f_bias, d.ln, last.residual_out, p_.ln_f_weight,
+                         acts.ln_f_mean, acts.ln_f_rstd, N, C);
+    round_if_bf16(d.residual, stream);
+  } else {
+    // The next stage's input gradient is this stage's output gradient.
+    device_->copy(d.residual, d_output.data(), d_output.size_bytes());
+  }
+
+  // d.residual carries the gradient of the residual stream down the layers: each
+  // branch reads it as the gradient of its output, and each LayerNorm backward adds
+  // its input's gradient to it, which is the residual add's backward.
+  for (int l = stage_.num_layers - 1; l >= 0; --l) {
+    const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
+    const GPTLayerTensors& dw = g_.h[static_cast<std::size_t>(l)];
+    // Under bf16 the layer's activations that fp32 kernels read come back from their
+    // bf16 copies first; the matmuls read the copies themselves.
+    load_layer_activations(slot, l);
+    const LayerActivations a = layer_activations(slot, l);
+    const StoredLayerActivations stored = stored_activations(slot, l);
+    const BasicGPTLayerTensors<std::uint16_t> w16 =
+        p16_.h.empty() ? BasicGPTLayerTensors<std::uint16_t>{} : p16_.h[static_cast<std::size_t>(l)];
+    const float* residual_in = l == 0 ? acts.encoded : layer_activations(slot, l - 1).residual_out;
+
+    // c_proj's backward goes through the GELU in one op (a GPU's epilogue): the gradient
+    // of the GELU's output is never stored, so under bf16 it is not rounded either.
+    linear_gelu_backward(d.fc_pre, dw.mlp_c_proj_weight, dw.mlp_c_proj_bias, d.residual, {a.fc_gelu, stored.fc_gelu},
+                         {w.mlp_c_proj_weight, w16.mlp_c_proj_weight}, a.fc_pre, N, 4 * Cl, C);
+    round_if_bf16(d.fc_pre, hidden);
+    linear_backward(d.ln, dw.mlp_c_fc_weight, dw.mlp_c_fc_bias, d.fc_pre, {a.ln_2, stored.ln_2},
+                    {w.mlp_c_fc_weight, w16.mlp_c_fc_weight}, N, C, 4 * Cl);
+    if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
+    round_if_bf16(d.ln, stream);
+    k.layernorm_backward(d.residual, dw.ln_2_weight, dw.ln_2_bias, d.ln, a.residual_mid, w.ln_2_weight, a.ln_2_mean,
+                         a.ln_2_rstd, N, C);
+    round_if_bf16(d.residual, stream);
+
+    linear_backward(d.atty, dw.attn_c_proj_weight, dw.attn_c_proj_bias, d.residual, {a.atty, stored.atty},
+                    {w.attn_c_proj_weight, w16.attn_c_proj_weight}, N, Cl, C);
+    round_if_bf16(d.atty, rows * static_cast<std::size_t>(Cl));
+    k.attention_backward(d.qkv, d.att, d.atty, a.qkv, a.att, B, T, Cl, NHl);
+    round_if_bf16(d.qkv, rows * 3 * static_cast<std::size_t>(Cl));
+    linear_backward(d.ln, dw.attn_c_attn_weight, dw.attn_c_attn_bias, d.qkv, {a.ln_1, stored.ln_1},
+                    {w.attn_c_attn_weight, w16.attn_c_attn_weight}, N, C, 3 * Cl);
+    if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
+    round_if_bf16(d.ln, stream);
+    k.layernorm_backward(d.residual, dw.ln_1_weight, dw.ln_1_bias, d.ln, residual_in, w.ln_1_weight, a.ln_1_mean,
+                         a.ln_1_rstd, N, C);
+    round_if_bf16(d.residual, stream);
+  }
+  if (!stage_.is_first()) return {d.residual, stream};  // the previous stage's output gradient
+  if (tp_ == 1) {
+    k.embedding_backward(g_.wte, g_.wpe, d.residual, slot.tokens.data(), B, T, C);
+  } else {
+    k.vocab_parallel_embedding_backward(g_.wte, g_.wpe, d.residual, slot.tokens.data(), vocab_begin(), Vl, B, T, C);
+  }
+  return {};
+}
+
+}  // namespace dufu::trainer

@@ -1,0 +1,179 @@
+// The GPT's side of the bf16 mixed-precision recipe (docs/architecture.md, "Mixed
+// precision"): the precision knob, the working copy of the weights, the rounding
+// points gpt.cc calls and the bf16 storage of the activations kept for the backward.
+// Under fp32 every function here leaves the model's arithmetic exactly as it was.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "device/buffer_carver.h"
+#include "dufu/common/error.h"
+#include "dufu/trainer/model/gpt.h"
+#include "gpt_tensor_views.h"
+
+namespace dufu::trainer {
+
+const char* precision_name(Precision precision) { return precision == Precision::kBf16 ? "bf16" : "fp32"; }
+
+Precision parse_precision(std::string_view text, std::string_view knob) {
+  if (text == "fp32") return Precision::kFp32;
+  if (text == "bf16") return Precision::kBf16;
+  DUFU_FAIL(knob, " must be \"fp32\" or \"bf16\", got \"", text, "\"");
+}
+
+namespace {
+
+bool has_bf16_kernels(const KernelTable& k) {
+  return k.round_to_bf16 != nullptr && k.store_bf16 != nullptr && k.load_bf16 != nullptr && k.to_bf16 != nullptr &&
+         k.embedding_forward_bf16 != nullptr && k.vocab_parallel_embedding_forward_bf16 != nullptr &&
+         k.matmul_forward_bf16 != nullptr && k.matmul_bias_gelu_forward_bf16 != nullptr &&
+         k.matmul_backward_bf16 != nullptr && k.matmul_gelu_backward_bf16 != nullptr;
+}
+
+}  // namespace
+
+void GPT::set_precision(Precision precision) {
+  if (precision == Precision::kBf16 && !has_bf16_kernels(device_->kernels())) {
+    DUFU_FAIL("train.precision = bf16: the device ", device_->describe(),
+              " has no bf16 rounding and storage kernels yet; HINT: use train.precision = fp32 on it");
+  }
+  // The slots' memory is laid out for one precision: a forward under the other would
+  // find the activations of a backward still to come in the wrong place.
+  if (precision != precision_) {
+    for (ActivationSlot& slot : slots_) {
+      slot.has_logits = false;
+      slot.backward_pending = false;
+    }
+  }
+  precision_ = precision;
+  if (precision == Precision::kFp32) {
+    working_bits_.reset();
+    working_vectors_.reset();
+    vector_runs_.clear();
+    p16_ = {};
+    p_ = tensors(params_.span());
+    return;
+  }
+  if (working_bits_.size() != params_.size()) working_bits_ = DeviceBuffer<std::uint16_t>(*device_, params_.size());
+  p16_ = tensor_views<std::uint16_t>([&](const ParamTensor& tensor) { return working_bits_.data() + tensor.offset; });
+  // The biases and LayerNorm parameters, packed in layout order, for the kernels that
+  // take them as floats; a run joins the tensors that follow each other in the layout.
+  vector_runs_.clear();
+  std::size_t vector_count = 0;
+  for (const ParamTensor& tensor : layout_) {
+    if (tensor.is_matrix) continue;
+    if (!vector_runs_.empty() && vector_runs_.back().offset + vector_runs_.back().count == tensor.offset) {
+      vector_runs_.back().count += tensor.size();
+    } else {
+      vector_runs_.push_back({tensor.offset, vector_count, tensor.size()});
+    }
+    vector_count += tensor.size();
+  }
+  if (working_vectors_.size() != vector_count) working_vectors_ = DeviceBuffer<float>(*device_, vector_count);
+  std::size_t next_vector = 0;
+  p_ = tensor_views<float>([&](const ParamTensor& tensor) -> float* {
+    if (tensor.is_matrix) return nullptr;  // read from p16_ only
+    float* vector = working_vectors_.data() + next_vector;
+    next_vector += tensor.size();
+    return vector;
+  });
+  working_weights_stale_ = true;
+}
+
+void GPT::round_if_bf16(float* values, std::size_t count, std::uint16_t* stored) const {
+  if (precision_ != Precision::kBf16) return;
+  if (stored != nullptr) {
+    kernels_->store_bf16(stored, values, count);
+  } else {
+    kernels_->round_to_bf16(values, count);
+  }
+}
+
+void GPT::refresh_working_weights() {
+  if (precision_ != Precision::kBf16 || !working_weights_stale_) return;
+  // A pure function of the masters: remaking it at any time gives the same bits, so a
+  // resumed run (which saves and loads only the masters) computes what the
+  // uninterrupted one did.
+  const KernelTable& k = *kernels_;
+  k.to_bf16(working_bits_.data(), params_.data(), params_.size());
+  for (const VectorRun& run : vector_runs_) {
+    k.load_bf16(working_vectors_.data() + run.vector_offset, working_bits_.data() + run.offset, run.count);
+  }
+  working_weights_stale_ = false;
+}
+
+void GPT::residual_layernorm(float* residual_out, float* norm_out, float* mean, float* rstd, const float* residual,
+                             const float* branch, const float* weight, const float* bias, int N, int C,
+                             std::uint16_t* stored_residual_out, std::uint16_t* stored_norm_out) {
+  const KernelTable& k = *kernels_;
+  if (precision_ == Precision::kFp32) {
+    k.residual_layernorm_forward(residual_out, norm_out, mean, rstd, residual, branch, weight, bias, N, C);
+    return;
+  }
+  // The residual stream is stored in bf16, and the LayerNorm normalises what was
+  // stored (as llm.c's fused kernel does), so its backward sees the same x.
+  const std::size_t count = static_cast<std::size_t>(N) * static_cast<std::size_t>(C);
+  k.add(residual_out, residual, branch, count);
+  round_if_bf16(residual_out, count, stored_residual_out);
+  k.layernorm_forward(norm_out, mean, rstd, residual_out, weight, bias, N, C);
+  round_if_bf16(norm_out, count, stored_norm_out);
+}
+
+GPT::LayerSizes GPT::layer_sizes(std::size_t rows, std::size_t T) const {
+  const std::size_t tp = static_cast<std::size_t>(tp_);
+  const std::size_t C = static_cast<std::size_t>(config_.d_model);
+  return {
+      .stream = rows * C, .share = rows * (C / tp), .att = rows * (static_cast<std::size_t>(config_.n_head) / tp) * T};
+}
+
+void GPT::ensure_working_layer(int B, int T) {
+  if (B <= working_capacity_b_ && T <= working_capacity_t_) return;
+  working_capacity_b_ = std::max(B, working_capacity_b_);
+  working_capacity_t_ = std::max(T, working_capacity_t_);
+  const std::size_t N = static_cast<std::size_t>(working_capacity_b_) * static_cast<std::size_t>(working_capacity_t_);
+  const std::size_t C = static_cast<std::size_t>(config_.d_model);
+  detail::BufferCarver<float> carver;
+  for_each_stored_tensor(
+      layer_sizes(N, static_cast<std::size_t>(working_capacity_t_)),
+      [&](std::size_t count, float*& tensor) { carver.want(tensor, count); }, working_);
+  carver.want(working_.residual[0], N * C);
+  carver.want(working_.residual[1], N * C);
+  carver.allocate(*device_, working_memory_);
+}
+
+GPT::LayerActivations GPT::layer_activations(const ActivationSlot& slot, int l) const {
+  LayerActivations layer = slot.acts.layers[static_cast<std::size_t>(l)];
+  if (!slot.bf16_storage) return layer;
+  for_each_stored_tensor(
+      LayerSizes{}, [](std::size_t, float*& tensor, float* working) { tensor = working; }, layer, working_);
+  // The stage's output stays in the slot (stage_output, the last LayerNorm's backward).
+  if (l + 1 < stage_.num_layers) layer.residual_out = working_.residual[l % 2];
+  return layer;
+}
+
+GPT::StoredLayerActivations GPT::stored_activations(const ActivationSlot& slot, int l) const {
+  return slot.bf16_storage ? slot.acts.stored[static_cast<std::size_t>(l)] : StoredLayerActivations{};
+}
+
+void GPT::load_layer_activations(const ActivationSlot& slot, int l) {
+  if (!slot.bf16_storage) return;
+  const std::size_t rows = static_cast<std::size_t>(slot.batch_b) * static_cast<std::size_t>(slot.batch_t);
+  const LayerSizes sizes = layer_sizes(rows, static_cast<std::size_t>(slot.batch_t));
+  const LayerActivations a = layer_activations(slot, l);
+  const StoredLayerActivations& stored = slot.acts.stored[static_cast<std::size_t>(l)];
+  const KernelTable& k = *kernels_;
+  // What the fp32 kernels of the backward read (attention, the LayerNorms, the GELU's
+  // derivative); the matmuls read ln_1, atty, ln_2 and fc_gelu as bf16.
+  k.load_bf16(a.qkv, stored.qkv, 3 * sizes.share);
+  k.load_bf16(a.att, stored.att, sizes.att);
+  k.load_bf16(a.residual_mid, stored.residual_mid, sizes.stream);
+  k.load_bf16(a.fc_pre, stored.fc_pre, 4 * sizes.share);
+  // The layer's input: the previous layer's output (layer 0's, the embedding, is fp32).
+  if (l > 0) {
+    k.load_bf16(layer_activations(slot, l - 1).residual_out,
+                slot.acts.stored[static_cast<std::size_t>(l - 1)].residual_out, sizes.stream);
+  }
+}
+
+}  // namespace dufu::trainer

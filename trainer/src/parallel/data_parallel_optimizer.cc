@@ -1,0 +1,185 @@
+#include "dufu/trainer/parallel/data_parallel_optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "dufu/common/error.h"
+
+namespace dufu::trainer {
+
+namespace {
+
+std::size_t shard_size_for(std::size_t n, int ranks) {
+  return (n + static_cast<std::size_t>(ranks) - 1) / static_cast<std::size_t>(ranks);
+}
+
+AdamW make_optimizer(const GPT& model, AdamWOptions options, const Communicator& group, bool sharded) {
+  if (!sharded) return AdamW(model, options);
+  const auto [begin, end] = zero_shard_range(model.num_parameters(), group.size(), group.rank());
+  return AdamW(model.parameter_tensors(), model.num_parameters(), options, begin, end, &model.device());
+}
+
+}  // namespace
+
+std::pair<std::size_t, std::size_t> zero_shard_range(std::size_t n, int ranks, int rank) {
+  DUFU_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "zero_shard_range: rank ", rank, " of ", ranks);
+  const std::size_t shard = shard_size_for(n, ranks);
+  const std::size_t begin = std::min(n, shard * static_cast<std::size_t>(rank));
+  return {begin, std::min(n, begin + shard)};
+}
+
+std::size_t bucket_elements_for(double megabytes) {
+  DUFU_CHECK(std::isfinite(megabytes) && megabytes > 0.0, "bucket_elements_for: ", megabytes, " MB");
+  const double elements = std::floor(megabytes * 1024.0 * 1024.0 / sizeof(float));
+  return elements < 1.0 ? 1 : static_cast<std::size_t>(elements);
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> gradient_buckets(std::size_t n, std::size_t bucket_elements) {
+  DUFU_CHECK(bucket_elements >= 1, "gradient_buckets: a bucket of 0 elements");
+  std::vector<std::pair<std::size_t, std::size_t>> buckets;
+  for (std::size_t begin = 0; begin < n; begin += std::min(bucket_elements, n - begin)) {
+    buckets.emplace_back(begin, begin + std::min(bucket_elements, n - begin));
+  }
+  return buckets;
+}
+
+DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group,
+                                             bool shard_optimizer_state, Communicator* pipeline_group,
+                                             Communicator* tensor_group, std::size_t bucket_elements)
+    : model_(model),
+      options_(options),
+      group_(data_group),
+      pipeline_group_(pipeline_group != nullptr && pipeline_group->size() > 1 ? pipeline_group : nullptr),
+      tensor_group_(tensor_group != nullptr && tensor_group->size() > 1 ? tensor_group : nullptr),
+      sharded_(shard_optimizer_state && data_group.size() > 1),
+      bucket_elements_(bucket_elements),
+      optimizer_(make_optimizer(model, options, data_group, sharded_)) {
+  DUFU_CHECK(bucket_elements_ >= 1, "DataParallelOptimizer: a bucket of 0 elements");
+  if (sharded_) {
+    shard_size_ = shard_size_for(model.num_parameters(), group_.size());
+    Device& device = model.device();
+    padded_ = DeviceBuffer<float>(device, shard_size_ * static_cast<std::size_t>(group_.size()));
+    grad_shard_ = DeviceBuffer<float>(device, shard_size_);
+    param_shard_ = DeviceBuffer<float>(device, shard_size_);
+    staging_ = DeviceBuffer<float>(device, std::min(zero_bucket_slice(), shard_size_) *
+                                               static_cast<std::size_t>(group_.size()));
+  }
+}
+
+std::size_t DataParallelOptimizer::zero_bucket_slice() const {
+  // A bucket holds bucket_elements_ floats in all, one slice of each rank's shard.
+  return std::max<std::size_t>(1, bucket_elements_ / static_cast<std::size_t>(group_.size()));
+}
+
+void DataParallelOptimizer::all_reduce_in_buckets() {
+  const auto grads = model_.grads();
+  for (const auto& [begin, end] : gradient_buckets(grads.size(), bucket_elements_)) {
+    group_.all_reduce(grads.subspan(begin, end - begin), ReduceOp::kSum);
+  }
+}
+
+void DataParallelOptimizer::reduce_scatter_in_buckets() {
+  // Rank r's shard is [r * S, (r + 1) * S) of the gradient padded with zeros to
+  // dp * S; the bucket [a, b) of shard offsets takes [r * S + a, r * S + b) from every
+  // rank r, so reduce-scattering the staged slices gives each rank the sum of its own.
+  const auto grads = model_.grads();
+  const std::size_t n = grads.size();
+  Device& device = model_.device();
+  const auto ranks = static_cast<std::size_t>(group_.size());
+  for (const auto& [a, b] : gradient_buckets(shard_size_, zero_bucket_slice())) {
+    const std::size_t slice = b - a;
+    for (std::size_t r = 0; r < ranks; ++r) {
+      float* destination = staging_.data() + r * slice;
+      const std::size_t source = r * shard_size_ + a;
+      const std::size_t present = source >= n ? 0 : std::min(slice, n - source);
+      if (present > 0) device.copy(destination, grads.data() + source, present * sizeof(float));
+      if (present < slice) device.zero(destination + present, (slice - present) * sizeof(float));
+    }
+    group_.reduce_scatter(std::span<const float>(staging_.data(), slice * ranks),
+                          std::span<float>(grad_shard_.data() + a, slice));
+  }
+}
+
+double DataParallelOptimizer::reduce_gradients_and_clip(double max_norm) {
+  if (!sharded_) {
+    if (group_.size() > 1) all_reduce_in_buckets();
+    double norm = 0.0;
+    if (model_.tensor_parallel_size() == 1 && pipeline_group_ == nullptr) {
+      norm = gradient_norm(model_.grads(), model_.device());
+    } else {
+      // Under tensor or pipeline parallelism each rank holds a piece of the gradient:
+      // the norm is the whole model's, replicated tensors (and wte's copy on the last
+      // stage) counted once.
+      double sum_of_squares_total = model_.full_sum_of_squares(model_.grads());
+      if (pipeline_group_ != nullptr) sum_of_squares_total = pipeline_group_->all_reduce_value(sum_of_squares_total);
+      norm = std::sqrt(sum_of_squares_total);
+    }
+    grad_scale_ = gradient_clip_scale(norm, max_norm);
+    return norm;
+  }
+  reduce_scatter_in_buckets();
+  const double norm = std::sqrt(sharded_sum_of_squares());
+  grad_scale_ = gradient_clip_scale(norm, max_norm);
+  return norm;
+}
+
+double DataParallelOptimizer::sharded_sum_of_squares() {
+  // The norm from every data-parallel rank's shard: partial sums, summed in rank order.
+  const KernelTable& kernels = model_.device().kernels();
+  if (tensor_group_ == nullptr && pipeline_group_ == nullptr) {
+    return group_.all_reduce_value(kernels.sum_of_squares(grad_shard_.data(), grad_shard_.size()));
+  }
+  // With tensor or pipeline parallelism the shard is of this rank's piece of the
+  // model: tensors replicated over the tensor group are counted on one rank's worth
+  // (every tensor rank holds the same), split ones summed over it, and the last
+  // stage's copy of wte left out (the first stage counts it), as GPT::full_sum_of_squares.
+  const std::size_t begin = optimizer_.shard_begin();
+  const std::size_t end = begin + optimizer_.num_parameters();
+  double sums[2] = {0.0, 0.0};  // replicated, split
+  for (const ParamTensor& tensor : model_.parameter_tensors()) {
+    if (model_.pipeline_stage().holds_wte_copy() && tensor.name == "wte.weight") continue;
+    const std::size_t low = std::max(tensor.offset, begin);
+    const std::size_t high = std::min(tensor.offset + tensor.size(), end);
+    if (low >= high) continue;
+    sums[tensor.split == TensorSplit::kReplicated ? 0 : 1] +=
+        kernels.sum_of_squares(grad_shard_.data() + (low - begin), high - low);
+  }
+  // Host values: all_reduce_value, which a device communicator runs on its host plane.
+  sums[0] = group_.all_reduce_value(sums[0]);
+  sums[1] = group_.all_reduce_value(sums[1]);
+  double total = sums[0] + (tensor_group_ != nullptr ? tensor_group_->all_reduce_value(sums[1]) : sums[1]);
+  if (pipeline_group_ != nullptr) total = pipeline_group_->all_reduce_value(total);
+  return total;
+}
+
+void DataParallelOptimizer::step(float lr) {
+  if (!sharded_) {
+    optimizer_.step(model_.params(), model_.grads(), lr, grad_scale_);
+    return;
+  }
+  Device& device = model_.device();
+  const auto params = model_.params();
+  const std::size_t begin = optimizer_.shard_begin();
+  const std::size_t count = optimizer_.num_parameters();
+  device.copy(param_shard_.data(), params.data() + begin, count * sizeof(float));
+  optimizer_.step(std::span<float>(param_shard_.data(), count), std::span<const float>(grad_shard_.data(), count), lr,
+                  grad_scale_);
+  group_.all_gather(param_shard_.span(), padded_.span());
+  device.copy(params.data(), padded_.data(), params.size_bytes());
+}
+
+AdamW DataParallelOptimizer::make_full_state() const { return AdamW(model_, options_); }
+
+void DataParallelOptimizer::load_full_state(const AdamW& full) {
+  DUFU_CHECK(full.num_parameters() == model_.num_parameters(), "load_full_state: a state of ", full.num_parameters(),
+             " parameters for a model of ", model_.num_parameters());
+  const std::size_t begin = optimizer_.shard_begin();
+  const std::size_t count = optimizer_.num_parameters();
+  Device& device = model_.device();
+  device.copy(optimizer_.m().data(), full.m().data() + begin, count * sizeof(float));
+  device.copy(optimizer_.v().data(), full.v().data() + begin, count * sizeof(float));
+  optimizer_.set_step_count(full.step_count());
+}
+
+}  // namespace dufu::trainer

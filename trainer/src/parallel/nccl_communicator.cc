@@ -1,0 +1,214 @@
+// NcclCommunicator: the Communicator contract over the module's NCCL entries.
+//
+// Sums are not ncclAllReduce: NCCL's ring and tree algorithms add in an order that
+// depends on the algorithm and the topology, and the contract wants the left fold over
+// ranks in rank order, bitwise equal to the MPI backend's. So all_reduce is what the
+// MPI backend does (common/src/mpi_communicator.cc): an all-to-all (grouped ncclSend /
+// ncclRecv) hands rank k chunk k of every rank's data, a device kernel folds those
+// blocks in rank order (collective_fold.h), and ncclAllGather shares the folded
+// chunks: the bytes per rank of a ring all-reduce. reduce_scatter stops after the fold.
+// NCCL has no tags: messages between two ranks arrive in the order they were sent,
+// which is what the callers' tags would give. NCCL cannot tell how much a receive got,
+// so a count mismatch is the caller's to avoid (the host backends detect it).
+//
+// NCCL moves only GPU memory. Host buffers given to this communicator (a step's loss,
+// a gradient norm, the host-staged pieces of a checkpoint) go through its control plane,
+// the MPI communicator of the same ranks, so the trainer's host-side collectives work
+// unchanged on CUDA; which memory a buffer is in is asked of the driver per call.
+//
+// Every call only enqueues on the CUDA device's stream; traffic seconds therefore
+// measure the enqueueing, not the transfer.
+#include "dufu/trainer/parallel/nccl_communicator.h"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "device/cuda_module.h"
+#include "dufu/common/error.h"
+#include "dufu/trainer/device/collective_fold.h"
+
+namespace dufu::trainer {
+
+namespace {
+
+// The module's NCCL entries once NCCL's library is loaded and this process has a GPU
+// of its own, or nullptr with the reason.
+const CudaNccl* nccl_or_reason(std::string* reason) {
+  const GpuChoice gpu = gpu_for_this_process();
+  if (gpu.ordinal < 0) {
+    *reason = gpu.refusal;
+    return nullptr;
+  }
+  const CudaModule* module = loaded_cuda_module(reason);
+  if (module == nullptr) return nullptr;
+  if (module->nccl == nullptr) {
+    *reason = "this build's CUDA device module has no NCCL (nccl.h was not found in the CUDA toolkit at configure "
+              "time)";
+    return nullptr;
+  }
+  const DeviceAvailability library = module->nccl->library();
+  if (!library.available) {
+    *reason = library.reason;
+    return nullptr;
+  }
+  return module->nccl;
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::unique_ptr<Communicator> host, const CudaNccl& nccl, const CudaModule& module)
+      : Communicator(host->name()),
+        host_(std::move(host)),
+        nccl_(nccl),
+        module_(module),
+        device_(device_of_kind(DeviceKind::kCuda)) {
+    std::vector<std::uint8_t> id(kNcclUniqueIdBytes);
+    if (host_->rank() == 0) nccl_.unique_id(id.data());
+    host_->broadcast(id, 0);
+    comm_ = nccl_.init_rank(id.data(), host_->size(), host_->rank());
+  }
+  ~NcclCommunicator() override { nccl_.destroy(comm_); }
+
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
+  MemorySpace memory_space() const override { return MemorySpace::kCudaDevice; }
+  std::string describe() const override {
+    return str_cat("NCCL communicator '", name(), "' on ", device_.describe(), " over ", host_->describe());
+  }
+
+ protected:
+  Communicator& control_plane() override { return *host_; }
+
+  void do_all_reduce(CommBuffer data, ReduceOp op) override {
+    if (on_host(data.data, data.data, "all_reduce")) return host_->all_reduce_buffer(data, op);
+    const std::size_t element = data_type_size(data.type);
+    const std::size_t stride = fold_chunk_stride(data.count, size());
+    // scratch: this rank's chunk of every rank's data (blocks `stride` apart), then the
+    // folded chunks of every rank, gathered.
+    unsigned char* blocks = scratch(2 * stride * static_cast<std::size_t>(size()) * element);
+    unsigned char* gathered = blocks + stride * static_cast<std::size_t>(size()) * element;
+    all_to_all(static_cast<const unsigned char*>(data.data), data.count, stride, data.type, blocks);
+    const FoldChunk own = fold_chunk(data.count, size(), rank());
+    unsigned char* own_slot = gathered + static_cast<std::size_t>(rank()) * stride * element;
+    nccl_.fold(own_slot, blocks, stride, own.count, size(), data.type, op);
+    nccl_.all_gather(comm_, own_slot, gathered, stride, data.type);
+    device_.copy(data.data, gathered, data.count * element);
+  }
+
+  void do_reduce_scatter(ConstCommBuffer input, CommBuffer output) override {
+    if (on_host(input.data, output.data, "reduce_scatter")) return host_->reduce_scatter_buffer(input, output);
+    const std::size_t element = data_type_size(input.type);
+    unsigned char* blocks = scratch(input.count * element);
+    all_to_all(static_cast<const unsigned char*>(input.data), input.count, output.count, input.type, blocks);
+    nccl_.fold(output.data, blocks, output.count, output.count, size(), output.type, ReduceOp::kSum);
+  }
+
+  void do_all_gather(ConstCommBuffer input, CommBuffer output) override {
+    if (on_host(input.data, output.data, "all_gather")) return host_->all_gather_buffer(input, output);
+    nccl_.all_gather(comm_, input.data, output.data, input.count, input.type);
+  }
+
+  void do_broadcast(CommBuffer data, int root) override {
+    if (on_host(data.data, data.data, "broadcast")) return host_->broadcast_buffer(data, root);
+    nccl_.broadcast(comm_, data.data, data.count, data.type, root);
+  }
+
+  void do_send(ConstCommBuffer data, int peer, int tag) override {
+    if (on_host(data.data, data.data, "send")) return host_->send_buffer(data, peer, tag);
+    nccl_.send(comm_, data.data, data.count, data.type, peer);
+  }
+
+  void do_recv(CommBuffer data, int peer, int tag) override {
+    if (on_host(data.data, data.data, "recv")) return host_->recv_buffer(data, peer, tag);
+    nccl_.recv(comm_, data.data, data.count, data.type, peer);
+  }
+
+  void do_send_recv(ConstCommBuffer send_data, int destination, CommBuffer recv_data, int source, int tag) override {
+    if (on_host(send_data.data, recv_data.data, "send_recv")) {
+      return host_->send_recv_buffer(send_data, destination, recv_data, source, tag);
+    }
+    if (destination == rank() && source == rank()) {
+      device_.copy(recv_data.data, send_data.data, recv_data.count * data_type_size(recv_data.type));
+      return;
+    }
+    nccl_.group_start();
+    nccl_.send(comm_, send_data.data, send_data.count, send_data.type, destination);
+    nccl_.recv(comm_, recv_data.data, recv_data.count, recv_data.type, source);
+    nccl_.group_end();
+  }
+
+  void do_barrier() override {
+    // Work enqueued before the barrier is finished before any rank leaves it.
+    device_.synchronize();
+    host_->barrier();
+  }
+
+  std::unique_ptr<Communicator> do_split(int color, int key, std::string name) override {
+    std::unique_ptr<Communicator> host_group = host_->split(color, key, std::move(name));
+    if (host_group == nullptr) return nullptr;
+    return std::make_unique<NcclCommunicator>(std::move(host_group), nccl_, module_);
+  }
+
+ private:
+  // Whether an operation's buffers are host memory (then the control plane moves them)
+  // rather than the GPU's; a host buffer paired with a GPU one is refused.
+  bool on_host(const void* first, const void* second, const char* operation) const {
+    const bool first_on_host = !module_.is_device_memory(first);
+    if (first_on_host != !module_.is_device_memory(second)) {
+      DUFU_FAIL(operation, " on ", describe(), ": one buffer is host memory and the other GPU memory");
+    }
+    return first_on_host;
+  }
+
+  // Chunk k (fold_chunk) of every rank's `count` elements goes to rank k, which puts
+  // rank r's into block r of `blocks` (blocks `stride` elements apart).
+  void all_to_all(const unsigned char* data, std::size_t count, std::size_t stride, DataType type,
+                  unsigned char* blocks) {
+    const std::size_t element = data_type_size(type);
+    const std::size_t own = fold_chunk(count, size(), rank()).count;
+    nccl_.group_start();
+    for (int peer = 0; peer < size(); ++peer) {
+      const FoldChunk chunk = fold_chunk(count, size(), peer);
+      if (chunk.count > 0) nccl_.send(comm_, data + chunk.begin * element, chunk.count, type, peer);
+      if (own > 0) nccl_.recv(comm_, blocks + static_cast<std::size_t>(peer) * stride * element, own, type, peer);
+    }
+    nccl_.group_end();
+  }
+
+  // Device scratch of at least `bytes`, kept between calls and grown, never shrunk, so
+  // a training step does not allocate.
+  unsigned char* scratch(std::size_t bytes) {
+    if (scratch_.size() < bytes) scratch_ = DeviceBuffer<unsigned char>(device_, bytes);
+    return scratch_.data();
+  }
+
+  std::unique_ptr<Communicator> host_;
+  const CudaNccl& nccl_;
+  const CudaModule& module_;
+  Device& device_;
+  void* comm_ = nullptr;  // ncclComm_t
+  DeviceBuffer<unsigned char> scratch_;
+};
+
+}  // namespace
+
+DeviceAvailability nccl_availability() {
+  std::string reason;
+  if (nccl_or_reason(&reason) == nullptr) return {false, reason};
+  return {true, ""};
+}
+
+DeviceAvailability nccl_availability(Communicator& ranks) { return agree_on_availability(ranks, nccl_availability()); }
+
+std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> host) {
+  DUFU_CHECK(host != nullptr && host->memory_space() == MemorySpace::kHost,
+             "make_nccl_communicator: the control plane must be a host communicator");
+  std::string reason;
+  const CudaNccl* nccl = nccl_or_reason(&reason);
+  if (nccl == nullptr) DUFU_FAIL("NCCL communicator '", host->name(), "': ", reason);
+  return std::make_unique<NcclCommunicator>(std::move(host), *nccl, *loaded_cuda_module(&reason));
+}
+
+}  // namespace dufu::trainer

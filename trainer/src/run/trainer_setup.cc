@@ -1,0 +1,340 @@
+// Setting a training run up (Trainer::setup, trainer.h), in the steps setup() lists:
+// the device, the ranks and their agreement, the memory plan, the run directory, the
+// data, the model, and the checkpoint to resume from. Resume restores the weights, the
+// moments, the step and the loader position, which together determine everything that
+// follows, so the loss sequence continues bitwise.
+#include <omp.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <new>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dufu/common/atomic_file.h"
+#include "dufu/common/communicator.h"
+#include "dufu/common/error.h"
+#include "dufu/common/file_lock.h"
+#include "dufu/common/human_units.h"
+#include "dufu/common/log.h"
+#include "dufu/common/topology.h"
+#include "dufu/dataprep/blend_builder.h"
+#include "dufu/dataprep/data_loader.h"
+#include "dufu/trainer/checkpoint/checkpoint.h"
+#include "dufu/trainer/checkpoint/parallel_checkpoint.h"
+#include "dufu/trainer/checkpoint/shard_identity.h"
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/model/flops.h"
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/parallel/data_parallel_optimizer.h"
+#include "dufu/trainer/parallel/rank_groups.h"
+#include "dufu/trainer/run/training_config.h"
+#include "dufu/trainer/run/training_memory.h"
+#include "trainer_state.h"
+
+namespace dufu::trainer {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The device of train.device. One that cannot run here (no CUDA backend in this
+// build, or no GPU) is refused with its reason, in one line, before anything is created.
+Device& training_device(DeviceKind kind) {
+  const DeviceAvailability availability = device_availability(kind);
+  if (!availability.available) DUFU_FAIL("train.device = \"", device_kind_name(kind), "\": ", availability.reason);
+  return device_of_kind(kind);
+}
+
+std::size_t stage_size(const GPTConfig& config, const PipelineStage& stage) {
+  std::size_t total = 0;
+  for (const ParamTensor& tensor : gpt_stage_layout(config, gpt_parameter_layout(config), stage)) {
+    total += tensor.size();
+  }
+  return total;
+}
+
+// The checkpoint to resume from, found and verified by world rank 0 alone (reading
+// every file once, not once per rank) and passed to the others; empty for none.
+std::string agree_on_checkpoint(Communicator& world, const std::string& resume_from, const std::string& run_dir) {
+  std::string found;
+  if (world.rank() == 0) {
+    if (!resume_from.empty()) {
+      const std::optional<std::string> checkpoint = find_usable_checkpoint(resume_from);
+      if (!checkpoint) DUFU_FAIL("--resume ", resume_from, ": no checkpoint there");
+      found = *checkpoint;
+    } else if (fs::exists(run_dir)) {
+      found = find_usable_checkpoint(run_dir).value_or("");
+    }
+  }
+  if (world.size() == 1) return found;
+  std::int64_t length = static_cast<std::int64_t>(found.size());
+  world.broadcast(std::span<std::int64_t>(&length, 1), 0);
+  std::vector<std::uint8_t> bytes(found.begin(), found.end());
+  bytes.resize(static_cast<std::size_t>(length));
+  world.broadcast(bytes, 0);
+  return std::string(bytes.begin(), bytes.end());
+}
+
+// Which rank holds which layers and shards: rank 0 knows the whole layout, so no rank
+// needs to report its own.
+LayoutReport describe_layout(const Topology& topology, const GPTConfig& model, const std::vector<int>& layer_split) {
+  LayoutReport report;
+  report.topology = topology.describe();
+  const int tp = topology.tensor_parallel_size();
+  const int local_vocab = model.padded_vocab_size(tp) / tp;
+  for (int rank = 0; rank < topology.world_size(); ++rank) {
+    const auto c = topology.coordinates_of(rank);
+    const PipelineStage stage = pipeline_stage(layer_split, c.pp_rank);
+    RankLayout& entry = report.ranks.emplace_back();
+    entry.rank = rank;
+    entry.tp_rank = c.tp_rank;
+    entry.dp_rank = c.dp_rank;
+    entry.pp_rank = c.pp_rank;
+    entry.first_layer = stage.first_layer;
+    entry.last_layer = stage.first_layer + layer_split[static_cast<std::size_t>(c.pp_rank)] - 1;
+    entry.embeddings = stage.is_first();
+    entry.head = stage.is_last();
+    entry.first_head = c.tp_rank * model.n_head / tp;
+    entry.last_head = (c.tp_rank + 1) * model.n_head / tp - 1;
+    entry.first_vocab_row = c.tp_rank * local_vocab;
+    entry.last_vocab_row = (c.tp_rank + 1) * local_vocab - 1;
+  }
+  return report;
+}
+
+}  // namespace
+
+bool Trainer::setup() {
+  State& s = *s_;
+  s.open_device();
+  const std::vector<ShardIdentity> shards = s.join_ranks();
+  s.lay_out_ranks();
+  const State::MemoryNeed model_memory = s.check_memory_plan();
+  s.claim_run_dir();
+  s.open_data(shards);
+  s.build_model(model_memory);
+  const dataprep::LoaderState loader_start = s.start_or_resume();
+  if (s.state.step >= s.options.steps) {
+    if (s.is_main) s.reporter.nothing_to_do(s.state.step, s.options.steps);
+    return false;
+  }
+  s.prepare_steps(loader_start);
+  s.ready = true;
+  return true;
+}
+
+void Trainer::State::open_device() {
+  device = &training_device(options.device);
+  if (options.threads > 0) omp_set_num_threads(options.threads);
+  T = options.model.seq_length;
+}
+
+std::vector<ShardIdentity> Trainer::State::join_ranks() {
+  world = make_communicator();
+  // Before any rank writes: ranks started with other settings (an MPMD command line),
+  // or whose data paths name other files (node-local copies), would each train on
+  // something else; the configuration first, then the shards it names.
+  const bool reports = world->rank() == 0;
+  if (const std::optional<std::string> difference = rank_disagreement(*world, shared_settings)) {
+    throw RanksStopped(*difference, reports);
+  }
+  std::vector<ShardIdentity> shards;
+  std::vector<AgreedSetting> shard_settings;
+  for (const std::string& prefix : training_prefixes()) {
+    shards.push_back(shard_identity(prefix));
+    shard_settings.push_back(agreed_setting(shards.back()));
+  }
+  if (const std::optional<std::string> difference = rank_disagreement(*world, shard_settings)) {
+    throw RanksStopped(*difference, reports);
+  }
+  return shards;
+}
+
+void Trainer::State::lay_out_ranks() {
+  topology.emplace(world->size(), options.tensor_parallel_size, options.pipeline_parallel_size, world->rank());
+  dp = topology->data_parallel_size();
+  check_global_batch(options, dp);
+  accumulation = options.accumulation_steps(dp);
+  is_main = world->rank() == 0;
+  const int pp = topology->pipeline_parallel_size();
+  layer_split = pipeline_layer_split(options.model.n_layer, pp, options.pipeline_num_layers);
+  stage = pp > 1 ? pipeline_stage(layer_split, topology->coordinates().pp_rank) : PipelineStage{};
+}
+
+Trainer::State::MemoryNeed Trainer::State::check_memory_plan() {
+  // The sizes are the user's: what cannot fit is refused before anything is allocated.
+  const auto coordinates = topology->coordinates();
+  const int tp = topology->tensor_parallel_size();
+  const int pp = topology->pipeline_parallel_size();
+  const double parameters = rank_parameter_count(options.model, tp, stage);
+  const int slots = pp > 1 ? pp - coordinates.pp_rank : 1;
+  activations_what = str_cat("the activations of ", slots, " micro-batch", slots > 1 ? "es" : "", " of ",
+                             options.micro_batch, " x ", T, " tokens (train.micro_batch x model.seq_length)");
+  const MemoryPlan plan = rank_memory_plan(options.model, options.micro_batch, T, tp, dp, stage, slots,
+                                           options.prefetch_batches, options.precision, options.zero_stage == 1,
+                                           *device);
+  activations_bytes = plan.activations;
+  const MemoryNeed model_memory{str_cat("the model (", human_count(parameters),
+                                        " parameters on this rank, with their gradients and AdamW moments)"),
+                                plan.model()};
+  check_memory(model_memory.what, model_memory.bytes);
+  check_memory(str_cat(model_memory.what, " and ", activations_what), plan.total());
+  const double device_capacity = device->memory_capacity_bytes();
+  check_plan_fits_device(plan, device_capacity, device->describe());
+  // One line per distinct piece of the model (its first data-parallel replica's).
+  if (coordinates.dp_rank == 0) {
+    DUFU_LOG_INFO("train", "memory plan of this rank: ", plan.describe(device_capacity), " on ", device->describe());
+  }
+  return model_memory;
+}
+
+void Trainer::State::claim_run_dir() {
+  if (is_main) {
+    fs::create_directories(options.run_dir);
+    run_lock = FileLock::try_lock((fs::path(options.run_dir) / ".lock").string());
+    if (!run_lock) DUFU_FAIL("run.dir ", options.run_dir, " is in use by another training process");
+    // Holding the lock, every partial checkpoint there is a dead process's.
+    remove_checkpoint_leftovers(options.run_dir);
+    reporter.effective_config(config_toml);
+    AtomicFile saved((fs::path(options.run_dir) / "config.toml").string());
+    saved.write(config_toml.data(), config_toml.size());
+    saved.commit();
+  }
+  world->barrier();
+}
+
+void Trainer::State::open_data(const std::vector<ShardIdentity>& shards) {
+  // Data first: a bad blend should fail before any time goes into the model.
+  train_blend = dataprep::build_blend(options.train_data);
+  if (options.eval_interval > 0) valid_dataset = dataprep::build_blend(options.valid_data).dataset;
+  if (is_main) DUFU_LOG_INFO("train", "training data: ", train_blend.dataset->describe());
+  shard_watch = ShardWatch(training_prefixes());
+  // What the checkpoints record of the data, to tell on resume whether it changed.
+  if (is_main) state.shards = shards;
+}
+
+void Trainer::State::build_model(const MemoryNeed& model_memory) {
+  const auto coordinates = topology->coordinates();
+  const int tp = topology->tensor_parallel_size();
+  const int pp = topology->pipeline_parallel_size();
+  // On a GPU the groups are NCCL communicators (one GPU per rank), on the CPU MPI ones.
+  groups = make_rank_groups(*world, *topology, *device);
+  if (is_main) reporter.layout(describe_layout(*topology, options.model, layer_split));
+  try {
+    model = std::make_unique<GPT>(options.model, tp > 1 ? groups.tensor.get() : nullptr, stage, device);
+    model->set_precision(options.precision);
+    optimizer = std::make_unique<DataParallelOptimizer>(*model, options.adamw, *groups.data, options.zero_stage == 1,
+                                                        groups.pipeline.get(), groups.tensor.get(),
+                                                        bucket_elements_for(options.dp_bucket_mb));
+  } catch (const std::bad_alloc&) {
+    fail_out_of_memory(model_memory.what, model_memory.bytes);
+  }
+  state.init_seed = options.init_seed;
+  state.data_seed = options.train_data.seed;
+  state.model = options.model;
+  state.layout.tensor_parallel_size = tp;
+  state.layout.pipeline_parallel_size = pp;
+  state.layout.data_parallel_size = dp;
+  state.layout.optimizer_sharded = optimizer->sharded();
+  if (pp > 1) state.layout.pipeline_layers = layer_split;
+  place = RankPlace{coordinates.tp_rank, coordinates.pp_rank, coordinates.dp_rank};
+}
+
+dataprep::LoaderState Trainer::State::start_or_resume() {
+  const std::string found = agree_on_checkpoint(*world, resume_from, options.run_dir);
+  dataprep::LoaderState loader_start;
+  if (!found.empty()) {
+    loader_start = resume(found);
+  } else {
+    model->init_gpt2(options.init_seed);
+  }
+  state.config_toml = config_toml;
+  return loader_start;
+}
+
+void Trainer::State::prepare_steps(const dataprep::LoaderState& loader_start) {
+  loader = make_loader(train_blend.dataset, options, *topology, loader_start);
+  if (is_main) {
+    metrics = std::make_unique<MetricsLog>((fs::path(options.run_dir) / "metrics.jsonl").string(), state.step);
+  }
+  flops_per_token = gpt_training_flops_per_token(options.model, T);
+  peak_flops = measure_sgemm_peak_flops(0.3);
+  tokens_per_step = static_cast<double>(options.global_batch) * T;
+  if (is_main) reporter.run_summary(run_summary());
+  step_batches.resize(topology->pipeline_parallel_size() > 1 ? static_cast<std::size_t>(accumulation) : 0);
+  dloss_scale = 1.0f / static_cast<float>(static_cast<double>(options.micro_batch) * T * accumulation * dp);
+}
+
+RunSummary Trainer::State::run_summary() const {
+  RunSummary summary;
+  summary.parameters = stage_size(options.model, PipelineStage{});
+  summary.n_layer = options.model.n_layer;
+  summary.d_model = options.model.d_model;
+  summary.n_head = options.model.n_head;
+  summary.vocab_size = options.model.vocab_size;
+  summary.padded_vocab_size = options.model.padded_vocab_size();
+  summary.seq_length = T;
+  summary.micro_batch = options.micro_batch;
+  summary.accumulation = accumulation;
+  summary.data_parallel_size = dp;
+  summary.tokens_per_step = tokens_per_step;
+  summary.threads = omp_get_max_threads();
+  summary.peak_flops = peak_flops;
+  summary.flops_per_token = flops_per_token;
+  return summary;
+}
+
+dataprep::LoaderState Trainer::State::resume(const std::string& checkpoint) {
+  const TrainingState saved = read_checkpoint_state(checkpoint, FileCheck::kTrust);
+  if (is_main) {
+    if (const std::optional<std::string> change = shard_change(saved.shards, state.shards, checkpoint)) {
+      if (!options.allow_changed_shards) {
+        DUFU_FAIL(*change, "; HINT: resume with the shards the run was trained on, or set "
+                  "data.allow_changed_shards=true to continue on the changed data (its samples differ)");
+      }
+      reporter.warning(str_cat("resuming as data.allow_changed_shards=true says, although the ", *change));
+    }
+  }
+  load_parallel_checkpoint(checkpoint, saved, place, dp, *model, *optimizer);
+  if (saved.data_seed != state.data_seed) {
+    DUFU_LOG_WARN("train", "data.seed is ", state.data_seed, " but the checkpoint was trained with ", saved.data_seed,
+                  ": the data order changes from here on");
+  }
+  state.step = saved.step;
+  state.consumed_samples = saved.consumed_samples;
+  state.consumed_tokens = saved.consumed_tokens;
+  state.skipped_steps = saved.skipped_steps;
+  state.init_seed = saved.init_seed;
+  // The loader position counts this rank's samples. Megatron's global order does not
+  // depend on the data-parallel size, so within the first epoch the position under
+  // another size follows from the consumed samples; past it the epochs' dropped
+  // tails differ, and only the same size continues exactly.
+  const dataprep::LoaderState saved_loader = dataprep::parse_loader_state(saved.train_loader_state);
+  const std::uint64_t micro = static_cast<std::uint64_t>(options.micro_batch);
+  const std::uint64_t rank_epoch = train_blend.dataset->size() / (micro * dp) * micro;
+  const std::uint64_t per_rank = saved.consumed_samples / static_cast<std::uint64_t>(dp);
+  dataprep::LoaderState loader_start;
+  if (saved_loader.next.epoch * rank_epoch + saved_loader.next.position == per_rank) {
+    loader_start = saved_loader;
+  } else if (saved_loader.next.epoch == 0 && per_rank < rank_epoch) {
+    loader_start.next = {0, per_rank};
+    loader_start.batches_served = per_rank / micro;
+    if (is_main) {
+      DUFU_LOG_INFO("train", "the data-parallel size changed: continuing after ", saved.consumed_samples,
+                    " consumed samples (", per_rank, " per rank)");
+    }
+  } else {
+    DUFU_FAIL(checkpoint, ": its loader is past the first epoch of a run with another data-parallel size or "
+              "data size, where the order cannot be carried over; resume with the data-parallel size it was "
+              "trained with");
+  }
+  if (is_main) DUFU_LOG_INFO("train", "resuming from ", checkpoint, " at step ", state.step);
+  return loader_start;
+}
+
+}  // namespace dufu::trainer

@@ -1,0 +1,293 @@
+#include "dufu/trainer/run/training_config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <set>
+#include <string_view>
+
+#include "dufu/common/error.h"
+#include "dufu/dataprep/blended_dataset.h"
+#include "dufu/dataprep/indexed_dataset.h"
+
+namespace dufu::trainer {
+
+namespace {
+
+const char* nonfinite_action_name(NonFiniteAction action) {
+  return action == NonFiniteAction::kSkip ? "skip" : "stop";
+}
+
+}  // namespace
+
+ConfigSchema training_config_schema() {
+  const TrainingOptions defaults;
+  ConfigSchema schema;
+  schema.add_int("model.n_layer", 4, "Transformer blocks")
+      .add_int("model.n_head", 4, "Attention heads per block (must divide model.d_model)")
+      .add_int("model.d_model", 256, "Width of the residual stream")
+      .add_int("model.vocab_size", 32000, "Vocabulary size: the tokenizer's (every token id must be below it)")
+      .add_int("model.vocab_multiple", 128, "The embedding gets a multiple of this many rows (padding masked)")
+      .add_int("model.seq_length", 256, "Tokens per training sample (context length)")
+      .add_int("model.init_seed", defaults.init_seed, "Seed of the GPT-2 weight initialisation");
+  schema.add_string("data.blend", "", "Megatron-style blend of shard prefixes: \"0.7 A 0.3 B\", or one prefix")
+      .add_string("data.impl", "mmap", "How shards are read: mmap, lazy or cached")
+      .add_string("data.split", "969,30,1", "Megatron split of each shard's documents: train,valid,test")
+      .add_int("data.seed", 1234, "Seed of the sample shuffle (Megatron's default 1234)")
+      .add_string("data.cache_dir", "", "Index cache directory (default: $DUFU_CACHE_DIR or ~/.cache/dufu)")
+      .add_int("data.workers", defaults.loader_workers, "Loader threads reading samples")
+      .add_int("data.prefetch", defaults.prefetch_batches, "Batches the loader prepares ahead")
+      .add_bool("data.allow_changed_shards", defaults.allow_changed_shards,
+                "Resume even when a shard differs from the one the checkpoint was trained on (size or index "
+                "digest); the samples then differ from the run's");
+  schema.add_string("train.device", device_kind_name(defaults.device),
+                    "Where the model runs: cpu, or cuda (one GPU per rank, NCCL between ranks; refused with the "
+                    "reason where there is no GPU)");
+  schema.add_int("train.micro_batch", defaults.micro_batch, "Samples per forward/backward")
+      .add_int("train.global_batch", 0, "Samples per optimizer step, a multiple of the micro-batch (0 = micro_batch)")
+      .add_int("train.steps", defaults.steps, "Optimizer steps to train for")
+      .add_string("train.on_nonfinite", nonfinite_action_name(defaults.on_nonfinite),
+                  "What a NaN or Inf loss or gradient does: stop (error naming the step) or skip (no update)")
+      .add_int("train.exit_at_step", defaults.exit_at_step,
+               "Stop with a checkpoint after this step (0 = run to train.steps): splits a run into jobs")
+      .add_int("train.threads", defaults.threads, "OpenMP threads for the kernels (0 = OMP_NUM_THREADS or every core)")
+      .add_string("train.precision", precision_name(defaults.precision),
+                  "fp32, or bf16: bf16 matmul inputs, weight working copy and stored activations with fp32 master "
+                  "weights, moments, LayerNorm statistics, softmax and loss (kernels compute in fp32 and round to "
+                  "bf16 at the recipe's points)")
+      .add_double("train.dp_bucket_mb", defaults.dp_bucket_mb,
+                  "MiB of gradient per data-parallel collective (PyTorch DDP's bucket_cap_mb); the result does not "
+                  "depend on it, the collectives' scratch memory does");
+  schema.add_double("optim.lr", 6e-4, "Peak learning rate, reached at the end of the warmup")
+      .add_double("optim.min_lr", 6e-5, "Floor the cosine decay ends at")
+      .add_int("optim.warmup_steps", 100, "Steps of linear warmup")
+      .add_int("optim.decay_steps", 0, "Step the cosine reaches optim.min_lr (0 = train.steps)")
+      .add_double("optim.beta1", 0.9, "AdamW beta1")
+      .add_double("optim.beta2", 0.95, "AdamW beta2")
+      .add_double("optim.eps", 1e-8, "AdamW epsilon")
+      .add_double("optim.weight_decay", 0.1, "Decoupled weight decay of the matrices (not biases or LayerNorm)")
+      .add_double("optim.grad_clip", defaults.grad_clip, "Clip the global gradient norm to this (0 = no clipping)");
+  schema.add_int("eval.interval", defaults.eval_interval,
+                 "Evaluate on the validation split every this many steps (0 = never)")
+      .add_int("eval.batches", defaults.eval_batches, "Micro-batches per evaluation (the same ones each time)");
+  schema.add_int("checkpoint.interval", defaults.checkpoint_interval,
+                 "Save a checkpoint every this many steps (0 = only at the end)")
+      .add_int("checkpoint.keep", defaults.checkpoint_keep, "Newest checkpoints kept");
+  schema.add_int("dist.tensor_parallel_size", defaults.tensor_parallel_size,
+                 "Tensor-parallel ranks (Megatron: heads and MLP split, vocab-parallel embedding and loss)")
+      .add_int("dist.pipeline_parallel_size", defaults.pipeline_parallel_size,
+               "Pipeline stages (1F1B schedule over the micro-batches of a step)")
+      .add_string("dist.pipeline_num_layers", "",
+                  "Layers per pipeline stage, e.g. \"5,7\" (empty: an even split, earlier stages one more)")
+      .add_string("dist.pipeline_stage_ids", "",
+                  "The stage of each layer, e.g. \"0,0,0,0,0,1,1,1,1,1,1,1\" (LiBai's explicit stage ids; "
+                  "instead of dist.pipeline_num_layers)")
+      .add_int("dist.zero_stage", defaults.zero_stage,
+               "1: shard the AdamW moments over the data-parallel ranks (ZeRO-1: reduce-scatter, update, "
+               "all-gather); 0: every rank keeps them all");
+  schema.add_string("run.dir", defaults.run_dir, "Directory of the run: checkpoints, metrics.jsonl, config.toml")
+      .add_int("run.log_interval", defaults.log_interval, "Print a step line every this many steps");
+  return schema;
+}
+
+namespace {
+
+// Narrows an int knob, failing with the knob's name outside [min, max].
+std::int64_t int_in_range(const Config& config, const char* name, std::int64_t min,
+                          std::int64_t max = std::numeric_limits<std::int32_t>::max()) {
+  const std::int64_t value = config.get_int(name);
+  if (value < min || value > max) {
+    // The limits of the types the knobs are narrowed to are named as what they are.
+    if (max >= std::numeric_limits<std::int32_t>::max()) {
+      if (value < min) DUFU_FAIL(name, " must be at least ", min, ", got ", value);
+      DUFU_FAIL(name, " must be at most ", max, ", got ", value);
+    }
+    DUFU_FAIL(name, " must be in [", min, ", ", max, "], got ", value);
+  }
+  return value;
+}
+
+// A comma-separated list of integers ("5,7"); empty for an empty string. `what` and
+// `example` go into the message for an item that is not an integer.
+std::vector<int> int_list(const Config& config, const char* name, const char* what, const char* example) {
+  std::vector<int> values;
+  for (std::string_view rest = config.get_string(name); !rest.empty();) {
+    const auto comma = rest.find(',');
+    const std::string item(rest.substr(0, comma));
+    char* end = nullptr;
+    errno = 0;
+    const long value = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno != 0 || value < std::numeric_limits<int>::min() ||
+        value > std::numeric_limits<int>::max()) {
+      DUFU_FAIL(name, ": '", item, "' is not ", what, " (expected e.g. ", example, ")");
+    }
+    values.push_back(static_cast<int>(value));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
+  return values;
+}
+
+// Every float knob must be a finite number that stays finite as the float the
+// kernels compute in: a NaN or infinite learning rate, beta or epsilon turns every
+// weight into NaN at the first update.
+void check_float_knobs_finite(const Config& config) {
+  for (const ConfigKnob& knob : config.schema().knobs()) {
+    if (knob.type != ConfigType::kDouble) continue;
+    const double value = config.get_double(knob.name);
+    if (!std::isfinite(value)) DUFU_FAIL(knob.name, " must be a finite number, got ", value);
+    if (!std::isfinite(static_cast<float>(value))) {
+      DUFU_FAIL(knob.name, " is ", value, ", beyond the float range (", std::numeric_limits<float>::max(),
+                ") the trainer computes in");
+    }
+  }
+}
+
+float nonnegative_float(const Config& config, const char* name) {
+  const double value = config.get_double(name);
+  if (!(value >= 0.0)) DUFU_FAIL(name, " must not be negative, got ", value);
+  return static_cast<float>(value);
+}
+
+}  // namespace
+
+TrainingOptions training_options(const Config& config) {
+  check_float_knobs_finite(config);
+  TrainingOptions options;
+  options.model.n_layer = static_cast<int>(int_in_range(config, "model.n_layer", 1));
+  options.model.n_head = static_cast<int>(int_in_range(config, "model.n_head", 1));
+  options.model.d_model = static_cast<int>(int_in_range(config, "model.d_model", 1));
+  options.model.vocab_size = static_cast<int>(int_in_range(config, "model.vocab_size", 1));
+  options.model.vocab_multiple = static_cast<int>(int_in_range(config, "model.vocab_multiple", 1));
+  options.model.seq_length = static_cast<int>(int_in_range(config, "model.seq_length", 1));
+  options.model.validate();
+  options.init_seed =
+      static_cast<std::uint32_t>(int_in_range(config, "model.init_seed", 0, std::numeric_limits<std::uint32_t>::max()));
+
+  const std::string& blend = config.get_string("data.blend");
+  if (blend.empty()) DUFU_FAIL("data.blend is not set: give the shard prefixes, e.g. data.blend=\"0.7 A 0.3 B\"");
+  dataprep::BlendConfig data;
+  data.shards = dataprep::parse_blend_spec(blend);
+  data.impl = dataprep::parse_impl(config.get_string("data.impl"));
+  data.seq_length = static_cast<std::uint64_t>(options.model.seq_length);
+  data.seed =
+      static_cast<std::uint32_t>(int_in_range(config, "data.seed", 0, std::numeric_limits<std::uint32_t>::max()));
+  data.split.megatron_split = config.get_string("data.split");
+  data.cache_dir = config.get_string("data.cache_dir");
+  options.loader_workers = static_cast<int>(int_in_range(config, "data.workers", 1, 256));
+  options.prefetch_batches = static_cast<int>(int_in_range(config, "data.prefetch", 1, 1024));
+  options.allow_changed_shards = config.get_bool("data.allow_changed_shards");
+
+  options.micro_batch = static_cast<int>(int_in_range(config, "train.micro_batch", 1));
+  const std::int64_t global_batch = int_in_range(config, "train.global_batch", 0);
+  options.global_batch = global_batch == 0 ? options.micro_batch : static_cast<int>(global_batch);
+  check_global_batch(options, 1);
+  options.steps = int_in_range(config, "train.steps", 1, std::numeric_limits<std::int64_t>::max());
+  // The run counts its samples and tokens in 64 bits, and the training set is sized to
+  // steps x global batch: a product past them would wrap to a few samples.
+  const auto run_tokens = static_cast<unsigned __int128>(options.steps) *
+                          static_cast<unsigned __int128>(options.global_batch) *
+                          static_cast<unsigned __int128>(options.model.seq_length);
+  if (run_tokens > static_cast<unsigned __int128>(std::numeric_limits<std::int64_t>::max())) {
+    DUFU_FAIL("train.steps (", options.steps, ") x train.global_batch (", options.global_batch,
+              ") x model.seq_length (", options.model.seq_length, ") tokens is more than a run counts (",
+              std::numeric_limits<std::int64_t>::max(), ", 2^63 - 1); HINT: train.steps counts optimizer steps");
+  }
+  options.dp_bucket_mb = config.get_double("train.dp_bucket_mb");
+  // At least one float, at most 1 TiB (beyond that a bucket is just the whole gradient).
+  if (!(options.dp_bucket_mb * 1024.0 * 1024.0 >= sizeof(float)) || options.dp_bucket_mb > 1024.0 * 1024.0) {
+    DUFU_FAIL("train.dp_bucket_mb must be between 4 bytes (3.8e-6) and 1048576 MiB, got ", options.dp_bucket_mb);
+  }
+  const std::string& on_nonfinite = config.get_string("train.on_nonfinite");
+  if (on_nonfinite == nonfinite_action_name(NonFiniteAction::kStop)) {
+    options.on_nonfinite = NonFiniteAction::kStop;
+  } else if (on_nonfinite == nonfinite_action_name(NonFiniteAction::kSkip)) {
+    options.on_nonfinite = NonFiniteAction::kSkip;
+  } else {
+    DUFU_FAIL("train.on_nonfinite must be \"stop\" or \"skip\", got \"", on_nonfinite, "\"");
+  }
+  options.exit_at_step = int_in_range(config, "train.exit_at_step", 0, std::numeric_limits<std::int64_t>::max());
+  options.threads = static_cast<int>(int_in_range(config, "train.threads", 0, 4096));
+  try {
+    options.device = parse_device_kind(config.get_string("train.device"));
+  } catch (const Error& e) {
+    DUFU_FAIL("train.device: ", e.what());
+  }
+  options.precision = parse_precision(config.get_string("train.precision"), "train.precision");
+
+  options.schedule.max_lr = config.get_double("optim.lr");
+  options.schedule.min_lr = config.get_double("optim.min_lr");
+  options.schedule.warmup_steps = int_in_range(config, "optim.warmup_steps", 0, std::numeric_limits<std::int64_t>::max());
+  const std::int64_t decay_steps = int_in_range(config, "optim.decay_steps", 0, std::numeric_limits<std::int64_t>::max());
+  options.schedule.decay_steps = decay_steps == 0 ? options.steps : decay_steps;
+  options.schedule.validate();
+  options.adamw.beta1 = static_cast<float>(config.get_double("optim.beta1"));
+  options.adamw.beta2 = static_cast<float>(config.get_double("optim.beta2"));
+  options.adamw.eps = nonnegative_float(config, "optim.eps");
+  options.adamw.weight_decay = nonnegative_float(config, "optim.weight_decay");
+  for (const char* name : {"optim.beta1", "optim.beta2"}) {
+    const double beta = config.get_double(name);
+    if (!(beta >= 0.0 && beta < 1.0)) DUFU_FAIL(name, " must be in [0, 1), got ", beta);
+  }
+  options.grad_clip = nonnegative_float(config, "optim.grad_clip");
+
+  options.eval_interval = int_in_range(config, "eval.interval", 0, std::numeric_limits<std::int64_t>::max());
+  options.eval_batches = static_cast<int>(int_in_range(config, "eval.batches", 1));
+  options.checkpoint_interval = int_in_range(config, "checkpoint.interval", 0, std::numeric_limits<std::int64_t>::max());
+  options.checkpoint_keep = static_cast<int>(int_in_range(config, "checkpoint.keep", 1));
+  options.tensor_parallel_size = static_cast<int>(int_in_range(config, "dist.tensor_parallel_size", 1, 4096));
+  options.pipeline_parallel_size = static_cast<int>(int_in_range(config, "dist.pipeline_parallel_size", 1, 4096));
+  options.pipeline_num_layers = int_list(config, "dist.pipeline_num_layers", "a number of layers", "\"5,7\"");
+  const std::vector<int> stage_ids = int_list(config, "dist.pipeline_stage_ids", "a stage id", "\"0,0,1,1\"");
+  if (!stage_ids.empty()) {
+    if (!options.pipeline_num_layers.empty()) {
+      DUFU_FAIL("dist.pipeline_num_layers and dist.pipeline_stage_ids both say how to split the layers; give one");
+    }
+    try {
+      options.pipeline_num_layers =
+          pipeline_layer_split_from_stage_ids(options.model.n_layer, options.pipeline_parallel_size, stage_ids);
+    } catch (const Error& e) {
+      DUFU_FAIL("dist.pipeline_stage_ids: ", e.what());
+    }
+  }
+  // The split is checked here so a bad one fails before any rank starts.
+  (void)pipeline_layer_split(options.model.n_layer, options.pipeline_parallel_size, options.pipeline_num_layers);
+  options.zero_stage = static_cast<int>(int_in_range(config, "dist.zero_stage", 0, 1));
+  options.run_dir = config.get_string("run.dir");
+  if (options.run_dir.empty()) DUFU_FAIL("run.dir must not be empty");
+  options.log_interval = int_in_range(config, "run.log_interval", 1, std::numeric_limits<std::int64_t>::max());
+
+  // Megatron sizes the training set to the run (steps x global batch) so the blend
+  // weights hold over exactly the samples used; the validation set is the fixed
+  // eval.batches micro-batches every evaluation reads.
+  options.train_data = data;
+  options.train_data.split.megatron_part = 0;
+  options.train_data.num_samples = static_cast<std::uint64_t>(options.steps) * options.global_batch;
+  options.valid_data = data;
+  options.valid_data.split.megatron_part = 1;
+  options.valid_data.num_samples = static_cast<std::uint64_t>(options.eval_batches) * options.micro_batch;
+  return options;
+}
+
+void check_global_batch(const TrainingOptions& options, int data_parallel_size) {
+  if (options.global_batch % (options.micro_batch * data_parallel_size) == 0) return;
+  if (data_parallel_size == 1) {
+    DUFU_FAIL("train.global_batch (", options.global_batch, ") must be a multiple of train.micro_batch (",
+              options.micro_batch, ")");
+  }
+  DUFU_FAIL("train.global_batch (", options.global_batch, ") must be a multiple of train.micro_batch (",
+            options.micro_batch, ") x the data-parallel size (", data_parallel_size, ")");
+}
+
+std::vector<AgreedSetting> rank_shared_settings(const Config& config) {
+  static const std::set<std::string_view> kPerRank = {"train.threads", "data.workers", "data.prefetch",
+                                                      "data.cache_dir"};
+  std::vector<AgreedSetting> settings;
+  for (const ConfigKnob& knob : config.schema().knobs()) {
+    if (kPerRank.contains(knob.name)) continue;
+    settings.push_back({knob.name, config_value_to_toml(config.get(knob.name)), ""});
+  }
+  return settings;
+}
+
+}  // namespace dufu::trainer

@@ -1,0 +1,144 @@
+// Memory estimates of a training rank (see training_memory.h). The activation count
+// mirrors GPT::ensure_activations, ensure_working_layer and ensure_activation_grads
+// (gpt.cc, gpt_precision.cc) buffer by buffer (bf16_test checks it against what a
+// model allocates); it need not be exact to the byte, only to tell what cannot fit.
+#include "dufu/trainer/run/training_memory.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <new>
+
+#include "dufu/common/error.h"
+#include "dufu/common/human_units.h"
+
+namespace dufu::trainer {
+
+namespace {
+
+int stage_layers(const GPTConfig& config, const PipelineStage& stage) {
+  return stage.num_layers < 0 ? config.n_layer : stage.num_layers;
+}
+
+}  // namespace
+
+double rank_parameter_count(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage) {
+  const double C = config.d_model;
+  const double tp = tensor_parallel_size;
+  const double vocab = static_cast<double>(config.vocab_size) + config.vocab_multiple * tp;  // padded, at most
+  // A block: the QKV, attention-out, MLP-up and MLP-down weights and the split biases
+  // divided over the tensor group; the LayerNorms and the row-parallel biases whole.
+  const double layer = (12.0 * C * C + 7.0 * C) / tp + 6.0 * C;
+  double count = stage_layers(config, stage) * layer;
+  if (stage.is_first()) count += vocab * C / tp + static_cast<double>(config.seq_length) * C;
+  if (stage.is_last()) count += 2.0 * C + (stage.is_first() ? 0.0 : vocab * C / tp);
+  return count;
+}
+
+double model_state_bytes(double parameters, int data_parallel_size, bool moments_sharded) {
+  return memory_plan(parameters, data_parallel_size, moments_sharded, false, 0.0).model();
+}
+
+MemoryPlan memory_plan(double parameters, int data_parallel_size, bool moments_sharded, bool bf16_working_copy,
+                       double activation_bytes) {
+  constexpr double kFloat = sizeof(float);
+  MemoryPlan plan;
+  plan.weights = kFloat * parameters;
+  plan.gradients = kFloat * parameters;
+  plan.moments = kFloat * 2.0 * parameters / (moments_sharded ? data_parallel_size : 1);
+  // bf16 bits of every parameter (its biases and LayerNorm parameters also as floats,
+  // a fraction of a percent of a GPT, left out).
+  plan.working_copy = bf16_working_copy ? 2.0 * parameters : 0.0;
+  plan.activations = activation_bytes;
+  return plan;
+}
+
+std::string MemoryPlan::describe(double limit_bytes) const {
+  std::string text = str_cat("weights ", human_bytes(weights), ", gradients ", human_bytes(gradients),
+                             ", AdamW moments ", human_bytes(moments));
+  if (working_copy > 0.0) text += str_cat(", bf16 working copy ", human_bytes(working_copy));
+  text += str_cat(", activations ", human_bytes(activations));
+  if (scratch > 0.0) text += str_cat(", device scratch ", human_bytes(scratch));
+  return str_cat(text, ": ", human_bytes(total()), " of at most ", human_bytes(limit_bytes));
+}
+
+StepShapes training_step_shapes(const GPTConfig& config, int B, int T, int tensor_parallel_size,
+                                const PipelineStage& stage, Precision precision, double parameters) {
+  const std::int64_t N = static_cast<std::int64_t>(B) * T;
+  const std::int64_t C = config.d_model;
+  const std::int64_t Cl = C / tensor_parallel_size;
+  StepShapes shapes{.rows = N,
+                    .width = C,
+                    .parameters = static_cast<std::int64_t>(parameters),
+                    .bf16_operands = precision == Precision::kBf16};
+  if (stage_layers(config, stage) > 0) {
+    // A block's column-parallel QKV and MLP-up, and row-parallel attention-out and MLP-down.
+    shapes.matmuls = {{N, C, 3 * Cl, true}, {N, Cl, C, true}, {N, C, 4 * Cl, true}, {N, 4 * Cl, C, true}};
+  }
+  if (stage.is_last()) {
+    const std::int64_t vocab = config.padded_vocab_size(tensor_parallel_size) / tensor_parallel_size;
+    shapes.matmuls.push_back({N, C, vocab, false});  // the LM head, this rank's vocabulary slice
+  }
+  return shapes;
+}
+
+MemoryPlan rank_memory_plan(const GPTConfig& config, int B, int T, int tensor_parallel_size, int data_parallel_size,
+                            const PipelineStage& stage, int slots, int prefetch, Precision precision,
+                            bool moments_sharded, const Device& device) {
+  const double parameters = rank_parameter_count(config, tensor_parallel_size, stage);
+  MemoryPlan plan =
+      memory_plan(parameters, data_parallel_size, moments_sharded, precision == Precision::kBf16,
+                  activation_bytes(config, B, T, tensor_parallel_size, stage, slots, prefetch, precision));
+  plan.scratch = device.scratch_bytes(training_step_shapes(config, B, T, tensor_parallel_size, stage, precision,
+                                                           parameters));
+  return plan;
+}
+
+double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parallel_size, const PipelineStage& stage,
+                        int slots, int prefetch, Precision precision) {
+  const double N = static_cast<double>(B) * T;
+  const double C = config.d_model;
+  const double Cl = C / tensor_parallel_size;
+  const double att = N * config.n_head / tensor_parallel_size * T;
+  const double vocab = (static_cast<double>(config.vocab_size) + config.vocab_multiple) / tensor_parallel_size;
+  const double layers = stage_layers(config, stage);
+  // In floats. One slot: the input and output, per layer the LayerNorm statistics (fp32
+  // under both precisions) and the tensors a backward reads (ln_1, ln_2, the
+  // residuals, QKV, the attention matrix and output, the MLP's: 4 C + 12 Cl + att,
+  // less the last layer's output already counted), in bf16 under bf16, which then
+  // computes in one fp32 working layer shared by the slots; the last stage's ln_f
+  // and logits; the branch scratch buffer; the tokens and targets.
+  const bool bf16 = precision == Precision::kBf16;
+  const double kept = layers * (4.0 * N * C + 12.0 * N * Cl + att) - N * C;
+  double slot = 2.0 * N * C + layers * 4.0 * N + (bf16 ? 0.5 : 1.0) * kept;
+  if (stage.is_last()) slot += (bf16 ? 1.5 : 1.0) * N * C + 3.0 * N + N * vocab;  // ln_f (and its bf16 copy)
+  slot += N * C + 2.0 * N;
+  const double working_layer = bf16 ? 5.0 * N * C + 12.0 * N * Cl + att : 0.0;
+  // The gradients of the activations, one set for every slot: the residual stream's
+  // and a LayerNorm output's, atty, qkv, att and fc_pre (fc_gelu's is never stored:
+  // matmul_gelu_backward goes through the GELU).
+  const double grads = 2.0 * N * C + 8.0 * N * Cl + att;
+  const double loader = static_cast<double>(prefetch) * B * (T + 1.0);
+  return 4.0 * (slots * slot + working_layer + grads + loader);
+}
+
+void check_memory(const std::string& what, double bytes) {
+  const double limit = memory_limit_bytes();
+  if (bytes > limit) {
+    DUFU_FAIL("not enough memory for ", what, " (needs ", human_bytes(bytes), ", this process can have at most ",
+              human_bytes(limit), " of memory and swap)");
+  }
+}
+
+void check_plan_fits_device(const MemoryPlan& plan, double capacity_bytes, const std::string& device) {
+  if (plan.total() <= capacity_bytes) return;
+  DUFU_FAIL("the memory plan of this rank does not fit ", device, ": ", plan.describe(capacity_bytes),
+            "; HINT: lower train.micro_batch or model.seq_length (activations), set dist.zero_stage=1 (shards the "
+            "AdamW moments), or raise dist.tensor_parallel_size or dist.pipeline_parallel_size (each rank's share of "
+            "the model)");
+}
+
+void fail_out_of_memory(const std::string& what, double bytes) {
+  DUFU_FAIL("not enough memory for ", what, " (needs about ", human_bytes(bytes), "; allocating it failed)");
+}
+
+}  // namespace dufu::trainer
