@@ -3,7 +3,8 @@
 
 - libraries point one way: common <- dataprep <- trainer <- tools, python;
 - inside the trainer, a folder includes only its own layer or lower ones
-  (TRAINER_LAYERS, lowest first): no backend reaches up to the model;
+  (TRAINER_LAYERS, lowest first): no backend reaches up to the model; and a backend's
+  files (cpu/, cuda/) are included by that backend only;
 - inside dataprep, no two rooms include each other, directly or round a loop (a room
   is a header and the source of the same name).
 
@@ -16,14 +17,19 @@ from collections import defaultdict
 
 LIBRARY_ORDER = ["common", "dataprep", "trainer", "tools", "python"]
 
-# Trainer folders (of src/ and include/dufu/trainer/), lowest layer first; files at the
-# top of those folders belong to the layer named "".
+# Trainer folders (of src/ and include/dufu/trainer/), lowest layer first. Every
+# trainer file sits in one of them.
 TRAINER_LAYERS = [
     {"device", "cpu", "cuda"},
     {"model"},
-    {"parallel", "checkpoint"},
-    {"run", "export"},
+    {"parallel"},
+    {"checkpoint"},
+    {"run"},
 ]
+TRAINER_BACKENDS = ("cpu", "cuda")
+
+# A room's second header, private to its source: part of that room.
+DATAPREP_ROOM_OF_HEADER = {"preprocess_pipeline": "preprocess"}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SOURCE_SUFFIXES = (".h", ".cc", ".cu", ".cuh", ".cpp", ".hpp")
@@ -55,11 +61,15 @@ def room_path(path, library):
     return None
 
 
-def trainer_layer(path):
+def trainer_folder(path):
     inner = room_path(path, "trainer")
     if inner is None:
         return None
-    folder = inner.split("/", 1)[0] if "/" in inner else ""
+    return inner.split("/", 1)[0] if "/" in inner else ""
+
+
+def trainer_layer(path):
+    folder = trainer_folder(path)
     for rank, folders in enumerate(TRAINER_LAYERS):
         if folder in folders:
             return rank
@@ -68,7 +78,10 @@ def trainer_layer(path):
 
 def dataprep_room(path):
     inner = room_path(path, "dataprep")
-    return None if inner is None else os.path.splitext(inner)[0]
+    if inner is None:
+        return None
+    room = os.path.splitext(inner)[0]
+    return DATAPREP_ROOM_OF_HEADER.get(room, room)
 
 
 def strongly_connected(graph):
@@ -135,6 +148,9 @@ def main():
                                     unplaced.add(placed)
                             if from_layer is not None and to_layer is not None and to_layer > from_layer:
                                 problems.append(f"{where} (a lower trainer layer reaches up)")
+                            from_folder, to_folder = trainer_folder(path), trainer_folder(target)
+                            if to_folder in TRAINER_BACKENDS and from_folder != to_folder:
+                                problems.append(f"{where} (a file of the {to_folder} backend, used outside it)")
                         if library == "dataprep" and target_library == "dataprep":
                             from_room, to_room = dataprep_room(path), dataprep_room(target)
                             if from_room and to_room and from_room != to_room:
