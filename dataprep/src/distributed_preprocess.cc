@@ -29,6 +29,7 @@
 #include "dufu/dataprep/preprocess_plan.h"
 #include "dufu/dataprep/shard_output.h"
 #include "preprocess_pipeline.h"
+#include "preprocess_sidecar.h"
 
 namespace dufu::dataprep {
 namespace {
@@ -401,7 +402,11 @@ PreprocessStats preprocess_distributed(const PreprocessOptions& options, Communi
       target.finish();
     });
     agree(world, [&] {
-      if (rank == 0) commit_shard_pair(*bin, *idx, prefix);
+      if (rank != 0) return;
+      const TokenizerRecord tokenizer = record_preprocess_tokenizer(options);
+      ShardSidecarPublisher sidecar(prefix, preprocess_sidecar(options, *setup, tokenizer, key));
+      commit_shard_pair(*bin, *idx, prefix);
+      sidecar.commit();
     });
     stats.output_bytes += join.bin_bytes() + join.idx_bytes();
   }

@@ -8,6 +8,7 @@
 #include "dufu/dataprep/part_join.h"
 #include "dufu/dataprep/part_manifest.h"
 #include "dufu/dataprep/shard_output.h"
+#include "dufu/dataprep/shard_sidecar.h"
 
 namespace dufu::dataprep {
 namespace {
@@ -28,8 +29,10 @@ MergeStats merge_parts(const std::vector<std::string>& input_prefixes, const std
   std::vector<PartShape> shapes;
   for (const auto& prefix : parts) shapes.push_back(read_part_shape(prefix, nullptr, nullptr));
   const JoinLayout join(shapes, layout, job.dtype);
+  std::optional<ShardSidecar> sidecar = merged_sidecar(parts);
 
   const ShardOutputLock lock(output_prefix);
+  ShardSidecarPublisher publisher(output_prefix, std::move(sidecar));
   AtomicFile bin(bin_path(output_prefix)), idx(idx_path(output_prefix));
   {
     JoinTarget target(bin.temp_path(), idx.temp_path());
@@ -39,6 +42,7 @@ MergeStats merge_parts(const std::vector<std::string>& input_prefixes, const std
     target.finish();
   }
   commit_shard_pair(bin, idx, output_prefix);
+  publisher.commit();
   MergeStats stats;
   stats.parts = parts.size();
   stats.sequences = join.total().sequences;
@@ -79,13 +83,16 @@ MergeStats merge_datasets(const std::vector<std::string>& input_prefixes, const 
                 "): all inputs must have the same dtype");
     }
   }
+  std::optional<ShardSidecar> sidecar = merged_sidecar(input_prefixes);
   IndexedDatasetWriter writer(output_prefix, output_layout.value_or(IndexLayout::kMMIDIDX), inputs.front()->dtype());
   for (const auto& input : inputs) writer.append(*input);
   MergeStats stats;
   stats.sequences = writer.num_sequences();
   stats.documents = writer.num_documents();
   stats.tokens = writer.tokens();
+  ShardSidecarPublisher publisher(output_prefix, std::move(sidecar));
   stats.output_bytes = writer.commit();
+  publisher.commit();
   return stats;
 }
 

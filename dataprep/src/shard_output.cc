@@ -1,6 +1,7 @@
 // Replacing a shard's .bin/.idx as a pair, the lock of an output prefix, and the
 // check on open (see shard_output.h for the protocol).
 #include "dufu/dataprep/shard_output.h"
+#include "dufu/dataprep/shard_sidecar.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -192,7 +193,8 @@ void recover_interrupted_replacement(const std::string& prefix) {
 void remove_dead_temporaries(const std::string& prefix) {
   const SplitPrefix parts = split_prefix(prefix);
   // The marker's own name is hidden (see shard_replacing_path).
-  const std::string finals[] = {parts.name + ".bin", parts.name + ".idx", "." + parts.name + ".replacing"};
+  const std::string finals[] = {parts.name + ".bin", parts.name + ".idx", "." + parts.name + ".replacing",
+                                parts.name + ".dufu.json"};  // the sidecar (shard_sidecar.h)
   DIR* dir = ::opendir(parts.dir.c_str());
   if (dir == nullptr) return;
   int removed = 0;
@@ -362,7 +364,7 @@ void commit_shard_pair(AtomicFile& bin, AtomicFile& idx, const std::string& pref
 }
 
 void refuse_output_that_is_an_input(const std::string& output_prefix, const std::vector<std::string>& inputs) {
-  for (const std::string& output : {bin_path(output_prefix), idx_path(output_prefix)}) {
+  for (const std::string& output : {bin_path(output_prefix), idx_path(output_prefix), sidecar_path(output_prefix)}) {
     struct stat out {};
     if (::stat(output.c_str(), &out) != 0) continue;
     for (const std::string& input : inputs) {

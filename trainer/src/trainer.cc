@@ -39,6 +39,7 @@
 #include "dufu/trainer/parallel_checkpoint.h"
 #include "dufu/trainer/pipeline_schedule.h"
 #include "dufu/trainer/rank_groups.h"
+#include "dufu/trainer/run_tokenizer.h"
 #include "dufu/trainer/shard_identity.h"
 #include "dufu/trainer/training_config.h"
 #include "dufu/trainer/training_memory.h"
@@ -217,6 +218,8 @@ bool Trainer::setup() {
   if (const std::optional<std::string> difference = rank_disagreement(*s.world, shard_settings)) {
     throw RanksStopped(*difference, reports);
   }
+  std::vector<std::string> unrecorded;  // shards without a sidecar among shards with one
+  const std::optional<dataprep::RecordedTokenizer> tokenizer = data_tokenizer(prefixes, &unrecorded);
   s.topology.emplace(s.world->size(), options.tensor_parallel_size, options.pipeline_parallel_size, s.world->rank());
   const Topology& topology = *s.topology;
   s.dp = topology.data_parallel_size();
@@ -263,6 +266,12 @@ bool Trainer::setup() {
     AtomicFile saved((fs::path(options.run_dir) / "config.toml").string());
     saved.write(s.config_toml.data(), s.config_toml.size());
     saved.commit();
+    if (tokenizer) s.state.tokenizer = install_run_tokenizer(options.run_dir, *tokenizer);
+    s.state.tokenizer_dir = options.run_dir;
+    for (const std::string& prefix : unrecorded) {
+      s.reporter.warning(str_cat("'", prefix, "' records no tokenizer (no sidecar); the run records the other "
+                                 "shards' ", tokenizer->record.describe()));
+    }
   }
   s.world->barrier();
 
@@ -354,6 +363,7 @@ dataprep::LoaderState Trainer::State::resume(const std::string& checkpoint) {
       reporter.warning(str_cat("resuming as data.allow_changed_shards=true says, although the ", *change));
     }
   }
+  if (const std::optional<std::string> change = tokenizer_change(saved, state, checkpoint)) DUFU_FAIL(*change);
   load_parallel_checkpoint(checkpoint, saved, place, dp, *model, *optimizer);
   if (saved.data_seed != state.data_seed) {
     DUFU_LOG_WARN("train", "data.seed is ", state.data_seed, " but the checkpoint was trained with ", saved.data_seed,
