@@ -403,10 +403,8 @@ PreprocessStats preprocess_distributed(const PreprocessOptions& options, Communi
     });
     agree(world, [&] {
       if (rank != 0) return;
-      const TokenizerRecord tokenizer = record_preprocess_tokenizer(options);
-      ShardSidecarPublisher sidecar(prefix, preprocess_sidecar(options, *setup, tokenizer, key));
       commit_shard_pair(*bin, *idx, prefix);
-      sidecar.commit();
+      publish_shard_sidecar(prefix, preprocess_sidecar(options, *setup, record_preprocess_tokenizer(options), key));
     });
     stats.output_bytes += join.bin_bytes() + join.idx_bytes();
   }

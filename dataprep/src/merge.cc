@@ -32,7 +32,6 @@ MergeStats merge_parts(const std::vector<std::string>& input_prefixes, const std
   std::optional<ShardSidecar> sidecar = merged_sidecar(parts);
 
   const ShardOutputLock lock(output_prefix);
-  ShardSidecarPublisher publisher(output_prefix, std::move(sidecar));
   AtomicFile bin(bin_path(output_prefix)), idx(idx_path(output_prefix));
   {
     JoinTarget target(bin.temp_path(), idx.temp_path());
@@ -42,7 +41,7 @@ MergeStats merge_parts(const std::vector<std::string>& input_prefixes, const std
     target.finish();
   }
   commit_shard_pair(bin, idx, output_prefix);
-  publisher.commit();
+  publish_shard_sidecar(output_prefix, std::move(sidecar));
   MergeStats stats;
   stats.parts = parts.size();
   stats.sequences = join.total().sequences;
@@ -90,9 +89,8 @@ MergeStats merge_datasets(const std::vector<std::string>& input_prefixes, const 
   stats.sequences = writer.num_sequences();
   stats.documents = writer.num_documents();
   stats.tokens = writer.tokens();
-  ShardSidecarPublisher publisher(output_prefix, std::move(sidecar));
   stats.output_bytes = writer.commit();
-  publisher.commit();
+  publish_shard_sidecar(output_prefix, std::move(sidecar));
   return stats;
 }
 

@@ -428,9 +428,8 @@ PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress)
   run_pipeline(options, setup, reader, writers, progress, &stats);
   const TokenizerRecord tokenizer = record_preprocess_tokenizer(options);
   for (std::size_t key = 0; key < writers.size(); ++key) {
-    ShardSidecarPublisher sidecar(stats.output_prefixes[key], preprocess_sidecar(options, setup, tokenizer, key));
     stats.output_bytes += writers[key]->commit();
-    sidecar.commit();
+    publish_shard_sidecar(stats.output_prefixes[key], preprocess_sidecar(options, setup, tokenizer, key));
   }
   if (progress) progress->finish();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

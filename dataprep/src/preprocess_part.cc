@@ -127,9 +127,8 @@ PreprocessStats preprocess_part(const PreprocessOptions& options, ShardSpec shar
     manifest.documents = writer.num_documents();
     manifest.tokens = writer.tokens();
     manifest.bin_bytes = writer.bin_bytes();
-    ShardSidecarPublisher sidecar(prefix, preprocess_sidecar(options, setup, tokenizer, key));
     const std::uint64_t bytes = writer.commit();
-    sidecar.commit();
+    publish_shard_sidecar(prefix, preprocess_sidecar(options, setup, tokenizer, key));
     stats.output_bytes += bytes;
     manifest.idx_bytes = bytes - manifest.bin_bytes;
     manifest.idx_sha256 = sha256_of_file(idx_path(prefix));

@@ -321,6 +321,10 @@ void commit_shard_pair(AtomicFile& bin, AtomicFile& idx, const std::string& pref
   }
   crash_point("shard-pair:marked");
 
+  // The old pair's sidecar must not describe the new one, even for a moment: its
+  // writer publishes a new one once the pair is in place (shard_sidecar.h).
+  ::unlink(sidecar_path(prefix).c_str());
+
   // From here on SIGINT/SIGTERM wait: the temporaries may hold the old files.
   const DeferCleanupSignals defer;
   const std::string bin_temp = bin.temp_path(), idx_temp = idx.temp_path();

@@ -57,8 +57,8 @@ ShardSidecar parse_sidecar(const std::string& path) {
     DUFU_FAIL(path, ": not a dufu shard sidecar (no \"format\": \"", kFormat, "\")");
   }
   if (object.at_key("version").get_uint64().get(version) || version != kVersion) {
-    DUFU_FAIL(path, ": sidecar version ", simdjson::to_string(object.at_key("version")), ", this build reads ",
-              kVersion, "; HINT: use the dufu version that wrote it");
+    DUFU_FAIL(path, ": not sidecar version ", kVersion, ", the one this build reads; HINT: use the dufu version "
+              "that wrote it");
   }
   const auto fail = [&](const char* key, const char* expected) {
     DUFU_FAIL(path, ": \"", key, "\" is missing or not ", expected);
@@ -189,23 +189,14 @@ std::optional<ShardSidecar> merged_sidecar(const std::vector<std::string>& input
   return merged;
 }
 
-ShardSidecarPublisher::ShardSidecarPublisher(std::string prefix, std::optional<ShardSidecar> sidecar)
-    : prefix_(std::move(prefix)), sidecar_(std::move(sidecar)) {
-  // The old sidecar describes the old pair: it goes before the new pair arrives.
-  const std::string path = sidecar_path(prefix_);
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-    DUFU_FAIL("cannot remove the old sidecar '", path, "': ", errno_message(errno));
-  }
-}
-
-void ShardSidecarPublisher::commit() {
-  if (!sidecar_) return;
-  const std::optional<std::uint64_t> bin = file_bytes(bin_path(prefix_)), idx = file_bytes(idx_path(prefix_));
-  if (!bin || !idx) DUFU_FAIL("cannot write '", sidecar_path(prefix_), "': '", prefix_, "' is not in place");
-  sidecar_->bin_bytes = *bin;
-  sidecar_->idx_bytes = *idx;
-  AtomicFile out(sidecar_path(prefix_));
-  const std::string text = sidecar_json(*sidecar_);
+void publish_shard_sidecar(const std::string& prefix, std::optional<ShardSidecar> sidecar) {
+  if (!sidecar) return;
+  const std::optional<std::uint64_t> bin = file_bytes(bin_path(prefix)), idx = file_bytes(idx_path(prefix));
+  if (!bin || !idx) DUFU_FAIL("cannot write '", sidecar_path(prefix), "': '", prefix, "' is not in place");
+  sidecar->bin_bytes = *bin;
+  sidecar->idx_bytes = *idx;
+  AtomicFile out(sidecar_path(prefix));
+  const std::string text = sidecar_json(*sidecar);
   out.write(text.data(), text.size());
   out.commit();
 }

@@ -181,9 +181,10 @@ TEST_F(ShardSidecar, MergeKeepsTheSidecarAndRefusesMixedTokenizers) {
   EXPECT_FALSE(fs::exists(dir_.file("ac.bin")));
   EXPECT_FALSE(fs::exists(dir_.file("ac.dufu.json")));
 
-  const CommandResult sample = run_command(
-      shell_quote(dataprep_tool()) + " sample --seq-length 8 --count 1 --data-path " +
-      shell_quote("0.5 " + dir_.file("a") + " 0.5 " + dir_.file("c")) + " --cache-dir " + shell_quote(dir_.file("cache")));
+  const CommandResult sample =
+      run_command(shell_quote(dataprep_tool()) + " sample --seq-length 8 --count 1 --data-path " +
+                  shell_quote("0.5 " + dir_.file("a") + " 0.5 " + dir_.file("c")) + " --cache-dir " +
+                  shell_quote(dir_.file("cache")));
   EXPECT_EQ(sample.exit_code, 1) << sample.output;
   EXPECT_TRUE(contains(sample.output, "'" + dir_.file("a") + "' and '" + dir_.file("c") + "'")) << sample.output;
 }

@@ -158,7 +158,9 @@ std::optional<dataprep::RecordedTokenizer> checkpoint_tokenizer(const std::strin
   recorded.record = *state.tokenizer;
   recorded.recorded_by = (fs::path(checkpoint_dir) / "state.json").string();
   recorded.model_path = (fs::path(checkpoint_dir) / state.tokenizer->model.path).string();
-  if (state.tokenizer->merges) recorded.merges_path = (fs::path(checkpoint_dir) / state.tokenizer->merges->path).string();
+  if (state.tokenizer->merges) {
+    recorded.merges_path = (fs::path(checkpoint_dir) / state.tokenizer->merges->path).string();
+  }
   return recorded;
 }
 

@@ -9,9 +9,10 @@
 // prefix's .bin or .idx can end in ".json". Not hidden, so that `cp PREFIX.* dest/`
 // carries it with the pair.
 //
-// Publication: every writer of a pair (preprocess, its --shard parts, its MPI ranks'
-// rank 0, merge) removes the old sidecar before renaming the new pair into place and
-// writes the new one (atomically) after. A crash in between leaves a pair without a
+// Publication: every commit of a pair (commit_shard_pair) removes the old sidecar
+// before renaming the new pair into place, and the writers that know the tokenizer
+// (preprocess, its --shard parts, its MPI ranks' rank 0, merge) write the new one
+// (atomically) after. A crash in between leaves a pair without a
 // sidecar, which readers treat as a shard that records nothing, never a sidecar that
 // describes another pair; and a sidecar whose sizes are not its pair's is refused.
 #pragma once
@@ -63,18 +64,9 @@ ShardsTokenizer shards_tokenizer(const std::vector<std::string>& prefixes);
 // tokenizer files when their tokenizers differ, or when their dtypes do.
 std::optional<ShardSidecar> merged_sidecar(const std::vector<std::string>& input_prefixes);
 
-// Replaces PREFIX's sidecar around the commit of its pair (see above): construct it
-// before the pair is renamed into place (it removes the old sidecar), commit() after.
-// With no sidecar to write, only the removal happens.
-class ShardSidecarPublisher {
- public:
-  ShardSidecarPublisher(std::string prefix, std::optional<ShardSidecar> sidecar);
-  // Writes the sidecar with the sizes of the pair now in place. Throws dufu::Error.
-  void commit();
-
- private:
-  std::string prefix_;
-  std::optional<ShardSidecar> sidecar_;
-};
+// Writes PREFIX's sidecar (atomically) with the sizes of the pair now in place; called
+// right after the pair's commit, which removed the old sidecar (commit_shard_pair).
+// Nothing for nullopt. Throws dufu::Error.
+void publish_shard_sidecar(const std::string& prefix, std::optional<ShardSidecar> sidecar);
 
 }  // namespace dufu::dataprep
