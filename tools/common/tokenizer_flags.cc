@@ -11,7 +11,7 @@ void add_tokenizer_flags(CLI::App* command, TokenizerFlags& flags, TokenizerFlag
   if (need == TokenizerFlag::kFoundWhenLeftOut) {
     help += "; default: the one " + found_in + " records, and a given one must have the recorded contents";
   }
-  help += " (also --tokenizer-model, --model, -m)";
+  // CLI11 lists every name; the old ones stay so that no command line breaks.
   CLI::Option* option = command->add_option("--tokenizer,--tokenizer-model,--model,-m", flags.spec.model, help);
   if (need == TokenizerFlag::kRequired) option->required();
   command->add_option("--tokenizer-merges", flags.spec.merges, "merges.txt of a GPT-2 vocab.json");
