@@ -28,8 +28,9 @@ TRAINER_LAYERS = [
 ]
 TRAINER_BACKENDS = ("cpu", "cuda")
 
-# A room's second header, private to its source: part of that room.
-DATAPREP_ROOM_OF_HEADER = {"preprocess_pipeline": "preprocess"}
+# Files of a room named otherwise: preprocess's private header (the parts divided runs
+# reuse) and the sidecar it writes from its options, both parts of the preprocess room.
+DATAPREP_ROOM_OF_HEADER = {"preprocess_pipeline": "preprocess", "preprocess_sidecar": "preprocess"}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SOURCE_SUFFIXES = (".h", ".cc", ".cu", ".cuh", ".cpp", ".hpp")

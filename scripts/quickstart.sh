@@ -28,11 +28,11 @@ echo "== train-tokenizer (one vocabulary for both corpora)"
 echo "== preprocess"
 for corpus in fortunes kernel-docs; do
   "$dataprep" preprocess --input "$out/$corpus.jsonl.zst" --output-prefix "$out/$corpus" \
-    --tokenizer-model "$out/tokenizer.model" --append-eod --impl mmap
+    --tokenizer "$out/tokenizer.model" --append-eod --impl mmap
 done
 
-echo "== inspect"
-"$dataprep" inspect "$out/fortunes" --model "$out/tokenizer.model" --show 0
+echo "== inspect (the tokenizer comes from fortunes.dufu.json, written by preprocess)"
+"$dataprep" inspect "$out/fortunes" --show 0
 
 echo "== train: a small GPT on a 50/50 blend (configs/quickstart.toml)"
 "$train" "$root/configs/quickstart.toml" \
@@ -41,6 +41,6 @@ echo "== train: a small GPT on a 50/50 blend (configs/quickstart.toml)"
 echo "== plot: the loss curves"
 "$train" plot "$out/run" -o "$out/loss.png"
 
-echo "== generate: text from the last checkpoint"
-"$train" generate --checkpoint "$out/run" --model "$out/tokenizer.model" \
+echo "== generate: text from the last checkpoint (with the tokenizer the run recorded)"
+"$train" generate --checkpoint "$out/run" \
   --prompt "The kernel" --max-tokens 60 --temperature 0.8 --top-k 40 --seed 1

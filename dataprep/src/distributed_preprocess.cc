@@ -34,6 +34,7 @@
 #include "dufu/dataprep/preprocess_plan.h"
 #include "dufu/dataprep/shard_output.h"
 #include "preprocess_pipeline.h"
+#include "preprocess_sidecar.h"
 
 namespace dufu::dataprep {
 namespace {
@@ -406,7 +407,9 @@ PreprocessStats preprocess_distributed(const PreprocessOptions& options, Communi
       target.finish();
     });
     agree(world, [&] {
-      if (rank == 0) commit_shard_pair(*bin, *idx, prefix);
+      if (rank != 0) return;
+      commit_shard_pair(*bin, *idx, prefix);
+      publish_shard_sidecar(prefix, preprocess_sidecar(options, *setup, record_preprocess_tokenizer(options), key));
     });
     stats.output_bytes += join.bin_bytes() + join.idx_bytes();
   }

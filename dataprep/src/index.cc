@@ -86,6 +86,7 @@ std::int32_t stored_id_offset(IndexLayout layout) { return layout == IndexLayout
 
 std::string bin_path(const std::string& prefix) { return prefix + ".bin"; }
 std::string idx_path(const std::string& prefix) { return prefix + ".idx"; }
+std::string sidecar_path(const std::string& prefix) { return prefix + ".dufu.json"; }
 
 struct Index::Storage {
   std::optional<MappedFile> mapped;

@@ -11,6 +11,7 @@
 #include "dufu/dataprep/part_join.h"
 #include "dufu/dataprep/part_manifest.h"
 #include "dufu/dataprep/shard_output.h"
+#include "dufu/dataprep/shard_sidecar.h"
 
 namespace dufu::dataprep {
 namespace {
@@ -31,6 +32,7 @@ MergeStats merge_parts(const std::vector<std::string>& input_prefixes, const std
   std::vector<PartShape> shapes;
   for (const auto& prefix : parts) shapes.push_back(read_part_shape(prefix, nullptr, nullptr));
   const JoinLayout join(shapes, layout, job.dtype);
+  std::optional<ShardSidecar> sidecar = merged_sidecar(parts);
 
   const ShardOutputLock lock(output_prefix);
   AtomicFile bin(bin_path(output_prefix)), idx(idx_path(output_prefix));
@@ -42,6 +44,7 @@ MergeStats merge_parts(const std::vector<std::string>& input_prefixes, const std
     target.finish();
   }
   commit_shard_pair(bin, idx, output_prefix);
+  publish_shard_sidecar(output_prefix, std::move(sidecar));
   MergeStats stats;
   stats.parts = parts.size();
   stats.sequences = join.total().sequences;
@@ -82,6 +85,7 @@ MergeStats merge_datasets(const std::vector<std::string>& input_prefixes, const 
                 "): all inputs must have the same dtype");
     }
   }
+  std::optional<ShardSidecar> sidecar = merged_sidecar(input_prefixes);
   IndexedDatasetWriter writer(output_prefix, output_layout.value_or(IndexLayout::kMMIDIDX), inputs.front()->dtype());
   for (const auto& input : inputs) writer.append(*input);
   MergeStats stats;
@@ -89,6 +93,7 @@ MergeStats merge_datasets(const std::vector<std::string>& input_prefixes, const 
   stats.documents = writer.num_documents();
   stats.tokens = writer.tokens();
   stats.output_bytes = writer.commit();
+  publish_shard_sidecar(output_prefix, std::move(sidecar));
   return stats;
 }
 

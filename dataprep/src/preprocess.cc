@@ -6,6 +6,7 @@
 #include "dufu/dataprep/preprocess.h"
 
 #include "preprocess_pipeline.h"
+#include "preprocess_sidecar.h"
 
 #include <algorithm>
 #include <atomic>
@@ -426,7 +427,11 @@ PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress)
     writers.push_back(std::make_unique<IndexedDatasetWriter>(prefix, output_layout(options), stats.dtype));
   }
   run_pipeline(options, setup, reader, writers, progress, &stats);
-  for (auto& writer : writers) stats.output_bytes += writer->commit();
+  const TokenizerRecord tokenizer = record_preprocess_tokenizer(options);
+  for (std::size_t key = 0; key < writers.size(); ++key) {
+    stats.output_bytes += writers[key]->commit();
+    publish_shard_sidecar(stats.output_prefixes[key], preprocess_sidecar(options, setup, tokenizer, key));
+  }
   if (progress) progress->finish();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;

@@ -13,6 +13,7 @@
 #include "dufu/dataprep/part_manifest.h"
 #include "dufu/dataprep/preprocess_plan.h"
 #include "preprocess_pipeline.h"
+#include "preprocess_sidecar.h"
 
 namespace dufu::dataprep {
 namespace {
@@ -94,13 +95,9 @@ PreprocessStats preprocess_part(const PreprocessOptions& options, ShardSpec shar
   manifest.inputs_sha256 = sha256_hex(plan.inputs_text());
   manifest.options = options_text(options, setup);
   manifest.tokenizer = options.tokenizer_model;
-  std::string tokenizer_identity = str_cat("model ", sha256_of_file(options.tokenizer_model));
-  if (!options.tokenizer_merges.empty()) {
-    manifest.tokenizer += " + " + options.tokenizer_merges;
-    tokenizer_identity += str_cat(" merges ", sha256_of_file(options.tokenizer_merges));
-  }
-  tokenizer_identity += str_cat(" pattern ", options.tokenizer_pattern);
-  manifest.tokenizer_sha256 = sha256_hex(tokenizer_identity);
+  if (!options.tokenizer_merges.empty()) manifest.tokenizer += " + " + options.tokenizer_merges;
+  const TokenizerRecord tokenizer = record_preprocess_tokenizer(options);
+  manifest.tokenizer_sha256 = tokenizer.identity_sha256();
   manifest.job_sha256 = job_sha256_of(manifest);
   manifest.layout = output_layout(options);
   manifest.dtype = setup.dtype;
@@ -131,6 +128,7 @@ PreprocessStats preprocess_part(const PreprocessOptions& options, ShardSpec shar
     manifest.tokens = writer.tokens();
     manifest.bin_bytes = writer.bin_bytes();
     const std::uint64_t bytes = writer.commit();
+    publish_shard_sidecar(prefix, preprocess_sidecar(options, setup, tokenizer, key));
     stats.output_bytes += bytes;
     manifest.idx_bytes = bytes - manifest.bin_bytes;
     manifest.idx_sha256 = sha256_of_file(idx_path(prefix));

@@ -193,7 +193,8 @@ void remove_dead_temporaries(const std::string& prefix) {
   const SplitPrefix parts = split_prefix(prefix);
   // The marker's own name is hidden (see shard_replacing_path).
   const std::string finals[] = {bin_path(parts.name), idx_path(parts.name),
-                                split_prefix(shard_replacing_path(prefix)).name};
+                                split_prefix(shard_replacing_path(prefix)).name,
+                                split_prefix(sidecar_path(prefix)).name};
   DIR* dir = ::opendir(parts.dir.c_str());
   if (dir == nullptr) return;
   int removed = 0;
@@ -320,6 +321,10 @@ void commit_shard_pair(AtomicFile& bin, AtomicFile& idx, const std::string& pref
   }
   crash_point("shard-pair:marked");
 
+  // The old pair's sidecar must not describe the new one, even for a moment: its
+  // writer publishes a new one once the pair is in place (shard_sidecar.h).
+  ::unlink(sidecar_path(prefix).c_str());
+
   // From here on SIGINT/SIGTERM wait: the temporaries may hold the old files.
   const DeferCleanupSignals defer;
   const std::string bin_temp = bin.temp_path(), idx_temp = idx.temp_path();
@@ -363,7 +368,7 @@ void commit_shard_pair(AtomicFile& bin, AtomicFile& idx, const std::string& pref
 }
 
 void refuse_output_that_is_an_input(const std::string& output_prefix, const std::vector<std::string>& inputs) {
-  for (const std::string& output : {bin_path(output_prefix), idx_path(output_prefix)}) {
+  for (const std::string& output : {bin_path(output_prefix), idx_path(output_prefix), sidecar_path(output_prefix)}) {
     struct stat out {};
     if (::stat(output.c_str(), &out) != 0) continue;
     for (const std::string& input : inputs) {

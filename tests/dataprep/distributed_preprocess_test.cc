@@ -203,7 +203,9 @@ TEST_F(DistributedPreprocess, EveryRankCountAndEveryShardingWritesTheSingleProce
       << manifest;
   // Only finished outputs remain: no rank's part, temporary or lock.
   for (const std::string& name : listing(out_)) {
-    EXPECT_TRUE(name.ends_with(".bin") || name.ends_with(".idx") || name.ends_with(".manifest")) << name;
+    EXPECT_TRUE(name.ends_with(".bin") || name.ends_with(".idx") || name.ends_with(".manifest") ||
+                name.ends_with(".dufu.json"))
+        << name;
   }
 }
 
@@ -329,7 +331,7 @@ TEST_F(DistributedPreprocess, AKilledRankEndsTheJobAndLeavesNothingUnderTheFinal
   write_all(in_ + "/big.jsonl", line);
   const CommandResult again = mpirun(2, preprocess_flags(out_ + "/corpus", "mmap"));
   ASSERT_EQ(again.exit_code, 0) << again.output;
-  EXPECT_EQ(listing(out_), (std::set<std::string>{"corpus.bin", "corpus.idx"}));
+  EXPECT_EQ(listing(out_), (std::set<std::string>{"corpus.bin", "corpus.idx", "corpus.dufu.json"}));
 }
 
 TEST_F(DistributedPreprocess, WithoutAnonymousFilesTheRanksWriteHiddenNamedPartsAndSaySo) {
@@ -346,7 +348,8 @@ TEST_F(DistributedPreprocess, WithoutAnonymousFilesTheRanksWriteHiddenNamedParts
     ++warnings;
   }
   EXPECT_EQ(warnings, 3u) << run.output;
-  EXPECT_EQ(listing(out_), (std::set<std::string>{"single.bin", "single.idx", "named.bin", "named.idx"}));
+  EXPECT_EQ(listing(out_), (std::set<std::string>{"single.bin", "single.idx", "single.dufu.json", "named.bin",
+                                                  "named.idx", "named.dufu.json"}));
 }
 
 TEST_F(DistributedPreprocess, AnOutputDirectoryOneRankDoesNotSeeIsRefusedAtStart) {

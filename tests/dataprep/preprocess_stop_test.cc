@@ -35,7 +35,7 @@ TEST(PreprocessStop, LeavesThePreviousPairAndNothingElse) {
   options.workers = 2;
   dataprep::preprocess(options, nullptr);
   const auto before = files_in(dir.path());
-  ASSERT_EQ(before.size(), 2U);
+  ASSERT_EQ(before.size(), 3U);  // the pair and its sidecar (out.dufu.json)
 
   options.batch_bytes = 4096;
   std::atomic<bool> stop{true};

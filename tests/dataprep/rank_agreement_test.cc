@@ -78,7 +78,7 @@ class RankAgreement : public ::testing::Test {
                               "and the same files\n"),
               std::string::npos)
         << run.output;
-    EXPECT_EQ(dir_listing(), (std::set<std::string>{"corpus.bin", "corpus.idx"}));
+    EXPECT_EQ(dir_listing(), (std::set<std::string>{"corpus.bin", "corpus.idx", "corpus.dufu.json"}));
     EXPECT_TRUE(read_all(prefix_ + ".bin") == earlier_bin_) << "the earlier .bin changed";
     EXPECT_TRUE(read_all(prefix_ + ".idx") == earlier_idx_) << "the earlier .idx changed";
   }

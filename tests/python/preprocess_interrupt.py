@@ -52,7 +52,7 @@ def interrupted_runs(model, corpus, previous_corpus, work_dir, repetitions, seed
     prefix = os.path.join(out_dir, "corpus")
     dufu.preprocess([previous_corpus], prefix, model, workers=workers)
     before = files_of(out_dir)
-    assert sorted(before) == ["corpus.bin", "corpus.idx"], sorted(before)
+    assert sorted(before) == ["corpus.bin", "corpus.dufu.json", "corpus.idx"], sorted(before)
 
     rng = random.Random(seed)
     total = os.path.getsize(corpus)

@@ -9,7 +9,9 @@
 #include "commands.h"
 #include "dufu/common/error.h"
 #include "dufu/dataprep/inspect.h"
+#include "dufu/dataprep/shard_sidecar.h"
 #include "dufu/dataprep/tokenizer.h"
+#include "tokenizer_flags.h"
 
 namespace dufu::tools {
 namespace {
@@ -17,9 +19,7 @@ namespace {
 struct InspectFlags {
   std::string prefix;
   std::string impl = "mmap";
-  std::string model;
-  std::string merges;
-  std::string pattern;
+  TokenizerFlags tokenizer;
   std::vector<std::uint64_t> show;
   bool ids = false;
 };
@@ -27,11 +27,26 @@ struct InspectFlags {
 void run(const InspectFlags& flags) {
   auto dataset = dataprep::IndexedDataset::open(flags.prefix, dataprep::parse_impl(flags.impl));
   std::printf("%s", dataprep::format_summary(dataprep::summarize(*dataset)).c_str());
+  // The sidecar is read once the pair is known to open: its own errors come second.
+  const std::optional<dataprep::ShardSidecar> sidecar = dataprep::read_shard_sidecar(flags.prefix);
+  if (sidecar) {
+    std::printf("tokenizer:  %s %s\n", sidecar->tokenizer.kind.c_str(), sidecar->tokenizer.describe().c_str());
+  } else {
+    std::printf("tokenizer:  not recorded (no %s)\n", dataprep::sidecar_path(flags.prefix).c_str());
+  }
   if (flags.show.empty()) return;
+  // Ids are printed when there is no tokenizer to decode them with; a tokenizer that
+  // is not the recorded one is refused, not used.
   std::optional<dataprep::Tokenizer> tokenizer;
-  if (!flags.model.empty()) {
+  if (sidecar || !flags.tokenizer.spec.model.empty()) {
+    std::optional<dataprep::RecordedTokenizer> recorded;
+    if (sidecar) recorded = dataprep::sidecar_tokenizer(flags.prefix, *sidecar);
     tokenizer = dataprep::Tokenizer::load(
-        dataprep::TokenizerSpec{.model = flags.model, .merges = flags.merges, .pattern = flags.pattern});
+        dataprep::choose_tokenizer(flags.tokenizer.spec, recorded, "shard '" + flags.prefix + "'", ""));
+  } else {
+    std::fprintf(stderr, "inspect: printing ids only: shard '%s' records no tokenizer (no %s, written before dufu "
+                 "recorded tokenizers); give --tokenizer FILE to decode them\n",
+                 flags.prefix.c_str(), dataprep::sidecar_path(flags.prefix).c_str());
   }
   const auto& index = dataset->index();
   for (const auto document : flags.show) {
@@ -63,11 +78,10 @@ void add_inspect_command(CLI::App& app) {
   command->add_option("--impl", flags->impl, "How to read the .bin: mmap, lazy or cached")
       ->check(CLI::IsMember({"mmap", "lazy", "cached"}))
       ->capture_default_str();
-  command->add_option("--model,-m", flags->model,
-                      "Tokenizer to decode documents with (sentencepiece .model, .tiktoken, tokenizer.json, vocab.json)");
-  command->add_option("--tokenizer-merges", flags->merges, "merges.txt of a GPT-2 vocab.json");
-  command->add_option("--tokenizer-pattern", flags->pattern, "Pre-tokenizer of a .tiktoken file (gpt2, cl100k, o200k, REGEX)");
-  command->add_option("--show", flags->show, "Document numbers to print (decoded with --model)")
+  add_tokenizer_flags(command, flags->tokenizer, TokenizerFlag::kFoundWhenLeftOut, "to decode --show's documents with",
+                      "the shard's sidecar (PREFIX.dufu.json)");
+  command->add_option("--show", flags->show,
+                      "Document numbers to print, decoded with the tokenizer (as ids when there is none)")
       ->check(whole_number_in(0, 9223372036854775807ULL));
   command->add_flag("--ids", flags->ids, "Also print the token ids of shown documents");
   command->callback([flags] { run(*flags); });

@@ -12,6 +12,7 @@
 #include "dufu/dataprep/preprocess_part.h"
 #include "dufu/dataprep/preprocess.h"
 #include "dufu/common/human_units.h"
+#include "tokenizer_flags.h"
 
 namespace dufu::tools {
 namespace {
@@ -22,6 +23,7 @@ double per_second(std::uint64_t amount, double seconds) {
 
 struct PreprocessFlags {
   dataprep::PreprocessOptions options;
+  TokenizerFlags tokenizer;
   std::string impl = "mmap";
   std::string layout = "megatron";
   std::string on_error = "fail";
@@ -35,6 +37,9 @@ struct PreprocessFlags {
 
 void run(PreprocessFlags& flags, const CLI::App& command) {
   auto& options = flags.options;
+  options.tokenizer_model = flags.tokenizer.spec.model;
+  options.tokenizer_merges = flags.tokenizer.spec.merges;
+  options.tokenizer_pattern = flags.tokenizer.spec.pattern;
   options.impl = dataprep::parse_impl(flags.impl);
   options.layout = dataprep::parse_layout_family(flags.layout);
   options.reader.skip_bad_records = flags.on_error == "skip";
@@ -106,14 +111,8 @@ void add_preprocess_command(CLI::App& app) {
   command->add_option("--output-prefix,-o", options.output_prefix,
                       "Writes PREFIX.bin/.idx (one key) or PREFIX_{key}_document.bin/.idx")
       ->required();
-  command->add_option("--tokenizer-model,-m", options.tokenizer_model,
-                      "Tokenizer file: sentencepiece .model, tiktoken .tiktoken, HuggingFace tokenizer.json, "
-                      "or GPT-2 vocab.json (with --tokenizer-merges)")
-      ->required();
-  command->add_option("--tokenizer-merges", options.tokenizer_merges, "merges.txt of a GPT-2 vocab.json");
-  command->add_option("--tokenizer-pattern", options.tokenizer_pattern,
-                      "Pre-tokenizer of a .tiktoken file: gpt2, cl100k, o200k or a regex "
-                      "(default: from the file name)");
+  add_tokenizer_flags(command, flags->tokenizer, TokenizerFlag::kRequired,
+                      "to tokenize with (named with its SHA-256 in each output's PREFIX.dufu.json)");
   command->add_option("--json-keys", options.reader.json_keys,
                       "JSON keys holding the text; one output per key")
       ->capture_default_str()

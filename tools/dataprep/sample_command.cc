@@ -9,16 +9,16 @@
 #include "commands.h"
 #include "dufu/dataprep/blend_builder.h"
 #include "dufu/dataprep/blended_dataset.h"
+#include "dufu/dataprep/shard_sidecar.h"
 #include "dufu/dataprep/tokenizer.h"
+#include "tokenizer_flags.h"
 
 namespace dufu::tools {
 namespace {
 
 struct SampleFlags {
   BlendFlags blend;
-  std::string model;
-  std::string merges;
-  std::string pattern;
+  TokenizerFlags tokenizer;
   std::uint64_t count = 3;
   std::uint64_t first = 0;
   std::uint64_t proportions_over = 0;
@@ -40,12 +40,20 @@ void print_proportions(const dataprep::BuiltBlend& built, std::uint64_t over) {
 }
 
 void run(const SampleFlags& flags) {
-  const auto built = dataprep::build_blend(flags.blend.to_config());
+  const dataprep::BlendConfig config = flags.blend.to_config();
+  const auto built = dataprep::build_blend(config);
   print_proportions(built, flags.proportions_over);
   std::optional<dataprep::Tokenizer> tokenizer;
-  if (!flags.model.empty()) {
+  std::vector<std::string> prefixes;
+  for (const auto& shard : config.shards) prefixes.push_back(shard.second);
+  const dataprep::ShardsTokenizer recorded = dataprep::shards_tokenizer(prefixes);
+  if (recorded.recorded || !flags.tokenizer.spec.model.empty()) {
     tokenizer = dataprep::Tokenizer::load(
-        dataprep::TokenizerSpec{.model = flags.model, .merges = flags.merges, .pattern = flags.pattern});
+        dataprep::choose_tokenizer(flags.tokenizer.spec, recorded.recorded, "the blend's shards", ""));
+  } else {
+    std::fprintf(stderr, "sample: printing ids only: no shard of the blend records its tokenizer (no "
+                 "PREFIX.dufu.json, written before dufu recorded tokenizers); give --tokenizer FILE to decode "
+                 "them\n");
   }
   const auto* blend = dynamic_cast<const dataprep::BlendedDataset*>(built.dataset.get());
   std::vector<std::int32_t> tokens(built.dataset->sample_length());
@@ -70,10 +78,8 @@ void add_sample_command(CLI::App& app) {
   auto* command = app.add_subcommand(
       "sample", "Print a blend's achieved proportions and decode a few of its samples");
   add_blend_flags(command, flags->blend);
-  command->add_option("--model,-m", flags->model,
-                      "Tokenizer to decode samples with (sentencepiece .model, .tiktoken, tokenizer.json, vocab.json)");
-  command->add_option("--tokenizer-merges", flags->merges, "merges.txt of a GPT-2 vocab.json");
-  command->add_option("--tokenizer-pattern", flags->pattern, "Pre-tokenizer of a .tiktoken file (gpt2, cl100k, o200k, REGEX)");
+  add_tokenizer_flags(command, flags->tokenizer, TokenizerFlag::kFoundWhenLeftOut, "to decode samples with",
+                      "the shards' sidecars (PREFIX.dufu.json)");
   command->add_option("--count,-n", flags->count, "Samples to print")
       ->check(whole_number_in(0, 9223372036854775807ULL))
       ->capture_default_str();

@@ -43,7 +43,8 @@ void add_train_tokenizer_command(CLI::App& app) {
   command->add_option("--input,-i", options.inputs, "Input files, globs, or - for stdin")
       ->required()
       ->expected(1, -1);
-  command->add_option("--model-prefix,-o", options.model_prefix, "Writes PREFIX.model and PREFIX.vocab")
+  command->add_option("--model-prefix,--output-prefix,-o", options.model_prefix,
+                      "Writes PREFIX.model and PREFIX.vocab (also --output-prefix, as in preprocess and merge)")
       ->required();
   command->add_option("--vocab-size", options.vocab_size, "Number of pieces")
       ->check(whole_number_in(1, 2147483647))

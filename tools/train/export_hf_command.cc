@@ -1,4 +1,4 @@
-// `train export-hf CHECKPOINT DIR --tokenizer-model M`: a checkpoint as a directory
+// `train export-hf CHECKPOINT DIR [--tokenizer M]`: a checkpoint as a directory
 // that transformers' GPT2LMHeadModel.from_pretrained and AutoTokenizer.from_pretrained
 // load as they are (trainer::export_hf), so a user does not write config.json by hand.
 #include <chrono>
@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "dufu/dataprep/tokenizer.h"
 #include "dufu/trainer/checkpoint/hf_export.h"
+#include "tokenizer_flags.h"
 
 namespace dufu::tools {
 namespace {
@@ -17,8 +18,7 @@ namespace {
 struct ExportFlags {
   std::string checkpoint;
   std::string destination;
-  std::string model;
-  std::string merges;
+  TokenizerFlags tokenizer;
 };
 
 std::string id_text(std::int32_t id) { return id >= 0 ? std::to_string(id) : "none"; }
@@ -26,8 +26,7 @@ std::string id_text(std::int32_t id) { return id >= 0 ? std::to_string(id) : "no
 void run(const ExportFlags& flags) {
   const auto start = std::chrono::steady_clock::now();
   const trainer::HfExport exported =
-      trainer::export_hf(flags.checkpoint, flags.destination,
-                         dataprep::TokenizerSpec{.model = flags.model, .merges = flags.merges, .pattern = {}});
+      trainer::export_hf(flags.checkpoint, flags.destination, flags.tokenizer.spec);
   const trainer::GPTConfig& model = exported.model;
   std::fprintf(stderr, "checkpoint %s: step %lld, %d layers, %d heads, d_model %d, vocab %d, seq_length %d\n",
                exported.checkpoint.c_str(), static_cast<long long>(exported.step), model.n_layer, model.n_head,
@@ -59,12 +58,10 @@ void add_export_hf_command(CLI::App& app) {
   command->add_option("CHECKPOINT", flags->checkpoint, "Checkpoint directory, or a run directory (its newest)")
       ->required();
   command->add_option("DIR", flags->destination, "New directory for the export")->required();
-  command
-      ->add_option("--tokenizer-model,-m", flags->model,
-                   "Tokenizer the run's data was tokenized with: sentencepiece .model, tokenizer.json or "
-                   "vocab.json (a .tiktoken file has no form transformers reads)")
-      ->required();
-  command->add_option("--tokenizer-merges", flags->merges, "merges.txt of a GPT-2 vocab.json");
+  // A .tiktoken file has no form transformers reads: export_hf says so.
+  add_tokenizer_flags(command, flags->tokenizer, TokenizerFlag::kFoundWhenLeftOut,
+                      "the run's data was tokenized with (not .tiktoken: transformers has no reader for it)",
+                      "the checkpoint's state.json");
   command->callback([flags] { run(*flags); });
 }
 

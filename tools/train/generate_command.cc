@@ -9,20 +9,21 @@
 #include <vector>
 
 #include "commands.h"
+#include "dufu/dataprep/tokenizer_record.h"
 #include "dufu/common/error.h"
 #include "dufu/dataprep/tokenizer.h"
 #include "dufu/trainer/checkpoint/checkpoint.h"
+#include "dufu/trainer/checkpoint/run_tokenizer.h"
 #include "dufu/trainer/model/gpt.h"
 #include "dufu/trainer/run/generate.h"
+#include "tokenizer_flags.h"
 
 namespace dufu::tools {
 namespace {
 
 struct GenerateFlags {
   std::string checkpoint;
-  std::string model;
-  std::string merges;
-  std::string pattern;
+  TokenizerFlags tokenizer;
   std::string prompt;
   int max_tokens = 64;
   float temperature = 0.8f;
@@ -63,14 +64,17 @@ std::string continuation_text(const dataprep::Tokenizer& tokenizer, const std::v
 void run(const GenerateFlags& flags) {
   if (flags.samples < 1) DUFU_FAIL("--samples must be at least 1, got ", flags.samples);
   if (flags.max_tokens < 0) DUFU_FAIL("--max-tokens must not be negative, got ", flags.max_tokens);
-  const auto tokenizer = dataprep::Tokenizer::load(
-      dataprep::TokenizerSpec{.model = flags.model, .merges = flags.merges, .pattern = flags.pattern});
   const std::string checkpoint = resolve_checkpoint(flags.checkpoint);
   const trainer::TrainingState state = trainer::read_checkpoint_state(checkpoint);
+  const dataprep::TokenizerSpec spec =
+      dataprep::choose_tokenizer(flags.tokenizer.spec, trainer::checkpoint_tokenizer(checkpoint, state),
+                                 "checkpoint '" + checkpoint + "'",
+                                 "its run's shards had no sidecar, or it was written before dufu recorded tokenizers");
+  const auto tokenizer = dataprep::Tokenizer::load(spec);
   // The model's ids are the tokenizer's: with another vocabulary the prompt's ids
   // would mean other pieces to the model (or none), and so would its output.
   if (tokenizer.vocab_size() != state.model.vocab_size) {
-    DUFU_FAIL("the tokenizer '", flags.model, "' has ", tokenizer.vocab_size(), " pieces but the model in '",
+    DUFU_FAIL("the tokenizer '", spec.model, "' has ", tokenizer.vocab_size(), " pieces but the model in '",
               checkpoint, "' has vocab_size ", state.model.vocab_size,
               "; HINT: use the tokenizer the run's data was tokenized with");
   }
@@ -117,12 +121,8 @@ void add_generate_command(CLI::App& app) {
       "the sample)");
   command->add_option("--checkpoint,-c", flags->checkpoint, "Checkpoint directory, or a run directory (its newest)")
       ->required();
-  command->add_option("--model,-m", flags->model,
-                      "Tokenizer the run's data was tokenized with: sentencepiece .model, .tiktoken, "
-                      "tokenizer.json or vocab.json")
-      ->required();
-  command->add_option("--tokenizer-merges", flags->merges, "merges.txt of a GPT-2 vocab.json");
-  command->add_option("--tokenizer-pattern", flags->pattern, "Pre-tokenizer of a .tiktoken file (gpt2, cl100k, o200k, REGEX)");
+  add_tokenizer_flags(command, flags->tokenizer, TokenizerFlag::kFoundWhenLeftOut,
+                      "the run's data was tokenized with", "the checkpoint's state.json");
   command->add_option("--prompt,-p", flags->prompt, "Text to continue")->required();
   command->add_option("--max-tokens,-n", flags->max_tokens, "New tokens per sample at most")->capture_default_str();
   command->add_option("--temperature,-t", flags->temperature, "Softmax temperature; 0 = always the most likely")

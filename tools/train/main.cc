@@ -23,9 +23,10 @@ int main(int argc, char** argv) {
       "  train CONFIG.toml [key=value ...]       train (or resume the run in run.dir)\n"
       "  train --resume DIR [key=value ...]       resume from a run or checkpoint directory\n"
       "  train plot RUN_DIR [-o loss.png]          plot the loss curves\n"
-      "  train generate --checkpoint DIR --model M.model --prompt TEXT\n"
+      "  train generate --checkpoint DIR --prompt TEXT [--tokenizer M.model]\n"
       "  train merge-checkpoint SOURCE DESTINATION  one serial checkpoint from a sharded one\n"
-      "  train export-hf CHECKPOINT DIR -m M.model  a directory transformers loads"};
+      "  train export-hf CHECKPOINT DIR [--tokenizer M.model]  a directory transformers loads\n"
+      "  (the tokenizer defaults to the one the checkpoint records; see --tokenizer in each command's --help)"};
   app.set_version_flag("--version", "train 0.1.0");
   dufu::tools::add_plot_command(app);
   dufu::tools::add_generate_command(app);

@@ -17,6 +17,7 @@
 #include "dufu/common/atomic_file.h"
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
+#include "dufu/trainer/checkpoint/run_tokenizer.h"
 
 namespace dufu::trainer::checkpoint_directory {
 
@@ -196,6 +197,7 @@ void publish(const std::string& partial, const std::string& final_dir, const Tra
       DUFU_FAIL("checkpoint of step ", state.step, ": ", files.size(), " files written, the layout has ",
                 expected.size());
     }
+    copy_tokenizer_into_checkpoint(state, partial);
     checkpoint_state_json::write(partial, state, files);
     rename_into_place(partial, final_dir, existing);
   } catch (...) {

@@ -23,6 +23,7 @@
 #include "dufu/common/atomic_file.h"
 #include "dufu/common/error.h"
 #include "dufu/common/json_writer.h"
+#include "dufu/trainer/checkpoint/run_tokenizer.h"
 
 namespace dufu::trainer::checkpoint_state_json {
 
@@ -91,6 +92,7 @@ std::string state_json(const TrainingState& state, const std::map<std::string, F
         .end_object();
   }
   json.end_array();
+  write_state_tokenizer(json, state);
   json.key("config_toml").value(state.config_toml);
   json.end_object();
   return json.str() + "\n";
@@ -158,6 +160,8 @@ class StateReader {
     // Optional: checkpoints written before dufu recorded the shards have none.
     simdjson::dom::element shards;
     if (!object.at_key("shards").get(shards)) state.shards = shards_field(shards);
+    simdjson::dom::element tokenizer;  // optional too: data without sidecars records none
+    if (!object.at_key("tokenizer").get(tokenizer)) read_state_tokenizer(simdjson::to_string(tokenizer), path_, state);
     const simdjson::dom::object files = object_field(object, "", "files");
     for (const std::string& name : checkpoint_file_names(state.layout)) parsed.files[name] = file_record(files, name);
     for (const auto field : files) {

@@ -21,6 +21,7 @@
 #include "dufu/common/error.h"
 #include "dufu/common/json_writer.h"
 #include "dufu/trainer/checkpoint/checkpoint.h"
+#include "dufu/trainer/checkpoint/run_tokenizer.h"
 #include "dufu/trainer/device/kernel_math.h"
 #include "dufu/trainer/model/gpt.h"
 #include "hf_tokenizer_files.h"
@@ -110,12 +111,12 @@ void rename_into_place(const std::string& partial, const std::string& target) {
 }  // namespace
 
 HfExport export_hf(const std::string& checkpoint, const std::string& destination,
-                   const dataprep::TokenizerSpec& tokenizer_spec, Device* device) {
+                   const dataprep::TokenizerSpec& given_tokenizer, Device* device) {
   std::error_code error;
   if (fs::exists(fs::symlink_status(destination, error))) {
     DUFU_FAIL(destination, ": already exists; HINT: name a new directory for the export");
   }
-  hf_tokenizer_files::check_exportable(tokenizer_spec);
+  if (!given_tokenizer.model.empty()) hf_tokenizer_files::check_exportable(given_tokenizer);
   const auto found = find_usable_checkpoint(checkpoint);
   if (!found) {
     DUFU_FAIL("no checkpoint in '", checkpoint, "': it has no checkpoints/step_<N> directory; HINT: give a run ",
@@ -123,6 +124,10 @@ HfExport export_hf(const std::string& checkpoint, const std::string& destination
   }
   // find_usable_checkpoint verified every file's digest just now.
   const TrainingState state = read_checkpoint_state(*found, FileCheck::kTrust);
+  const dataprep::TokenizerSpec tokenizer_spec = dataprep::choose_tokenizer(
+      given_tokenizer, checkpoint_tokenizer(*found, state), str_cat("checkpoint '", *found, "'"),
+      "its run's shards had no sidecar, or it was written before dufu recorded tokenizers");
+  hf_tokenizer_files::check_exportable(tokenizer_spec);
   const dataprep::Tokenizer tokenizer = dataprep::Tokenizer::load(tokenizer_spec);
   // The exported tokenizer's ids must be the model's, as for `train generate`.
   if (tokenizer.vocab_size() != state.model.vocab_size) {

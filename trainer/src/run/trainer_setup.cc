@@ -113,6 +113,7 @@ bool Trainer::setup() {
   State& s = *s_;
   s.open_device();
   const std::vector<ShardIdentity> shards = s.join_ranks();
+  s.find_data_tokenizer();
   s.lay_out_ranks();
   const State::MemoryNeed model_memory = s.check_memory_plan();
   s.claim_run_dir();
@@ -153,6 +154,10 @@ std::vector<ShardIdentity> Trainer::State::join_ranks() {
     throw RanksStopped(*difference, reports);
   }
   return shards;
+}
+
+void Trainer::State::find_data_tokenizer() {
+  data_tokenizer = dufu::trainer::data_tokenizer(training_prefixes(), &shards_without_tokenizer);
 }
 
 void Trainer::State::lay_out_ranks() {
@@ -204,6 +209,12 @@ void Trainer::State::claim_run_dir() {
     AtomicFile saved((fs::path(options.run_dir) / "config.toml").string());
     saved.write(config_toml.data(), config_toml.size());
     saved.commit();
+    if (data_tokenizer) state.tokenizer = install_run_tokenizer(options.run_dir, *data_tokenizer);
+    state.tokenizer_dir = options.run_dir;
+    for (const std::string& prefix : shards_without_tokenizer) {
+      reporter.warning(str_cat("'", prefix, "' records no tokenizer (no sidecar); the run records the other "
+                               "shards' ", data_tokenizer->record.describe()));
+    }
   }
   world->barrier();
 }
@@ -300,6 +311,7 @@ dataprep::LoaderState Trainer::State::resume(const std::string& checkpoint) {
       reporter.warning(str_cat("resuming as data.allow_changed_shards=true says, although the ", *change));
     }
   }
+  if (const std::optional<std::string> change = tokenizer_change(saved, state, checkpoint)) DUFU_FAIL(*change);
   load_parallel_checkpoint(checkpoint, saved, place, dp, *model, *optimizer);
   if (saved.data_seed != state.data_seed) {
     DUFU_LOG_WARN("train", "data.seed is ", state.data_seed, " but the checkpoint was trained with ", saved.data_seed,

@@ -17,6 +17,7 @@
 #include "dufu/dataprep/data_loader.h"
 #include "dufu/trainer/checkpoint/checkpoint_state.h"
 #include "dufu/trainer/checkpoint/parallel_checkpoint.h"
+#include "dufu/trainer/checkpoint/run_tokenizer.h"
 #include "dufu/trainer/checkpoint/shard_identity.h"
 #include "dufu/trainer/device/device.h"
 #include "dufu/trainer/model/gpt.h"
@@ -53,6 +54,8 @@ struct Trainer::State {
   bool is_main = false;
   bool ready = false;  // setup() found steps to do
   std::unique_ptr<FileLock> run_lock;
+  std::optional<dataprep::RecordedTokenizer> data_tokenizer;  // none: no shard has a sidecar
+  std::vector<std::string> shards_without_tokenizer;          // beside shards with one
   dataprep::BuiltBlend train_blend;
   ShardWatch shard_watch;  // the training shards as this rank opened them
   std::shared_ptr<const dataprep::TokenDataset> valid_dataset;
@@ -110,13 +113,16 @@ struct Trainer::State {
   // The world communicator; refuses ranks whose settings or training shards differ
   // (every rank stops, rank 0 reporting). Returns the shards' identities.
   std::vector<ShardIdentity> join_ranks();
+  // The tokenizer the training shards' sidecars record (refusing shards of different
+  // tokenizers), kept for claim_run_dir; shards without a sidecar are noted.
+  void find_data_tokenizer();
   // This rank's place in the topology, its pipeline stage and the accumulation steps.
   void lay_out_ranks();
   // Refuses a model or batch that cannot fit, before anything is allocated; returns
   // what the model needs, for the message if allocating it fails all the same.
   MemoryNeed check_memory_plan();
-  // Rank 0 locks run.dir, removes what dead processes left there and writes
-  // config.toml; every rank waits for it.
+  // Rank 0 locks run.dir, removes what dead processes left there, writes config.toml
+  // and copies the data's tokenizer into it; every rank waits for it.
   void claim_run_dir();
   // The training and validation data, and the watch over the training shards.
   void open_data(const std::vector<ShardIdentity>& shards);

@@ -39,6 +39,8 @@ std::int32_t stored_id_offset(IndexLayout layout);
 
 std::string bin_path(const std::string& prefix);  // prefix + ".bin"
 std::string idx_path(const std::string& prefix);  // prefix + ".idx"
+// The shard's sidecar (shard_sidecar.h), which Megatron and fairseq do not open.
+std::string sidecar_path(const std::string& prefix);  // prefix + ".dufu.json"
 
 // The .idx headers, written and read alike: each layout's magic, the one version
 // there is, and each header's size up to the first array.

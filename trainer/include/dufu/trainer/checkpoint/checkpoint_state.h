@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "dufu/dataprep/tokenizer_record.h"
 #include "dufu/trainer/model/gpt.h"
 
 namespace dufu::trainer {
@@ -64,6 +66,11 @@ struct TrainingState {
   // The training blend's shards, in blend order; empty in checkpoints written before
   // dufu recorded them (or by code that trains without a blend).
   std::vector<ShardIdentity> shards;
+  // The data's tokenizer (run_tokenizer.h), its files' paths relative to
+  // tokenizer_dir (not saved: the run directory while training, the checkpoint's
+  // directory once read back); nullopt when the shards record none.
+  std::optional<dataprep::TokenizerRecord> tokenizer;
+  std::string tokenizer_dir;
   bool operator==(const TrainingState&) const;
 };
 

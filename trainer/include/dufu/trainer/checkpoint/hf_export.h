@@ -53,7 +53,9 @@ struct HfExport {
 
 // Writes the HuggingFace directory of `checkpoint` (a checkpoint directory, or a run
 // directory whose newest usable checkpoint is taken) into the new directory
-// `destination`, with the tokenizer `tokenizer`. Throws dufu::Error when the
+// `destination`, with the tokenizer `tokenizer` (its model empty: the one the
+// checkpoint records, run_tokenizer.h; a given one must have the recorded contents,
+// dataprep::choose_tokenizer). Throws dufu::Error when the
 // checkpoint does not verify, the destination exists, the tokenizer cannot be loaded,
 // is a .tiktoken file or its vocabulary size is not the model's, or a write fails; no
 // destination is left behind then. The weights are loaded onto `device` (null: the
