@@ -13,6 +13,7 @@
 #include <toml++/toml.h>
 
 #include "dufu/common/error.h"
+#include "dufu/common/utf8.h"
 #include "dufu/common/json_writer.h"
 #include "dufu/common/read_only_file.h"
 
@@ -216,46 +217,6 @@ std::string comment_lines(std::string_view text, std::string_view prefix) {
   return out;
 }
 
-// UTF-8 as TOML (and JSON, where checkpoints keep the configuration) requires it: no
-// overlong forms, no surrogates, nothing above U+10FFFF. The offset of the first byte
-// of the first sequence that is not, or npos.
-std::size_t first_invalid_utf8(std::string_view text) {
-  for (std::size_t i = 0; i < text.size();) {
-    const auto lead = static_cast<unsigned char>(text[i]);
-    // Bytes in the sequence, the lead byte's payload and the least code point that
-    // needs this many bytes.
-    std::size_t length = 1;
-    char32_t code = lead, least = 0;
-    if (lead >= 0x80) {
-      if ((lead & 0xE0) == 0xC0) {
-        length = 2;
-        code = lead & 0x1F;
-        least = 0x80;
-      } else if ((lead & 0xF0) == 0xE0) {
-        length = 3;
-        code = lead & 0x0F;
-        least = 0x800;
-      } else if ((lead & 0xF8) == 0xF0) {
-        length = 4;
-        code = lead & 0x07;
-        least = 0x10000;
-      } else {
-        return i;
-      }
-    }
-    if (text.size() - i < length) return i;
-    for (std::size_t k = 1; k < length; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      if ((next & 0xC0) != 0x80) return i;
-      code = (code << 6) | (next & 0x3F);
-    }
-    if (code < least || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return i;
-    i += length;
-  }
-  return std::string_view::npos;
-}
-
-bool is_valid_utf8(std::string_view text) { return first_invalid_utf8(text) == std::string_view::npos; }
 
 std::string_view trim(std::string_view text) {
   const auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <utility>
+#include <vector>
 
 #include "dufu/common/error.h"
 
@@ -66,6 +67,25 @@ std::vector<std::byte> ReadOnlyFile::read_all() const {
   std::vector<std::byte> bytes(static_cast<std::size_t>(size_));
   read_exact(0, size_, bytes.data());
   return bytes;
+}
+
+void read_in_blocks(const std::string& path, const std::function<void(const char* data, std::size_t size)>& consume) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) DUFU_FAIL("cannot open '", path, "': ", errno_message(errno));
+  std::vector<char> block(std::size_t{1} << 20);
+  try {
+    for (;;) {
+      const ssize_t n = ::read(fd, block.data(), block.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) DUFU_FAIL("error reading '", path, "': ", errno_message(errno));
+      if (n == 0) break;
+      consume(block.data(), static_cast<std::size_t>(n));
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
 }
 
 }  // namespace dufu

@@ -18,6 +18,7 @@
 #include "dufu/common/atomic_file.h"
 #include "dufu/common/digest.h"
 #include "dufu/common/error.h"
+#include "dufu/common/read_only_file.h"
 #include "dufu/common/json_writer.h"
 
 namespace dufu::dataprep {
@@ -76,26 +77,13 @@ std::string part_prefix(const std::string& output_prefix, int part, int parts) {
 }
 
 std::string sha256_of_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) DUFU_FAIL("cannot open '", path, "': ", errno_message(errno));
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   if (!context || EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) != 1) {
-    ::close(fd);
     DUFU_FAIL("cannot start a SHA-256 digest of '", path, "'");
   }
-  std::vector<char> block(std::size_t{1} << 20);
-  for (;;) {
-    const ssize_t n = ::read(fd, block.data(), block.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      ::close(fd);
-      DUFU_FAIL("error reading '", path, "': ", errno_message(error));
-    }
-    if (n == 0) break;
-    EVP_DigestUpdate(context.get(), block.data(), static_cast<std::size_t>(n));
-  }
-  ::close(fd);
+  read_in_blocks(path, [&context](const char* data, std::size_t size) {
+    EVP_DigestUpdate(context.get(), data, size);
+  });
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned length = 0;
   EVP_DigestFinal_ex(context.get(), digest.data(), &length);

@@ -307,7 +307,11 @@ PreprocessSetup set_up_preprocess(const PreprocessOptions& options) {
                 "' has no end-of-document token (</s>, <|endoftext|>); pass --eod-id to choose its id");
     }
   }
-  const DType dtype = options.dtype ? *options.dtype : token_dtype_for_vocab(tokenizer.vocab_size());
+  // fairseq's lazy/cached reader cannot take uint16 (the writer says why): that layout
+  // defaults to int32, as fairseq's own builder writes; the others to Megatron's rule.
+  const DType dtype = options.dtype                                          ? *options.dtype
+                      : output_layout(options) == IndexLayout::kFairseqTNTIDX ? DType::kInt32
+                                                                             : token_dtype_for_vocab(tokenizer.vocab_size());
   const int workers = options.workers > 0
                           ? options.workers
                           : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1U,

@@ -200,7 +200,7 @@ build-index` uses, so either one builds them and the other maps them.
 split is Megatron's "969,30,1" with split_part "train", "valid" or "test"; with split
 None, split_range is OSLO's [start, end) fraction of the documents.)doc")
       .def(py::init(&make_causal_lm), py::arg("shard"), py::arg("seq_length"), py::arg("num_samples") = py::none(),
-           py::arg("seed") = 1234, py::arg("split") = py::none(), py::arg("split_part") = "train",
+           py::arg("seed") = dataprep::kDefaultSeed, py::arg("split") = py::none(), py::arg("split_part") = "train",
            py::arg("split_range") = std::pair<double, double>{0.0, 1.0}, py::arg("cache_dir") = "",
            py::arg("use_cache") = true)
       .def_property_readonly("num_epochs", &CausalLMDataset::num_epochs)
@@ -246,7 +246,8 @@ furthest behind its weight. size None blends exhaustively (weights = dataset siz
       .def_readonly("cache_paths", &dataprep::BuiltBlend::cache_paths);
 
   module.def("build_blend", &build, py::arg("data_path"), py::kw_only(), py::arg("impl") = "mmap",
-             py::arg("seq_length") = 2048, py::arg("num_samples") = py::none(), py::arg("seed") = 1234,
+             py::arg("seq_length") = dataprep::kDefaultSeqLength, py::arg("num_samples") = py::none(),
+             py::arg("seed") = dataprep::kDefaultSeed,
              py::arg("split") = "969,30,1", py::arg("split_part") = "train", py::arg("cache_dir") = "",
              py::arg("use_cache") = true, R"doc(
 The datasets of a blend exactly as `dataprep build-index` and the trainer build them

@@ -47,7 +47,6 @@ LoaderState state_from_dict(const py::dict& state) {
 std::unique_ptr<InfiniteDataLoader> make_loader(std::shared_ptr<dataprep::TokenDataset> dataset,
                                                 const SamplerRecipe& sampler, std::uint64_t micro_batch, int workers,
                                                 int prefetch_batches, const std::optional<py::dict>& state) {
-  if (micro_batch == 0) DUFU_FAIL("micro_batch must be at least 1");
   if (workers < 1) DUFU_FAIL("workers must be at least 1, got ", workers);
   if (prefetch_batches < 1) DUFU_FAIL("prefetch_batches must be at least 1, got ", prefetch_batches);
   LoaderState start;

@@ -76,12 +76,6 @@ py::dict preprocess(std::vector<std::string> inputs, std::string output_prefix, 
   options.append_eod = append_eod;
   options.eod_id = eod_id;
   if (dtype) options.dtype = dataprep::parse_dtype(*dtype);
-  // The tool's default (preprocess_command.cc): fairseq's lazy/cached reader cannot
-  // take uint16, so int32, as fairseq's own builder writes.
-  if (dataprep::layout_for_impl(options.impl, options.layout) == dataprep::IndexLayout::kFairseqTNTIDX &&
-      !options.dtype) {
-    options.dtype = dataprep::DType::kInt32;
-  }
   options.workers = workers;
   options.batch_bytes = batch_bytes;
   // The tool's flags accept exactly these names.

@@ -17,6 +17,18 @@ from conftest import FIXTURE_DIR, write_mmidx_shard
 from preprocess_interrupt import files_of, interrupted_runs, make_corpus
 
 
+def sigint_after(seconds):
+    """Sends this process SIGINT from another thread after `seconds`; join the thread."""
+
+    def interrupt():
+        time.sleep(seconds)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Thread(target=interrupt)
+    timer.start()
+    return timer
+
+
 @pytest.fixture
 def corpus():
     model, jsonl = os.path.join(FIXTURE_DIR, "fortunes.model"), os.path.join(FIXTURE_DIR, "fortunes.jsonl")
@@ -66,12 +78,7 @@ def test_sigint_while_the_loader_waits_consumes_no_batch(tmp_path):
                              with_indices=True)
     state = loader.state_dict()
 
-    def interrupt():
-        time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    timer = threading.Thread(target=interrupt)
-    timer.start()
+    timer = sigint_after(0.05)
     with pytest.raises(KeyboardInterrupt):
         next(loader)
     timer.join()
@@ -89,12 +96,7 @@ def test_sigint_while_building_indices_caches_nothing(tmp_path):
     shard = dufu.IndexedDataset(prefix)
     cache = tmp_path / "cache"
 
-    def interrupt():
-        time.sleep(0.02)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    timer = threading.Thread(target=interrupt)
-    timer.start()
+    timer = sigint_after(0.02)
     with pytest.raises(KeyboardInterrupt):
         dufu.CausalLMDataset(shard, seq_length=1, num_samples=10_000_000, cache_dir=str(cache))
     timer.join()
@@ -113,12 +115,7 @@ def test_sigint_while_building_a_blend_caches_nothing(tmp_path):
     parts = [dufu.CausalLMDataset(dufu.IndexedDataset(prefix), seq_length=1, use_cache=False) for _ in range(3)]
     cache = tmp_path / "cache"
 
-    def interrupt():
-        time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    timer = threading.Thread(target=interrupt)
-    timer.start()
+    timer = sigint_after(0.05)
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         dufu.BlendedDataset(parts, [0.5, 0.3, 0.2], size=100_000_000, cache_dir=str(cache), use_cache=True)

@@ -49,12 +49,6 @@ void run(PreprocessFlags& flags, const CLI::App& command) {
       flags.stdin_format == "txt" ? dataprep::InputFormat::kTxt : dataprep::InputFormat::kJsonl;
   if (command.count("--eod-id") > 0) options.eod_id = flags.eod_id;
   if (!flags.dtype.empty()) options.dtype = dataprep::parse_dtype(flags.dtype);
-  // fairseq's lazy/cached reader cannot take uint16 (the writer says why): default to
-  // int32, as fairseq's own builder for that layout does.
-  if (dataprep::layout_for_impl(options.impl, options.layout) == dataprep::IndexLayout::kFairseqTNTIDX &&
-      !options.dtype) {
-    options.dtype = dataprep::DType::kInt32;
-  }
 
   // Under mpirun or srun the ranks work together and rank 0 alone reports.
   const LaunchEnvironment launch = detect_launch_environment();

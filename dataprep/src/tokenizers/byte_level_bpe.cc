@@ -10,7 +10,7 @@
 #include "dufu/common/error.h"
 #include "piece_cache.h"
 #include "tiktoken_pretokenizer.h"
-#include "utf8.h"
+#include "dufu/common/utf8.h"
 
 namespace dufu::dataprep::tokenizers {
 

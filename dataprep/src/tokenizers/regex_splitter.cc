@@ -6,7 +6,7 @@
 #include <pcre2.h>
 
 #include "dufu/common/error.h"
-#include "utf8.h"
+#include "dufu/common/utf8.h"
 
 namespace dufu::dataprep {
 
@@ -99,14 +99,14 @@ bool RegexSplitter::Matcher::find(std::string_view text, std::size_t start, std:
     }
     // Go on one character later, or one byte past a byte of an ill-formed sequence.
     if (vector[0] >= text.size()) return false;
-    const tokenizers::Utf8Sequence sequence = tokenizers::utf8_sequence(text, vector[0]);
+    const Utf8Sequence sequence = utf8_sequence(text, vector[0]);
     start = vector[0] + (sequence.valid ? sequence.length : 1);
   }
   return false;
 }
 
 bool RegexSplitter::Matcher::emit_gap(std::string_view gap) const {
-  return splitter_.keeps_gaps() || !tokenizers::is_valid_utf8(gap);
+  return splitter_.keeps_gaps() || !is_valid_utf8(gap);
 }
 
 }  // namespace dufu::dataprep

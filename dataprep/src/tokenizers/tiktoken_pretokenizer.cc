@@ -113,7 +113,7 @@ bool TiktokenPretokenizer::valid_utf8(std::string_view text) {
     // The multi-byte rest: utf8.h's strict check (no overlongs, surrogates).
     const std::size_t start = i;
     while (i < text.size() && static_cast<unsigned char>(text[i]) >= 0x80) ++i;
-    if (!tokenizers::is_valid_utf8(text.substr(start, i - start))) return false;
+    if (!is_valid_utf8(text.substr(start, i - start))) return false;
   }
   return true;
 }

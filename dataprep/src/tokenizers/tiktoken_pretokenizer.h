@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "utf8.h"
+#include "dufu/common/utf8.h"
 
 namespace dufu::dataprep {
 
@@ -48,8 +48,8 @@ class TiktokenPretokenizer {
 
  private:
   static constexpr std::uint8_t kLetter = 1, kNumber = 2, kSpace = 4;
-  using Char = tokenizers::CodePoint;
-  static Char decode(std::string_view text, std::size_t i) { return tokenizers::decode_valid_utf8(text, i); }
+  using Char = CodePoint;
+  static Char decode(std::string_view text, std::size_t i) { return decode_valid_utf8(text, i); }
   static bool valid_utf8(std::string_view text);
   std::uint8_t classes(char32_t code) {
     if (code < 0x80) return ascii_[code];

@@ -11,6 +11,7 @@
 
 #include "dufu/common/atomic_file.h"
 #include "dufu/common/error.h"
+#include "dufu/common/read_only_file.h"
 #include "dufu/dataprep/part_manifest.h"
 #include "dufu/dataprep/shard_sidecar.h"
 
@@ -27,22 +28,8 @@ std::string relative_path(const TokenizerFileRecord& file) { return std::string(
 
 // Copies `from` to `to` through a temporary, failing unless the copy has `sha256`.
 void copy_verified(const std::string& from, const std::string& to, const std::string& sha256) {
-  const int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
-  if (in < 0) DUFU_FAIL("cannot open '", from, "': ", errno_message(errno));
   AtomicFile out(to);
-  std::vector<char> block(std::size_t{1} << 20);
-  for (;;) {
-    const ssize_t n = ::read(in, block.data(), block.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      ::close(in);
-      DUFU_FAIL("error reading '", from, "': ", errno_message(error));
-    }
-    if (n == 0) break;
-    out.write(block.data(), static_cast<std::size_t>(n));
-  }
-  ::close(in);
+  read_in_blocks(from, [&out](const char* data, std::size_t size) { out.write(data, size); });
   out.prepare();
   const std::string copied = dataprep::sha256_of_file(out.temp_path());
   if (copied != sha256) {

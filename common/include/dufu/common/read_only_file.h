@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,5 +36,9 @@ class ReadOnlyFile {
   int fd_ = -1;
   std::uint64_t size_ = 0;
 };
+
+// Reads the file at `path` from start to end in blocks of up to 1 MiB, handing each to
+// `consume` (for digests and copies of files of any size, without holding them whole).
+void read_in_blocks(const std::string& path, const std::function<void(const char* data, std::size_t size)>& consume);
 
 }  // namespace dufu

@@ -33,7 +33,7 @@ struct PreprocessOptions {
   LayoutFamily layout = LayoutFamily::kMegatron;  // with impl, picks the .idx layout
   bool append_eod = false;
   std::optional<int> eod_id;        // default: the tokenizer's own (</s>, <|endoftext|>)
-  std::optional<DType> dtype;       // default: Megatron's rule from the vocab size
+  std::optional<DType> dtype;       // default: Megatron's rule from the vocab size (int32 for fairseq TNTIDX)
   int workers = 0;                  // 0 = all cores; at most kMaxWorkers
   // Documents per work item: large enough to amortize queue traffic, small enough
   // that workers stay balanced.

@@ -1,9 +1,9 @@
-// The tokenizers' one UTF-8 decoder (dataprep/src/tokenizers/utf8.h) on the ill-formed
+// The one UTF-8 decoder (common/include/dufu/common/utf8.h) on the ill-formed
 // sequences that matter: overlong forms, surrogates, code points above U+10FFFF, bytes
 // that never start a character, and sequences cut short. utf8_lossy must give what
 // Python's bytes.decode("utf-8", "replace") gives (the values below are Python's), and
 // the regex splitter's step over a position must stay one byte on any of them.
-#include "tokenizers/utf8.h"
+#include "dufu/common/utf8.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace dufu::dataprep::tokenizers {
+namespace dufu {
 namespace {
 
 struct LossyCase {
@@ -76,4 +76,4 @@ TEST(Utf8, AnIllFormedSequenceReportsItsMaximalSubpart) {
 }
 
 }  // namespace
-}  // namespace dufu::dataprep::tokenizers
+}  // namespace dufu

@@ -1,4 +1,5 @@
-// UTF-8 as the tokenizers read it. Well formed is Unicode's definition (table 3-7): no
+// UTF-8, one decoder for every reader of text (the tokenizers, the TOML configuration).
+// Well formed is Unicode's definition (table 3-7): no
 // overlong forms, no surrogates (U+D800-U+DFFF), nothing above U+10FFFF; PCRE2, Python
 // and Rust agree on it. What a caller does with the rest differs and stays the
 // caller's: utf8_lossy replaces each maximal subpart with one U+FFFD (as Python's
@@ -11,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-namespace dufu::dataprep::tokenizers {
+namespace dufu {
 
 struct Utf8Sequence {
   // Well formed: the bytes of the character. Not: the bytes of the maximal subpart (the
@@ -65,10 +66,14 @@ inline CodePoint decode_valid_utf8(std::string_view text, std::size_t i) {
   return {((lead & 0x07) << 18) | ((byte(1) & 0x3F) << 12) | ((byte(2) & 0x3F) << 6) | (byte(3) & 0x3F), 4};
 }
 
+// The offset of the first byte of the first sequence in `bytes` that is not well
+// formed, or npos.
+std::size_t first_invalid_utf8(std::string_view bytes);
+
 // True if `bytes` is well-formed UTF-8.
 bool is_valid_utf8(std::string_view bytes);
 
 // `bytes` with each maximal subpart of an ill-formed sequence replaced by U+FFFD.
 std::string utf8_lossy(std::string_view bytes);
 
-}  // namespace dufu::dataprep::tokenizers
+}  // namespace dufu

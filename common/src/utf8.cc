@@ -1,16 +1,18 @@
 // The checks and the lossy conversion over utf8_sequence (utf8.h).
-#include "utf8.h"
+#include "dufu/common/utf8.h"
 
-namespace dufu::dataprep::tokenizers {
+namespace dufu {
 
-bool is_valid_utf8(std::string_view bytes) {
+std::size_t first_invalid_utf8(std::string_view bytes) {
   for (std::size_t i = 0; i < bytes.size();) {
     const Utf8Sequence sequence = utf8_sequence(bytes, i);
-    if (!sequence.valid) return false;
+    if (!sequence.valid) return i;
     i += sequence.length;
   }
-  return true;
+  return std::string_view::npos;
 }
+
+bool is_valid_utf8(std::string_view bytes) { return first_invalid_utf8(bytes) == std::string_view::npos; }
 
 std::string utf8_lossy(std::string_view bytes) {
   if (is_valid_utf8(bytes)) return std::string(bytes);
@@ -28,4 +30,4 @@ std::string utf8_lossy(std::string_view bytes) {
   return text;
 }
 
-}  // namespace dufu::dataprep::tokenizers
+}  // namespace dufu
