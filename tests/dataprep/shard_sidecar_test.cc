@@ -138,6 +138,20 @@ TEST_F(ShardSidecar, ATokenizerThatIsNotTheRecordedOneIsRefusedNamingBoth) {
   EXPECT_EQ(lines, 1) << refused.output;
 }
 
+TEST_F(ShardSidecar, InspectRefusesAWrongTokenizerEvenWithoutShowingDocuments) {
+  ASSERT_EQ(preprocess("corpus").exit_code, 0);
+  const std::string other = other_model();
+  const CommandResult refused =
+      run_command("(" + shell_quote(dataprep_tool()) + " inspect " + shell_quote(dir_.file("corpus")) +
+                  " --tokenizer " + shell_quote(other) + " >/dev/null)");
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "'" + other + "'")) << refused.output;
+  EXPECT_TRUE(contains(refused.output, "is not the one")) << refused.output;
+  EXPECT_EQ(run_command(shell_quote(dataprep_tool()) + " inspect " + shell_quote(dir_.file("corpus")) +
+                        " --tokenizer " + shell_quote(model()) + " >/dev/null").exit_code,
+            0);
+}
+
 TEST_F(ShardSidecar, AShardWithoutASidecarNeedsTheFlagAndSaysWhy) {
   ASSERT_EQ(preprocess("corpus").exit_code, 0);
   const std::string prefix = dir_.file("corpus");

@@ -34,16 +34,17 @@ void run(const InspectFlags& flags) {
   } else {
     std::printf("tokenizer:  not recorded (no %s)\n", dataprep::sidecar_path(flags.prefix).c_str());
   }
-  if (flags.show.empty()) return;
-  // Ids are printed when there is no tokenizer to decode them with; a tokenizer that
-  // is not the recorded one is refused, not used.
+  // Ids are printed when there is no tokenizer to decode them with; a given tokenizer
+  // that is not the recorded one is refused, shown documents or not.
+  const bool given = !flags.tokenizer.spec.model.empty();
+  if (flags.show.empty() && !given) return;
   std::optional<dataprep::Tokenizer> tokenizer;
-  if (sidecar || !flags.tokenizer.spec.model.empty()) {
+  if (sidecar || given) {
     std::optional<dataprep::RecordedTokenizer> recorded;
     if (sidecar) recorded = dataprep::sidecar_tokenizer(flags.prefix, *sidecar);
     tokenizer = dataprep::Tokenizer::load(
         dataprep::choose_tokenizer(flags.tokenizer.spec, recorded, "shard '" + flags.prefix + "'", ""));
-  } else {
+  } else if (!flags.show.empty()) {
     std::fprintf(stderr, "inspect: printing ids only: shard '%s' records no tokenizer (no %s, written before dufu "
                  "recorded tokenizers); give --tokenizer FILE to decode them\n",
                  flags.prefix.c_str(), dataprep::sidecar_path(flags.prefix).c_str());
