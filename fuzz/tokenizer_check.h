@@ -14,7 +14,7 @@
 
 #include "dufu/dataprep/tokenizer.h"
 #include "fuzz_input.h"
-#include "tokenizers/utf8.h"  // dataprep/src: utf8_lossy
+#include "dufu/common/utf8.h"  // utf8_lossy
 
 namespace dufu::fuzz {
 
@@ -29,7 +29,7 @@ inline void check_tokenizer(const dataprep::TokenizerSpec& spec, std::string_vie
       "The quick brown fox's 12 jumps, don't they?  \n\tcaf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e "
       "\xd0\xbf\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 \xf0\x9f\x98\x80<|endoftext|>",
       "int main() {\n    return x[i] + 0x1F;\n}\n",
-      dataprep::tokenizers::utf8_lossy(input.substr(0, 4096)),
+      utf8_lossy(input.substr(0, 4096)),
   };
   const std::unique_ptr<dataprep::TokenEncoder> encoder = tokenizer->make_encoder();
   std::vector<std::int32_t> ids, again, fresh;
