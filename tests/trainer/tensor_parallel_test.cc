@@ -454,6 +454,35 @@ INSTANTIATE_TEST_SUITE_P(VocabMultiple, TensorParallelGPT, ::testing::Values(1, 
                            return "VocabMultiple" + std::to_string(info.param);
                          });
 
+// train.recompute = full under tensor parallelism: the recomputed layer repeats the
+// attention projection's all-reduce, and the gradients are the stored model's bits.
+TEST(TensorParallelRecompute, FullRecomputationGivesTheSameBits) {
+  const GPTConfig config = small_config(1);
+  for (const int tp : tensor_parallel_sizes()) {
+    for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+      SCOPED_TRACE(::testing::Message() << "tp " << tp << ", " << precision_name(precision));
+      std::unique_ptr<Communicator> group = tensor_group(tp);
+      GPT stored(config, group.get());
+      GPT recomputed(config, group.get());
+      recomputed.set_recompute(Recompute::kFull);
+      for (GPT* model : {&stored, &recomputed}) {
+        model->set_precision(precision);
+        model->init_gpt2(17);
+        model->zero_grad();
+      }
+      for (int micro = 0; micro < 2; ++micro) {
+        const Batch batch = make_batch(static_cast<std::uint32_t>(300 + micro));
+        const float want = stored.forward(batch.tokens, batch.targets, kB, kT, 0.01f);
+        const float got = recomputed.forward(batch.tokens, batch.targets, kB, kT, 0.01f);
+        EXPECT_EQ(got, want) << "micro-batch " << micro;
+        stored.backward();
+        recomputed.backward();
+      }
+      EXPECT_TRUE(bitwise_equal(recomputed.grads(), stored.grads()));
+    }
+  }
+}
+
 TEST(TensorParallelGPTErrors, HeadsMustSplitEvenly) {
   if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
   std::unique_ptr<Communicator> group = tensor_group(2);

@@ -204,9 +204,14 @@ int GPT::activation_slots() const {
 
 void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
   const bool bf16_storage = precision_ == Precision::kBf16;
-  if (bf16_storage) ensure_working_layer(B, T);
-  if (B <= slot.capacity_b && T <= slot.capacity_t && bf16_storage == slot.bf16_storage) return;
+  const bool recomputed = recompute_ == Recompute::kFull;
+  if (bf16_storage || recomputed) ensure_working_layer(B, T);
+  if (B <= slot.capacity_b && T <= slot.capacity_t && bf16_storage == slot.bf16_storage &&
+      recomputed == slot.recomputed) {
+    return;
+  }
   slot.bf16_storage = bf16_storage;
+  slot.recomputed = recomputed;
   slot.capacity_b = std::max(B, slot.capacity_b);
   slot.capacity_t = std::max(T, slot.capacity_t);
   const std::size_t N = static_cast<std::size_t>(slot.capacity_b) * static_cast<std::size_t>(slot.capacity_t);
@@ -229,15 +234,21 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
     carver.want(layer.ln_2_rstd, N);
     const bool is_output = l + 1 == acts.layers.size();
     if (is_output) carver.want(layer.residual_out, N * C);
+    // Recomputed layers keep only their output, the next layer's input; the rest is
+    // the working layer's (layer_activations, stored_activations).
     if (bf16_storage) {
       StoredLayerActivations& stored = acts.stored[l];
-      for_each_stored_tensor(
-          sizes, [&](std::size_t count, std::uint16_t*& tensor) { stored_carver.want(tensor, count); }, stored);
+      if (!recomputed) {
+        for_each_stored_tensor(
+            sizes, [&](std::size_t count, std::uint16_t*& tensor) { stored_carver.want(tensor, count); }, stored);
+      }
       if (!is_output) stored_carver.want(stored.residual_out, N * C);
       continue;
     }
-    for_each_stored_tensor(
-        sizes, [&](std::size_t count, float*& tensor) { carver.want(tensor, count); }, layer);
+    if (!recomputed) {
+      for_each_stored_tensor(
+          sizes, [&](std::size_t count, float*& tensor) { carver.want(tensor, count); }, layer);
+    }
     if (!is_output) carver.want(layer.residual_out, N * C);
   }
   acts.ln_f_bits = nullptr;
@@ -317,7 +328,6 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
   // This rank's share (all of it when serial): channels of its heads, its heads,
   // hidden units of the MLP, columns of the vocabulary.
   const int Cl = C / tp_;
-  const int NHl = config_.n_head / tp_;
   const int Vl = local_vocab_size();
   const std::size_t rows = static_cast<std::size_t>(N);
   const std::size_t stream = rows * static_cast<std::size_t>(C);  // floats of an [N, C] activation
@@ -343,33 +353,12 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
   round_if_bf16(first.ln_1, stream, stored_activations(slot, 0).ln_1);
   for (int l = 0; l < L; ++l) {
     const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
-    const LayerActivations a = layer_activations(slot, l);
-    const StoredLayerActivations stored = stored_activations(slot, l);
-    const float* residual_in = l == 0 ? acts.encoded : layer_activations(slot, l - 1).residual_out;
-
-    // The local qkv is [q, k, v] of this rank's heads, so attention runs unchanged on
-    // Cl channels and NHl heads.
     const BasicGPTLayerTensors<std::uint16_t> w16 =
         p16_.h.empty() ? BasicGPTLayerTensors<std::uint16_t>{} : p16_.h[static_cast<std::size_t>(l)];
-    linear_forward(a.qkv, {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight}, w.attn_c_attn_bias, N,
-                   C, 3 * Cl);
-    round_if_bf16(a.qkv, rows * 3 * static_cast<std::size_t>(Cl), stored.qkv);
-    k.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
-    round_if_bf16(a.att, rows * static_cast<std::size_t>(NHl) * static_cast<std::size_t>(T), stored.att);
-    round_if_bf16(a.atty, rows * static_cast<std::size_t>(Cl), stored.atty);
-    linear_forward(acts.branch, {a.atty, stored.atty}, {w.attn_c_proj_weight, w16.attn_c_proj_weight},
-                   adds_replicated ? w.attn_c_proj_bias : nullptr, N, Cl, C);
-    if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);
-    round_if_bf16(acts.branch, stream);
-    residual_layernorm(a.residual_mid, a.ln_2, a.ln_2_mean, a.ln_2_rstd, residual_in, acts.branch, w.ln_2_weight,
-                       w.ln_2_bias, N, C, stored.residual_mid, stored.ln_2);
+    const LayerActivations a = layer_activations(slot, l);
+    const StoredLayerActivations stored = stored_activations(slot, l);
 
-    // Bias and GELU fused into the matmul (a GPU's epilogue): only fc_pre and fc_gelu
-    // are stored, so the product before the bias is never rounded.
-    linear_bias_gelu_forward(a.fc_gelu, a.fc_pre, {a.ln_2, stored.ln_2}, {w.mlp_c_fc_weight, w16.mlp_c_fc_weight},
-                             w.mlp_c_fc_bias, N, C, 4 * Cl);
-    round_if_bf16(a.fc_pre, rows * 4 * static_cast<std::size_t>(Cl), stored.fc_pre);
-    round_if_bf16(a.fc_gelu, rows * 4 * static_cast<std::size_t>(Cl), stored.fc_gelu);
+    forward_layer_body(slot, l);
     linear_forward(acts.branch, {a.fc_gelu, stored.fc_gelu}, {w.mlp_c_proj_weight, w16.mlp_c_proj_weight},
                    adds_replicated ? w.mlp_c_proj_bias : nullptr, N, 4 * Cl, C);
     if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);
@@ -431,6 +420,61 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
   float loss = 0.0f;
   slot.loss.download(std::span<float>(&loss, 1));
   return loss;
+}
+
+void GPT::forward_layer_body(const ActivationSlot& slot, int l) {
+  const int B = slot.batch_b;
+  const int T = slot.batch_t;
+  const int N = B * T;
+  const int C = config_.d_model;
+  const int Cl = C / tp_;
+  const int NHl = config_.n_head / tp_;
+  const std::size_t rows = static_cast<std::size_t>(N);
+  const std::size_t stream = rows * static_cast<std::size_t>(C);
+  const bool adds_replicated = tp_rank_ == 0;
+  const KernelTable& k = *kernels_;
+  const Activations& acts = slot.acts;
+  const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
+  const BasicGPTLayerTensors<std::uint16_t> w16 =
+      p16_.h.empty() ? BasicGPTLayerTensors<std::uint16_t>{} : p16_.h[static_cast<std::size_t>(l)];
+  const LayerActivations a = layer_activations(slot, l);
+  const StoredLayerActivations stored = stored_activations(slot, l);
+  const float* residual_in = l == 0 ? acts.encoded : layer_activations(slot, l - 1).residual_out;
+
+  // The local qkv is [q, k, v] of this rank's heads, so attention runs unchanged on
+  // Cl channels and NHl heads.
+  linear_forward(a.qkv, {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight}, w.attn_c_attn_bias, N,
+                 C, 3 * Cl);
+  round_if_bf16(a.qkv, rows * 3 * static_cast<std::size_t>(Cl), stored.qkv);
+  k.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
+  round_if_bf16(a.att, rows * static_cast<std::size_t>(NHl) * static_cast<std::size_t>(T), stored.att);
+  round_if_bf16(a.atty, rows * static_cast<std::size_t>(Cl), stored.atty);
+  linear_forward(acts.branch, {a.atty, stored.atty}, {w.attn_c_proj_weight, w16.attn_c_proj_weight},
+                 adds_replicated ? w.attn_c_proj_bias : nullptr, N, Cl, C);
+  if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);
+  round_if_bf16(acts.branch, stream);
+  residual_layernorm(a.residual_mid, a.ln_2, a.ln_2_mean, a.ln_2_rstd, residual_in, acts.branch, w.ln_2_weight,
+                     w.ln_2_bias, N, C, stored.residual_mid, stored.ln_2);
+
+  // Bias and GELU fused into the matmul (a GPU's epilogue): only fc_pre and fc_gelu
+  // are stored, so the product before the bias is never rounded.
+  linear_bias_gelu_forward(a.fc_gelu, a.fc_pre, {a.ln_2, stored.ln_2}, {w.mlp_c_fc_weight, w16.mlp_c_fc_weight},
+                           w.mlp_c_fc_bias, N, C, 4 * Cl);
+  round_if_bf16(a.fc_pre, rows * 4 * static_cast<std::size_t>(Cl), stored.fc_pre);
+  round_if_bf16(a.fc_gelu, rows * 4 * static_cast<std::size_t>(Cl), stored.fc_gelu);
+}
+
+void GPT::recompute_layer(const ActivationSlot& slot, int l) {
+  // The forward made layer l's ln_1 in the previous layer's fused residual add (or
+  // from the embedding): the same normalisation of the same stored input.
+  const int N = slot.batch_b * slot.batch_t;
+  const int C = config_.d_model;
+  const LayerActivations a = layer_activations(slot, l);
+  const float* residual_in = l == 0 ? slot.acts.encoded : layer_activations(slot, l - 1).residual_out;
+  const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
+  kernels_->layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, residual_in, w.ln_1_weight, w.ln_1_bias, N, C);
+  round_if_bf16(a.ln_1, static_cast<std::size_t>(N) * static_cast<std::size_t>(C), stored_activations(slot, l).ln_1);
+  forward_layer_body(slot, l);
 }
 
 std::span<const float> GPT::logits() const {

@@ -1,5 +1,5 @@
 // The GPT's side of the bf16 mixed-precision recipe (docs/architecture.md, "Mixed
-// precision"): the precision knob, the working copy of the weights, the rounding
+// precision") and of activation recomputation: the precision and recompute knobs, the working copy of the weights, the rounding
 // points gpt.cc calls and the bf16 storage of the activations kept for the backward.
 // Under fp32 every function here leaves the model's arithmetic exactly as it was.
 #include <algorithm>
@@ -20,6 +20,25 @@ Precision parse_precision(std::string_view text, std::string_view knob) {
   if (text == "fp32") return Precision::kFp32;
   if (text == "bf16") return Precision::kBf16;
   DUFU_FAIL(knob, " must be \"fp32\" or \"bf16\", got \"", text, "\"");
+}
+
+const char* recompute_name(Recompute recompute) { return recompute == Recompute::kFull ? "full" : "none"; }
+
+Recompute parse_recompute(std::string_view text, std::string_view knob) {
+  if (text == "none") return Recompute::kNone;
+  if (text == "full") return Recompute::kFull;
+  DUFU_FAIL(knob, " must be \"none\" or \"full\", got \"", text, "\"");
+}
+
+void GPT::set_recompute(Recompute recompute) {
+  // As with the precision, the slots' memory is laid out for one mode.
+  if (recompute != recompute_) {
+    for (ActivationSlot& slot : slots_) {
+      slot.has_logits = false;
+      slot.backward_pending = false;
+    }
+  }
+  recompute_ = recompute;
 }
 
 namespace {
@@ -128,6 +147,18 @@ GPT::LayerSizes GPT::layer_sizes(std::size_t rows, std::size_t T) const {
 }
 
 void GPT::ensure_working_layer(int B, int T) {
+  if (precision_ == Precision::kBf16 && recompute_ == Recompute::kFull &&
+      (B > working_stored_capacity_b_ || T > working_stored_capacity_t_)) {
+    working_stored_capacity_b_ = std::max(B, working_stored_capacity_b_);
+    working_stored_capacity_t_ = std::max(T, working_stored_capacity_t_);
+    const std::size_t N =
+        static_cast<std::size_t>(working_stored_capacity_b_) * static_cast<std::size_t>(working_stored_capacity_t_);
+    detail::BufferCarver<std::uint16_t> carver;
+    for_each_stored_tensor(
+        layer_sizes(N, static_cast<std::size_t>(working_stored_capacity_t_)),
+        [&](std::size_t count, std::uint16_t*& tensor) { carver.want(tensor, count); }, working_stored_);
+    carver.allocate(*device_, working_stored_memory_);
+  }
   if (B <= working_capacity_b_ && T <= working_capacity_t_) return;
   working_capacity_b_ = std::max(B, working_capacity_b_);
   working_capacity_t_ = std::max(T, working_capacity_t_);
@@ -144,25 +175,42 @@ void GPT::ensure_working_layer(int B, int T) {
 
 GPT::LayerActivations GPT::layer_activations(const ActivationSlot& slot, int l) const {
   LayerActivations layer = slot.acts.layers[static_cast<std::size_t>(l)];
-  if (!slot.bf16_storage) return layer;
+  if (!slot.bf16_storage && !slot.recomputed) return layer;
   for_each_stored_tensor(
       LayerSizes{}, [](std::size_t, float*& tensor, float* working) { tensor = working; }, layer, working_);
-  // The stage's output stays in the slot (stage_output, the last LayerNorm's backward).
-  if (l + 1 < stage_.num_layers) layer.residual_out = working_.residual[l % 2];
+  // The stage's output stays in the slot (stage_output, the last LayerNorm's backward),
+  // and so does every layer's output under fp32 (recomputation starts from it).
+  if (slot.bf16_storage && l + 1 < stage_.num_layers) layer.residual_out = working_.residual[l % 2];
   return layer;
 }
 
 GPT::StoredLayerActivations GPT::stored_activations(const ActivationSlot& slot, int l) const {
-  return slot.bf16_storage ? slot.acts.stored[static_cast<std::size_t>(l)] : StoredLayerActivations{};
+  if (!slot.bf16_storage) return StoredLayerActivations{};
+  StoredLayerActivations stored = slot.acts.stored[static_cast<std::size_t>(l)];
+  if (slot.recomputed) {
+    for_each_stored_tensor(
+        LayerSizes{}, [](std::size_t, std::uint16_t*& tensor, std::uint16_t* working) { tensor = working; }, stored,
+        working_stored_);
+  }
+  return stored;
 }
 
 void GPT::load_layer_activations(const ActivationSlot& slot, int l) {
   if (!slot.bf16_storage) return;
   const std::size_t rows = static_cast<std::size_t>(slot.batch_b) * static_cast<std::size_t>(slot.batch_t);
   const LayerSizes sizes = layer_sizes(rows, static_cast<std::size_t>(slot.batch_t));
+  const KernelTable& k = *kernels_;
+  if (slot.recomputed) {
+    // Only the layer's input: recompute_layer makes the rest in fp32 (store_bf16
+    // leaves the rounded values in the working set too).
+    if (l > 0) {
+      k.load_bf16(layer_activations(slot, l - 1).residual_out,
+                  slot.acts.stored[static_cast<std::size_t>(l - 1)].residual_out, sizes.stream);
+    }
+    return;
+  }
   const LayerActivations a = layer_activations(slot, l);
   const StoredLayerActivations& stored = slot.acts.stored[static_cast<std::size_t>(l)];
-  const KernelTable& k = *kernels_;
   // What the fp32 kernels of the backward read (attention, the LayerNorms, the GELU's
   // derivative); the matmuls read ln_1, atty, ln_2 and fc_gelu as bf16.
   k.load_bf16(a.qkv, stored.qkv, 3 * sizes.share);

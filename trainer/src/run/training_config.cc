@@ -56,6 +56,9 @@ ConfigSchema training_config_schema() {
                   "fp32, or bf16: bf16 matmul inputs, weight working copy and stored activations with fp32 master "
                   "weights, moments, LayerNorm statistics, softmax and loss (kernels compute in fp32 and round to "
                   "bf16 at the recipe's points)")
+      .add_string("train.recompute", recompute_name(defaults.recompute),
+                  "none, or full: each layer keeps only its input and the backward runs its forward again "
+                  "(activation memory for about a third more compute; the same results, bit for bit)")
       .add_double("train.dp_bucket_mb", defaults.dp_bucket_mb,
                   "MiB of gradient per data-parallel collective (PyTorch DDP's bucket_cap_mb); the result does not "
                   "depend on it, the collectives' scratch memory does");
@@ -214,6 +217,7 @@ TrainingOptions training_options(const Config& config) {
     DUFU_FAIL("train.device: ", e.what());
   }
   options.precision = parse_precision(config.get_string("train.precision"), "train.precision");
+  options.recompute = parse_recompute(config.get_string("train.recompute"), "train.recompute");
 
   options.schedule.max_lr = config.get_double("optim.lr");
   options.schedule.min_lr = config.get_double("optim.min_lr");

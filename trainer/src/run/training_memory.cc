@@ -83,18 +83,18 @@ StepShapes training_step_shapes(const GPTConfig& config, int B, int T, int tenso
 
 MemoryPlan rank_memory_plan(const GPTConfig& config, int B, int T, int tensor_parallel_size, int data_parallel_size,
                             const PipelineStage& stage, int slots, int prefetch, Precision precision,
-                            bool moments_sharded, const Device& device) {
+                            bool moments_sharded, const Device& device, Recompute recompute) {
   const double parameters = rank_parameter_count(config, tensor_parallel_size, stage);
   MemoryPlan plan =
       memory_plan(parameters, data_parallel_size, moments_sharded, precision == Precision::kBf16,
-                  activation_bytes(config, B, T, tensor_parallel_size, stage, slots, prefetch, precision));
+                  activation_bytes(config, B, T, tensor_parallel_size, stage, slots, prefetch, precision, recompute));
   plan.scratch = device.scratch_bytes(training_step_shapes(config, B, T, tensor_parallel_size, stage, precision,
                                                            parameters));
   return plan;
 }
 
 double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parallel_size, const PipelineStage& stage,
-                        int slots, int prefetch, Precision precision) {
+                        int slots, int prefetch, Precision precision, Recompute recompute) {
   const double N = static_cast<double>(B) * T;
   const double C = config.d_model;
   const double Cl = C / tensor_parallel_size;
@@ -107,12 +107,18 @@ double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parall
   // less the last layer's output already counted), in bf16 under bf16, which then
   // computes in one fp32 working layer shared by the slots; the last stage's ln_f
   // and logits; the branch scratch buffer; the tokens and targets.
+  // Under full recomputation a layer keeps only its output (the next one's input) and
+  // its LayerNorm statistics; the rest is computed, in the forward and again in the
+  // backward, in the working layer, whose bf16 copies (under bf16) are one layer's too.
   const bool bf16 = precision == Precision::kBf16;
-  const double kept = layers * (4.0 * N * C + 12.0 * N * Cl + att) - N * C;
+  const bool recomputed = recompute == Recompute::kFull;
+  const double layer_tensors = 3.0 * N * C + 12.0 * N * Cl + att;  // all but the two residuals
+  const double kept = recomputed ? (layers - 1.0) * N * C : layers * (N * C + layer_tensors) - N * C;
   double slot = 2.0 * N * C + layers * 4.0 * N + (bf16 ? 0.5 : 1.0) * kept;
   if (stage.is_last()) slot += (bf16 ? 1.5 : 1.0) * N * C + 3.0 * N + N * vocab;  // ln_f (and its bf16 copy)
   slot += N * C + 2.0 * N;
-  const double working_layer = bf16 ? 5.0 * N * C + 12.0 * N * Cl + att : 0.0;
+  double working_layer = bf16 || recomputed ? 2.0 * N * C + layer_tensors : 0.0;
+  if (bf16 && recomputed) working_layer += 0.5 * layer_tensors;
   // The gradients of the activations, one set for every slot: the residual stream's
   // and a LayerNorm output's, atty, qkv, att and fc_pre (fc_gelu's is never stored:
   // matmul_gelu_backward goes through the GELU).

@@ -80,6 +80,18 @@ enum class Precision { kFp32, kBf16 };
 const char* precision_name(Precision precision);
 Precision parse_precision(std::string_view text, std::string_view knob);
 
+// What the forward keeps of each layer for the backward (train.recompute). kNone:
+// every activation the backward reads. kFull: only each layer's input (the residual
+// stream) and its LayerNorm statistics; the backward runs the layer's forward again
+// from that input into one layer's worth of memory shared by all layers and slots
+// (Korthikanti et al. 2022's full recomputation), the same kernels on the same inputs,
+// so the gradients are the same bits. Under tensor parallelism the recomputation
+// repeats the attention projection's all-reduce.
+enum class Recompute { kNone, kFull };
+// "none" or "full"; and back, throwing dufu::Error naming `knob` for anything else.
+const char* recompute_name(Recompute recompute);
+Recompute parse_recompute(std::string_view text, std::string_view knob);
+
 class GPT {
  public:
   // Throws dufu::Error for an invalid config. Parameters start at zero; call
@@ -184,6 +196,10 @@ class GPT {
   // dufu::Error for bf16 on a device whose kernel table lacks the bf16 ops.
   void set_precision(Precision precision);
   Precision precision() const { return precision_; }
+  // What the forward keeps for the backward (see Recompute; kNone by default). Changing
+  // it drops the activations of earlier forwards, as set_precision does.
+  void set_recompute(Recompute recompute);
+  Recompute recompute() const { return recompute_; }
 
   // Runs the model on tokens [B, T] (values in [0, vocab_size), T <= seq_length).
   // Tensor parallel, every rank passes the same tokens and targets and gets the same
@@ -328,6 +344,7 @@ class GPT {
     int capacity_b = 0;
     int capacity_t = 0;
     bool bf16_storage = false;  // how the slot's memory is laid out
+    bool recomputed = false;    // under Recompute::kFull: layers keep only their input
     DeviceBuffer<float> memory;
     DeviceBuffer<std::uint16_t> stored_memory;  // bf16 storage, under bf16
     Activations acts{};
@@ -347,6 +364,8 @@ class GPT {
   void reduce_over_tensor_group(float* data, std::size_t count);
   ActivationSlot& activation_slot(int slot);
   void ensure_activations(ActivationSlot& slot, int B, int T);
+  // The working layer (the fp32 set a layer computes in under bf16 or recomputation)
+  // and, under bf16 with recomputation, the bf16 copies of one layer.
   void ensure_working_layer(int B, int T);
   // Floats of a layer's activations for `rows` rows of `T` positions: an [N, C]
   // tensor, this rank's [N, Cl] share of one, and its attention matrix.
@@ -379,6 +398,12 @@ class GPT {
   // read (qkv, att, residual_mid, fc_pre) and its input (layer l - 1's residual_out)
   // back into the working set; its matmuls read their bf16 copies directly.
   void load_layer_activations(const ActivationSlot& slot, int l);
+  // Layer l's forward from its ln_1 output to the MLP's GELU: every activation its
+  // backward reads (the forward, and the backward's recomputation, run this).
+  void forward_layer_body(const ActivationSlot& slot, int l);
+  // Under Recompute::kFull, before layer l's backward: its activations again, from its
+  // input (the previous layer's output, or the embedding).
+  void recompute_layer(const ActivationSlot& slot, int l);
   void ensure_activation_grads(int B, int T);
   void check_batch(std::span<const std::int32_t> tokens, std::span<const float> input,
                    std::span<const std::int32_t> targets, int B, int T) const;
@@ -433,6 +458,7 @@ class GPT {
   GPTTensors p_;
   BasicGPTTensors<std::uint16_t> p16_{};
   Precision precision_ = Precision::kFp32;
+  Recompute recompute_ = Recompute::kNone;
   DeviceBuffer<std::uint16_t> working_bits_;  // bf16: every parameter rounded to bf16
   DeviceBuffer<float> working_vectors_;       // bf16: the biases and LayerNorm parameters, as floats
   // bf16: where each run of biases and LayerNorm parameters sits in the layout and in
@@ -456,6 +482,12 @@ class GPT {
   int working_capacity_t_ = 0;
   DeviceBuffer<float> working_memory_;
   WorkingLayer working_{};
+  // Under bf16 with recomputation: the bf16 copies of the layer being recomputed,
+  // shared by the layers and slots (residual_out unused: each layer keeps its own).
+  int working_stored_capacity_b_ = 0;
+  int working_stored_capacity_t_ = 0;
+  DeviceBuffer<std::uint16_t> working_stored_memory_;
+  StoredLayerActivations working_stored_{};
   ActivationGrads dacts_{};
   // The vocab-parallel classifier's row statistics: max [N], then sum of exp and
   // target logit [2N].

@@ -45,6 +45,7 @@ struct TrainingOptions {
   int threads = 0;  // OpenMP threads; 0 = OpenMP's default (OMP_NUM_THREADS or all cores)
   DeviceKind device = DeviceKind::kCpu;
   Precision precision = Precision::kFp32;  // train.precision: fp32, or the bf16 recipe (gpt.h)
+  Recompute recompute = Recompute::kNone;  // train.recompute: what a layer keeps for its backward (gpt.h)
   double dp_bucket_mb = 25.0;              // MiB of gradient per data-parallel collective (DataParallelOptimizer)
 
   LrSchedule schedule;

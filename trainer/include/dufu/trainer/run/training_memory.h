@@ -25,9 +25,9 @@ double model_state_bytes(double parameters, int data_parallel_size, bool moments
 // Bytes of the activations and their gradients for `slots` micro-batches of B x T
 // tokens in flight on this rank's stage (1 unless pipelined), plus the loader's
 // `prefetch` batches of B x (T + 1) tokens. Under bf16 the activations a backward
-// reads are kept in bf16.
+// reads are kept in bf16; under full recomputation each layer keeps only its output.
 double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parallel_size, const PipelineStage& stage,
-                        int slots, int prefetch, Precision precision);
+                        int slots, int prefetch, Precision precision, Recompute recompute = Recompute::kNone);
 
 // What the kernels of one training step of this rank work on (for
 // Device::scratch_bytes): its stage's matmuls for micro-batches of B x T tokens, the
@@ -61,7 +61,7 @@ MemoryPlan memory_plan(double parameters, int data_parallel_size, bool moments_s
 // that fits leaves room for what the device allocates at the first backward.
 MemoryPlan rank_memory_plan(const GPTConfig& config, int B, int T, int tensor_parallel_size, int data_parallel_size,
                             const PipelineStage& stage, int slots, int prefetch, Precision precision,
-                            bool moments_sharded, const Device& device);
+                            bool moments_sharded, const Device& device, Recompute recompute = Recompute::kNone);
 
 // Throws dufu::Error when `plan` needs more than `capacity_bytes` of `device` (its
 // Device::describe()), naming the plan and the knobs that shrink it: train.micro_batch
