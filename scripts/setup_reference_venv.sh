@@ -23,10 +23,17 @@
 # package unpacked into VENV/fairseq-src/fairseq, from which the reference imports
 # fairseq's reader modules.
 #
-# usage: setup_reference_venv.sh [--transformers|--readers] [VENV]   (prints the venv's python on the last line)
+# --tensorboard: TensorBoard's event reader (EventAccumulator) for the test of the
+# trainer's event files (tests/reference/tensorboard_events_check.py). --no-deps:
+# reading event files imports only protobuf (for the Event messages) and absl-py (the
+# flags of its TensorFlow stand-in) from PyPI, and Debian's numpy. The server's other
+# requirements (grpcio, werkzeug, markdown, the Rust data server) are not needed.
+#
+# usage: setup_reference_venv.sh [--transformers|--readers|--tensorboard] [VENV]   (prints the venv's python on the last line)
 # VENV defaults to $DUFU_REFERENCE_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv;
 # with --transformers to $DUFU_REFERENCE_HF_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv-hf;
-# with --readers to $DUFU_REFERENCE_READERS_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv-readers.
+# with --readers to $DUFU_REFERENCE_READERS_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv-readers;
+# with --tensorboard to $DUFU_REFERENCE_TB_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv-tensorboard.
 set -euo pipefail
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/dufu
@@ -39,6 +46,12 @@ if [[ ${1:-} == --readers ]]; then
   rank_files=""
   fairseq_sdist=fairseq==0.12.2
   fairseq_sha256=34f1b18426bf3844714534162f065ab733e049597476daa35fffb4d06a92b524
+elif [[ ${1:-} == --tensorboard ]]; then
+  shift
+  venv=${1:-${DUFU_REFERENCE_TB_VENV:-$cache/reference-venv-tensorboard}}
+  pins=(tensorboard==2.21.0 protobuf==7.36.2 absl-py==2.5.1)
+  optional_pins=()
+  rank_files=""
 elif [[ ${1:-} == --transformers ]]; then
   shift
   venv=${1:-${DUFU_REFERENCE_HF_VENV:-$cache/reference-venv-hf}}

@@ -143,6 +143,7 @@ StepReport Trainer::step() {
         .key("comm_seconds").value(report.comm_seconds)
         .end_object();
     s.metrics->write(record);
+    s.tensorboard->write(record);
     s.reporter.step(report);
   }
   return report;
@@ -169,6 +170,7 @@ EvalReport Trainer::evaluate() {
         .key("val_perplexity").value(report.val_perplexity)
         .end_object();
     s.metrics->write(record);
+    s.tensorboard->write(record);
     s.reporter.evaluation(report);
   }
   return report;

@@ -273,6 +273,7 @@ void Trainer::State::prepare_steps(const dataprep::LoaderState& loader_start) {
   loader = make_loader(train_blend.dataset, options, *topology, loader_start);
   if (is_main) {
     metrics = std::make_unique<MetricsLog>((fs::path(options.run_dir) / "metrics.jsonl").string(), state.step);
+    tensorboard = std::make_unique<TensorBoardWriter>(options.run_dir, state.step);
   }
   flops_per_token = gpt_training_flops_per_token(options.model, T);
   peak_flops = measure_sgemm_peak_flops(0.3);

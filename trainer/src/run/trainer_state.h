@@ -28,6 +28,7 @@
 #include "dufu/trainer/run/training_config.h"
 #include "dufu/trainer/run/training_reporter.h"
 #include "metrics_log.h"
+#include "tensorboard_writer.h"
 #include "training_batches.h"
 
 namespace dufu::trainer {
@@ -66,6 +67,7 @@ struct Trainer::State {
   RankPlace place;
   std::unique_ptr<dataprep::InfiniteDataLoader> loader;
   std::unique_ptr<MetricsLog> metrics;
+  std::unique_ptr<TensorBoardWriter> tensorboard;  // the same records as event files
   double flops_per_token = 0.0;
   // Measured, not looked up: the peak of this machine as it is now (each rank measures
   // its own, all at once, so ranks sharing a machine see their share). A peak taken
