@@ -1,6 +1,6 @@
-// train.recompute = full: a model that keeps only each layer's input and runs the
-// layer's forward again in the backward gives the bits of the model that keeps every
-// activation (losses, gradients, weights after AdamW steps with gradient
+// train.recompute = selective and full: a model that drops the attention matrix and
+// the MLP's hidden values, or keeps only each layer's input, and makes them again in
+// the backward gives the bits of the model that keeps every activation (losses, gradients, weights after AdamW steps with gradient
 // accumulation), under fp32 and bf16, in one process and as pipeline stages whose
 // forwards run before their backwards; what it allocates is what the memory plan
 // says, and the plan of GPT-2 124M at T = 1024 falls more than 5x.
@@ -14,6 +14,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dufu/trainer/device/device.h"
@@ -46,16 +47,20 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
 
-class RecomputeTest : public ::testing::TestWithParam<Precision> {};
+class RecomputeTest : public ::testing::TestWithParam<std::tuple<Precision, Recompute>> {
+ protected:
+  Precision precision() const { return std::get<0>(GetParam()); }
+  Recompute recompute() const { return std::get<1>(GetParam()); }
+};
 
-TEST_P(RecomputeTest, FullRecomputationGivesTheSameBits) {
+TEST_P(RecomputeTest, RecomputationGivesTheSameBits) {
   const GPTConfig config = recompute_model();
   GPT stored(config);
   GPT recomputed(config);
-  recomputed.set_recompute(Recompute::kFull);
-  EXPECT_EQ(recomputed.recompute(), Recompute::kFull);
+  recomputed.set_recompute(recompute());
+  EXPECT_EQ(recomputed.recompute(), recompute());
   for (GPT* model : {&stored, &recomputed}) {
-    model->set_precision(GetParam());
+    model->set_precision(precision());
     model->init_gpt2(11);
   }
   AdamW stored_optimizer(stored, AdamWOptions{});
@@ -99,7 +104,7 @@ TEST_P(RecomputeTest, PipelineSlotsRecomputeTheirOwnMicroBatch) {
   const float scale = 1.0f / static_cast<float>(2 * kB * kT - 1);
 
   GPT whole(config);
-  whole.set_precision(GetParam());
+  whole.set_precision(precision());
   whole.init_gpt2(5);
   whole.zero_grad();
   const float whole_first = whole.forward(first_batch.tokens, first_batch.targets, kB, kT, scale);
@@ -111,8 +116,8 @@ TEST_P(RecomputeTest, PipelineSlotsRecomputeTheirOwnMicroBatch) {
   GPT head(config, nullptr, dufu::trainer::pipeline_stage(split, 0));
   GPT tail(config, nullptr, dufu::trainer::pipeline_stage(split, 1));
   for (GPT* stage : {&head, &tail}) {
-    stage->set_precision(GetParam());
-    stage->set_recompute(Recompute::kFull);
+    stage->set_precision(precision());
+    stage->set_recompute(recompute());
     stage->init_gpt2(5);
     stage->zero_grad();
   }
@@ -147,9 +152,12 @@ TEST_P(RecomputeTest, PipelineSlotsRecomputeTheirOwnMicroBatch) {
   EXPECT_GT(compared, 10000);
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, RecomputeTest, ::testing::Values(Precision::kFp32, Precision::kBf16),
-                         [](const ::testing::TestParamInfo<Precision>& info) {
-                           return std::string(dufu::trainer::precision_name(info.param));
+INSTANTIATE_TEST_SUITE_P(Modes, RecomputeTest,
+                         ::testing::Combine(::testing::Values(Precision::kFp32, Precision::kBf16),
+                                            ::testing::Values(Recompute::kSelective, Recompute::kFull)),
+                         [](const ::testing::TestParamInfo<RecomputeTest::ParamType>& info) {
+                           return std::string(dufu::trainer::precision_name(std::get<0>(info.param))) + "_" +
+                                  dufu::trainer::recompute_name(std::get<1>(info.param));
                          });
 
 // The CPU device, counting the bytes its live allocations asked for.
@@ -196,7 +204,7 @@ TEST(RecomputeMemory, WhatTheModelAllocatesIsWhatThePlanSays) {
   // logits and the one-float loss it leaves out (as bf16_storage_test says).
   const double padding = 4.0 * kB * kT * config.vocab_multiple;
   for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
-    for (const Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
+    for (const Recompute recompute : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
       SCOPED_TRACE(std::string(dufu::trainer::precision_name(precision)) + ", recompute " +
                    dufu::trainer::recompute_name(recompute));
       const double planned = dufu::trainer::activation_bytes(config, kB, kT, 1, {}, 1, 0, precision, recompute);
@@ -204,6 +212,8 @@ TEST(RecomputeMemory, WhatTheModelAllocatesIsWhatThePlanSays) {
     }
   }
   EXPECT_LT(measured_activation_bytes(Precision::kFp32, Recompute::kFull),
+            measured_activation_bytes(Precision::kFp32, Recompute::kSelective));
+  EXPECT_LT(measured_activation_bytes(Precision::kFp32, Recompute::kSelective),
             measured_activation_bytes(Precision::kFp32, Recompute::kNone));
 }
 
@@ -219,11 +229,15 @@ TEST(RecomputeMemory, Gpt2SmallLayerActivationsFallMoreThanFiveTimes) {
       return dufu::trainer::activation_bytes(gpt2, 8, 1024, 1, stage, 1, 0, precision, recompute);
     };
     const double kept = plan(layers_only, Recompute::kNone);
+    const double selective = plan(layers_only, Recompute::kSelective);
     const double recomputed = plan(layers_only, Recompute::kFull);
-    std::printf("GPT-2 124M, B 8, T 1024, %s: the 12 layers' activations %.2f GB kept, %.2f GB recomputed (%.1fx); "
-                "with the LM head %.2f GB and %.2f GB\n",
-                dufu::trainer::precision_name(precision), kept / 1e9, recomputed / 1e9, kept / recomputed,
-                plan({}, Recompute::kNone) / 1e9, plan({}, Recompute::kFull) / 1e9);
+    std::printf("GPT-2 124M, B 8, T 1024, %s: the 12 layers' activations %.2f GB kept, %.2f GB selective (%.1fx), "
+                "%.2f GB full (%.1fx); with the LM head %.2f, %.2f and %.2f GB\n",
+                dufu::trainer::precision_name(precision), kept / 1e9, selective / 1e9, kept / selective,
+                recomputed / 1e9, kept / recomputed, plan({}, Recompute::kNone) / 1e9,
+                plan({}, Recompute::kSelective) / 1e9, plan({}, Recompute::kFull) / 1e9);
+    EXPECT_LT(selective, kept);
+    EXPECT_LT(recomputed, selective);
     // Under bf16 the working layer's fp32 and bf16 attention matrices and their
     // gradient (T x T per head, 1 GB here) stay: the flash-style attention removes them.
     if (precision == Precision::kFp32) {
@@ -234,13 +248,14 @@ TEST(RecomputeMemory, Gpt2SmallLayerActivationsFallMoreThanFiveTimes) {
 
 TEST(RecomputeKnob, NamesAndErrors) {
   EXPECT_EQ(dufu::trainer::parse_recompute("none", "train.recompute"), Recompute::kNone);
+  EXPECT_EQ(dufu::trainer::parse_recompute("selective", "train.recompute"), Recompute::kSelective);
   EXPECT_EQ(dufu::trainer::parse_recompute("full", "train.recompute"), Recompute::kFull);
   EXPECT_STREQ(dufu::trainer::recompute_name(Recompute::kFull), "full");
   try {
-    (void)dufu::trainer::parse_recompute("selective", "train.recompute");
+    (void)dufu::trainer::parse_recompute("some", "train.recompute");
     FAIL() << "no error";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("train.recompute must be \"none\" or \"full\", got \"selective\""),
+    EXPECT_NE(std::string(e.what()).find("train.recompute must be \"none\", \"selective\" or \"full\", got \"some\""),
               std::string::npos)
         << e.what();
   }

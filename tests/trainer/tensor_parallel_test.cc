@@ -19,6 +19,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dufu/common/communicator.h"
@@ -454,17 +455,20 @@ INSTANTIATE_TEST_SUITE_P(VocabMultiple, TensorParallelGPT, ::testing::Values(1, 
                            return "VocabMultiple" + std::to_string(info.param);
                          });
 
-// train.recompute = full under tensor parallelism: the recomputed layer repeats the
+// train.recompute under tensor parallelism: a fully recomputed layer repeats the
 // attention projection's all-reduce, and the gradients are the stored model's bits.
-TEST(TensorParallelRecompute, FullRecomputationGivesTheSameBits) {
+TEST(TensorParallelRecompute, RecomputationGivesTheSameBits) {
   const GPTConfig config = small_config(1);
   for (const int tp : tensor_parallel_sizes()) {
-    for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
-      SCOPED_TRACE(::testing::Message() << "tp " << tp << ", " << precision_name(precision));
+    for (const auto& [precision, recompute] : {std::pair{Precision::kFp32, Recompute::kFull},
+                                              std::pair{Precision::kBf16, Recompute::kFull},
+                                              std::pair{Precision::kBf16, Recompute::kSelective}}) {
+      SCOPED_TRACE(::testing::Message() << "tp " << tp << ", " << precision_name(precision) << ", recompute "
+                                        << recompute_name(recompute));
       std::unique_ptr<Communicator> group = tensor_group(tp);
       GPT stored(config, group.get());
       GPT recomputed(config, group.get());
-      recomputed.set_recompute(Recompute::kFull);
+      recomputed.set_recompute(recompute);
       for (GPT* model : {&stored, &recomputed}) {
         model->set_precision(precision);
         model->init_gpt2(17);

@@ -204,14 +204,13 @@ int GPT::activation_slots() const {
 
 void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
   const bool bf16_storage = precision_ == Precision::kBf16;
-  const bool recomputed = recompute_ == Recompute::kFull;
-  if (bf16_storage || recomputed) ensure_working_layer(B, T);
+  if (bf16_storage || recompute_ != Recompute::kNone) ensure_working_layer(B, T);
   if (B <= slot.capacity_b && T <= slot.capacity_t && bf16_storage == slot.bf16_storage &&
-      recomputed == slot.recomputed) {
+      recompute_ == slot.recompute) {
     return;
   }
   slot.bf16_storage = bf16_storage;
-  slot.recomputed = recomputed;
+  slot.recompute = recompute_;
   slot.capacity_b = std::max(B, slot.capacity_b);
   slot.capacity_t = std::max(T, slot.capacity_t);
   const std::size_t N = static_cast<std::size_t>(slot.capacity_b) * static_cast<std::size_t>(slot.capacity_t);
@@ -234,21 +233,18 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
     carver.want(layer.ln_2_rstd, N);
     const bool is_output = l + 1 == acts.layers.size();
     if (is_output) carver.want(layer.residual_out, N * C);
-    // Recomputed layers keep only their output, the next layer's input; the rest is
-    // the working layer's (layer_activations, stored_activations).
+    // What recomputation drops is the working layer's (layer_activations,
+    // stored_activations); every layer keeps its output, the next layer's input.
     if (bf16_storage) {
       StoredLayerActivations& stored = acts.stored[l];
-      if (!recomputed) {
-        for_each_stored_tensor(
-            sizes, [&](std::size_t count, std::uint16_t*& tensor) { stored_carver.want(tensor, count); }, stored);
-      }
+      for_each_tensor_kept(
+          recompute_, sizes, [&](std::size_t count, std::uint16_t*& tensor) { stored_carver.want(tensor, count); },
+          stored);
       if (!is_output) stored_carver.want(stored.residual_out, N * C);
       continue;
     }
-    if (!recomputed) {
-      for_each_stored_tensor(
-          sizes, [&](std::size_t count, float*& tensor) { carver.want(tensor, count); }, layer);
-    }
+    for_each_tensor_kept(
+        recompute_, sizes, [&](std::size_t count, float*& tensor) { carver.want(tensor, count); }, layer);
     if (!is_output) carver.want(layer.residual_out, N * C);
   }
   acts.ln_f_bits = nullptr;
@@ -465,11 +461,30 @@ void GPT::forward_layer_body(const ActivationSlot& slot, int l) {
 }
 
 void GPT::recompute_layer(const ActivationSlot& slot, int l) {
-  // The forward made layer l's ln_1 in the previous layer's fused residual add (or
-  // from the embedding): the same normalisation of the same stored input.
   const int N = slot.batch_b * slot.batch_t;
   const int C = config_.d_model;
   const LayerActivations a = layer_activations(slot, l);
+  if (slot.recompute == Recompute::kSelective) {
+    // The forward's own calls on the inputs it kept: attention from qkv (atty comes
+    // out as stored), the MLP's first matmul with its bias and GELU from ln_2.
+    const int T = slot.batch_t;
+    const int Cl = C / tp_;
+    const std::size_t rows = static_cast<std::size_t>(N);
+    const StoredLayerActivations stored = stored_activations(slot, l);
+    const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
+    const BasicGPTLayerTensors<std::uint16_t> w16 =
+        p16_.h.empty() ? BasicGPTLayerTensors<std::uint16_t>{} : p16_.h[static_cast<std::size_t>(l)];
+    kernels_->attention_forward(a.atty, a.att, a.qkv, slot.batch_b, T, Cl, config_.n_head / tp_);
+    round_if_bf16(a.att, rows * static_cast<std::size_t>(config_.n_head / tp_) * static_cast<std::size_t>(T),
+                  stored.att);
+    linear_bias_gelu_forward(a.fc_gelu, a.fc_pre, {a.ln_2, stored.ln_2}, {w.mlp_c_fc_weight, w16.mlp_c_fc_weight},
+                             w.mlp_c_fc_bias, N, C, 4 * Cl);
+    round_if_bf16(a.fc_pre, rows * 4 * static_cast<std::size_t>(Cl), stored.fc_pre);
+    round_if_bf16(a.fc_gelu, rows * 4 * static_cast<std::size_t>(Cl), stored.fc_gelu);
+    return;
+  }
+  // The forward made layer l's ln_1 in the previous layer's fused residual add (or
+  // from the embedding): the same normalisation of the same stored input.
   const float* residual_in = l == 0 ? slot.acts.encoded : layer_activations(slot, l - 1).residual_out;
   const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
   kernels_->layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, residual_in, w.ln_1_weight, w.ln_1_bias, N, C);

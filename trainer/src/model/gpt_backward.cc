@@ -84,9 +84,9 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
     const GPTLayerTensors& dw = g_.h[static_cast<std::size_t>(l)];
     // Under bf16 the layer's activations that fp32 kernels read come back from their
     // bf16 copies first; the matmuls read the copies themselves. Under recomputation
-    // the layer's forward runs again from its input.
+    // what the forward dropped is made again.
     load_layer_activations(slot, l);
-    if (slot.recomputed) recompute_layer(slot, l);
+    if (slot.recompute != Recompute::kNone) recompute_layer(slot, l);
     const LayerActivations a = layer_activations(slot, l);
     const StoredLayerActivations stored = stored_activations(slot, l);
     const BasicGPTLayerTensors<std::uint16_t> w16 =

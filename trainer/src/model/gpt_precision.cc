@@ -22,12 +22,20 @@ Precision parse_precision(std::string_view text, std::string_view knob) {
   DUFU_FAIL(knob, " must be \"fp32\" or \"bf16\", got \"", text, "\"");
 }
 
-const char* recompute_name(Recompute recompute) { return recompute == Recompute::kFull ? "full" : "none"; }
+const char* recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+    case Recompute::kNone: break;
+  }
+  return "none";
+}
 
 Recompute parse_recompute(std::string_view text, std::string_view knob) {
-  if (text == "none") return Recompute::kNone;
-  if (text == "full") return Recompute::kFull;
-  DUFU_FAIL(knob, " must be \"none\" or \"full\", got \"", text, "\"");
+  for (const Recompute recompute : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    if (text == recompute_name(recompute)) return recompute;
+  }
+  DUFU_FAIL(knob, " must be \"none\", \"selective\" or \"full\", got \"", text, "\"");
 }
 
 void GPT::set_recompute(Recompute recompute) {
@@ -147,37 +155,56 @@ GPT::LayerSizes GPT::layer_sizes(std::size_t rows, std::size_t T) const {
 }
 
 void GPT::ensure_working_layer(int B, int T) {
-  if (precision_ == Precision::kBf16 && recompute_ == Recompute::kFull &&
-      (B > working_stored_capacity_b_ || T > working_stored_capacity_t_)) {
+  if (precision_ == Precision::kBf16 && recompute_ != Recompute::kNone &&
+      (B > working_stored_capacity_b_ || T > working_stored_capacity_t_ ||
+       recompute_ != working_stored_recompute_)) {
     working_stored_capacity_b_ = std::max(B, working_stored_capacity_b_);
     working_stored_capacity_t_ = std::max(T, working_stored_capacity_t_);
+    working_stored_recompute_ = recompute_;
     const std::size_t N =
         static_cast<std::size_t>(working_stored_capacity_b_) * static_cast<std::size_t>(working_stored_capacity_t_);
     detail::BufferCarver<std::uint16_t> carver;
-    for_each_stored_tensor(
-        layer_sizes(N, static_cast<std::size_t>(working_stored_capacity_t_)),
+    working_stored_ = {};
+    for_each_tensor_recomputed(
+        recompute_, layer_sizes(N, static_cast<std::size_t>(working_stored_capacity_t_)),
         [&](std::size_t count, std::uint16_t*& tensor) { carver.want(tensor, count); }, working_stored_);
     carver.allocate(*device_, working_stored_memory_);
   }
-  if (B <= working_capacity_b_ && T <= working_capacity_t_) return;
+  // Under bf16 a layer computes every stored tensor here, and the residual stream;
+  // under fp32 only what recomputation drops.
+  const bool whole_layer = precision_ == Precision::kBf16;
+  if (B <= working_capacity_b_ && T <= working_capacity_t_ && whole_layer == working_whole_layer_ &&
+      (whole_layer || recompute_ == working_recompute_)) {
+    return;
+  }
   working_capacity_b_ = std::max(B, working_capacity_b_);
   working_capacity_t_ = std::max(T, working_capacity_t_);
+  working_whole_layer_ = whole_layer;
+  working_recompute_ = recompute_;
   const std::size_t N = static_cast<std::size_t>(working_capacity_b_) * static_cast<std::size_t>(working_capacity_t_);
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
+  const LayerSizes sizes = layer_sizes(N, static_cast<std::size_t>(working_capacity_t_));
   detail::BufferCarver<float> carver;
-  for_each_stored_tensor(
-      layer_sizes(N, static_cast<std::size_t>(working_capacity_t_)),
-      [&](std::size_t count, float*& tensor) { carver.want(tensor, count); }, working_);
-  carver.want(working_.residual[0], N * C);
-  carver.want(working_.residual[1], N * C);
+  const auto want = [&](std::size_t count, float*& tensor) { carver.want(tensor, count); };
+  working_ = {};
+  if (whole_layer) {
+    for_each_stored_tensor(sizes, want, working_);
+    carver.want(working_.residual[0], N * C);
+    carver.want(working_.residual[1], N * C);
+  } else {
+    for_each_tensor_recomputed(recompute_, sizes, want, working_);
+  }
   carver.allocate(*device_, working_memory_);
 }
 
 GPT::LayerActivations GPT::layer_activations(const ActivationSlot& slot, int l) const {
   LayerActivations layer = slot.acts.layers[static_cast<std::size_t>(l)];
-  if (!slot.bf16_storage && !slot.recomputed) return layer;
-  for_each_stored_tensor(
-      LayerSizes{}, [](std::size_t, float*& tensor, float* working) { tensor = working; }, layer, working_);
+  const auto to_working = [](std::size_t, float*& tensor, float* working) { tensor = working; };
+  if (slot.bf16_storage) {
+    for_each_stored_tensor(LayerSizes{}, to_working, layer, working_);
+  } else {
+    for_each_tensor_recomputed(slot.recompute, LayerSizes{}, to_working, layer, working_);
+  }
   // The stage's output stays in the slot (stage_output, the last LayerNorm's backward),
   // and so does every layer's output under fp32 (recomputation starts from it).
   if (slot.bf16_storage && l + 1 < stage_.num_layers) layer.residual_out = working_.residual[l % 2];
@@ -187,11 +214,10 @@ GPT::LayerActivations GPT::layer_activations(const ActivationSlot& slot, int l) 
 GPT::StoredLayerActivations GPT::stored_activations(const ActivationSlot& slot, int l) const {
   if (!slot.bf16_storage) return StoredLayerActivations{};
   StoredLayerActivations stored = slot.acts.stored[static_cast<std::size_t>(l)];
-  if (slot.recomputed) {
-    for_each_stored_tensor(
-        LayerSizes{}, [](std::size_t, std::uint16_t*& tensor, std::uint16_t* working) { tensor = working; }, stored,
-        working_stored_);
-  }
+  for_each_tensor_recomputed(
+      slot.recompute, LayerSizes{},
+      [](std::size_t, std::uint16_t*& tensor, std::uint16_t* working) { tensor = working; }, stored,
+      working_stored_);
   return stored;
 }
 
@@ -200,23 +226,20 @@ void GPT::load_layer_activations(const ActivationSlot& slot, int l) {
   const std::size_t rows = static_cast<std::size_t>(slot.batch_b) * static_cast<std::size_t>(slot.batch_t);
   const LayerSizes sizes = layer_sizes(rows, static_cast<std::size_t>(slot.batch_t));
   const KernelTable& k = *kernels_;
-  if (slot.recomputed) {
-    // Only the layer's input: recompute_layer makes the rest in fp32 (store_bf16
-    // leaves the rounded values in the working set too).
-    if (l > 0) {
-      k.load_bf16(layer_activations(slot, l - 1).residual_out,
-                  slot.acts.stored[static_cast<std::size_t>(l - 1)].residual_out, sizes.stream);
-    }
-    return;
-  }
-  const LayerActivations a = layer_activations(slot, l);
-  const StoredLayerActivations& stored = slot.acts.stored[static_cast<std::size_t>(l)];
   // What the fp32 kernels of the backward read (attention, the LayerNorms, the GELU's
-  // derivative); the matmuls read ln_1, atty, ln_2 and fc_gelu as bf16.
-  k.load_bf16(a.qkv, stored.qkv, 3 * sizes.share);
-  k.load_bf16(a.att, stored.att, sizes.att);
-  k.load_bf16(a.residual_mid, stored.residual_mid, sizes.stream);
-  k.load_bf16(a.fc_pre, stored.fc_pre, 4 * sizes.share);
+  // derivative); the matmuls read ln_1, atty, ln_2 and fc_gelu as bf16. What
+  // recompute_layer makes again it leaves in fp32 itself (store_bf16 leaves the
+  // rounded values behind): under full recomputation everything but the input.
+  if (slot.recompute != Recompute::kFull) {
+    const LayerActivations a = layer_activations(slot, l);
+    const StoredLayerActivations stored = stored_activations(slot, l);
+    k.load_bf16(a.qkv, stored.qkv, 3 * sizes.share);
+    k.load_bf16(a.residual_mid, stored.residual_mid, sizes.stream);
+    if (slot.recompute == Recompute::kNone) {
+      k.load_bf16(a.att, stored.att, sizes.att);
+      k.load_bf16(a.fc_pre, stored.fc_pre, 4 * sizes.share);
+    }
+  }
   // The layer's input: the previous layer's output (layer 0's, the embedding, is fp32).
   if (l > 0) {
     k.load_bf16(layer_activations(slot, l - 1).residual_out,

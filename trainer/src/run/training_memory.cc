@@ -107,18 +107,22 @@ double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parall
   // less the last layer's output already counted), in bf16 under bf16, which then
   // computes in one fp32 working layer shared by the slots; the last stage's ln_f
   // and logits; the branch scratch buffer; the tokens and targets.
-  // Under full recomputation a layer keeps only its output (the next one's input) and
-  // its LayerNorm statistics; the rest is computed, in the forward and again in the
-  // backward, in the working layer, whose bf16 copies (under bf16) are one layer's too.
+  // Recomputation keeps less of each layer: selective all but the attention matrix
+  // and the MLP's two hidden tensors, full only the layer's output (the next one's
+  // input) and its LayerNorm statistics. What it drops is computed, in the forward
+  // and again in the backward, in one working layer: under fp32 just those tensors;
+  // under bf16 the whole fp32 working layer (which bf16 has anyway) and bf16 copies
+  // of those tensors, one layer's.
   const bool bf16 = precision == Precision::kBf16;
-  const bool recomputed = recompute == Recompute::kFull;
   const double layer_tensors = 3.0 * N * C + 12.0 * N * Cl + att;  // all but the two residuals
-  const double kept = recomputed ? (layers - 1.0) * N * C : layers * (N * C + layer_tensors) - N * C;
+  const double dropped = recompute == Recompute::kFull        ? layer_tensors
+                         : recompute == Recompute::kSelective ? 8.0 * N * Cl + att
+                                                              : 0.0;
+  const double kept = layers * (N * C + layer_tensors - dropped) - N * C;
   double slot = 2.0 * N * C + layers * 4.0 * N + (bf16 ? 0.5 : 1.0) * kept;
   if (stage.is_last()) slot += (bf16 ? 1.5 : 1.0) * N * C + 3.0 * N + N * vocab;  // ln_f (and its bf16 copy)
   slot += N * C + 2.0 * N;
-  double working_layer = bf16 || recomputed ? 2.0 * N * C + layer_tensors : 0.0;
-  if (bf16 && recomputed) working_layer += 0.5 * layer_tensors;
+  const double working_layer = bf16 ? 2.0 * N * C + layer_tensors + 0.5 * dropped : dropped;
   // The gradients of the activations, one set for every slot: the residual stream's
   // and a LayerNorm output's, atty, qkv, att and fc_pre (fc_gelu's is never stored:
   // matmul_gelu_backward goes through the GELU).

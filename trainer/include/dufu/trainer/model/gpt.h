@@ -87,8 +87,11 @@ Precision parse_precision(std::string_view text, std::string_view knob);
 // (Korthikanti et al. 2022's full recomputation), the same kernels on the same inputs,
 // so the gradients are the same bits. Under tensor parallelism the recomputation
 // repeats the attention projection's all-reduce.
-enum class Recompute { kNone, kFull };
-// "none" or "full"; and back, throwing dufu::Error naming `knob` for anything else.
+// kSelective: every activation but the attention probabilities and the MLP's two
+// hidden tensors (the largest per token), which the backward recomputes from the
+// stored QKV and ln_2 (attention forward, the MLP's first matmul with its GELU).
+enum class Recompute { kNone, kSelective, kFull };
+// "none", "selective" or "full"; and back, throwing dufu::Error naming `knob` for anything else.
 const char* recompute_name(Recompute recompute);
 Recompute parse_recompute(std::string_view text, std::string_view knob);
 
@@ -344,7 +347,7 @@ class GPT {
     int capacity_b = 0;
     int capacity_t = 0;
     bool bf16_storage = false;  // how the slot's memory is laid out
-    bool recomputed = false;    // under Recompute::kFull: layers keep only their input
+    Recompute recompute = Recompute::kNone;  // what its layers keep
     DeviceBuffer<float> memory;
     DeviceBuffer<std::uint16_t> stored_memory;  // bf16 storage, under bf16
     Activations acts{};
@@ -378,16 +381,39 @@ class GPT {
   // visit(count, layers.tensor...) for each activation of a layer that bf16 storage
   // keeps, but residual_out (whose place depends on the layer): the one list of them
   // for the fp32 layout, the bf16 storage and the working layer.
+  // Those of them that selective recomputation drops (the attention probabilities
+  // and the MLP's hidden values), and the rest.
   template <typename Visit, typename... Layers>
-  static void for_each_stored_tensor(const LayerSizes& sizes, Visit&& visit, Layers&... layers) {
+  static void for_each_selectively_recomputed_tensor(const LayerSizes& sizes, Visit&& visit, Layers&... layers) {
+    visit(sizes.att, layers.att...);
+    visit(4 * sizes.share, layers.fc_pre...);
+    visit(4 * sizes.share, layers.fc_gelu...);
+  }
+  template <typename Visit, typename... Layers>
+  static void for_each_selectively_kept_tensor(const LayerSizes& sizes, Visit&& visit, Layers&... layers) {
     visit(sizes.stream, layers.ln_1...);
     visit(3 * sizes.share, layers.qkv...);
-    visit(sizes.att, layers.att...);
     visit(sizes.share, layers.atty...);
     visit(sizes.stream, layers.residual_mid...);
     visit(sizes.stream, layers.ln_2...);
-    visit(4 * sizes.share, layers.fc_pre...);
-    visit(4 * sizes.share, layers.fc_gelu...);
+  }
+  template <typename Visit, typename... Layers>
+  static void for_each_stored_tensor(const LayerSizes& sizes, Visit&& visit, Layers&... layers) {
+    for_each_selectively_kept_tensor(sizes, visit, layers...);
+    for_each_selectively_recomputed_tensor(sizes, visit, layers...);
+  }
+  // The tensors of a layer a slot under `recompute` keeps in its own memory (the rest
+  // are the working layer's).
+  template <typename Visit, typename... Layers>
+  static void for_each_tensor_kept(Recompute recompute, const LayerSizes& sizes, Visit&& visit, Layers&... layers) {
+    if (recompute == Recompute::kNone) for_each_stored_tensor(sizes, visit, layers...);
+    if (recompute == Recompute::kSelective) for_each_selectively_kept_tensor(sizes, visit, layers...);
+  }
+  template <typename Visit, typename... Layers>
+  static void for_each_tensor_recomputed(Recompute recompute, const LayerSizes& sizes, Visit&& visit,
+                                         Layers&... layers) {
+    if (recompute == Recompute::kFull) for_each_stored_tensor(sizes, visit, layers...);
+    if (recompute == Recompute::kSelective) for_each_selectively_recomputed_tensor(sizes, visit, layers...);
   }
   // The fp32 tensors layer l of a slot computes with: its own under fp32; under bf16
   // the working set for those kept in bf16.
@@ -401,8 +427,9 @@ class GPT {
   // Layer l's forward from its ln_1 output to the MLP's GELU: every activation its
   // backward reads (the forward, and the backward's recomputation, run this).
   void forward_layer_body(const ActivationSlot& slot, int l);
-  // Under Recompute::kFull, before layer l's backward: its activations again, from its
-  // input (the previous layer's output, or the embedding).
+  // Under recomputation, before layer l's backward: the activations it dropped, again
+  // (under kFull all of them, from its input: the previous layer's output, or the
+  // embedding).
   void recompute_layer(const ActivationSlot& slot, int l);
   void ensure_activation_grads(int B, int T);
   void check_batch(std::span<const std::int32_t> tokens, std::span<const float> input,
@@ -482,10 +509,13 @@ class GPT {
   int working_capacity_t_ = 0;
   DeviceBuffer<float> working_memory_;
   WorkingLayer working_{};
+  bool working_whole_layer_ = false;                // bf16's layout of working_memory_, else
+  Recompute working_recompute_ = Recompute::kNone;  // fp32's: what this recomputation drops
   // Under bf16 with recomputation: the bf16 copies of the layer being recomputed,
   // shared by the layers and slots (residual_out unused: each layer keeps its own).
   int working_stored_capacity_b_ = 0;
   int working_stored_capacity_t_ = 0;
+  Recompute working_stored_recompute_ = Recompute::kNone;  // which tensors working_stored_memory_ holds
   DeviceBuffer<std::uint16_t> working_stored_memory_;
   StoredLayerActivations working_stored_{};
   ActivationGrads dacts_{};

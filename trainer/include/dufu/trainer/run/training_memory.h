@@ -25,7 +25,7 @@ double model_state_bytes(double parameters, int data_parallel_size, bool moments
 // Bytes of the activations and their gradients for `slots` micro-batches of B x T
 // tokens in flight on this rank's stage (1 unless pipelined), plus the loader's
 // `prefetch` batches of B x (T + 1) tokens. Under bf16 the activations a backward
-// reads are kept in bf16; under full recomputation each layer keeps only its output.
+// reads are kept in bf16; recomputation keeps less (gpt.h's Recompute).
 double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parallel_size, const PipelineStage& stage,
                         int slots, int prefetch, Precision precision, Recompute recompute = Recompute::kNone);
 
