@@ -106,4 +106,17 @@ TEST_F(TrainPlanTest, AStageOverTheCapFailsNamingNeedAndCap) {
   EXPECT_NE(bad.output.find("train.memory_limit: 'lots' is not a size"), std::string::npos) << bad.output;
 }
 
+TEST_F(TrainPlanTest, CudaWithoutADeviceLeavesOutOnlyTheScratch) {
+  const trainer::DeviceAvailability cuda = trainer::device_availability(trainer::DeviceKind::kCuda);
+  if (cuda.available) GTEST_SKIP() << "a CUDA device is here: its scratch is known";
+  const CommandResult result = plan("train.device=cuda train.memory_limit=100GB");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("device scratch unknown: train.device cuda cannot be opened here (" + cuda.reason),
+            std::string::npos)
+      << result.output;
+  for (int stage = 0; stage < 2; ++stage) {
+    EXPECT_TRUE(has_in_order(row(result.output, stage), {"unknown", "fits without the scratch"})) << result.output;
+  }
+}
+
 }  // namespace

@@ -104,7 +104,7 @@ void run(const PlanFlags& flags) {
     if (!cap) {
       verdict = "unknown";
     } else if (plan.total() <= *cap) {
-      verdict = "fits";
+      verdict = device != nullptr ? "fits" : "fits without the scratch";
     } else {
       verdict = "does not fit (needs " + human_bytes(plan.total()) + ", cap " + human_bytes(*cap) + ")";
       refused.push_back(index);
