@@ -181,6 +181,53 @@ TEST_F(DataParallelTest, MatchesTheSingleProcessRun) {
   }
 }
 
+TEST_F(DataParallelTest, BytesPerCollectiveKindAreTheZeroVolumes) {
+  // The ZeRO paper's volumes for one rank of dp 2: stage 0 all-reduces the gradient
+  // (a ring sends 2 (n - 1) / n of it); stage 1 reduce-scatters it and all-gathers the
+  // updated weights, (n - 1) / n each, the same total in two kinds. The parameters are
+  // counted by hand (comm_volume_analytic.py's formula): the vocabulary padded to 2048
+  // rows, wpe, 4 blocks, ln_f.
+  const double C = 64, T = 32, layers = 4, padded_vocab = 2048, n = 2;
+  const double parameters = padded_vocab * C + T * C + layers * (12 * C * C + 13 * C) + 2 * C;
+  const double gradient_ring = 2 * (n - 1) / n * 4 * parameters;
+  for (const int zero_stage : {0, 1}) {
+    SCOPED_TRACE("ZeRO stage " + std::to_string(zero_stage));
+    const std::string dir = dir_.file("kinds-zero" + std::to_string(zero_stage));
+    const CommandResult result = mpirun(2, config() + " run.dir=" + dir + " train.steps=2 eval.interval=0" +
+                                               " dist.zero_stage=" + std::to_string(zero_stage));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    const auto totals = metric_values(dir, "comm_bytes");
+    const auto all_reduce = metric_values(dir, "comm_bytes_all_reduce");
+    const auto reduce_scatter = metric_values(dir, "comm_bytes_reduce_scatter");
+    const auto all_gather = metric_values(dir, "comm_bytes_all_gather");
+    const auto broadcast = metric_values(dir, "comm_bytes_broadcast");
+    const auto send_recv = metric_values(dir, "comm_bytes_send_recv");
+    ASSERT_EQ(totals.size(), 2u);
+    for (const auto* kind : {&all_reduce, &reduce_scatter, &all_gather, &broadcast, &send_recv}) {
+      ASSERT_EQ(kind->size(), totals.size());
+    }
+    for (std::size_t step = 0; step < totals.size(); ++step) {
+      SCOPED_TRACE("step " + std::to_string(step + 1));
+      EXPECT_EQ(all_reduce[step] + reduce_scatter[step] + all_gather[step] + broadcast[step] + send_recv[step],
+                totals[step]);
+      EXPECT_EQ(broadcast[step], 0.0);
+      EXPECT_EQ(send_recv[step], 0.0);
+      if (zero_stage == 0) {
+        EXPECT_NEAR(all_reduce[step], gradient_ring, 0.05 * gradient_ring);
+        EXPECT_EQ(reduce_scatter[step] + all_gather[step], 0.0);
+      } else {
+        EXPECT_NEAR(reduce_scatter[step], gradient_ring / 2, 0.05 * gradient_ring / 2);
+        EXPECT_NEAR(all_gather[step], gradient_ring / 2, 0.05 * gradient_ring / 2);
+        EXPECT_LT(all_reduce[step], 64.0);  // the loss and the squared norm: scalars
+      }
+    }
+    EXPECT_GT(metric_values(dir, "peak_rss_bytes").front(), 0.0);
+    std::printf("dp 2, ZeRO %d, step 2: all-reduce %.0f, reduce-scatter %.0f, all-gather %.0f bytes; analytic "
+                "gradient ring %.0f\n",
+                zero_stage, all_reduce.back(), reduce_scatter.back(), all_gather.back(), gradient_ring);
+  }
+}
+
 TEST_F(DataParallelTest, ResumeIsBitwiseForAFixedLayout) {
   std::string split;
   const std::vector<std::string> layouts = {"dist.zero_stage=0", "dist.zero_stage=1", "dist.tensor_parallel_size=2",

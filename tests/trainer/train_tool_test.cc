@@ -185,6 +185,17 @@ TEST_F(TrainToolTest, SizesBeyondTheMachinesMemoryAreRefusedNamingWhat) {
       << batch.output;
 }
 
+TEST_F(TrainToolTest, MemoryLimitRefusesAPlanOverItBeforeTraining) {
+  // The same refusal on any machine: the cap is the knob's, not the host's memory.
+  const std::string config = shell_quote(write_config("capped"));
+  const CommandResult capped =
+      train(config + " run.dir=" + shell_quote(run_dir("capped")) + " train.memory_limit=1MB");
+  EXPECT_EQ(capped.exit_code, 1) << capped.output;
+  EXPECT_TRUE(is_one_line(capped.output, "does not fit cpu")) << capped.output;
+  EXPECT_NE(capped.output.find("under train.memory_limit = 1.00 MB"), std::string::npos) << capped.output;
+  EXPECT_FALSE(file_exists(run_dir("capped") + "/metrics.jsonl"));
+}
+
 TEST_F(TrainToolTest, CommandLineErrorsAreOneLineWithStatus1) {
   for (const std::string& arguments : {std::string("--bogus"), std::string("generate --max-tokens x"),
                                        std::string("plot"), std::string("generate --top-k 1e999")}) {

@@ -17,5 +17,7 @@ void add_generate_command(CLI::App& app);
 void add_merge_command(CLI::App& app);
 // `train export-hf CHECKPOINT DIR --tokenizer-model M`: a HuggingFace model directory.
 void add_export_hf_command(CLI::App& app);
+// `train plan CONFIG.toml [key=value ...] [--ranks N]`: each pipeline stage's memory plan.
+void add_plan_command(CLI::App& app);
 
 }  // namespace dufu::tools

@@ -4,6 +4,8 @@
 // included, is trainer_setup.cc's.
 #include "dufu/trainer/run/trainer.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -30,6 +32,12 @@ namespace dufu::trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The process's peak resident set (Linux reports ru_maxrss in KiB); 0 if unknown.
+double peak_resident_bytes() {
+  struct rusage usage {};
+  return ::getrusage(RUSAGE_SELF, &usage) == 0 ? 1024.0 * static_cast<double>(usage.ru_maxrss) : 0.0;
+}
 
 }  // namespace
 
@@ -105,9 +113,18 @@ StepReport Trainer::step() {
   report.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   for (const Communicator* group : s.all_groups()) {
     if (group == nullptr) continue;
-    report.comm_bytes += group->traffic().total_bytes();
-    report.comm_seconds += group->traffic().seconds;
+    const CommunicationTraffic& traffic = group->traffic();
+    report.comm_bytes += traffic.total_bytes();
+    report.comm_seconds += traffic.seconds;
+    report.comm_traffic.all_reduce_bytes += traffic.all_reduce_bytes;
+    report.comm_traffic.reduce_scatter_bytes += traffic.reduce_scatter_bytes;
+    report.comm_traffic.all_gather_bytes += traffic.all_gather_bytes;
+    report.comm_traffic.broadcast_bytes += traffic.broadcast_bytes;
+    report.comm_traffic.point_to_point_bytes += traffic.point_to_point_bytes;
+    report.comm_traffic.operations += traffic.operations;
+    report.comm_traffic.seconds += traffic.seconds;
   }
+  report.peak_rss_bytes = peak_resident_bytes();
   report.tokens_per_second = s.tokens_per_step / report.seconds;
   if (s.flops_per_token * report.tokens_per_second / s.world->size() > s.peak_flops) {
     s.peak_flops = std::max(s.peak_flops, measure_sgemm_peak_flops(0.2));
@@ -141,6 +158,12 @@ StepReport Trainer::step() {
         .key("skipped").value(report.skipped)
         .key("comm_bytes").value(report.comm_bytes)
         .key("comm_seconds").value(report.comm_seconds)
+        .key("comm_bytes_all_reduce").value(report.comm_traffic.all_reduce_bytes)
+        .key("comm_bytes_reduce_scatter").value(report.comm_traffic.reduce_scatter_bytes)
+        .key("comm_bytes_all_gather").value(report.comm_traffic.all_gather_bytes)
+        .key("comm_bytes_broadcast").value(report.comm_traffic.broadcast_bytes)
+        .key("comm_bytes_send_recv").value(report.comm_traffic.point_to_point_bytes)
+        .key("peak_rss_bytes").value(report.peak_rss_bytes)
         .end_object();
     s.metrics->write(record);
     s.tensorboard->write(record);

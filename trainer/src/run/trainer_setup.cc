@@ -175,9 +175,8 @@ Trainer::State::MemoryNeed Trainer::State::check_memory_plan() {
   // The sizes are the user's: what cannot fit is refused before anything is allocated.
   const auto coordinates = topology->coordinates();
   const int tp = topology->tensor_parallel_size();
-  const int pp = topology->pipeline_parallel_size();
   const double parameters = rank_parameter_count(options.model, tp, stage);
-  const int slots = pp > 1 ? pp - coordinates.pp_rank : 1;
+  const int slots = pipeline_slots(stage);
   activations_what = str_cat("the activations of ", slots, " micro-batch", slots > 1 ? "es" : "", " of ",
                              options.micro_batch, " x ", T, " tokens (train.micro_batch x model.seq_length)");
   const MemoryPlan plan = rank_memory_plan(options.model, options.micro_batch, T, tp, dp, stage, slots,
@@ -189,11 +188,17 @@ Trainer::State::MemoryNeed Trainer::State::check_memory_plan() {
                                 plan.model()};
   check_memory(model_memory.what, model_memory.bytes);
   check_memory(str_cat(model_memory.what, " and ", activations_what), plan.total());
+  // train.memory_limit caps the plan below what the device has (a cap above it cannot
+  // help: the allocations would fail), so that "does not fit" is the same on any machine.
   const double device_capacity = device->memory_capacity_bytes();
-  check_plan_fits_device(plan, device_capacity, device->describe());
+  const bool capped = options.memory_limit_bytes > 0.0 && options.memory_limit_bytes < device_capacity;
+  const double cap = capped ? options.memory_limit_bytes : device_capacity;
+  const std::string where =
+      capped ? str_cat(device->describe(), " under train.memory_limit = ", human_bytes(cap)) : device->describe();
+  check_plan_fits_device(plan, cap, where);
   // One line per distinct piece of the model (its first data-parallel replica's).
   if (coordinates.dp_rank == 0) {
-    DUFU_LOG_INFO("train", "memory plan of this rank: ", plan.describe(device_capacity), " on ", device->describe());
+    DUFU_LOG_INFO("train", "memory plan of this rank: ", plan.describe(cap), " on ", where);
   }
   return model_memory;
 }

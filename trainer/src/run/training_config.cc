@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 #include <string_view>
+#include <utility>
 
 #include "dufu/common/error.h"
 #include "dufu/dataprep/blended_dataset.h"
@@ -62,7 +63,11 @@ ConfigSchema training_config_schema() {
                   "compute; the same results, bit for bit)")
       .add_double("train.dp_bucket_mb", defaults.dp_bucket_mb,
                   "MiB of gradient per data-parallel collective (PyTorch DDP's bucket_cap_mb); the result does not "
-                  "depend on it, the collectives' scratch memory does");
+                  "depend on it, the collectives' scratch memory does")
+      .add_string("train.memory_limit", "0",
+                  "Memory one rank may plan for, in bytes or with a unit (\"24GB\", \"512MiB\"; kB, MB, GB, TB "
+                  "and KiB, MiB, GiB, TiB): a run or `train plan` whose plan needs more is refused; 0 = what the "
+                  "device has (the host's memory and swap on cpu, the free memory of the GPU on cuda)");
   schema.add_double("optim.lr", 6e-4, "Peak learning rate, reached at the end of the warmup")
       .add_double("optim.min_lr", 6e-5, "Floor the cosine decay ends at")
       .add_int("optim.warmup_steps", 100, "Steps of linear warmup")
@@ -130,6 +135,29 @@ std::vector<int> int_list(const Config& config, const char* name, const char* wh
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
   }
   return values;
+}
+
+// "0", "1500000000", "1.5e9", "24GB", "24 GB", "512MiB": bytes, decimal units as
+// human_bytes prints them and binary ones as GPU capacities are often quoted.
+double byte_size(const Config& config, const char* name) {
+  const std::string& text = config.get_string(name);
+  char* end = nullptr;
+  errno = 0;
+  const double number = std::strtod(text.c_str(), &end);
+  std::string_view unit(end);
+  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  static const std::pair<std::string_view, double> kUnits[] = {
+      {"", 1.0},          {"B", 1.0},           {"kB", 1e3},          {"KB", 1e3},
+      {"MB", 1e6},        {"GB", 1e9},          {"TB", 1e12},         {"KiB", 1024.0},
+      {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  for (const auto& [suffix, scale] : kUnits) {
+    if (unit != suffix) continue;
+    const double bytes = number * scale;
+    if (end == text.c_str() || errno != 0 || !std::isfinite(bytes) || bytes < 0.0) break;
+    return bytes;
+  }
+  DUFU_FAIL(name, ": '", text, "' is not a size (expected bytes or a number with a unit, e.g. 24GB or 512MiB; 0 = "
+            "the device's)");
 }
 
 // Every float knob must be a finite number that stays finite as the float the
@@ -202,6 +230,7 @@ TrainingOptions training_options(const Config& config) {
   if (!(options.dp_bucket_mb * 1024.0 * 1024.0 >= sizeof(float)) || options.dp_bucket_mb > 1024.0 * 1024.0) {
     DUFU_FAIL("train.dp_bucket_mb must be between 4 bytes (3.8e-6) and 1048576 MiB, got ", options.dp_bucket_mb);
   }
+  options.memory_limit_bytes = byte_size(config, "train.memory_limit");
   const std::string& on_nonfinite = config.get_string("train.on_nonfinite");
   if (on_nonfinite == nonfinite_action_name(NonFiniteAction::kStop)) {
     options.on_nonfinite = NonFiniteAction::kStop;

@@ -54,6 +54,10 @@ struct MemoryPlan {
 MemoryPlan memory_plan(double parameters, int data_parallel_size, bool moments_sharded, bool bf16_working_copy,
                        double activation_bytes);
 
+// The micro-batches whose activations a stage holds at once under the 1F1B schedule:
+// the first of p stages p, the last 1 (and 1 without pipelining).
+inline int pipeline_slots(const PipelineStage& stage) { return stage.num_stages - stage.stage; }
+
 // This rank's plan for training micro-batches of B x T tokens: its parameters
 // (rank_parameter_count), the activations of `slots` micro-batches and `prefetch`
 // loader batches (activation_bytes), and the scratch `device` says such a step needs

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "dufu/common/communicator.h"
+
 namespace dufu::trainer {
 
 // Which rank holds which layers and shards.
@@ -66,6 +68,11 @@ struct StepReport {
   bool skipped = false;  // the loss or gradient was not finite: no update
   std::uint64_t comm_bytes = 0;  // this rank's traffic in the step, all groups
   double comm_seconds = 0.0;
+  CommunicationTraffic comm_traffic;  // the same, summed over the groups by collective kind
+  // The process's peak resident memory so far (getrusage's ru_maxrss): on the CPU device
+  // the high-water mark of what training holds (the touched pages of the mmap'd shards
+  // too); on a GPU only the host side's.
+  double peak_rss_bytes = 0.0;
   int world_size = 1;
   bool log_due = false;  // a train.log_interval ends here, or the run does
 };
