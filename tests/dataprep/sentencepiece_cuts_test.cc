@@ -60,7 +60,8 @@ std::string printable(const std::string& text) {
   return shown;
 }
 
-// Random texts through one warm encoder and through fresh ones, against one Encode each.
+// Random texts through one warm encoder and (every fourth) through a fresh one, against
+// one Encode each.
 void expect_encode_equal(const dataprep::Tokenizer& tokenizer, std::uint64_t seed, int rounds) {
   std::uint64_t state = seed;
   auto warm = tokenizer.make_encoder();
@@ -70,6 +71,7 @@ void expect_encode_equal(const dataprep::Tokenizer& tokenizer, std::uint64_t see
     tokenizer.encode_uncached(text, &whole);
     warm->encode(text, &cached);
     ASSERT_EQ(cached, whole) << tokenizer.name() << ": '" << printable(text) << "'";
+    if (round % 4 != 0) continue;  // a fresh encoder allocates its cache (megabytes)
     tokenizer.make_encoder()->encode(text, &fresh);
     ASSERT_EQ(fresh, whole) << tokenizer.name() << " (fresh encoder): '" << printable(text) << "'";
   }
