@@ -9,9 +9,10 @@
 # BPE models on the kernel code, MB/s and peak RSS. Two 32k sentencepiece BPE models are
 # trained on the kernel code: spm-bpe32k with the default normalizer (nmt_nfkc, dufu's
 # word cache) and spm-llama32k with Llama 2's settings (identity normalizer, extra
-# whitespace kept, whitespace-only pieces, split digits, byte fallback: dufu's cut path). A program for humans; nothing
-# here runs as a test. About 10-15 minutes on 2 cores, plus the corpora and the 32k
-# model the first time.
+# whitespace kept, whitespace-only pieces, split digits, byte fallback: dufu's cut
+# path). A program for humans; nothing here runs as a test. About 10-15 minutes on 2
+# cores, plus the corpora and the 32k models the first time (spm-llama32k: 2.5 minutes
+# wall at load 10-14).
 #
 #   benchmarks/tokenizer_benchmark.sh [BUILD_DIR]     (default: build-bench)
 #
