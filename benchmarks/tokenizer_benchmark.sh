@@ -5,10 +5,14 @@
 # encode_ordinary, bpe-openai and quicktok (for cl100k/o200k) and sentencepiece's
 # Encode. Corpora from Debian packages: kernel code (arch/x86), kernel prose
 # (Documentation/) and translated manual pages (de, ru, ja, zh; 3 MB of each). Then end to end:
-# `dataprep preprocess` with 1 and 2 workers, with o200k and with a 32k sentencepiece
-# BPE model on the kernel code, MB/s and peak RSS. A program for humans; nothing
-# here runs as a test. About 10-15 minutes on 2 cores, plus the corpora and the 32k
-# model the first time.
+# `dataprep preprocess` with 1 and 2 workers, with o200k and with the 32k sentencepiece
+# BPE models on the kernel code, MB/s and peak RSS. Two 32k sentencepiece BPE models are
+# trained on the kernel code: spm-bpe32k with the default normalizer (nmt_nfkc, dufu's
+# word cache) and spm-llama32k with Llama 2's settings (identity normalizer, extra
+# whitespace kept, whitespace-only pieces, split digits, byte fallback: dufu's cut
+# path). A program for humans; nothing here runs as a test. About 10-15 minutes on 2
+# cores, plus the corpora and the 32k models the first time (spm-llama32k: 2.5 minutes
+# wall at load 10-14).
 #
 #   benchmarks/tokenizer_benchmark.sh [BUILD_DIR]     (default: build-bench)
 #
@@ -54,10 +58,21 @@ import tokenizer_reference as t
 t.write_jsonl(sys.argv[2], t.manual_pages(3000000))' "$root/tests/reference" "$i18n"
 fi
 spm=$work/tok-code-bpe32k
-if [[ ! -f $spm.model && ( -z $only || $only == *spm* ) ]]; then
+if [[ ! -f $spm.model && ( -z $only || $only == *spm-bpe32k* ) ]]; then
   echo "== tokenizer: 32k sentencepiece BPE on $code"
   "$dataprep" train-tokenizer --input "$code" --model-prefix "$spm" --vocab-size 32000 --model-type bpe \
     --input-sentence-size 300000 >/dev/null
+fi
+
+spm_llama=$work/tok-code-bpe32k-llama
+if [[ ! -f $spm_llama.model && ( -z $only || $only == *spm-llama* ) ]]; then
+  echo "== tokenizer: 32k sentencepiece BPE with Llama 2's settings on $code"
+  start=$(now)
+  "$dataprep" train-tokenizer --input "$code" --model-prefix "$spm_llama" --vocab-size 32000 --model-type bpe \
+    --input-sentence-size 300000 --spm-arg=--normalization_rule_name=identity \
+    --spm-arg=--remove_extra_whitespaces=false --spm-arg=--allow_whitespace_only_pieces=true \
+    --spm-arg=--byte_fallback=true --spm-arg=--split_digits=true --spm-arg=--add_dummy_prefix=true >/dev/null
+  echo "== trained in $(awk -v a="$start" -v b="$(now)" 'BEGIN { printf "%.0f", b - a }') s"
 fi
 
 # --- single-thread rates --------------------------------------------------------------
@@ -103,6 +118,7 @@ for corpus_name in code prose i18n; do
   measure cl100k "$corpus_name" "$corpus" tiktoken "$ranks/cl100k_base.tiktoken" cl100k
   measure gpt2 "$corpus_name" "$corpus" tiktoken "$ranks/gpt2.tiktoken" gpt2
   measure spm-bpe32k "$corpus_name" "$corpus" spm "$spm.model"
+  measure spm-llama32k "$corpus_name" "$corpus" spm "$spm_llama.model"
 done
 
 # --- end to end ------------------------------------------------------------------------
@@ -115,9 +131,10 @@ echo
 # cores other processes kept busy meanwhile); MB per CPU second does not.
 printf '%-12s %8s %10s %16s %12s %12s\n' tokenizer workers "MB/s" "MB/CPU-second" "peak RSS MB" "others' cores" |
   tee -a "$results"
-for tokenizer in o200k spm-bpe32k; do
+for tokenizer in o200k spm-bpe32k spm-llama32k; do
   model=$ranks/o200k_base.tiktoken
   [[ $tokenizer == spm-bpe32k ]] && model=$spm.model
+  [[ $tokenizer == spm-llama32k ]] && model=$spm_llama.model
   for workers in 1 2; do
     busy=$(busy_ticks) start=$(now)
     "/usr/bin/time" -v -o "$work/time.txt" "$dataprep" preprocess --quiet --input "$code" \

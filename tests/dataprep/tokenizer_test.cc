@@ -97,6 +97,7 @@ const Case kCases[] = {
     {"spm-unigram-fallback-false", "spm-unigram-fallback-false.model", "", ""},
     {"spm-unigram-fallback-true", "spm-unigram-fallback-true.model", "", ""},
     {"spm-bpe-nosplit", "spm-bpe-nosplit.model", "", ""},
+    {"spm-bpe-llama", "spm-bpe-llama.model", "", ""},
 };
 
 dataprep::TokenizerSpec spec_of(const Case& c) {

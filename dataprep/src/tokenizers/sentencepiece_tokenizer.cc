@@ -15,6 +15,14 @@
 // sentencepiece's BPE merge loop (sentencepiece_word_bpe.h), the rest through Encode. The
 // conditions are read from the model's NormalizerSpec, TrainerSpec and pieces; when
 // one fails, the encoder is plain Encode, and the log says so once.
+//
+// The second fast path, for BPE models without normalization rules that keep extra
+// whitespace (trained as Llama 2's and Mistral's were: normalization_rule_name=identity,
+// remove_extra_whitespaces=false, allow_whitespace_only_pieces, split_digits, byte
+// fallback): the text is cut where no piece of the vocabulary can span
+// (sentencepiece_segments.h says why that is exact), and each part goes through the same
+// kind of cache, then the merge loop's encode_segment, then the Encode of a copy of the
+// model without the dummy prefix.
 #include "sentencepiece_tokenizer.h"
 
 #include <sentencepiece_processor.h>
@@ -25,6 +33,7 @@
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
 #include "piece_cache.h"
+#include "sentencepiece_segments.h"
 #include "sentencepiece_word_bpe.h"
 
 namespace dufu::dataprep::tokenizers {
@@ -129,6 +138,18 @@ bool read_model_facts(std::string_view model, ModelFacts* facts) {
   return true;
 }
 
+// Empty when the cuts of sentencepiece_segments.h are exact for this model; else why not.
+std::string why_no_cuts(const ModelFacts& facts) {
+  if (facts.model_type != 2) return "the model is not BPE";
+  if (!facts.charsmap.empty()) return "the normalizer has rules";
+  if (facts.remove_extra_whitespaces) return "remove_extra_whitespaces is true";
+  if (!facts.escape_whitespaces) return "escape_whitespaces is false";
+  if (facts.treat_whitespace_as_suffix) return "treat_whitespace_as_suffix is true";
+  // Matched before the characters, and by the normalizer too: left to Encode.
+  if (facts.user_defined_pieces) return "the model has user-defined symbols";
+  return {};
+}
+
 // Empty when the word cache is exact for this model; else why not.
 std::string why_no_word_cache(const ModelFacts& facts) {
   if (facts.model_type == 1) {
@@ -152,9 +173,15 @@ class SentencePiece final : public TokenizerModel {
   SentencePiece(std::string path, std::unique_ptr<sentencepiece::SentencePieceProcessor> processor)
       : path_(std::move(path)), processor_(std::move(processor)) {
     ModelFacts facts;
-    const std::string reason = read_model_facts(processor_->serialized_model_proto(), &facts)
-                                   ? why_no_word_cache(facts)
-                                   : "its ModelProto could not be read";
+    const bool facts_read = read_model_facts(processor_->serialized_model_proto(), &facts);
+    if (facts_read && why_no_cuts(facts).empty()) {
+      const std::string failure = set_up_cuts(facts);
+      if (failure.empty()) return;
+      DUFU_LOG_INFO("tokenizer", "sentencepiece model '", path_, "': plain Encode without cuts, because ", failure);
+      cuts_.reset();
+      word_bpe_.reset();
+    }
+    const std::string reason = facts_read ? why_no_word_cache(facts) : "its ModelProto could not be read";
     word_cache_ = reason.empty();
     if (word_cache_) {
       separators_.fill(false);
@@ -189,6 +216,16 @@ class SentencePiece final : public TokenizerModel {
     }
   }
   bool word_cache() const { return word_cache_; }
+  const SentencePieceCuts* cuts() const { return cuts_.get(); }
+  bool dummy_prefix() const { return dummy_prefix_; }
+  // The id of the part that is this one byte alone, or -1 (see set_up_cuts).
+  std::int32_t single_byte_id(unsigned char byte) const { return single_byte_ids_[byte]; }
+  // A part's ids through sentencepiece: the model without its dummy prefix.
+  void encode_part_plain(std::string_view part, std::vector<std::int32_t>* ids) const {
+    ids->clear();
+    const auto status = part_processor_->Encode(part, ids);
+    if (!status.ok()) DUFU_FAIL("sentencepiece failed to encode a document: ", status.ToString());
+  }
   const std::array<bool, 256>& separators() const { return separators_; }
   const SentencePieceWordBpe* word_bpe() const { return word_bpe_.get(); }
 
@@ -206,7 +243,7 @@ class SentencePiece final : public TokenizerModel {
   std::int32_t eod_id() const override { return processor_->eos_id(); }
   std::string name() const override {
     return str_cat("sentencepiece (", processor_->GetPieceSize(), " pieces", word_cache_ ? ", word cache" : "",
-                   ") from ", path_);
+                   cuts_ ? ", cut where no piece spans, part cache" : "", ") from ", path_);
   }
   std::string piece(std::int32_t id) const override {
     check(id);
@@ -229,8 +266,38 @@ class SentencePiece final : public TokenizerModel {
                 ")");
     }
   }
+  // Empty when the cut path is ready; else why not.
+  std::string set_up_cuts(const ModelFacts& facts) {
+    cuts_ = std::make_unique<SentencePieceCuts>(*processor_, /*unknown_runs_join=*/!facts.byte_fallback);
+    dummy_prefix_ = facts.add_dummy_prefix;
+    // The same model with add_dummy_prefix false: a second NormalizerSpec (field 3)
+    // holding only add_dummy_prefix (its field 3) = 0, which protobuf merges into the
+    // first when it parses the model.
+    part_processor_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+    const std::string no_dummy_prefix("\x1A\x02\x18\x00", 4);
+    const auto status =
+        part_processor_->LoadFromSerializedProto(processor_->serialized_model_proto() + no_dummy_prefix);
+    // (A model whose self-test samples assume the dummy prefix fails its self-test here.)
+    if (!status.ok()) return "sentencepiece could not reload it without its dummy prefix: " + status.ToString();
+    word_bpe_ = std::make_unique<SentencePieceWordBpe>(*processor_, facts.charsmap, /*identity_normalizer=*/true,
+                                                       facts.byte_fallback);
+    // Parts of one byte (a newline, a bracket) skip the cache.
+    std::vector<std::int32_t> ids;
+    for (int byte = 0; byte < 0x80; ++byte) {
+      single_byte_ids_[byte] = -1;
+      encode_part_plain(std::string(1, static_cast<char>(byte)), &ids);
+      if (ids.size() == 1) single_byte_ids_[byte] = ids[0];
+    }
+    for (int byte = 0x80; byte < 256; ++byte) single_byte_ids_[byte] = -1;
+    return {};
+  }
+
   std::string path_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> part_processor_;  // cuts_ only
+  std::unique_ptr<SentencePieceCuts> cuts_;  // null: not the cut path
+  bool dummy_prefix_ = true;
+  std::array<std::int32_t, 256> single_byte_ids_{};
   bool word_cache_ = false;
   std::array<bool, 256> separators_{};  // bytes that end a word
   std::unique_ptr<SentencePieceWordBpe> word_bpe_;  // null: every missed word through Encode
@@ -294,7 +361,65 @@ class WordCacheEncoder final : public TokenEncoder {
   std::vector<std::int32_t> word_ids_;
 };
 
+// The cut path: the text's parts (sentencepiece_segments.h) through the cache, a missed
+// part through encode_segment where it applies, else through Encode without the dummy
+// prefix; the first part is encoded with a space in front, the dummy prefix's "▁".
+class PartCacheEncoder final : public TokenEncoder {
+ public:
+  explicit PartCacheEncoder(const SentencePiece& tokenizer) : tokenizer_(tokenizer), cuts_(*tokenizer.cuts()) {}
+
+  void encode(std::string_view text, std::vector<std::int32_t>* ids) override {
+    ids->clear();
+    if (text.empty()) return;  // sentencepiece adds no dummy prefix to nothing
+    std::size_t start = 0;
+    for (std::size_t at = 1; at < text.size(); ++at) {
+      if (!cuts_.cut_between(static_cast<unsigned char>(text[at - 1]), static_cast<unsigned char>(text[at]))) {
+        continue;
+      }
+      encode_part(text.substr(start, at - start), start == 0, ids);
+      start = at;
+    }
+    encode_part(text.substr(start), start == 0, ids);
+  }
+
+ private:
+  static constexpr std::size_t kMaxIds = 15;
+
+  void encode_part(std::string_view part, bool first, std::vector<std::int32_t>* ids) {
+    if (first && tokenizer_.dummy_prefix()) {
+      first_part_.assign(1, ' ');
+      first_part_.append(part);
+      part = first_part_;
+    } else if (part.size() == 1) {
+      if (const auto id = tokenizer_.single_byte_id(static_cast<unsigned char>(part[0])); id >= 0) {
+        ids->push_back(id);
+        return;
+      }
+    }
+    const bool cacheable = part.size() <= PieceCache<kMaxIds>::kMaxPiece;
+    std::uint64_t hash = 0;
+    if (cacheable) {
+      hash = hash_bytes(part);
+      std::size_t count = 0;
+      if (const std::int32_t* cached = cache_.find(part, hash, &count)) {
+        ids->insert(ids->end(), cached, cached + count);
+        return;
+      }
+    }
+    if (!tokenizer_.word_bpe()->encode_segment(part, &part_ids_)) tokenizer_.encode_part_plain(part, &part_ids_);
+    ids->insert(ids->end(), part_ids_.begin(), part_ids_.end());
+    if (cacheable) cache_.insert(part, hash, part_ids_.data(), part_ids_.size());
+  }
+
+  const SentencePiece& tokenizer_;
+  const SentencePieceCuts& cuts_;
+  PieceCache<kMaxIds> cache_;
+  std::vector<std::int32_t> part_ids_;
+  std::string first_part_;
+};
+
 std::unique_ptr<TokenEncoder> SentencePiece::make_encoder() const {
+  if (cuts_) return std::make_unique<PartCacheEncoder>(*this);
   if (word_cache_) return std::make_unique<WordCacheEncoder>(*this);
   return std::make_unique<SentencePieceEncoder>(*this);
 }

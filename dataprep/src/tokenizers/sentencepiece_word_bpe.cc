@@ -6,6 +6,8 @@
 #include <cstring>
 #include <unordered_map>
 
+#include "dufu/common/utf8.h"
+
 namespace dufu::dataprep::tokenizers {
 namespace {
 
@@ -45,7 +47,7 @@ std::uint64_t mix(std::uint64_t key) {
 }  // namespace
 
 SentencePieceWordBpe::SentencePieceWordBpe(const sentencepiece::SentencePieceProcessor& processor,
-                                           std::string_view charsmap) {
+                                           std::string_view charsmap, bool identity_normalizer, bool byte_fallback) {
   vocab_size_ = static_cast<std::uint32_t>(processor.GetPieceSize());
   // Pieces sentencepiece's BPE may merge into: all but control, unknown and byte pieces.
   const auto mergeable = [&](int id) {
@@ -69,8 +71,14 @@ SentencePieceWordBpe::SentencePieceWordBpe(const sentencepiece::SentencePiecePro
   // A byte is an identity byte when the model itself encodes it, alone, as "▁" and the
   // byte (so its single-byte rule, if any, maps it to itself), and no longer rule starts
   // with it and another ASCII byte. Separators never reach here; control characters are left to Encode.
+  // Without rules every ASCII byte but NUL and the space is one (the normalizer copies each
+  // well-formed character; a byte outside the vocabulary is then a byte-fallback piece).
   std::vector<std::string> pieces;
-  for (int byte = 0x21; byte < 0x7F; ++byte) {
+  for (int byte = identity_normalizer ? 0x01 : 0x21; byte < (identity_normalizer ? 0x80 : 0x7F); ++byte) {
+    if (identity_normalizer) {
+      identity_[byte] = byte != ' ';
+      continue;
+    }
     const std::string text(1, static_cast<char>(byte));
     pieces.clear();
     if (!processor.Encode(text, &pieces).ok()) continue;
@@ -86,6 +94,41 @@ SentencePieceWordBpe::SentencePieceWordBpe(const sentencepiece::SentencePiecePro
     byte_symbol_[byte] = initial_symbol(std::string(1, static_cast<char>(byte)), static_cast<std::uint32_t>(byte));
   }
   space_symbol_ = initial_symbol(kSpace, 256);
+
+  // What encode_segment needs: the characters of the mergeable pieces.
+  byte_piece_.fill(-1);
+  byte_fallback_ = identity_normalizer && byte_fallback;
+  for (int byte = 0; byte < 256 && byte_fallback_; ++byte) {
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    const std::string name = std::string("<0x") + kHex[byte >> 4] + kHex[byte & 15] + ">";
+    const int id = processor.PieceToId(name);
+    if (!processor.IsByte(id)) byte_fallback_ = false;  // a byte piece is missing: leave such text to Encode
+    byte_piece_[byte] = id;
+  }
+  if (identity_normalizer) {
+    for (const auto& [piece, id] : ids_of_pieces) {
+      for (std::size_t at = 0; at < piece.size();) {
+        const auto sequence = utf8_sequence(piece, at);
+        if (!sequence.valid) break;  // not a piece any well-formed text can match
+        const auto code = decode_valid_utf8(piece, at).code;
+        if (code < 0x80) {
+          in_piece_[code] = true;
+        } else if (sequence.length == piece.size()) {
+          char_symbol_[code] = id;
+        }
+        at += sequence.length;
+      }
+    }
+    for (const auto& [piece, id] : ids_of_pieces) {
+      for (std::size_t at = 0; at < piece.size();) {
+        const auto sequence = utf8_sequence(piece, at);
+        if (!sequence.valid) break;
+        const auto code = decode_valid_utf8(piece, at).code;
+        if (code >= 0x80 && code != 0x2581 && !char_symbol_.contains(code)) inner_only_chars_.insert(code);
+        at += sequence.length;
+      }
+    }
+  }
 
   // Every way to build each mergeable piece from two symbols: the halves are pieces, or
   // initial characters that are not (identity bytes and "▁").
@@ -142,12 +185,55 @@ bool SentencePieceWordBpe::encode(std::string_view word, std::vector<std::int32_
   for (const char c : word) {
     if (!identity_[static_cast<unsigned char>(c)]) return false;
   }
-  // symbols[i] and the merge of symbols[i] with symbols[i + 1] (nullptr: none).
   std::array<std::uint32_t, kMaxWord + 1> symbols;
-  std::array<const Merge*, kMaxWord + 1> pairs;
-  std::size_t count = word.size() + 1;
   symbols[0] = space_symbol_;
   for (std::size_t i = 0; i < word.size(); ++i) symbols[i + 1] = byte_symbol_[static_cast<unsigned char>(word[i])];
+  return merge_and_emit(word, symbols.data(), word.size() + 1, ids);
+}
+
+bool SentencePieceWordBpe::encode_segment(std::string_view segment, std::vector<std::int32_t>* ids) const {
+  if (segment.empty() || segment.size() > kMaxWord) return false;
+  std::array<std::uint32_t, kMaxWord> symbols;
+  std::size_t count = 0;
+  for (std::size_t at = 0; at < segment.size();) {
+    const auto byte = static_cast<unsigned char>(segment[at]);
+    const auto unknown = kUnknownChar | static_cast<std::uint32_t>(at);
+    if (byte < 0x80) {
+      if (byte == ' ') {
+        symbols[count++] = space_symbol_;
+      } else if (!identity_[byte]) {
+        return false;
+      } else if (byte_symbol_[byte] < vocab_size_ || in_piece_[byte]) {
+        symbols[count++] = byte_symbol_[byte];
+      } else if (byte_fallback_) {
+        symbols[count++] = unknown;
+      } else {
+        return false;
+      }
+      ++at;
+      continue;
+    }
+    const auto sequence = utf8_sequence(segment, at);
+    if (!sequence.valid) return false;
+    const char32_t code = decode_valid_utf8(segment, at).code;
+    if (code == 0x2581) {
+      symbols[count++] = space_symbol_;
+    } else if (const auto found = char_symbol_.find(code); found != char_symbol_.end()) {
+      symbols[count++] = found->second;
+    } else if (byte_fallback_ && !inner_only_chars_.contains(code)) {
+      symbols[count++] = unknown;
+    } else {
+      return false;
+    }
+    at += sequence.length;
+  }
+  return merge_and_emit(segment, symbols.data(), count, ids);
+}
+
+bool SentencePieceWordBpe::merge_and_emit(std::string_view text, std::uint32_t* symbols, std::size_t count,
+                                          std::vector<std::int32_t>* ids) const {
+  // pairs[i]: the merge of symbols[i] with symbols[i + 1] (nullptr: none).
+  std::array<const Merge*, kMaxWord + 1> pairs;
   for (std::size_t i = 0; i + 1 < count; ++i) pairs[i] = find(symbols[i], symbols[i + 1]);
   for (;;) {
     std::size_t best = count;
@@ -165,6 +251,12 @@ bool SentencePieceWordBpe::encode(std::string_view word, std::vector<std::int32_
   }
   ids->clear();
   for (std::size_t i = 0; i < count; ++i) {
+    if ((symbols[i] & kUnknownChar) != 0) {
+      const std::size_t at = symbols[i] & ~kUnknownChar;
+      const std::size_t length = utf8_sequence(text, at).length;
+      for (std::size_t k = 0; k < length; ++k) ids->push_back(byte_piece_[static_cast<unsigned char>(text[at + k])]);
+      continue;
+    }
     if (symbols[i] >= vocab_size_ || unused_[symbols[i]]) return false;
     ids->push_back(static_cast<std::int32_t>(symbols[i]));
   }
