@@ -24,7 +24,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 reference make --out "$work/single"
 "$python" "$source/tests/reference/hf_export_check.py" make-bytelevel "$work/single" >/dev/null
-reference make --out "$work/sharded" --max-shard-size 40KB
+reference make --out "$work/sharded" --max-shard-size 40KB --seed 4
 reference make --out "$work/bf16" --dtype bfloat16 --max-shard-size 100KB
 reference make --out "$work/f16" --dtype float16
 
@@ -60,6 +60,68 @@ for model in sharded-tp2pp2 bf16; do
   "$train" export-hf "$work/ckpt-$model" "$work/export-$model" -m "$work/single/tokenizer.json" >/dev/null 2>&1
   reference same-tensors --hf "$work/${model%-tp2pp2}" --export "$work/export-$model"
 done
+
+# Fine-tuning from the imports (model.init_from) on the fixture corpus tokenized with
+# the imported tokenizer: the tp 2 x pp 2 import into one process and the serial one
+# into tp 2 x pp 2 (both resharded on load) start from the same weights, so their
+# first losses agree, unlike a run from fresh weights; the loss falls; the run starts
+# at step 1 with its own optimizer.
+"$dataprep" preprocess -q --append-eod -i "$fixtures/fortunes.jsonl" -m "$work/single/tokenizer.json" \
+  -o "$work/shard" >/dev/null
+cat >"$work/finetune.toml" <<TOML
+[model]
+n_layer = 2
+n_head = 4
+d_model = 64
+vocab_size = 300
+seq_length = 32
+[data]
+blend = "$work/shard"
+cache_dir = "$work/cache"
+split = "90,10,0"
+workers = 1
+[train]
+micro_batch = 2
+global_batch = 4
+steps = 8
+threads = 1
+[optim]
+lr = 1e-3
+min_lr = 1e-4
+warmup_steps = 0
+[eval]
+interval = 0
+[checkpoint]
+interval = 0
+TOML
+"$train" "$work/finetune.toml" model.init_from="$work/ckpt-single-tp2pp2" run.dir="$work/ft-serial" \
+  >"$work/ft.log" 2>&1 || { cat "$work/ft.log"; exit 1; }
+grep -q "initialized the weights from" "$work/ft.log" || fail "the run did not start from model.init_from"
+OMP_NUM_THREADS=1 "${mpirun[@]}" -np 4 "$train" "$work/finetune.toml" model.init_from="$work/ckpt-single" \
+  dist.tensor_parallel_size=2 dist.pipeline_parallel_size=2 run.dir="$work/ft-tp2pp2" >"$work/ft.log" 2>&1 ||
+  { cat "$work/ft.log"; exit 1; }
+"$train" "$work/finetune.toml" train.steps=1 run.dir="$work/ft-fresh" >"$work/ft.log" 2>&1 ||
+  { cat "$work/ft.log"; exit 1; }
+python3 - "$work" <<'PY'
+import json, sys
+def losses(run):
+    lines = [json.loads(l) for l in open(f"{sys.argv[1]}/{run}/metrics.jsonl")]
+    train = [l for l in lines if l["type"] == "train"]
+    assert [l["step"] for l in train] == list(range(1, len(train) + 1)), f"{run}: steps {[l['step'] for l in train]}"
+    return [l["loss"] for l in train]
+serial, parallel, fresh = losses("ft-serial"), losses("ft-tp2pp2"), losses("ft-fresh")
+print(f"fine-tune losses: serial {serial[0]:.6f} -> {serial[-1]:.6f}, tp 2 x pp 2 {parallel[0]:.6f} -> "
+      f"{parallel[-1]:.6f}, fresh weights {fresh[0]:.6f}")
+assert len(serial) == len(parallel) == 8, "not 8 steps from step 0"
+for a, b in zip(serial, parallel):
+    assert abs(a - b) <= 1e-4 * abs(a), f"serial {a} against tp 2 x pp 2 {b}"
+assert abs(serial[0] - fresh[0]) > 1e-2 * abs(fresh[0]), "the imported weights give the fresh weights' loss"
+assert serial[-1] < serial[0] - 0.5, "the loss did not fall"
+PY
+# The run's model shape must be the checkpoint's, named by its knob.
+if "$train" "$work/finetune.toml" model.init_from="$work/ckpt-single" model.d_model=32 run.dir="$work/ft-bad" \
+   >"$work/ft.log" 2>&1; then fail "trained a d_model 32 model from a d_model 64 checkpoint"; fi
+grep -q "model.d_model = 64" "$work/ft.log" || { cat "$work/ft.log"; fail "no model.d_model in the error"; }
 
 # Bad inputs: one line each, naming the key, tensor or file, and nothing written.
 expect_error() {  # expect_error WANTED DIR [flags...]
@@ -102,7 +164,7 @@ for f in set(os.listdir(d)) - set(index["weight_map"].values()):
     if f.startswith("model-"): os.remove(os.path.join(d, f))
 json.dump(index, open(p, "w"))
 PY
-expect_error 'the model has no tensor "transformer.h.1.mlp.c_fc.bias"' "$work/missing"
+expect_error 'the model has no tensor "transformer.h.1.' "$work/missing"
 # A dtype dufu does not take: F64.
 rm -rf "$work/f64" && mkdir "$work/f64" && cp "$work/single/config.json" "$work/f64/"
 "$python" - "$work/single" "$work/f64" <<'PY'
