@@ -225,7 +225,10 @@ HfImport import_hf(const std::string& hf_dir, const std::string& destination, co
   CheckpointLayout layout;
   layout.tensor_parallel_size = options.tensor_parallel_size;
   layout.pipeline_parallel_size = options.pipeline_parallel_size;
+  layout.pipeline_layers = options.pipeline_layers;  // checked against the stages by validate
   layout.validate(config);
+  // As a run records it: the split of every stage, none for one stage.
+  layout.pipeline_layers.clear();
   if (layout.pipeline_parallel_size > 1) {
     layout.pipeline_layers = pipeline_layer_split(config.n_layer, layout.pipeline_parallel_size,
                                                   options.pipeline_layers);
@@ -272,6 +275,9 @@ HfImport import_hf(const std::string& hf_dir, const std::string& destination, co
     if (tokenizer) {
       const dataprep::RecordedTokenizer recorded{dataprep::record_tokenizer(*tokenizer), hf.path(), tokenizer->model,
                                                  tokenizer->merges};
+      // Into partial/tokenizer/ now, so a tokenizer that changes while it is copied
+      // fails before publish; publish then finds the files already in place (its copy
+      // from tokenizer_dir into the checkpoint re-verifies them).
       state.tokenizer = install_run_tokenizer(partial, recorded);
       state.tokenizer_dir = partial;
     }
