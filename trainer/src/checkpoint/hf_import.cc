@@ -106,8 +106,8 @@ void gpt2_weights(const HfWeights& weights, const GPTConfig& config, std::span<f
     const std::vector<std::uint64_t> shape = {static_cast<std::uint64_t>(config.vocab_size),
                                               static_cast<std::uint64_t>(config.d_model)};
     const std::vector<float> head = weights.to_float("lm_head.weight", shape);
-    const ParamTensor& wte = gpt_parameter_layout(config).front();
-    if (!std::equal(head.begin(), head.end(), params.begin() + static_cast<std::ptrdiff_t>(wte.offset))) {
+    const std::size_t wte_offset = gpt_parameter_layout(config).front().offset;
+    if (!std::equal(head.begin(), head.end(), params.begin() + static_cast<std::ptrdiff_t>(wte_offset))) {
       DUFU_FAIL("tensor \"lm_head.weight\" differs from \"", prefix,
                 "wte.weight\": an untied head, which dufu's GPT-2 does not have");
     }
