@@ -19,5 +19,6 @@ void add_merge_command(CLI::App& app);
 void add_export_hf_command(CLI::App& app);
 // `train plan CONFIG.toml [key=value ...] [--ranks N]`: each pipeline stage's memory plan.
 void add_plan_command(CLI::App& app);
+void add_import_hf_command(CLI::App& app);
 
 }  // namespace dufu::tools

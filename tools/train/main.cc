@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
       "  train merge-checkpoint SOURCE DESTINATION  one serial checkpoint from a sharded one\n"
       "  train export-hf CHECKPOINT DIR [--tokenizer M.model]  a directory transformers loads\n"
       "  train plan CONFIG.toml [key=value ...] [--ranks N]  each pipeline stage's memory, without training\n"
+      "  train import-hf HF_DIR CHECKPOINT [--tensor-parallel-size N] [--pipeline-parallel-size M]\n"
+      "                                            a HuggingFace model as a checkpoint (model.init_from)\n"
       "  (the tokenizer defaults to the one the checkpoint records; see --tokenizer in each command's --help)"};
   app.set_version_flag("--version", "train 0.1.0");
   dufu::tools::add_plot_command(app);
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
   dufu::tools::add_merge_command(app);
   dufu::tools::add_export_hf_command(app);
   dufu::tools::add_plan_command(app);
+  dufu::tools::add_import_hf_command(app);
   dufu::tools::add_training_command(app);
   try {
     app.parse(argc, argv);

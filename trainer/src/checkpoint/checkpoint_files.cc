@@ -38,15 +38,6 @@ bool is_conv1d_weight(std::string_view name) {
   return false;
 }
 
-// A tensor's shape in model.safetensors (HF's GPT2Model layout).
-std::vector<std::uint64_t> hf_shape(const ParamTensor& tensor, const GPTConfig& config) {
-  if (tensor.name == "wte.weight") {
-    return {static_cast<std::uint64_t>(config.vocab_size), static_cast<std::uint64_t>(config.d_model)};
-  }
-  if (is_conv1d_weight(tensor.name)) return {tensor.shape[1], tensor.shape[0]};
-  return {tensor.shape.begin(), tensor.shape.end()};
-}
-
 std::vector<std::uint64_t> dufu_shape(const ParamTensor& tensor) { return {tensor.shape.begin(), tensor.shape.end()}; }
 
 std::string shape_text(std::span<const std::uint64_t> shape) {
@@ -169,6 +160,23 @@ void check_size(const char* what, std::size_t got, std::size_t want) {
 
 }  // namespace
 
+std::vector<std::uint64_t> hf_shape(const ParamTensor& tensor, const GPTConfig& config) {
+  if (tensor.name == "wte.weight") {
+    return {static_cast<std::uint64_t>(config.vocab_size), static_cast<std::uint64_t>(config.d_model)};
+  }
+  if (is_conv1d_weight(tensor.name)) return {tensor.shape[1], tensor.shape[0]};
+  return {tensor.shape.begin(), tensor.shape.end()};
+}
+
+void place_hf_tensor(const ParamTensor& tensor, std::span<const float> src, float* dst) {
+  if (is_conv1d_weight(tensor.name)) {
+    transpose(src.data(), tensor.shape[1], tensor.shape[0], dst);
+  } else {
+    std::copy(src.begin(), src.end(), dst);
+    std::fill(dst + src.size(), dst + tensor.size(), 0.0f);  // wte's padding rows, cut in HF's layout
+  }
+}
+
 std::vector<ParamTensor> Piece::layout() const {
   return gpt_stage_layout(config, gpt_parameter_layout(config, tp), stage);
 }
@@ -244,12 +252,10 @@ void read_model(const std::string& path, const Piece& piece, std::span<float> pa
   for (std::size_t i = 0; i < layout.size(); ++i) {
     const ParamTensor& tensor = layout[i];
     float* dst = params.data() + tensor.offset;
-    const std::span<const float> src = views[i];
-    if (piece.is_serial() && is_conv1d_weight(tensor.name)) {
-      transpose(src.data(), tensor.shape[1], tensor.shape[0], dst);
+    if (piece.is_serial()) {
+      place_hf_tensor(tensor, views[i], dst);
     } else {
-      std::copy(src.begin(), src.end(), dst);
-      std::fill(dst + src.size(), dst + tensor.size(), 0.0f);  // wte's padding rows, cut in HF's layout
+      std::copy(views[i].begin(), views[i].end(), dst);
     }
   }
 }

@@ -54,6 +54,13 @@ Piece piece_of(const GPTConfig& config, const CheckpointLayout& layout, int tp_r
 void write_model(const std::string& path, const Piece& piece, std::span<const float> params);
 void read_model(const std::string& path, const Piece& piece, std::span<float> params);
 
+// The serial piece's tensors in HF's GPT2Model layout, one mapping for model.safetensors
+// and for import_hf: a tensor's shape there (Conv1D weights [in, out], wte cut to the
+// real vocabulary), and the tensor's values placed into dufu's buffer at `dst` (Conv1D
+// weights transposed back, wte's padding rows 0).
+std::vector<std::uint64_t> hf_shape(const ParamTensor& tensor, const GPTConfig& config);
+void place_hf_tensor(const ParamTensor& tensor, std::span<const float> src, float* dst);
+
 // A piece's AdamW moments named per tensor (optimizer.safetensors); read_optimizer
 // returns the step count and writes m and v only once everything checked out.
 void write_optimizer(const std::string& path, const Piece& piece, std::span<const float> m,

@@ -11,6 +11,7 @@
 #include <new>
 #include <optional>
 #include <span>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,12 +61,14 @@ std::size_t stage_size(const GPTConfig& config, const PipelineStage& stage) {
 
 // The checkpoint to resume from, found and verified by world rank 0 alone (reading
 // every file once, not once per rank) and passed to the others; empty for none.
-std::string agree_on_checkpoint(Communicator& world, const std::string& resume_from, const std::string& run_dir) {
+// `what` names the setting that gave resume_from, for the error when it holds none.
+std::string agree_on_checkpoint(Communicator& world, const std::string& resume_from, const std::string& run_dir,
+                                const char* what = "--resume") {
   std::string found;
   if (world.rank() == 0) {
     if (!resume_from.empty()) {
       const std::optional<std::string> checkpoint = find_usable_checkpoint(resume_from);
-      if (!checkpoint) DUFU_FAIL("--resume ", resume_from, ": no checkpoint there");
+      if (!checkpoint) DUFU_FAIL(what, " ", resume_from, ": no checkpoint there");
       found = *checkpoint;
     } else if (fs::exists(run_dir)) {
       found = find_usable_checkpoint(run_dir).value_or("");
@@ -267,6 +270,10 @@ dataprep::LoaderState Trainer::State::start_or_resume() {
   dataprep::LoaderState loader_start;
   if (!found.empty()) {
     loader_start = resume(found);
+  } else if (!options.init_from.empty()) {
+    // A run that already saved checkpoints resumes from them above; init.from only
+    // starts it.
+    initialize_from(agree_on_checkpoint(*world, options.init_from, "", "model.init_from"));
   } else {
     model->init_gpt2(options.init_seed);
   }
@@ -305,6 +312,28 @@ RunSummary Trainer::State::run_summary() const {
   summary.peak_flops = peak_flops;
   summary.flops_per_token = flops_per_token;
   return summary;
+}
+
+void Trainer::State::initialize_from(const std::string& checkpoint) {
+  const TrainingState saved = read_checkpoint_state(checkpoint, FileCheck::kTrust);
+  const GPTConfig& want = options.model;
+  for (const auto& [knob, theirs, ours] :
+       {std::tuple{"model.n_layer", saved.model.n_layer, want.n_layer}, {"model.n_head", saved.model.n_head, want.n_head},
+        {"model.d_model", saved.model.d_model, want.d_model},
+        {"model.vocab_size", saved.model.vocab_size, want.vocab_size},
+        {"model.vocab_multiple", saved.model.vocab_multiple, want.vocab_multiple},
+        {"model.seq_length", saved.model.seq_length, want.seq_length}}) {
+    if (theirs != ours) {
+      DUFU_FAIL("model.init_from ", checkpoint, ": the checkpoint's model has ", knob, " = ", theirs, ", the run ",
+                ours, "; HINT: set ", knob, "=", theirs, " (see the checkpoint's config.toml)");
+    }
+  }
+  if (const std::optional<std::string> change = tokenizer_change(saved, state, checkpoint)) DUFU_FAIL(*change);
+  load_parallel_checkpoint(checkpoint, saved, place, dp, *model, *optimizer);
+  // Fine-tuning starts its own optimizer: the moments of another run (or the zeros of
+  // an import) and their step count do not carry over.
+  optimizer->load_full_state(optimizer->make_full_state());
+  if (is_main) DUFU_LOG_INFO("train", "initialized the weights from ", checkpoint, " (fresh optimizer, step 0)");
 }
 
 dataprep::LoaderState Trainer::State::resume(const std::string& checkpoint) {

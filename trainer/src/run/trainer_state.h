@@ -130,7 +130,8 @@ struct Trainer::State {
   void open_data(const std::vector<ShardIdentity>& shards);
   // The rank groups, the model and its optimizer, and the layout the checkpoints record.
   void build_model(const MemoryNeed& model_memory);
-  // The weights from the checkpoint to resume from, or new ones; returns where the
+  // The weights from the checkpoint to resume from, else from model.init_from, else
+  // new ones; returns where the
   // loader starts.
   dataprep::LoaderState start_or_resume();
   // The loader, metrics.jsonl, the FLOP counts and the run summary.
@@ -139,6 +140,9 @@ struct Trainer::State {
 
   // Loads the checkpoint and takes over its state; returns where the loader starts.
   dataprep::LoaderState resume(const std::string& checkpoint);
+  // model.init_from: the checkpoint's weights (resharded when its layout is not the
+  // run's), AdamW's moments fresh, step and data position zero.
+  void initialize_from(const std::string& checkpoint);
   // The gradient of the step's micro-batches, accumulated; returns the sum of their
   // losses.
   double forward_backward();

@@ -31,7 +31,10 @@ ConfigSchema training_config_schema() {
       .add_int("model.vocab_size", 32000, "Vocabulary size: the tokenizer's (every token id must be below it)")
       .add_int("model.vocab_multiple", 128, "The embedding gets a multiple of this many rows (padding masked)")
       .add_int("model.seq_length", 256, "Tokens per training sample (context length)")
-      .add_int("model.init_seed", defaults.init_seed, "Seed of the GPT-2 weight initialisation");
+      .add_int("model.init_seed", defaults.init_seed, "Seed of the GPT-2 weight initialisation")
+      .add_string("model.init_from", "",
+                  "Start from this checkpoint's weights (a checkpoint or run directory, any layout; e.g. from "
+                  "`train import-hf`) with a fresh optimizer at step 0; ignored once the run has checkpoints");
   schema.add_string("data.blend", "", "Megatron-style blend of shard prefixes: \"0.7 A 0.3 B\", or one prefix")
       .add_string("data.impl", "mmap", "How shards are read: mmap, lazy or cached")
       .add_string("data.split", "969,30,1", "Megatron split of each shard's documents: train,valid,test")
@@ -195,6 +198,7 @@ TrainingOptions training_options(const Config& config) {
   options.model.validate();
   options.init_seed =
       static_cast<std::uint32_t>(int_in_range(config, "model.init_seed", 0, std::numeric_limits<std::uint32_t>::max()));
+  options.init_from = config.get_string("model.init_from");
 
   const std::string& blend = config.get_string("data.blend");
   if (blend.empty()) DUFU_FAIL("data.blend is not set: give the shard prefixes, e.g. data.blend=\"0.7 A 0.3 B\"");

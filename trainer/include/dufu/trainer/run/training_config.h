@@ -26,6 +26,9 @@ enum class NonFiniteAction { kStop, kSkip };
 struct TrainingOptions {
   GPTConfig model;
   std::uint32_t init_seed = 1234;
+  // A checkpoint (or run directory) whose weights a new run starts from instead of
+  // init_seed's: fine-tuning, e.g. from `train import-hf`. Empty: none.
+  std::string init_from;
 
   // The training and validation data: the same blend, split parts 0 and 1.
   dataprep::BlendConfig train_data;

@@ -1,0 +1,299 @@
+// import_hf without Python (the comparison with transformers is hf_import_test.sh): the
+// half-precision widening against the IEEE formula for all 65536 bit patterns; a
+// hand-made GPT-2 directory of F32, BF16 and F16 tensors, in one file and in shards,
+// lands in the checkpoint as an independent mapping says (Conv1D weights transposed,
+// wte padded with zero rows), serially and in tp 2 x pp 2 pieces; and the refusals name
+// what is wrong and leave nothing behind.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dufu/trainer/checkpoint/checkpoint.h"
+#include "dufu/trainer/checkpoint/hf_import.h"
+#include "dufu/trainer/checkpoint/safetensors.h"
+#include "dufu/trainer/model/gpt.h"
+#include "hf_weights.h"
+#include "support/expect_error.h"
+#include "support/temp_dir.h"
+
+namespace dufu::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+using dufu::testing::expect_error;
+using dufu::testing::TempDir;
+
+TEST(HalfToFloat, EveryBitPatternIsTheIeeeValue) {
+  for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
+    const int sign = (bits >> 15) != 0 ? -1 : 1;
+    const int exponent = static_cast<int>((bits >> 10) & 0x1f);
+    const int mantissa = static_cast<int>(bits & 0x3ff);
+    const float got = hf_weights::half_to_float(static_cast<std::uint16_t>(bits));
+    if (exponent == 0x1f) {
+      if (mantissa == 0) {
+        EXPECT_EQ(got, sign * INFINITY) << bits;
+      } else {
+        EXPECT_TRUE(std::isnan(got)) << bits;
+      }
+      continue;
+    }
+    const double expected = exponent == 0 ? sign * std::ldexp(mantissa, -24)
+                                          : sign * std::ldexp(1.0 + mantissa / 1024.0, exponent - 15);
+    EXPECT_EQ(static_cast<double>(got), expected) << bits;
+    EXPECT_EQ(std::signbit(got), sign < 0) << bits;  // -0 stays -0
+  }
+}
+
+constexpr const char* kConv1d[] = {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight",
+                                   ".mlp.c_proj.weight"};
+bool is_conv1d(const std::string& name) {
+  for (const char* suffix : kConv1d) {
+    if (name.ends_with(suffix)) return true;
+  }
+  return false;
+}
+
+GPTConfig tiny_config() {
+  GPTConfig config;
+  config.n_layer = 2;
+  config.n_head = 2;
+  config.d_model = 8;
+  config.vocab_size = 10;
+  config.vocab_multiple = 4;
+  config.seq_length = 4;
+  return config;
+}
+
+// Multiples of 1/16 in [-2, 2): exact in F32, BF16 and F16 alike.
+float value_of(std::size_t tensor, std::size_t element) {
+  return static_cast<float>(static_cast<int>((tensor * 37 + element * 11) % 64)) / 16.0f - 2.0f;
+}
+
+// The F16 bits of a value_of: normal numbers and zero only.
+std::uint16_t to_half(float value) {
+  if (value == 0.0f) return 0;
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+  const std::uint32_t exponent = ((bits >> 23) & 0xff) - 127 + 15;
+  return static_cast<std::uint16_t>(((bits >> 16) & 0x8000) | (exponent << 10) | ((bits >> 13) & 0x3ff));
+}
+
+struct HfTensor {
+  std::string name;
+  std::vector<std::uint64_t> shape;  // HF's
+  std::vector<float> values;
+};
+
+// The tensors of GPT2LMHeadModel for `config`, in HF's names and shapes.
+std::vector<HfTensor> hf_tensors(const GPTConfig& config) {
+  const std::uint64_t C = static_cast<std::uint64_t>(config.d_model);
+  std::vector<HfTensor> tensors;
+  const auto add = [&](const std::string& name, std::vector<std::uint64_t> shape) {
+    std::uint64_t count = 1;
+    for (const std::uint64_t d : shape) count *= d;
+    HfTensor tensor{"transformer." + name, shape, std::vector<float>(count)};
+    for (std::size_t j = 0; j < count; ++j) tensor.values[j] = value_of(tensors.size(), j);
+    tensors.push_back(std::move(tensor));
+  };
+  add("wte.weight", {static_cast<std::uint64_t>(config.vocab_size), C});
+  add("wpe.weight", {static_cast<std::uint64_t>(config.seq_length), C});
+  for (int l = 0; l < config.n_layer; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    add(h + "ln_1.weight", {C});
+    add(h + "ln_1.bias", {C});
+    add(h + "attn.c_attn.weight", {C, 3 * C});
+    add(h + "attn.c_attn.bias", {3 * C});
+    add(h + "attn.c_proj.weight", {C, C});
+    add(h + "attn.c_proj.bias", {C});
+    add(h + "ln_2.weight", {C});
+    add(h + "ln_2.bias", {C});
+    add(h + "mlp.c_fc.weight", {C, 4 * C});
+    add(h + "mlp.c_fc.bias", {4 * C});
+    add(h + "mlp.c_proj.weight", {4 * C, C});
+    add(h + "mlp.c_proj.bias", {C});
+  }
+  add("ln_f.weight", {C});
+  add("ln_f.bias", {C});
+  return tensors;
+}
+
+// Writes the tensors (every third as BF16, every third as F16) into `files` files
+// (round robin), plus the tied lm_head and a causal-mask buffer, and config.json.
+void write_hf_dir(const std::string& dir, const GPTConfig& config, int files, const std::string& extra_config = "") {
+  fs::create_directories(dir);
+  const std::vector<HfTensor> tensors = hf_tensors(config);
+  std::vector<std::vector<std::uint16_t>> halves(tensors.size());
+  std::vector<std::vector<safetensors::TensorRef>> refs(static_cast<std::size_t>(files));
+  std::map<std::string, std::string> weight_map;
+  const auto file_name = [&](int f) {
+    return files == 1 ? std::string("model.safetensors")
+                      : "model-0000" + std::to_string(f + 1) + "-of-0000" + std::to_string(files) + ".safetensors";
+  };
+  for (std::size_t k = 0; k < tensors.size(); ++k) {
+    const HfTensor& tensor = tensors[k];
+    const int f = static_cast<int>(k % static_cast<std::size_t>(files));
+    safetensors::TensorRef ref{tensor.name, safetensors::Dtype::kF32, tensor.shape, tensor.values.data()};
+    if (k % 3 == 1) {
+      for (const float v : tensor.values) halves[k].push_back(static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v) >> 16));
+      ref = {tensor.name, safetensors::Dtype::kBF16, tensor.shape, halves[k].data()};
+    } else if (k % 3 == 2) {
+      for (const float v : tensor.values) halves[k].push_back(to_half(v));
+      ref = {tensor.name, safetensors::Dtype::kF16, tensor.shape, halves[k].data()};
+    }
+    refs[static_cast<std::size_t>(f)].push_back(ref);
+    weight_map[tensor.name] = file_name(f);
+  }
+  refs[0].push_back({"lm_head.weight", safetensors::Dtype::kF32, tensors[0].shape, tensors[0].values.data()});
+  weight_map["lm_head.weight"] = file_name(0);
+  const std::vector<float> mask(16, 1.0f);
+  refs[0].push_back({"transformer.h.0.attn.bias", safetensors::Dtype::kF32, {1, 1, 4, 4}, mask.data()});
+  weight_map["transformer.h.0.attn.bias"] = file_name(0);
+  for (int f = 0; f < files; ++f) safetensors::write(dir + "/" + file_name(f), refs[static_cast<std::size_t>(f)]);
+  if (files > 1) {
+    std::ofstream index(dir + "/model.safetensors.index.json");
+    index << "{\"metadata\": {}, \"weight_map\": {";
+    bool first = true;
+    for (const auto& [name, file] : weight_map) {
+      index << (first ? "" : ", ") << '"' << name << "\": \"" << file << '"';
+      first = false;
+    }
+    index << "}}";
+  }
+  std::ofstream(dir + "/config.json") << "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", "
+                                      << "\"n_layer\": " << config.n_layer << ", \"n_head\": " << config.n_head
+                                      << ", \"n_embd\": " << config.d_model << ", \"vocab_size\": "
+                                      << config.vocab_size << ", \"n_positions\": " << config.seq_length
+                                      << extra_config << "}";
+}
+
+// The serial model's buffer the HF tensors must give, by the mapping written out here.
+std::vector<float> expected_params(const GPTConfig& config) {
+  GPT model(config);
+  std::vector<float> params(model.num_parameters(), 0.0f);
+  for (const HfTensor& tensor : hf_tensors(config)) {
+    const ParamTensor& target = model.tensor(tensor.name.substr(std::string("transformer.").size()));
+    for (std::size_t j = 0; j < tensor.values.size(); ++j) {
+      std::size_t at = j;
+      if (is_conv1d(target.name)) {  // HF [in, out] (i, o) is dufu's [out, in] (o, i)
+        const std::size_t in = j / tensor.shape[1], out = j % tensor.shape[1];
+        at = out * tensor.shape[0] + in;
+      }
+      params[target.offset + at] = tensor.values[j];  // wte's rows past vocab_size stay 0
+    }
+  }
+  return params;
+}
+
+std::vector<float> loaded_params(const std::string& checkpoint, const GPTConfig& config) {
+  GPT model(config);
+  load_checkpoint(checkpoint, model, nullptr);
+  return std::vector<float>(model.params().begin(), model.params().end());
+}
+
+TEST(ImportHf, EveryTensorLandsInEveryLayout) {
+  const TempDir temp;
+  const GPTConfig config = tiny_config();
+  const std::vector<float> expected = expected_params(config);
+  for (const int files : {1, 3}) {
+    const std::string hf = temp.file("hf" + std::to_string(files));
+    write_hf_dir(hf, config, files);
+    for (const auto& [tp, pp] : {std::pair{1, 1}, {2, 2}, {2, 1}}) {
+      SCOPED_TRACE(::testing::Message() << files << " files, tp " << tp << ", pp " << pp);
+      const std::string out = temp.file("ckpt-" + std::to_string(files) + std::to_string(tp) + std::to_string(pp));
+      HfImportOptions options;
+      options.tensor_parallel_size = tp;
+      options.pipeline_parallel_size = pp;
+      options.vocab_multiple = config.vocab_multiple;
+      const HfImport imported = import_hf(hf, out, options);
+      EXPECT_EQ(imported.architecture, "GPT2LMHeadModel");
+      EXPECT_EQ(imported.weight_files.size(), static_cast<std::size_t>(files));
+      const TrainingState state = read_checkpoint_state(out);
+      EXPECT_EQ(state.step, 0);
+      EXPECT_EQ(state.layout.tensor_parallel_size, tp);
+      EXPECT_EQ(state.layout.pipeline_parallel_size, pp);
+      EXPECT_FALSE(state.tokenizer.has_value());
+      EXPECT_EQ(loaded_params(out, config), expected);
+      // The moments are zero and the step count 0.
+      GPT model(config);
+      AdamW optimizer(model, AdamWOptions{});
+      load_checkpoint(out, model, &optimizer);
+      EXPECT_EQ(optimizer.step_count(), 0);
+      for (const float m : optimizer.m()) ASSERT_EQ(m, 0.0f);
+    }
+  }
+}
+
+TEST(ImportHf, RefusalsNameTheCauseAndLeaveNothing) {
+  const TempDir temp;
+  const GPTConfig config = tiny_config();
+  const std::string out = temp.file("out");
+  const auto refused = [&](const std::string& hf, const std::vector<std::string>& needles) {
+    HfImportOptions options;
+    options.vocab_multiple = config.vocab_multiple;
+    expect_error([&] { import_hf(hf, out, options); }, needles);
+    EXPECT_FALSE(fs::exists(out));
+    for (const auto& entry : fs::directory_iterator(temp.path())) {
+      EXPECT_EQ(entry.path().filename().string().find("out.partial"), std::string::npos);
+    }
+  };
+  write_hf_dir(temp.file("llama"), config, 1);
+  std::ofstream(temp.file("llama") + "/config.json")
+      << "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\"}";
+  refused(temp.file("llama"), {"LlamaForCausalLM", "not support yet"});
+  write_hf_dir(temp.file("untied"), config, 1, ", \"tie_word_embeddings\": false");
+  refused(temp.file("untied"), {"\"tie_word_embeddings\" is false"});
+  write_hf_dir(temp.file("eps"), config, 1, ", \"layer_norm_epsilon\": 1e-6");
+  refused(temp.file("eps"), {"\"layer_norm_epsilon\" is 1e-06"});
+  write_hf_dir(temp.file("inner"), config, 1, ", \"n_inner\": 16");
+  refused(temp.file("inner"), {"\"n_inner\" is 16"});
+  // A head that is not wte, a tensor of no GPT-2 weight.
+  write_hf_dir(temp.file("head"), config, 1);
+  {
+    const safetensors::File file = safetensors::File::open(temp.file("head") + "/model.safetensors");
+    std::vector<std::vector<float>> copies;
+    std::vector<safetensors::TensorRef> refs;
+    for (const safetensors::TensorView& tensor : file.tensors()) {
+      if (tensor.dtype != safetensors::Dtype::kF32) continue;
+      copies.emplace_back(file.view<float>(tensor.name).begin(), file.view<float>(tensor.name).end());
+      if (tensor.name == "lm_head.weight") copies.back()[3] += 1.0f;
+      refs.push_back({tensor.name, tensor.dtype, tensor.shape, copies.back().data()});
+    }
+    for (const safetensors::TensorView& tensor : file.tensors()) {
+      if (tensor.dtype != safetensors::Dtype::kF32) refs.push_back({tensor.name, tensor.dtype, tensor.shape, tensor.bytes.data()});
+    }
+    copies.emplace_back(4, 0.0f);
+    refs.push_back({"score.weight", safetensors::Dtype::kF32, {4}, copies.back().data()});
+    safetensors::write(temp.file("head") + "/new.safetensors", refs);
+    fs::rename(temp.file("head") + "/new.safetensors", temp.file("head") + "/model.safetensors");
+  }
+  refused(temp.file("head"), {"\"lm_head.weight\" differs from \"transformer.wte.weight\"", "untied"});
+  // The index puts a tensor in a shard that does not hold it.
+  write_hf_dir(temp.file("index"), config, 3);
+  {
+    std::ifstream in(temp.file("index") + "/model.safetensors.index.json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string entry = "\"transformer.ln_f.bias\": \"model-0000";
+    const std::size_t digit = text.find(entry) + entry.size();  // the shard's number, 1 to 3
+    text[digit] = text[digit] == '1' ? '2' : '1';
+    std::ofstream(temp.file("index") + "/model.safetensors.index.json") << text;
+  }
+  refused(temp.file("index"), {"\"weight_map\" puts \"transformer.ln_f.bias\" in", "which does not hold it"});
+  // No weights, and a destination that exists.
+  fs::create_directories(temp.file("empty"));
+  std::ofstream(temp.file("empty") + "/config.json") << "{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, "
+                                                     << "\"n_embd\": 8, \"vocab_size\": 10, \"n_positions\": 4}";
+  refused(temp.file("empty"), {"no model.safetensors or model.safetensors.index.json"});
+  fs::create_directories(out);
+  HfImportOptions options;
+  options.vocab_multiple = config.vocab_multiple;
+  expect_error([&] { import_hf(temp.file("untied"), out, options); }, {"already exists"});
+}
+
+}  // namespace
+}  // namespace dufu::trainer
