@@ -18,6 +18,7 @@
 #include "device/buffer_carver.h"
 #include "device/cuda_module.h"
 #include "dufu/trainer/device/device.h"
+#include "dufu/trainer/device/kernel_partition.h"
 
 namespace dufu::trainer {
 namespace {
@@ -107,6 +108,19 @@ TEST(CudaScratch, TheLogitsGradientsBf16CopyAndTheWorkspaceAreInThePlan) {
   // Few rows: as many chunks as rows.
   EXPECT_EQ(cuda::layernorm_scratch_bytes(5, 16), static_cast<std::size_t>(2 * 5 * 16 * 8));
   EXPECT_EQ(cuda::sum_of_squares_scratch_bytes((std::size_t{1} << 16) + 1), 3 * sizeof(double));
+}
+
+// The bias-gradient column sums of GPT-2 124M's four linears (B = 16, T = 1024): at
+// least two blocks per SM of an H100 (132 SMs) and every column in exactly one tile.
+// (The sums themselves: kernels_test's CUDA matmul_backward rows, against the CPU.)
+TEST(ColumnSums, TheBiasGradientGridFillsAnH100) {
+  constexpr int kRows = 16 * 1024, kSms = 132;
+  for (const int C : {768, 3 * 768, 4 * 768}) {
+    EXPECT_GE(column_sum_blocks(kRows, C), 2u * kSms) << C;
+    EXPECT_GE(column_sum_tiles(C) * kColumnSumTile, static_cast<unsigned>(C)) << C;
+    EXPECT_LT((column_sum_tiles(C) - 1) * kColumnSumTile, static_cast<unsigned>(C)) << C;
+  }
+  EXPECT_EQ(column_sum_tiles(0), 0u);
 }
 
 TEST(GemmTiming, TheEventsBracketTwentyLaunchesAndNothingElse) {

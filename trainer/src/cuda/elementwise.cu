@@ -54,15 +54,26 @@ __global__ void adamw_kernel(float* params, const float* grads, float* m, float*
   if (i < end) adamw_element(params[i], grads[i] * grad_scale, m[i], v[i], step);
 }
 
-// Partial sums over one chunk of rows, for each column: thread (chunk, column).
-__global__ void column_partials_kernel(double* partial, const float* x, int N, int C, int chunks) {
+// Partial sums over one chunk of rows, for each column: thread (chunk, column). The
+// loads of kColumnSumRowsInFlight rows are issued together (independent of the sum, so
+// they overlap in memory), then added in row order: the same bits as one row at a time.
+__global__ void __launch_bounds__(kColumnSumTile) column_partials_kernel(double* partial, const float* x, int N, int C,
+                                                                          int chunks) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   const int chunk = blockIdx.y;
   if (c >= C) return;
+  const int end = row_chunk_begin(N, chunks, chunk + 1);
+  const float* column = x + c;
   double sum = 0.0;
-  for (int n = row_chunk_begin(N, chunks, chunk); n < row_chunk_begin(N, chunks, chunk + 1); ++n) {
-    sum += x[static_cast<std::size_t>(n) * C + c];
+  int n = row_chunk_begin(N, chunks, chunk);
+  for (; n + kColumnSumRowsInFlight <= end; n += kColumnSumRowsInFlight) {
+    float values[kColumnSumRowsInFlight];
+#pragma unroll
+    for (int k = 0; k < kColumnSumRowsInFlight; ++k) values[k] = column[static_cast<std::size_t>(n + k) * C];
+#pragma unroll
+    for (int k = 0; k < kColumnSumRowsInFlight; ++k) sum += values[k];
   }
+  for (; n < end; ++n) sum += column[static_cast<std::size_t>(n) * C];
   partial[static_cast<std::size_t>(chunk) * C + c] = sum;
 }
 
@@ -128,8 +139,9 @@ std::size_t scratch_capacity() { return scratch_bytes_held; }
 
 void accumulate_column_sums(float* out, const float* x, int N, int C, double* partial) {
   const int chunks = row_chunk_count(N);
-  const dim3 grid(blocks_for(static_cast<std::size_t>(C), kBlock), static_cast<unsigned>(chunks));
-  column_partials_kernel<<<grid, kBlock, 0, stream()>>>(partial, x, N, C, chunks);
+  if (C < 1) return;  // nothing to sum (and no grid of zero blocks)
+  const dim3 grid(column_sum_tiles(C), static_cast<unsigned>(chunks));
+  column_partials_kernel<<<grid, kColumnSumTile, 0, stream()>>>(partial, x, N, C, chunks);
   DUFU_CUDA_CHECK_LAUNCH();
   column_finish_kernel<<<blocks_for(static_cast<std::size_t>(C), kBlock), kBlock, 0, stream()>>>(out, partial, C,
                                                                                                     chunks);
