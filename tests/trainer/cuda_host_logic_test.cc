@@ -5,7 +5,11 @@
 // kept thin (src/cuda/*.cu), so that what can go wrong in them is tested here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -18,6 +22,7 @@
 #include "device/buffer_carver.h"
 #include "device/cuda_module.h"
 #include "dufu/trainer/device/device.h"
+#include "dufu/trainer/device/embedding_buckets.h"
 #include "dufu/trainer/device/kernel_partition.h"
 
 namespace dufu::trainer {
@@ -100,9 +105,12 @@ TEST(CudaScratch, TheLogitsGradientsBf16CopyAndTheWorkspaceAreInThePlan) {
   // bf16: the LM head's dout copy, N x V x 2 bytes, is the largest request.
   EXPECT_EQ(cuda::step_scratch_bytes(shapes), static_cast<std::size_t>(N * V * 2));
   EXPECT_DOUBLE_EQ(cuda::device_scratch_bytes(shapes), 32.0 * 1024 * 1024 + static_cast<double>(N * V * 2));
-  // fp32: no copies; the largest is the MLP-up bias's partial sums, 32 chunks x 4C doubles.
+  // fp32: no copies; the largest is the embedding backward's sort (four arrays of N
+  // 32-bit keys or positions and cub's storage), above the MLP-up bias's partial sums
+  // (32 chunks x 4C doubles).
   shapes.bf16_operands = false;
-  EXPECT_EQ(cuda::step_scratch_bytes(shapes), static_cast<std::size_t>(32 * 4 * C * 8));
+  EXPECT_EQ(cuda::step_scratch_bytes(shapes), static_cast<std::size_t>(4 * N * 4) + (std::size_t{1} << 20));
+  EXPECT_GT(cuda::step_scratch_bytes(shapes), static_cast<std::size_t>(32 * 4 * C * 8));
   // An odd copy rounds up to 256 bytes, as the scratch asks.
   EXPECT_EQ(cuda::bf16_copy_scratch_bytes(7), 256u);
   // Few rows: as many chunks as rows.
@@ -121,6 +129,65 @@ TEST(ColumnSums, TheBiasGradientGridFillsAnH100) {
     EXPECT_LT((column_sum_tiles(C) - 1) * kColumnSumTile, static_cast<unsigned>(C)) << C;
   }
   EXPECT_EQ(column_sum_tiles(0), 0u);
+}
+
+// The CUDA embedding backward's buckets (embedding.cu: keys, cub's stable radix sort,
+// one bucket per block) replayed with std::stable_sort: dwte gets the bits of the plain
+// loop over positions (the CPU device's), with skewed tokens, a vocab-parallel range,
+// and dwte accumulating onto non-zero values.
+TEST(EmbeddingBuckets, SortedBucketsGiveTheBitsOfThePlainLoop) {
+  constexpr int N = 700, C = 5, V = 40;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<std::int32_t> tokens(N);
+  for (auto& token : tokens) token = rng() % 3 == 0 ? 11 : static_cast<std::int32_t>(rng() % V);  // 11: a third
+  std::vector<float> dout(static_cast<std::size_t>(N) * C);
+  for (auto& x : dout) x = value(rng);
+  for (const auto& [vocab_begin, vocab_end] : {std::pair{0, 0x7fffffff}, std::pair{10, 25}}) {
+    const int rows = std::min(vocab_end, V) - vocab_begin;
+    std::vector<float> start(static_cast<std::size_t>(rows) * C);
+    for (auto& x : start) x = value(rng);
+    std::vector<float> plain = start;
+    for (int n = 0; n < N; ++n) {
+      if (tokens[n] < vocab_begin || tokens[n] >= vocab_end) continue;
+      for (int c = 0; c < C; ++c) plain[(tokens[n] - vocab_begin) * C + c] += dout[n * C + c];
+    }
+    std::vector<std::int32_t> keys(N), positions(N);
+    for (int n = 0; n < N; ++n) keys[n] = embedding_bucket_key(tokens[n], vocab_begin, vocab_end);
+    std::iota(positions.begin(), positions.end(), 0);
+    std::stable_sort(positions.begin(), positions.end(), [&](int a, int b) { return keys[a] < keys[b]; });
+    std::vector<std::int32_t> sorted_keys(N);
+    for (int i = 0; i < N; ++i) sorted_keys[i] = keys[positions[i]];
+    const auto bucketed = [&](const std::vector<std::int32_t>& order) {
+      std::vector<float> dwte = start;
+      int buckets = 0;
+      for (int i = 0; i < N; ++i) {
+        if (!opens_bucket(sorted_keys.data(), i)) continue;
+        ++buckets;
+        for (int c = 0; c < C; ++c) {
+          float& g = dwte[static_cast<std::size_t>(sorted_keys[i]) * C + c];
+          g = sum_bucket_channel(g, dout.data(), sorted_keys.data(), order.data(), i, N, C, c);
+        }
+      }
+      EXPECT_LE(buckets, rows);
+      return dwte;
+    };
+    const std::vector<float> dwte = bucketed(positions);
+    EXPECT_EQ(std::memcmp(dwte.data(), plain.data(), dwte.size() * sizeof(float)), 0) << vocab_begin;
+    // The order matters: token 11's positions summed backwards give other bits.
+    std::vector<std::int32_t> reversed = positions;
+    for (int i = 0; i < N;) {
+      int j = i;
+      while (j < N && sorted_keys[j] == sorted_keys[i]) ++j;
+      std::reverse(reversed.begin() + i, reversed.begin() + j);
+      i = j;
+    }
+    const std::vector<float> backwards = bucketed(reversed);
+    EXPECT_NE(std::memcmp(backwards.data(), plain.data(), backwards.size() * sizeof(float)), 0) << vocab_begin;
+  }
+  EXPECT_EQ(embedding_bucket_key(-1, 0, 0x7fffffff), kNoBucket);
+  EXPECT_EQ(embedding_bucket_key(25, 10, 25), kNoBucket);
+  EXPECT_EQ(embedding_bucket_key(24, 10, 25), 14);
 }
 
 TEST(GemmTiming, TheEventsBracketTwentyLaunchesAndNothingElse) {
