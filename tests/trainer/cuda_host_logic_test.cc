@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -21,6 +22,7 @@
 #include "cuda/stream_wait.h"
 #include "device/buffer_carver.h"
 #include "device/cuda_module.h"
+#include "dufu/trainer/device/adamw_segments.h"
 #include "dufu/trainer/device/device.h"
 #include "dufu/trainer/device/embedding_buckets.h"
 #include "dufu/trainer/device/kernel_partition.h"
@@ -188,6 +190,61 @@ TEST(EmbeddingBuckets, SortedBucketsGiveTheBitsOfThePlainLoop) {
   EXPECT_EQ(embedding_bucket_key(-1, 0, 0x7fffffff), kNoBucket);
   EXPECT_EQ(embedding_bucket_key(25, 10, 25), kNoBucket);
   EXPECT_EQ(embedding_bucket_key(24, 10, 25), 14);
+}
+
+// The CUDA AdamW's segment tables (elementwise.cu: one launch per table, each thread
+// finding its segment by binary search) replayed on the CPU: against one update per
+// segment (the launches they replace), bit for bit, with empty and repeated segment
+// ends and more segments than one table holds.
+TEST(AdamWSegments, TablesGiveEveryParameterItsSegmentsDecay) {
+  std::mt19937 rng(3);
+  std::vector<AdamWSegment> segments;
+  std::size_t end = 0;
+  for (int s = 0; s < 2 * kAdamWTableSegments + 17; ++s) {
+    end += rng() % 4 == 0 ? 0 : 1 + rng() % 9;  // a quarter empty
+    segments.push_back({end, (s % 3 == 0) ? 0.0f : 0.1f * static_cast<float>(1 + s % 5)});
+  }
+  const float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  const int t = 7;
+  const auto tables = adamw_segment_tables(segments, lr, beta1, beta2, eps, t);
+  ASSERT_GE(tables.size(), 2u);
+  std::size_t covered = 0;
+  for (const AdamWSegmentTable& table : tables) {
+    ASSERT_GE(table.count, 1);
+    ASSERT_LE(table.count, kAdamWTableSegments);
+    EXPECT_EQ(table.begin, covered);
+    covered = table.end[table.count - 1];
+  }
+  EXPECT_EQ(covered, end);
+
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<float> params(end), grads(end), m(end), v(end);
+  for (std::size_t i = 0; i < end; ++i) {
+    params[i] = value(rng), grads[i] = value(rng), m[i] = value(rng) * 0.1f, v[i] = std::abs(value(rng)) * 0.01f;
+  }
+  auto per_segment = params, per_segment_m = m, per_segment_v = v;
+  std::size_t begin = 0;
+  for (const AdamWSegment& segment : segments) {  // the launch per segment it replaces
+    const AdamWStep step = make_adamw_step(lr, beta1, beta2, eps, segment.weight_decay, t);
+    for (std::size_t i = begin; i < segment.end; ++i) {
+      adamw_element(per_segment[i], grads[i], per_segment_m[i], per_segment_v[i], step);
+    }
+    begin = std::max(begin, segment.end);
+  }
+  AdamWStep step = make_adamw_step(lr, beta1, beta2, eps, 0.0f, t);
+  for (const AdamWSegmentTable& table : tables) {  // adamw_kernel's threads
+    for (std::size_t i = table.begin; i < table.end[table.count - 1]; ++i) {
+      const int found = adamw_segment_of(table, i);
+      ASSERT_TRUE(table.end[found] > i && (found == 0 ? table.begin : table.end[found - 1]) <= i) << i;
+      step.decay = table.decay[found];
+      adamw_element(params[i], grads[i], m[i], v[i], step);
+    }
+  }
+  EXPECT_EQ(std::memcmp(params.data(), per_segment.data(), end * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(m.data(), per_segment_m.data(), end * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(v.data(), per_segment_v.data(), end * sizeof(float)), 0);
+  // A table's parameters fit the 4 KiB a kernel's parameters may take everywhere.
+  EXPECT_LE(sizeof(AdamWSegmentTable) + sizeof(AdamWStep) + 4 * sizeof(float*) + sizeof(float), 4096u);
 }
 
 TEST(GemmTiming, TheEventsBracketTwentyLaunchesAndNothingElse) {

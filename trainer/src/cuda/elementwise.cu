@@ -1,6 +1,7 @@
 // CUDA element-wise ops, the deterministic column sums and vector reductions: GELU,
-// AdamW, the residual add, scaling, the sum of squares, the mean loss. The per-element
-// formulas come from kernel_math.h, the same the CPU kernels use.
+// AdamW (one launch over every weight-decay segment), the residual add, scaling, the
+// sum of squares, the mean loss. The per-element formulas come from kernel_math.h, the
+// same the CPU kernels use.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "cuda_scratch.h"
+#include "dufu/trainer/device/adamw_segments.h"
 #include "dufu/trainer/device/kernel_math.h"
 #include "dufu/trainer/device/kernel_partition.h"
 
@@ -48,10 +50,14 @@ __global__ void gelu_grad_kernel(float* d, const float* pre, std::size_t n) {
   if (i < n) d[i] *= gelu_tanh_grad(pre[i]);
 }
 
-__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, std::size_t begin,
-                             std::size_t end, AdamWStep step, float grad_scale) {
-  const std::size_t i = begin + blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (i < end) adamw_element(params[i], grads[i] * grad_scale, m[i], v[i], step);
+// Every parameter of one segment table (adamw_segments.h); the table stays in the
+// kernel's parameter space (__grid_constant__), read by the binary search without a copy.
+__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v,
+                             const __grid_constant__ AdamWSegmentTable table, AdamWStep step, float grad_scale) {
+  const std::size_t i = table.begin + blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= table.end[table.count - 1]) return;
+  step.decay = table.decay[adamw_segment_of(table, i)];
+  adamw_element(params[i], grads[i] * grad_scale, m[i], v[i], step);
 }
 
 // Partial sums over one chunk of rows, for each column: thread (chunk, column). The
@@ -186,15 +192,12 @@ void adamw_update(float* params, const float* grads, float* m, float* v, std::sp
     DUFU_CHECK(segments[s - 1].end <= segments[s].end, "adamw_update: segment ", s, " ends at ", segments[s].end,
                ", before the previous one (", segments[s - 1].end, ")");
   }
-  std::size_t begin = 0;
-  for (const AdamWSegment& segment : segments) {
-    if (segment.end > begin) {
-      const AdamWStep step = make_adamw_step(lr, beta1, beta2, eps, segment.weight_decay, t);
-      adamw_kernel<<<blocks_for(segment.end - begin, kBlock), kBlock, 0, stream()>>>(params, grads, m, v, begin,
-                                                                                      segment.end, step, grad_scale);
-      DUFU_CUDA_CHECK_LAUNCH();
-    }
-    begin = std::max(begin, segment.end);
+  // One launch per table of kAdamWTableSegments segments (was one per segment).
+  const AdamWStep step = make_adamw_step(lr, beta1, beta2, eps, 0.0f, t);  // decay: per segment
+  for (const AdamWSegmentTable& table : adamw_segment_tables(segments, lr, beta1, beta2, eps, t)) {
+    const std::size_t count = table.end[table.count - 1] - table.begin;
+    adamw_kernel<<<blocks_for(count, kBlock), kBlock, 0, stream()>>>(params, grads, m, v, table, step, grad_scale);
+    DUFU_CUDA_CHECK_LAUNCH();
   }
 }
 
