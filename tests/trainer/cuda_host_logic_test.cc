@@ -5,7 +5,12 @@
 // kept thin (src/cuda/*.cu), so that what can go wrong in them is tested here.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -17,7 +22,10 @@
 #include "cuda/stream_wait.h"
 #include "device/buffer_carver.h"
 #include "device/cuda_module.h"
+#include "dufu/trainer/device/adamw_segments.h"
 #include "dufu/trainer/device/device.h"
+#include "dufu/trainer/device/embedding_buckets.h"
+#include "dufu/trainer/device/kernel_partition.h"
 
 namespace dufu::trainer {
 namespace {
@@ -99,14 +107,144 @@ TEST(CudaScratch, TheLogitsGradientsBf16CopyAndTheWorkspaceAreInThePlan) {
   // bf16: the LM head's dout copy, N x V x 2 bytes, is the largest request.
   EXPECT_EQ(cuda::step_scratch_bytes(shapes), static_cast<std::size_t>(N * V * 2));
   EXPECT_DOUBLE_EQ(cuda::device_scratch_bytes(shapes), 32.0 * 1024 * 1024 + static_cast<double>(N * V * 2));
-  // fp32: no copies; the largest is the MLP-up bias's partial sums, 32 chunks x 4C doubles.
+  // fp32: no copies; the largest is the embedding backward's sort (four arrays of N
+  // 32-bit keys or positions and cub's storage), above the MLP-up bias's partial sums
+  // (32 chunks x 4C doubles).
   shapes.bf16_operands = false;
-  EXPECT_EQ(cuda::step_scratch_bytes(shapes), static_cast<std::size_t>(32 * 4 * C * 8));
+  EXPECT_EQ(cuda::step_scratch_bytes(shapes), static_cast<std::size_t>(4 * N * 4) + (std::size_t{1} << 20));
+  EXPECT_GT(cuda::step_scratch_bytes(shapes), static_cast<std::size_t>(32 * 4 * C * 8));
   // An odd copy rounds up to 256 bytes, as the scratch asks.
   EXPECT_EQ(cuda::bf16_copy_scratch_bytes(7), 256u);
   // Few rows: as many chunks as rows.
   EXPECT_EQ(cuda::layernorm_scratch_bytes(5, 16), static_cast<std::size_t>(2 * 5 * 16 * 8));
   EXPECT_EQ(cuda::sum_of_squares_scratch_bytes((std::size_t{1} << 16) + 1), 3 * sizeof(double));
+}
+
+// The bias-gradient column sums of GPT-2 124M's four linears (B = 16, T = 1024): at
+// least two blocks per SM of an H100 (132 SMs) and every column in exactly one tile.
+// (The sums themselves: kernels_test's CUDA matmul_backward rows, against the CPU.)
+TEST(ColumnSums, TheBiasGradientGridFillsAnH100) {
+  constexpr int kRows = 16 * 1024, kSms = 132;
+  for (const int C : {768, 3 * 768, 4 * 768}) {
+    EXPECT_GE(column_sum_blocks(kRows, C), 2u * kSms) << C;
+    EXPECT_GE(column_sum_tiles(C) * kColumnSumTile, static_cast<unsigned>(C)) << C;
+    EXPECT_LT((column_sum_tiles(C) - 1) * kColumnSumTile, static_cast<unsigned>(C)) << C;
+  }
+  EXPECT_EQ(column_sum_tiles(0), 0u);
+}
+
+// The CUDA embedding backward's buckets (embedding.cu: keys, cub's stable radix sort,
+// one bucket per block) replayed with std::stable_sort: dwte gets the bits of the plain
+// loop over positions (the CPU device's), with skewed tokens, a vocab-parallel range,
+// and dwte accumulating onto non-zero values.
+TEST(EmbeddingBuckets, SortedBucketsGiveTheBitsOfThePlainLoop) {
+  constexpr int N = 700, C = 5, V = 40;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<std::int32_t> tokens(N);
+  for (auto& token : tokens) token = rng() % 3 == 0 ? 11 : static_cast<std::int32_t>(rng() % V);  // 11: a third
+  std::vector<float> dout(static_cast<std::size_t>(N) * C);
+  for (auto& x : dout) x = value(rng);
+  for (const auto& [vocab_begin, vocab_end] : {std::pair{0, 0x7fffffff}, std::pair{10, 25}}) {
+    const int rows = std::min(vocab_end, V) - vocab_begin;
+    std::vector<float> start(static_cast<std::size_t>(rows) * C);
+    for (auto& x : start) x = value(rng);
+    std::vector<float> plain = start;
+    for (int n = 0; n < N; ++n) {
+      if (tokens[n] < vocab_begin || tokens[n] >= vocab_end) continue;
+      for (int c = 0; c < C; ++c) plain[(tokens[n] - vocab_begin) * C + c] += dout[n * C + c];
+    }
+    std::vector<std::int32_t> keys(N), positions(N);
+    for (int n = 0; n < N; ++n) keys[n] = embedding_bucket_key(tokens[n], vocab_begin, vocab_end);
+    std::iota(positions.begin(), positions.end(), 0);
+    std::stable_sort(positions.begin(), positions.end(), [&](int a, int b) { return keys[a] < keys[b]; });
+    std::vector<std::int32_t> sorted_keys(N);
+    for (int i = 0; i < N; ++i) sorted_keys[i] = keys[positions[i]];
+    const auto bucketed = [&](const std::vector<std::int32_t>& order) {
+      std::vector<float> dwte = start;
+      int buckets = 0;
+      for (int i = 0; i < N; ++i) {
+        if (!opens_bucket(sorted_keys.data(), i)) continue;
+        ++buckets;
+        for (int c = 0; c < C; ++c) {
+          float& g = dwte[static_cast<std::size_t>(sorted_keys[i]) * C + c];
+          g = sum_bucket_channel(g, dout.data(), sorted_keys.data(), order.data(), i, N, C, c);
+        }
+      }
+      EXPECT_LE(buckets, rows);
+      return dwte;
+    };
+    const std::vector<float> dwte = bucketed(positions);
+    EXPECT_EQ(std::memcmp(dwte.data(), plain.data(), dwte.size() * sizeof(float)), 0) << vocab_begin;
+    // The order matters: token 11's positions summed backwards give other bits.
+    std::vector<std::int32_t> reversed = positions;
+    for (int i = 0; i < N;) {
+      int j = i;
+      while (j < N && sorted_keys[j] == sorted_keys[i]) ++j;
+      std::reverse(reversed.begin() + i, reversed.begin() + j);
+      i = j;
+    }
+    const std::vector<float> backwards = bucketed(reversed);
+    EXPECT_NE(std::memcmp(backwards.data(), plain.data(), backwards.size() * sizeof(float)), 0) << vocab_begin;
+  }
+  EXPECT_EQ(embedding_bucket_key(-1, 0, 0x7fffffff), kNoBucket);
+  EXPECT_EQ(embedding_bucket_key(25, 10, 25), kNoBucket);
+  EXPECT_EQ(embedding_bucket_key(24, 10, 25), 14);
+}
+
+// The CUDA AdamW's segment tables (elementwise.cu: one launch per table, each thread
+// finding its segment by binary search) replayed on the CPU: against one update per
+// segment (the launches they replace), bit for bit, with empty and repeated segment
+// ends and more segments than one table holds.
+TEST(AdamWSegments, TablesGiveEveryParameterItsSegmentsDecay) {
+  std::mt19937 rng(3);
+  std::vector<AdamWSegment> segments;
+  std::size_t end = 0;
+  for (int s = 0; s < 2 * kAdamWTableSegments + 17; ++s) {
+    end += rng() % 4 == 0 ? 0 : 1 + rng() % 9;  // a quarter empty
+    segments.push_back({end, (s % 3 == 0) ? 0.0f : 0.1f * static_cast<float>(1 + s % 5)});
+  }
+  const float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  const int t = 7;
+  const auto tables = adamw_segment_tables(segments, lr, beta1, beta2, eps, t);
+  ASSERT_GE(tables.size(), 2u);
+  std::size_t covered = 0;
+  for (const AdamWSegmentTable& table : tables) {
+    ASSERT_GE(table.count, 1);
+    ASSERT_LE(table.count, kAdamWTableSegments);
+    EXPECT_EQ(table.begin, covered);
+    covered = table.end[table.count - 1];
+  }
+  EXPECT_EQ(covered, end);
+
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<float> params(end), grads(end), m(end), v(end);
+  for (std::size_t i = 0; i < end; ++i) {
+    params[i] = value(rng), grads[i] = value(rng), m[i] = value(rng) * 0.1f, v[i] = std::abs(value(rng)) * 0.01f;
+  }
+  auto per_segment = params, per_segment_m = m, per_segment_v = v;
+  std::size_t begin = 0;
+  for (const AdamWSegment& segment : segments) {  // the launch per segment it replaces
+    const AdamWStep step = make_adamw_step(lr, beta1, beta2, eps, segment.weight_decay, t);
+    for (std::size_t i = begin; i < segment.end; ++i) {
+      adamw_element(per_segment[i], grads[i], per_segment_m[i], per_segment_v[i], step);
+    }
+    begin = std::max(begin, segment.end);
+  }
+  AdamWStep step = make_adamw_step(lr, beta1, beta2, eps, 0.0f, t);
+  for (const AdamWSegmentTable& table : tables) {  // adamw_kernel's threads
+    for (std::size_t i = table.begin; i < table.end[table.count - 1]; ++i) {
+      const int found = adamw_segment_of(table, i);
+      ASSERT_TRUE(table.end[found] > i && (found == 0 ? table.begin : table.end[found - 1]) <= i) << i;
+      step.decay = table.decay[found];
+      adamw_element(params[i], grads[i], m[i], v[i], step);
+    }
+  }
+  EXPECT_EQ(std::memcmp(params.data(), per_segment.data(), end * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(m.data(), per_segment_m.data(), end * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(v.data(), per_segment_v.data(), end * sizeof(float)), 0);
+  // A table's parameters fit the 4 KiB a kernel's parameters may take everywhere.
+  EXPECT_LE(sizeof(AdamWSegmentTable) + sizeof(AdamWStep) + 4 * sizeof(float*) + sizeof(float), 4096u);
 }
 
 TEST(GemmTiming, TheEventsBracketTwentyLaunchesAndNothingElse) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <fstream>
 #include <numbers>
 #include <span>
 #include <string>
@@ -292,6 +293,25 @@ TEST(Flops, GPT2SmallIsAbout0Point74GigaflopPerToken) {
   const double expected = 6.0 * (12.0 * 12 * 768 * 768 + 50304.0 * 768) + 12.0 * 12 * 768 * 64;
   EXPECT_DOUBLE_EQ(per_token, expected);
   EXPECT_NEAR(per_token / 1e9, 0.74, 0.02);
+}
+
+// docs/gpu-roofline.md (benchmarks/gpu_roofline.py; ctest gpu_roofline_doc keeps it current)
+// sums its GEMM and attention rows kernel by kernel; the total must be flops.cc's count
+// for the step it describes: GPT-2 124M at T = 1024.
+TEST(Flops, RooflineTableSumsToTheModelCount) {
+  std::ifstream doc(std::string(DUFU_SOURCE_DIR) + "/docs/gpu-roofline.md");
+  ASSERT_TRUE(doc) << "docs/gpu-roofline.md";
+  const std::string prefix = "- model FLOPs per token (6N + 6LCT";
+  std::string line, digits;
+  while (std::getline(doc, line)) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    for (const char c : line.substr(line.rfind(':') + 1)) {
+      if (c >= '0' && c <= '9') digits += c;
+    }
+  }
+  ASSERT_FALSE(digits.empty()) << "no line starting with \"" << prefix << "\"";
+  GPTConfig gpt2;
+  EXPECT_EQ(std::stod(digits), gpt_training_flops_per_token(gpt2, 1024));
 }
 
 Config config_with(const std::vector<std::string>& overrides) {

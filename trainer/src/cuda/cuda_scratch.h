@@ -12,6 +12,7 @@
 
 #include "device/buffer_carver.h"
 #include "dufu/trainer/device/device.h"
+#include "dufu/trainer/device/embedding_buckets.h"
 #include "dufu/trainer/device/kernel_partition.h"
 
 namespace dufu::trainer::cuda {
@@ -43,8 +44,9 @@ constexpr std::size_t bf16_copy_scratch_bytes(std::size_t count) {
 // The scratch a training step of `shapes` grows to: the largest single request.
 inline std::size_t step_scratch_bytes(const StepShapes& shapes) {
   const int N = static_cast<int>(shapes.rows);
-  std::size_t largest = std::max(layernorm_scratch_bytes(N, static_cast<int>(shapes.width)),
-                                 sum_of_squares_scratch_bytes(static_cast<std::size_t>(shapes.parameters)));
+  std::size_t largest = std::max({layernorm_scratch_bytes(N, static_cast<int>(shapes.width)),
+                                  sum_of_squares_scratch_bytes(static_cast<std::size_t>(shapes.parameters)),
+                                  embedding_backward_scratch_bytes(static_cast<std::size_t>(shapes.rows))});
   for (const MatmulShape& m : shapes.matmuls) {
     const int rows = static_cast<int>(m.rows);
     if (m.bias) largest = std::max(largest, column_sum_scratch_bytes(rows, static_cast<int>(m.outputs)));

@@ -1,6 +1,7 @@
 // CUDA element-wise ops, the deterministic column sums and vector reductions: GELU,
-// AdamW, the residual add, scaling, the sum of squares, the mean loss. The per-element
-// formulas come from kernel_math.h, the same the CPU kernels use.
+// AdamW (one launch over every weight-decay segment), the residual add, scaling, the
+// sum of squares, the mean loss. The per-element formulas come from kernel_math.h, the
+// same the CPU kernels use.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "cuda_scratch.h"
+#include "dufu/trainer/device/adamw_segments.h"
 #include "dufu/trainer/device/kernel_math.h"
 #include "dufu/trainer/device/kernel_partition.h"
 
@@ -48,21 +50,36 @@ __global__ void gelu_grad_kernel(float* d, const float* pre, std::size_t n) {
   if (i < n) d[i] *= gelu_tanh_grad(pre[i]);
 }
 
-__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, std::size_t begin,
-                             std::size_t end, AdamWStep step, float grad_scale) {
-  const std::size_t i = begin + blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (i < end) adamw_element(params[i], grads[i] * grad_scale, m[i], v[i], step);
+// Every parameter of one segment table (adamw_segments.h); the table stays in the
+// kernel's parameter space (__grid_constant__), read by the binary search without a copy.
+__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v,
+                             const __grid_constant__ AdamWSegmentTable table, AdamWStep step, float grad_scale) {
+  const std::size_t i = table.begin + blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+  if (i >= table.end[table.count - 1]) return;
+  step.decay = table.decay[adamw_segment_of(table, i)];
+  adamw_element(params[i], grads[i] * grad_scale, m[i], v[i], step);
 }
 
-// Partial sums over one chunk of rows, for each column: thread (chunk, column).
-__global__ void column_partials_kernel(double* partial, const float* x, int N, int C, int chunks) {
+// Partial sums over one chunk of rows, for each column: thread (chunk, column). The
+// loads of kColumnSumRowsInFlight rows are issued together (independent of the sum, so
+// they overlap in memory), then added in row order: the same bits as one row at a time.
+__global__ void __launch_bounds__(kColumnSumTile) column_partials_kernel(double* partial, const float* x, int N, int C,
+                                                                          int chunks) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   const int chunk = blockIdx.y;
   if (c >= C) return;
+  const int end = row_chunk_begin(N, chunks, chunk + 1);
+  const float* column = x + c;
   double sum = 0.0;
-  for (int n = row_chunk_begin(N, chunks, chunk); n < row_chunk_begin(N, chunks, chunk + 1); ++n) {
-    sum += x[static_cast<std::size_t>(n) * C + c];
+  int n = row_chunk_begin(N, chunks, chunk);
+  for (; n + kColumnSumRowsInFlight <= end; n += kColumnSumRowsInFlight) {
+    float values[kColumnSumRowsInFlight];
+#pragma unroll
+    for (int k = 0; k < kColumnSumRowsInFlight; ++k) values[k] = column[static_cast<std::size_t>(n + k) * C];
+#pragma unroll
+    for (int k = 0; k < kColumnSumRowsInFlight; ++k) sum += values[k];
   }
+  for (; n < end; ++n) sum += column[static_cast<std::size_t>(n) * C];
   partial[static_cast<std::size_t>(chunk) * C + c] = sum;
 }
 
@@ -128,8 +145,9 @@ std::size_t scratch_capacity() { return scratch_bytes_held; }
 
 void accumulate_column_sums(float* out, const float* x, int N, int C, double* partial) {
   const int chunks = row_chunk_count(N);
-  const dim3 grid(blocks_for(static_cast<std::size_t>(C), kBlock), static_cast<unsigned>(chunks));
-  column_partials_kernel<<<grid, kBlock, 0, stream()>>>(partial, x, N, C, chunks);
+  if (C < 1) return;  // nothing to sum (and no grid of zero blocks)
+  const dim3 grid(column_sum_tiles(C), static_cast<unsigned>(chunks));
+  column_partials_kernel<<<grid, kColumnSumTile, 0, stream()>>>(partial, x, N, C, chunks);
   DUFU_CUDA_CHECK_LAUNCH();
   column_finish_kernel<<<blocks_for(static_cast<std::size_t>(C), kBlock), kBlock, 0, stream()>>>(out, partial, C,
                                                                                                     chunks);
@@ -174,15 +192,12 @@ void adamw_update(float* params, const float* grads, float* m, float* v, std::sp
     DUFU_CHECK(segments[s - 1].end <= segments[s].end, "adamw_update: segment ", s, " ends at ", segments[s].end,
                ", before the previous one (", segments[s - 1].end, ")");
   }
-  std::size_t begin = 0;
-  for (const AdamWSegment& segment : segments) {
-    if (segment.end > begin) {
-      const AdamWStep step = make_adamw_step(lr, beta1, beta2, eps, segment.weight_decay, t);
-      adamw_kernel<<<blocks_for(segment.end - begin, kBlock), kBlock, 0, stream()>>>(params, grads, m, v, begin,
-                                                                                      segment.end, step, grad_scale);
-      DUFU_CUDA_CHECK_LAUNCH();
-    }
-    begin = std::max(begin, segment.end);
+  // One launch per table of kAdamWTableSegments segments (was one per segment).
+  const AdamWStep step = make_adamw_step(lr, beta1, beta2, eps, 0.0f, t);  // decay: per segment
+  for (const AdamWSegmentTable& table : adamw_segment_tables(segments, lr, beta1, beta2, eps, t)) {
+    const std::size_t count = table.end[table.count - 1] - table.begin;
+    adamw_kernel<<<blocks_for(count, kBlock), kBlock, 0, stream()>>>(params, grads, m, v, table, step, grad_scale);
+    DUFU_CUDA_CHECK_LAUNCH();
   }
 }
 

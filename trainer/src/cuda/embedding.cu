@@ -1,16 +1,21 @@
 // CUDA token + position embedding, serial and vocab-parallel. The backward's dwte
-// scatter collides where positions share a token; instead of atomics each thread owns
-// one channel and walks the rows in order, so the sums are the same on every run.
-// That leaves only C threads of parallelism for dwte: correct, not yet fast (llm.c
-// sorts positions by token to do better). The forwards also read the bf16 working copy
-// of the weights (train.precision = bf16), widened with bf16.h's function.
+// scatter collides where positions share a token; instead of atomics the positions
+// are bucketed by token as llm.c does (embedding_buckets.h): cub's stable radix sort of
+// (key, position) pairs, then blocks that each add one bucket's rows in position
+// order, one thread per channel: the CPU device's chain of additions, on every run.
+// dwpe is a sum over B per (position, channel), one thread each, in b order. The
+// forwards also read the bf16 working copy of the weights (train.precision = bf16),
+// widened with bf16.h's function.
 #include <cuda_runtime.h>
 
+#include <cub/device/device_radix_sort.cuh>
 #include <cstdint>
 
+#include "block_reduce.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "dufu/trainer/device/bf16.h"
+#include "dufu/trainer/device/embedding_buckets.h"
 #include "dufu/trainer/device/kernel_partition.h"
 
 namespace dufu::trainer::cuda {
@@ -18,6 +23,10 @@ namespace dufu::trainer::cuda {
 namespace {
 
 constexpr unsigned kBlock = 256;
+// The bucket sums: channels per block, and blocks along the sorted positions (each
+// visits every kBucketBlocks-th; 1024 x 6 tiles at C = 768 keeps 132 SMs busy).
+constexpr unsigned kBucketThreads = 128;
+constexpr int kBucketBlocks = 1024;
 
 __device__ float as_float(float value) { return value; }
 __device__ float as_float(std::uint16_t bits) { return ::dufu::trainer::bf16_bits_to_float(bits); }
@@ -36,23 +45,36 @@ __global__ void embed_kernel(float* out, const std::int32_t* tokens, const Weigh
   out[i] = wpe != nullptr ? token + as_float(wpe[static_cast<std::size_t>(t) * C + c]) : token;
 }
 
-__global__ void dwte_kernel(float* dwte, const float* dout, const std::int32_t* tokens, int vocab_begin,
-                            int vocab_end, int N, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+__global__ void bucket_keys_kernel(std::int32_t* keys, std::int32_t* positions, const std::int32_t* tokens,
+                                   int vocab_begin, int vocab_end, int N) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  keys[n] = embedding_bucket_key(tokens[n], vocab_begin, vocab_end);
+  positions[n] = n;
+}
+
+// Block (x, tile) visits sorted positions x, x + gridDim.x, ...; where one opens a
+// bucket its threads (one per channel of the tile) sum the bucket into dwte. Each
+// dwte value belongs to one bucket, so to one thread.
+__global__ void __launch_bounds__(kBucketThreads) dwte_bucket_kernel(float* dwte, const float* dout,
+                                                                     const std::int32_t* sorted_keys,
+                                                                     const std::int32_t* sorted_positions, int N,
+                                                                     int C) {
+  const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= C) return;
-  for (int n = 0; n < N; ++n) {
-    const std::int32_t id = tokens[n];
-    if (id < vocab_begin || id >= vocab_end) continue;
-    dwte[static_cast<std::size_t>(id - vocab_begin) * C + c] += dout[static_cast<std::size_t>(n) * C + c];
+  for (int i = blockIdx.x; i < N; i += gridDim.x) {
+    if (!opens_bucket(sorted_keys, i)) continue;
+    float* g = dwte + static_cast<std::size_t>(sorted_keys[i]) * C + c;
+    *g = sum_bucket_channel(*g, dout, sorted_keys, sorted_positions, i, N, C, c);
   }
 }
 
 __global__ void dwpe_kernel(float* dwpe, const float* dout, int B, int T, int C) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= static_cast<std::size_t>(T) * C) return;
-  float sum = 0.0f;
+  float sum = dwpe[i];  // the CPU's chain: dwpe += dout of b = 0, 1, ...
   for (int b = 0; b < B; ++b) sum += dout[static_cast<std::size_t>(b) * T * C + i];
-  dwpe[i] += sum;
+  dwpe[i] = sum;
 }
 
 template <typename Weight>
@@ -66,9 +88,31 @@ void embed(float* out, const std::int32_t* tokens, const Weight* wte, const Weig
 
 void scatter(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int vocab_begin, int vocab_end,
              int B, int T, int C) {
-  if (B * T == 0 || C == 0) return;
-  dwte_kernel<<<blocks_for(static_cast<std::size_t>(C), kBlock), kBlock, 0, stream()>>>(dwte, dout, tokens,
-                                                                                       vocab_begin, vocab_end, B * T, C);
+  const int N = B * T;
+  if (N == 0 || C == 0) return;
+  // The scratch: two arrays of keys and two of positions (cub's double buffers), then
+  // cub's own storage.
+  const std::size_t arrays = embedding_bucket_arrays_bytes(static_cast<std::size_t>(N));
+  auto* base = static_cast<char*>(scratch(embedding_backward_scratch_bytes(static_cast<std::size_t>(N))));
+  const auto array = [&](int k) { return reinterpret_cast<std::int32_t*>(base + k * (arrays / 4)); };
+  cub::DoubleBuffer<std::int32_t> keys(array(0), array(1));
+  cub::DoubleBuffer<std::int32_t> positions(array(2), array(3));
+  std::size_t sort_bytes = 0;
+  DUFU_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, keys, positions, N, 0, kEmbeddingKeyBits,
+                                                  stream()));
+  DUFU_CHECK(sort_bytes <= kEmbeddingSortTemporaryBytes, "the embedding backward's sort of ", N,
+             " positions asks for ", sort_bytes, " bytes of scratch, more than the ", kEmbeddingSortTemporaryBytes,
+             " the memory plan holds (embedding_buckets.h)");
+  bucket_keys_kernel<<<blocks_for(static_cast<std::size_t>(N), kBlock), kBlock, 0, stream()>>>(
+      keys.Current(), positions.Current(), tokens, vocab_begin, vocab_end, N);
+  DUFU_CUDA_CHECK_LAUNCH();
+  DUFU_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + arrays, sort_bytes, keys, positions, N, 0,
+                                                  kEmbeddingKeyBits, stream()));
+  const std::int32_t* sorted_keys = keys.Current();  // the sort says which buffer holds its result
+  const std::int32_t* sorted_positions = positions.Current();
+  const dim3 grid(static_cast<unsigned>(N < kBucketBlocks ? N : kBucketBlocks),
+                  blocks_for(static_cast<std::size_t>(C), kBucketThreads));
+  dwte_bucket_kernel<<<grid, kBucketThreads, 0, stream()>>>(dwte, dout, sorted_keys, sorted_positions, N, C);
   DUFU_CUDA_CHECK_LAUNCH();
   if (dwpe == nullptr) return;
   dwpe_kernel<<<blocks_for(static_cast<std::size_t>(T) * C, kBlock), kBlock, 0, stream()>>>(dwpe, dout, B, T, C);

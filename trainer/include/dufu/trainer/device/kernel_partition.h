@@ -29,6 +29,20 @@ DUFU_HOST_DEVICE constexpr unsigned blocks_for(std::size_t count, unsigned block
   return static_cast<unsigned>((count + block - 1) / block);
 }
 
+// The CUDA column sums (a matmul's dbias) give each block kColumnSumTile columns of one
+// row chunk: narrow tiles so that even C = 768 over 32 chunks makes 384 blocks, more
+// than two per SM of an H100's 132 (256-column tiles made 96). Each thread still sums
+// its column of its chunk in row order, so the tile width changes no bit.
+inline constexpr unsigned kColumnSumTile = 64;
+// Rows whose loads one thread issues together before adding them in order.
+inline constexpr int kColumnSumRowsInFlight = 8;
+DUFU_HOST_DEVICE constexpr unsigned column_sum_tiles(int C) {
+  return C < 1 ? 0u : blocks_for(static_cast<std::size_t>(C), kColumnSumTile);
+}
+DUFU_HOST_DEVICE constexpr std::size_t column_sum_blocks(int N, int C) {
+  return static_cast<std::size_t>(column_sum_tiles(C)) * static_cast<std::size_t>(row_chunk_count(N));
+}
+
 // The tree of a block reduction over `threads` (a power of two) slots: the partner of
 // slot i at step `stride` is i + stride for i < stride. Written out so that the CPU
 // test can replay the order in which a block combines its values.
