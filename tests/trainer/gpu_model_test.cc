@@ -1,6 +1,7 @@
 // The model on a GPU (label gpu): 10 steps of a small GPT on the CUDA device against
 // the CPU device (fp32 losses within 1e-4 relative, bf16 within 1e-2), and a run
-// resumed on the GPU from a checkpoint of step 5 that repeats steps 6..10 bit for bit.
+// resumed on the GPU from a checkpoint of step 5 that repeats steps 6..10 bit for bit,
+// and recomputation's losses, the bits of the run that keeps the activations.
 // Without a CUDA device every test is skipped with the reason.
 #include <gtest/gtest.h>
 
@@ -41,9 +42,10 @@ class GpuModelTest : public ::testing::Test {
 struct Model {
   GPT gpt;
   AdamW optimizer;
-  Model(Device& device, Precision precision)
+  Model(Device& device, Precision precision, Recompute recompute = Recompute::kNone)
       : gpt(small_config(), nullptr, {}, &device), optimizer(gpt, AdamWOptions{}) {
     gpt.set_precision(precision);
+    gpt.set_recompute(recompute);
   }
 };
 
@@ -62,8 +64,8 @@ std::vector<float> train(Model& model, int first, int last) {
   return losses;
 }
 
-std::vector<float> losses_on(Device& device, Precision precision) {
-  Model model(device, precision);
+std::vector<float> losses_on(Device& device, Precision precision, Recompute recompute = Recompute::kNone) {
+  Model model(device, precision, recompute);
   model.gpt.init_gpt2(42);
   return train(model, 0, kSteps);
 }
@@ -112,6 +114,20 @@ TEST_F(GpuModelTest, ResumeFromStepFiveIsBitwise) {
     cuda().download(a.data(), whole.gpt.params().data(), a.size() * sizeof(float));
     cuda().download(b.data(), resumed.gpt.params().data(), b.size() * sizeof(float));
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  }
+}
+
+// train.recompute on the GPU: the recomputed activations are the stored ones, so the
+// losses are the bits of the run that keeps them (as recompute_test checks on the CPU).
+TEST_F(GpuModelTest, RecomputationGivesTheSameBits) {
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    const std::vector<float> kept = losses_on(cuda(), precision);
+    for (const Recompute recompute : {Recompute::kSelective, Recompute::kFull}) {
+      SCOPED_TRACE(std::string(precision_name(precision)) + ", recompute " + recompute_name(recompute));
+      const std::vector<float> recomputed = losses_on(cuda(), precision, recompute);
+      ASSERT_EQ(recomputed.size(), kept.size());
+      EXPECT_EQ(std::memcmp(recomputed.data(), kept.data(), kept.size() * sizeof(float)), 0);
+    }
   }
 }
 
