@@ -7,7 +7,7 @@ modeling_llama.py (LlamaRotaryEmbedding with the default rope type, rotate_half,
 apply_rotary_pos_emb) has them, in float32: inv_freq = 1 / theta^(arange(0, hs, 2) / hs),
 freqs = inv_freq x positions, emb = cat(freqs, freqs), q * cos + rotate_half(q) * sin.
 
-Reads DIR/qkv.npy [B, T, (NH + 2 NKV) hs] (NH query heads, NKV key heads, NKV value
+Reads DIR/qkv.npy [B T, (NH + 2 NKV) hs] (NH query heads, NKV key heads, NKV value
 heads per row) and DIR/w.npy of the same shape; writes DIR/rotated.npy (the buffer
 with q and k turned, v as it was) and DIR/grad.npy, autograd's gradient of
 sum(w * rotated) with respect to qkv.
@@ -46,6 +46,7 @@ def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--dir", required=True)
+    parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--n-head", type=int, required=True)
     parser.add_argument("--n-kv-head", type=int, required=True)
     parser.add_argument("--head-size", type=int, required=True)
@@ -54,9 +55,10 @@ def main():
     directory = pathlib.Path(args.dir)
     nh, nkv, hs = args.n_head, args.n_kv_head, args.head_size
 
-    qkv = torch.from_numpy(np.load(directory / "qkv.npy")).requires_grad_(True)
-    w = torch.from_numpy(np.load(directory / "w.npy"))
-    batch, seq, width = qkv.shape
+    rows, width = np.load(directory / "qkv.npy").shape
+    batch, seq = args.batch, rows // args.batch
+    qkv = torch.from_numpy(np.load(directory / "qkv.npy").reshape(batch, seq, width)).requires_grad_(True)
+    w = torch.from_numpy(np.load(directory / "w.npy").reshape(batch, seq, width))
     assert width == (nh + 2 * nkv) * hs
     # The layout attention reads: [B, heads, T, hs].
     q = qkv[..., : nh * hs].reshape(batch, seq, nh, hs).transpose(1, 2)
@@ -69,8 +71,8 @@ def main():
         dim=-1,
     )
     (rotated * w).sum().backward()
-    np.save(directory / "rotated.npy", rotated.detach().numpy())
-    np.save(directory / "grad.npy", qkv.grad.numpy())
+    np.save(directory / "rotated.npy", rotated.detach().numpy().reshape(rows, width))
+    np.save(directory / "grad.npy", qkv.grad.numpy().reshape(rows, width))
 
 
 if __name__ == "__main__":

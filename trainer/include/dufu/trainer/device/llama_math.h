@@ -32,9 +32,12 @@ DUFU_HOST_DEVICE inline float rmsnorm_dx(float dnorm, float norm, float dnorm_no
 // (float(t) * float inv_freq), and its cosine and sine are taken in double and rounded
 // once, so the CPU and the GPU get the same bits.
 
+// HF's float32 steps: exponent = float(2i) / hs, theta^exponent rounded to float (as
+// torch's float pow, itself within an ulp of exact, gives it), then 1 / that in float.
 DUFU_HOST_DEVICE inline float rotary_inv_freq(int i, int hs, float theta) {
   const float exponent = static_cast<float>(2 * i) / static_cast<float>(hs);
-  return static_cast<float>(1.0 / std::pow(static_cast<double>(theta), static_cast<double>(exponent)));
+  const float power = static_cast<float>(std::pow(static_cast<double>(theta), static_cast<double>(exponent)));
+  return 1.0f / power;
 }
 
 // cos and sin of pair i's angle at position t.
