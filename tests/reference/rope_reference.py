@@ -66,10 +66,9 @@ def main():
     v = qkv[..., (nh + nkv) * hs :]
     cos, sin = cos_sin(batch, seq, hs, args.theta)
     q_embed, k_embed = apply_rotary_pos_emb(q, k, cos, sin)
-    rotated = torch.cat(
-        (q_embed.transpose(1, 2).reshape(batch, seq, nh * hs), k_embed.transpose(1, 2).reshape(batch, seq, nkv * hs), v),
-        dim=-1,
-    )
+    q_rows = q_embed.transpose(1, 2).reshape(batch, seq, nh * hs)
+    k_rows = k_embed.transpose(1, 2).reshape(batch, seq, nkv * hs)
+    rotated = torch.cat((q_rows, k_rows, v), dim=-1)
     (rotated * w).sum().backward()
     np.save(directory / "rotated.npy", rotated.detach().numpy().reshape(rows, width))
     np.save(directory / "grad.npy", qkv.grad.numpy().reshape(rows, width))

@@ -18,14 +18,12 @@ inline void rmsnorm_forward(Vec& out, Vec& rstd, const Vec& x, const Vec& weight
   out.assign(static_cast<std::size_t>(N) * C, 0.0);
   rstd.assign(N, 0.0);
   for (int n = 0; n < N; ++n) {
+    const std::size_t row = static_cast<std::size_t>(n) * C;
     double mean_sq = 0.0;
-    for (int c = 0; c < C; ++c) mean_sq += x[static_cast<std::size_t>(n) * C + c] * x[static_cast<std::size_t>(n) * C + c];
+    for (int c = 0; c < C; ++c) mean_sq += x[row + c] * x[row + c];
     mean_sq /= C;
     rstd[n] = 1.0 / std::sqrt(mean_sq + eps);
-    for (int c = 0; c < C; ++c) {
-      const std::size_t i = static_cast<std::size_t>(n) * C + c;
-      out[i] = x[i] * rstd[n] * weight[c];
-    }
+    for (int c = 0; c < C; ++c) out[row + c] = x[row + c] * rstd[n] * weight[c];
   }
 }
 

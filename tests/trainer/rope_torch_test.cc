@@ -55,7 +55,8 @@ const TorchRope& torch_rope() {
     r.qkv = testing::random_floats(kSize, 90, -2.0f, 2.0f);
     r.w = testing::random_floats(kSize, 91);
     dufu::testing::TempDir dir;
-    const std::vector<std::uint64_t> shape{static_cast<std::uint64_t>(kB) * kT, kWidth};  // npy.h: 2-D at most
+    // [B T, width]: npy.h writes two dimensions at most.
+    const std::vector<std::uint64_t> shape{static_cast<std::uint64_t>(kB) * kT, kWidth};
     write_npy(dir.file("qkv.npy"), std::span<const float>(r.qkv), shape);
     write_npy(dir.file("w.npy"), std::span<const float>(r.w), shape);
     const std::string command =

@@ -224,7 +224,9 @@ struct KernelTable {
   // by -angle (the rotation's transpose); v's gradient untouched.
   void (*rotary_backward)(float* dqkv, int B, int T, int NH, int NKV, int hs, float theta) = nullptr;
   // SwiGLU on the fused gate/up projection gate_up [N, 2H] (each row: H gate values,
-  // then H up values): out [N, H] = silu(gate) * up.
+  // then H up values): out [N, H] = silu(gate) * up. Under tensor parallelism a rank's
+  // projection stacks its column slice of the gate rows over the same slice of the up
+  // rows, so its local output has this layout with H / tp.
   void (*swiglu_forward)(float* out, const float* gate_up, int N, int H) = nullptr;
   // dgate_up [N, 2H] (overwritten) = (dgate, dup) of out's gradient dout [N, H]: the
   // gradient of the fused projection's output, in its layout.
