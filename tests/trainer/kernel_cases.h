@@ -4,7 +4,8 @@
 // kernel_cases_layers.cc (embedding, LayerNorm, matmul, GELU, attention),
 // kernel_cases_vocabulary.cc (the classifier and the vocabulary-parallel pieces),
 // kernel_cases_step.cc (the glue between layers, the gradient's norm and scaling,
-// AdamW) and kernel_cases_bf16.cc (the bf16 conversions).
+// AdamW), kernel_cases_bf16.cc (the bf16 conversions) and kernel_cases_llama.cc
+// (RMSNorm, rotary embedding, SwiGLU).
 //
 // Adding an op to every device:
 //  1. its entry in KernelTable (trainer/include/dufu/trainer/device/kernel_table.h),
@@ -105,10 +106,32 @@ inline std::vector<std::uint16_t> bf16_bits(const std::vector<float>& values) {
 // 4C = 800 products for matmul, exp/tanh rounding elsewhere), with about 10x margin
 // over the errors the harness prints.
 
+// The Llama-family sizes a test shape stands for: head size hs = C / NH made even
+// (rotary pairs its halves; c20's 5 becomes 6), NKV the largest proper divisor of NH
+// (grouped-query attention: 4 heads share 2 K/V heads, 3 and 2 share 1 as in
+// multi-query attention; NH = 1 keeps 1), and a SwiGLU width H = 3C/2 + 1, odd for
+// most shapes.
+struct LlamaDims {
+  int NH, NKV, hs, H;
+  int qkv_width() const { return (NH + 2 * NKV) * hs; }
+};
+inline LlamaDims llama_dims(const Shape& s) {
+  const int hs = s.C / s.NH + (s.C / s.NH) % 2;
+  int NKV = 1;
+  for (int d = s.NH / 2; d > 1; --d) {
+    if (s.NH % d == 0) {
+      NKV = d;
+      break;
+    }
+  }
+  return {s.NH, NKV, hs, s.C + s.C / 2 + 1};
+}
+
 // The rows of each family, in the order the test lists them.
 std::vector<OpCase> layer_op_cases();
 std::vector<OpCase> vocabulary_op_cases();
 std::vector<OpCase> step_op_cases();
 std::vector<OpCase> bf16_op_cases();
+std::vector<OpCase> llama_op_cases();
 
 }  // namespace dufu::trainer::testing

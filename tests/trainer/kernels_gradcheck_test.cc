@@ -13,7 +13,9 @@
 
 #include "dufu/trainer/device/device.h"
 #include "dufu/trainer/device/kernel_table.h"
+#include "kernel_cases.h"
 #include "kernel_reference.h"
+#include "kernel_reference_llama.h"
 #include "kernel_test_support.h"
 
 namespace dufu::trainer {
@@ -22,6 +24,8 @@ namespace {
 namespace ref = reference;
 using testing::DeviceArgs;
 using testing::kTestDevices;
+using testing::llama_dims;
+using testing::LlamaDims;
 using testing::random_floats;
 using testing::random_tokens;
 using testing::Shape;
@@ -249,6 +253,103 @@ Checks classifier(const Shape& s, Device& device) {
   return {{"dlogits", widen(logits), numeric_gradient(logits_d, loss)}};
 }
 
+// ---- the Llama-family ops ----
+
+constexpr float kRmsNormEps = 1e-5f;
+
+Checks rmsnorm(const Shape& s, Device& device) {
+  const int N = s.N(), C = s.C;
+  const auto x = random_floats(static_cast<std::size_t>(N) * C, 70, -2.0f, 3.0f);
+  const auto weight = random_floats(C, 71, 0.5f, 1.5f);
+  const auto w = random_floats(x.size(), 72);
+  std::vector<float> out(x.size()), rstd(N);
+  DeviceArgs d(device);
+  const KernelTable& k = device.kernels();
+  k.rmsnorm_forward(d.arg(out), d.arg(rstd), d.arg(x), d.arg(weight), kRmsNormEps, N, C);
+  std::vector<float> dx(x.size(), 0.0f), dweight(C, 0.0f);
+  k.rmsnorm_backward(d.arg(dx), d.arg(dweight), d.arg(w), d.arg(x), d.arg(weight), d.arg(rstd), N, C);
+  d.finish();
+
+  Vec x_d = widen(x), weight_d = widen(weight);
+  const auto loss = [&] {
+    Vec o, r;
+    ref::rmsnorm_forward(o, r, x_d, weight_d, kRmsNormEps, N, C);
+    return weighted_sum(o, widen(w));
+  };
+  return {{"dx", widen(dx), numeric_gradient(x_d, loss)},
+          {"dweight", widen(dweight), numeric_gradient(weight_d, loss)}};
+}
+
+// The residual-fused RMSNorm's recipe, as residual_layernorm's above: the residual
+// gradient seeded with the upstream one, rmsnorm_backward accumulating into it.
+Checks residual_rmsnorm(const Shape& s, Device& device) {
+  const int N = s.N(), C = s.C;
+  const auto residual = random_floats(static_cast<std::size_t>(N) * C, 73, -2.0f, 2.0f);
+  const auto branch = random_floats(residual.size(), 74);
+  const auto weight = random_floats(C, 75, 0.5f, 1.5f);
+  const auto w_residual = random_floats(residual.size(), 76);
+  const auto w_norm = random_floats(residual.size(), 77);
+  std::vector<float> residual_out(residual.size()), norm(residual.size()), rstd(N);
+  DeviceArgs d(device);
+  const KernelTable& k = device.kernels();
+  k.residual_rmsnorm_forward(d.arg(residual_out), d.arg(norm), d.arg(rstd), d.arg(residual), d.arg(branch),
+                             d.arg(weight), kRmsNormEps, N, C);
+  std::vector<float> dresidual = w_residual, dweight(C, 0.0f);
+  k.rmsnorm_backward(d.arg(dresidual), d.arg(dweight), d.arg(w_norm), d.arg(residual_out), d.arg(weight),
+                     d.arg(rstd), N, C);
+  d.finish();
+
+  Vec residual_d = widen(residual), branch_d = widen(branch), weight_d = widen(weight);
+  const auto loss = [&] {
+    Vec sum(residual_d.size()), o, r;
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = residual_d[i] + branch_d[i];
+    ref::rmsnorm_forward(o, r, sum, weight_d, kRmsNormEps, N, C);
+    return weighted_sum(sum, widen(w_residual)) + weighted_sum(o, widen(w_norm));
+  };
+  return {{"dresidual", widen(dresidual), numeric_gradient(residual_d, loss)},
+          {"dbranch", widen(dresidual), numeric_gradient(branch_d, loss)},
+          {"dweight", widen(dweight), numeric_gradient(weight_d, loss)}};
+}
+
+// The rotary backward against differences of the reference forward: a backward that
+// turned the gradient by +angle (the forward's sign) fails here at every t > 0.
+Checks rotary(const Shape& s, Device& device) {
+  const LlamaDims m = llama_dims(s);
+  const float theta = 10000.0f;
+  const auto qkv = random_floats(static_cast<std::size_t>(s.N()) * m.qkv_width(), 78, -2.0f, 2.0f);
+  const auto w = random_floats(qkv.size(), 79);
+  std::vector<float> dqkv = w;
+  DeviceArgs d(device);
+  device.kernels().rotary_backward(d.arg(dqkv), s.B, s.T, m.NH, m.NKV, m.hs, theta);
+  d.finish();
+
+  Vec qkv_d = widen(qkv);
+  const auto loss = [&] {
+    Vec rotated = qkv_d;
+    ref::rotary(rotated, s.B, s.T, m.NH, m.NKV, m.hs, theta);
+    return weighted_sum(rotated, widen(w));
+  };
+  return {{"dqkv", widen(dqkv), numeric_gradient(qkv_d, loss)}};
+}
+
+Checks swiglu(const Shape& s, Device& device) {
+  const LlamaDims m = llama_dims(s);
+  const auto gate_up = random_floats(static_cast<std::size_t>(s.N()) * 2 * m.H, 80, -4.0f, 4.0f);
+  const auto w = random_floats(static_cast<std::size_t>(s.N()) * m.H, 81);
+  std::vector<float> dgate_up(gate_up.size());
+  DeviceArgs d(device);
+  device.kernels().swiglu_backward(d.arg(dgate_up), d.arg(w), d.arg(gate_up), s.N(), m.H);
+  d.finish();
+
+  Vec gate_up_d = widen(gate_up);
+  const auto loss = [&] {
+    Vec out;
+    ref::swiglu_forward(out, gate_up_d, s.N(), m.H);
+    return weighted_sum(out, widen(w));
+  };
+  return {{"dgate_up", widen(dgate_up), numeric_gradient(gate_up_d, loss)}};
+}
+
 struct GradCase {
   const char* name;
   Checks (*run)(const Shape&, Device&);
@@ -262,6 +363,10 @@ const GradCase kGradCases[] = {
     {"matmul_gelu_backward", matmul_gelu},
     {"attention_backward", attention},
     {"classifier_forward_backward", classifier},
+    {"rmsnorm_backward", rmsnorm},
+    {"residual_rmsnorm_forward+rmsnorm_backward", residual_rmsnorm},
+    {"rotary_backward", rotary},
+    {"swiglu_backward", swiglu},
 };
 
 void PrintTo(const GradCase& c, std::ostream* os) { *os << c.name; }

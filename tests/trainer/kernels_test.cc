@@ -43,6 +43,7 @@ using testing::DeviceArgs;
 using testing::kNaN;
 using testing::kTestDevices;
 using testing::layer_op_cases;
+using testing::llama_op_cases;
 using testing::OpCase;
 using testing::Outputs;
 using testing::random_floats;
@@ -71,7 +72,8 @@ const Shape kShapes[] = {
 // Every row of kernel_cases_*.cc, in one table.
 const std::vector<OpCase> kOps = [] {
   std::vector<OpCase> ops;
-  for (const auto& family : {layer_op_cases(), vocabulary_op_cases(), step_op_cases(), bf16_op_cases()}) {
+  for (const auto& family :
+       {layer_op_cases(), vocabulary_op_cases(), step_op_cases(), bf16_op_cases(), llama_op_cases()}) {
     ops.insert(ops.end(), family.begin(), family.end());
   }
   return ops;

@@ -41,7 +41,14 @@
   X(matmul_forward_bf16)                   \
   X(matmul_bias_gelu_forward_bf16)         \
   X(matmul_backward_bf16)                  \
-  X(matmul_gelu_backward_bf16)
+  X(matmul_gelu_backward_bf16)             \
+  X(rmsnorm_forward)                       \
+  X(residual_rmsnorm_forward)              \
+  X(rmsnorm_backward)                      \
+  X(rotary_forward)                        \
+  X(rotary_backward)                       \
+  X(swiglu_forward)                        \
+  X(swiglu_backward)
 
 // One declaration: `void embedding_forward(float*, ...);` with the table entry's type.
 #define DUFU_DECLARE_KERNEL(name) std::remove_pointer_t<decltype(::dufu::trainer::KernelTable::name)> name;

@@ -195,6 +195,42 @@ struct KernelTable {
   void (*matmul_gelu_backward_bf16)(float* dpre, float* dweight, float* dbias, const float* dout,
                                     const std::uint16_t* x, const std::uint16_t* weight, const float* pre, int N, int C,
                                     int OC) = nullptr;
+
+  // ---- Llama-family ops (model.arch = llama; docs/architecture.md) ----
+  // RMSNorm of each of the N rows: out = x * rstd * weight with
+  // rstd = 1 / sqrt(mean(x^2) + eps), saved (N) for backward. No bias, no mean
+  // subtracted. eps is the model's (Llama 1: 1e-6; Llama 2 and 3: 1e-5).
+  void (*rmsnorm_forward)(float* out, float* rstd, const float* x, const float* weight, float eps, int N,
+                          int C) = nullptr;
+  // Residual add fused with the next RMSNorm, as residual_layernorm_forward:
+  // residual_out = residual + branch (may be residual, in place), then norm_out =
+  // RMSNorm(residual_out). Its backward is rmsnorm_backward with dx = the residual
+  // stream's gradient, which then serves both residual and branch.
+  void (*residual_rmsnorm_forward)(float* residual_out, float* norm_out, float* rstd, const float* residual,
+                                   const float* branch, const float* weight, float eps, int N, int C) = nullptr;
+  // dx += RMSNorm'(x)^T dout (accumulates, like layernorm_backward); dweight += column
+  // sums of x * rstd * dout, over kernel_partition.h's row chunks in a fixed order.
+  void (*rmsnorm_backward)(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
+                           const float* rstd, int N, int C) = nullptr;
+  // Rotary position embedding, IN PLACE on the q and k heads of a fused projection
+  // qkv [B, T, (NH + 2 NKV) hs]: each row holds NH query heads, then NKV key heads, then
+  // NKV value heads (untouched), each hs wide (hs even; NH a multiple of NKV for
+  // grouped-query attention, NKV = NH plain multi-head). HF Llama's convention
+  // (rotate_half): element i < hs/2 of a head pairs with i + hs/2 and turns by the
+  // angle t * theta^(-2i/hs) at position t (llama_math.h). Under tensor parallelism a
+  // rank passes its own NH / tp and NKV / tp heads.
+  void (*rotary_forward)(float* qkv, int B, int T, int NH, int NKV, int hs, float theta) = nullptr;
+  // The backward, in place on dqkv of the same layout: the gradients of q and k turned
+  // by -angle (the rotation's transpose); v's gradient untouched.
+  void (*rotary_backward)(float* dqkv, int B, int T, int NH, int NKV, int hs, float theta) = nullptr;
+  // SwiGLU on the fused gate/up projection gate_up [N, 2H] (each row: H gate values,
+  // then H up values): out [N, H] = silu(gate) * up. Under tensor parallelism a rank's
+  // projection stacks its column slice of the gate rows over the same slice of the up
+  // rows, so its local output has this layout with H / tp.
+  void (*swiglu_forward)(float* out, const float* gate_up, int N, int H) = nullptr;
+  // dgate_up [N, 2H] (overwritten) = (dgate, dup) of out's gradient dout [N, H]: the
+  // gradient of the fused projection's output, in its layout.
+  void (*swiglu_backward)(float* dgate_up, const float* dout, const float* gate_up, int N, int H) = nullptr;
 };
 
 }  // namespace dufu::trainer

@@ -1,0 +1,34 @@
+// CPU SwiGLU forward and backward on the fused gate/up buffer [N, 2H].
+#include <cstddef>
+
+#include "cpu_kernels.h"
+#include "dufu/trainer/device/llama_math.h"
+
+namespace dufu::trainer::cpu {
+
+DUFU_CPU_CLONES void swiglu_forward(float* out, const float* gate_up, int N, int H) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* gate = gate_up + static_cast<std::size_t>(n) * 2 * H;
+    const float* up = gate + H;
+    float* o = out + static_cast<std::size_t>(n) * H;
+#pragma omp simd
+    for (int h = 0; h < H; ++h) o[h] = swiglu(gate[h], up[h]);
+  }
+}
+
+DUFU_CPU_CLONES void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int N, int H) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const std::size_t offset = static_cast<std::size_t>(n) * 2 * H;
+    const float* gate = gate_up + offset;
+    const float* up = gate + H;
+    float* dgate = dgate_up + offset;
+    float* dup = dgate + H;
+    const float* g = dout + static_cast<std::size_t>(n) * H;
+#pragma omp simd
+    for (int h = 0; h < H; ++h) swiglu_grad(g[h], gate[h], up[h], dgate[h], dup[h]);
+  }
+}
+
+}  // namespace dufu::trainer::cpu
