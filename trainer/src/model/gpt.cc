@@ -212,7 +212,8 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
   const std::size_t N = static_cast<std::size_t>(slot.capacity_b) * static_cast<std::size_t>(slot.capacity_t);
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
   // This rank's share: channels of its heads, its heads, hidden units, vocabulary.
-  const LayerSizes sizes = layer_sizes(N, static_cast<std::size_t>(slot.capacity_t));
+  const LayerSizes sizes = layer_sizes(N);
+  const std::size_t lse_size = N * static_cast<std::size_t>(config_.n_head) / static_cast<std::size_t>(tp_);
   const std::size_t Vl = static_cast<std::size_t>(local_vocab_size());
 
   Activations& acts = slot.acts;
@@ -227,6 +228,7 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
     carver.want(layer.ln_1_rstd, N);
     carver.want(layer.ln_2_mean, N);
     carver.want(layer.ln_2_rstd, N);
+    carver.want(layer.lse, lse_size);
     const bool is_output = l + 1 == acts.layers.size();
     if (is_output) carver.want(layer.residual_out, N * C);
     if (bf16_storage) {
@@ -271,15 +273,12 @@ void GPT::ensure_activation_grads(int B, int T) {
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
   const std::size_t ranks = static_cast<std::size_t>(tp_);
   const std::size_t Cl = C / ranks;
-  const std::size_t att =
-      N * static_cast<std::size_t>(config_.n_head) / ranks * static_cast<std::size_t>(grad_capacity_t_);
 
   BufferCarver carver;
   carver.want(dacts_.residual, N * C);
   carver.want(dacts_.ln, N * C);
   carver.want(dacts_.atty, N * Cl);
   carver.want(dacts_.qkv, N * 3 * Cl);
-  carver.want(dacts_.att, att);
   carver.want(dacts_.fc_pre, N * 4 * Cl);
   carver.allocate(*device_, activation_grad_memory_);
 }
@@ -354,8 +353,7 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
     linear_forward(a.qkv, {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight}, w.attn_c_attn_bias, N,
                    C, 3 * Cl);
     round_if_bf16(a.qkv, rows * 3 * static_cast<std::size_t>(Cl), stored.qkv);
-    k.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
-    round_if_bf16(a.att, rows * static_cast<std::size_t>(NHl) * static_cast<std::size_t>(T), stored.att);
+    k.attention_forward(a.atty, a.lse, a.qkv, B, T, Cl, NHl);
     round_if_bf16(a.atty, rows * static_cast<std::size_t>(Cl), stored.atty);
     linear_forward(acts.branch, {a.atty, stored.atty}, {w.attn_c_proj_weight, w16.attn_c_proj_weight},
                    adds_replicated ? w.attn_c_proj_bias : nullptr, N, Cl, C);

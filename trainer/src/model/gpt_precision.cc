@@ -120,11 +120,10 @@ void GPT::residual_layernorm(float* residual_out, float* norm_out, float* mean, 
   round_if_bf16(norm_out, count, stored_norm_out);
 }
 
-GPT::LayerSizes GPT::layer_sizes(std::size_t rows, std::size_t T) const {
+GPT::LayerSizes GPT::layer_sizes(std::size_t rows) const {
   const std::size_t tp = static_cast<std::size_t>(tp_);
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
-  return {
-      .stream = rows * C, .share = rows * (C / tp), .att = rows * (static_cast<std::size_t>(config_.n_head) / tp) * T};
+  return {.stream = rows * C, .share = rows * (C / tp)};
 }
 
 void GPT::ensure_working_layer(int B, int T) {
@@ -135,7 +134,7 @@ void GPT::ensure_working_layer(int B, int T) {
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
   detail::BufferCarver<float> carver;
   for_each_stored_tensor(
-      layer_sizes(N, static_cast<std::size_t>(working_capacity_t_)),
+      layer_sizes(N),
       [&](std::size_t count, float*& tensor) { carver.want(tensor, count); }, working_);
   carver.want(working_.residual[0], N * C);
   carver.want(working_.residual[1], N * C);
@@ -159,14 +158,15 @@ GPT::StoredLayerActivations GPT::stored_activations(const ActivationSlot& slot, 
 void GPT::load_layer_activations(const ActivationSlot& slot, int l) {
   if (!slot.bf16_storage) return;
   const std::size_t rows = static_cast<std::size_t>(slot.batch_b) * static_cast<std::size_t>(slot.batch_t);
-  const LayerSizes sizes = layer_sizes(rows, static_cast<std::size_t>(slot.batch_t));
+  const LayerSizes sizes = layer_sizes(rows);
   const LayerActivations a = layer_activations(slot, l);
   const StoredLayerActivations& stored = slot.acts.stored[static_cast<std::size_t>(l)];
   const KernelTable& k = *kernels_;
-  // What the fp32 kernels of the backward read (attention, the LayerNorms, the GELU's
-  // derivative); the matmuls read ln_1, atty, ln_2 and fc_gelu as bf16.
+  // What the fp32 kernels of the backward read (attention's q, k, v and output, the
+  // LayerNorms, the GELU's derivative); the matmuls read ln_1, atty, ln_2 and fc_gelu
+  // as bf16. Attention's lse stays fp32 in the slot.
   k.load_bf16(a.qkv, stored.qkv, 3 * sizes.share);
-  k.load_bf16(a.att, stored.att, sizes.att);
+  k.load_bf16(a.atty, stored.atty, sizes.share);
   k.load_bf16(a.residual_mid, stored.residual_mid, sizes.stream);
   k.load_bf16(a.fc_pre, stored.fc_pre, 4 * sizes.share);
   // The layer's input: the previous layer's output (layer 0's, the embedding, is fp32).

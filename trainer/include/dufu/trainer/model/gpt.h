@@ -254,7 +254,7 @@ class GPT {
     float* ln_1_mean;
     float* ln_1_rstd;     // [N] each
     float* qkv;           // [N, 3C]
-    float* att;           // [B, NH, T, T]
+    float* lse;           // [B, NH, T] attention's row log-sum-exp (fp32 under bf16 too)
     float* atty;          // [N, C] attention output, before c_proj
     float* residual_mid;  // [N, C]
     float* ln_2;          // [N, C]
@@ -274,7 +274,6 @@ class GPT {
   struct StoredLayerActivations {
     std::uint16_t* ln_1;
     std::uint16_t* qkv;
-    std::uint16_t* att;
     std::uint16_t* atty;
     std::uint16_t* residual_mid;
     std::uint16_t* ln_2;
@@ -287,7 +286,6 @@ class GPT {
   struct WorkingLayer {
     float* ln_1;
     float* qkv;
-    float* att;
     float* atty;
     float* residual_mid;
     float* ln_2;
@@ -317,7 +315,6 @@ class GPT {
     float* ln;        // [N, C] gradient of a LayerNorm output
     float* atty;      // [N, C]
     float* qkv;       // [N, 3C]
-    float* att;       // [B, NH, T, T] attention_backward's scratch
     float* fc_pre;    // [N, 4C] (fc_gelu's gradient is never stored: matmul_gelu_backward goes through the GELU)
   };
 
@@ -348,14 +345,13 @@ class GPT {
   ActivationSlot& activation_slot(int slot);
   void ensure_activations(ActivationSlot& slot, int B, int T);
   void ensure_working_layer(int B, int T);
-  // Floats of a layer's activations for `rows` rows of `T` positions: an [N, C]
-  // tensor, this rank's [N, Cl] share of one, and its attention matrix.
+  // Floats of a layer's activations for `rows` rows: an [N, C]
+  // tensor and this rank's [N, Cl] share of one.
   struct LayerSizes {
     std::size_t stream;
     std::size_t share;
-    std::size_t att;
   };
-  LayerSizes layer_sizes(std::size_t rows, std::size_t T) const;
+  LayerSizes layer_sizes(std::size_t rows) const;
   // visit(count, layers.tensor...) for each activation of a layer that bf16 storage
   // keeps, but residual_out (whose place depends on the layer): the one list of them
   // for the fp32 layout, the bf16 storage and the working layer.
@@ -363,7 +359,6 @@ class GPT {
   static void for_each_stored_tensor(const LayerSizes& sizes, Visit&& visit, Layers&... layers) {
     visit(sizes.stream, layers.ln_1...);
     visit(3 * sizes.share, layers.qkv...);
-    visit(sizes.att, layers.att...);
     visit(sizes.share, layers.atty...);
     visit(sizes.stream, layers.residual_mid...);
     visit(sizes.stream, layers.ln_2...);
