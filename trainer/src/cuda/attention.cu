@@ -85,12 +85,13 @@ __device__ inline void load_tile(float (*tile)[kWidth], const float* base, std::
   }
 }
 
-// Grid: (query tiles, B NH); the tiles with the most keys start first. At least 4
-// blocks per SM caps the registers at 128: without it ptxas (sm_90) chose 96 for the
-// hs <= 32 instance and spilled.
+// Grid: (query tiles, B NH); the tiles with the most keys start first. The launch
+// bounds (4 blocks per SM: at most 128 registers; 3 for hs <= 128: 168) are there
+// because ptxas spilled without them (sm_90, hs <= 32: it chose 96 registers) and
+// with 128 for hs <= 128 (sm_80).
 template <int kDims>
-__global__ void __launch_bounds__(kThreads, 4) flash_forward_kernel(float* out, float* lse, const float* qkv,
-                                                                 FlashAttentionShape shape) {
+__global__ void __launch_bounds__(kThreads, kDims >= 32 ? 3 : 4)
+    flash_forward_kernel(float* out, float* lse, const float* qkv, FlashAttentionShape shape) {
   constexpr int kWidth = kThreadsPerRow * kDims;
   __shared__ float keys[kKeyTile][kWidth];
   __shared__ float values[kKeyTile][kWidth];
