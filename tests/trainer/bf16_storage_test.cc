@@ -95,14 +95,13 @@ TEST(Bf16Storage, HalvesTheActivationsTheBackwardReads) {
   const double N = kB * kT;
   const double C = config.d_model;
   const double L = config.n_layer;
-  const double att = N * config.n_head * kT;  // [B, NH, T, T]
   // Per layer the backward reads ln_1, ln_2, the two residuals, qkv, the attention
-  // matrix and output and the MLP's two hidden tensors (4C + 12C floats per token and
-  // the matrix); the stage's output stays fp32. bf16 keeps them in 2 bytes instead of
-  // 4, and computes a layer in an fp32 working layer of 5C + 12C floats per token and
-  // one attention matrix; the LM head reads a bf16 copy of ln_f besides its fp32 one.
-  const double kept = L * (16.0 * C * N + att) - C * N;
-  const double working_layer = 17.0 * C * N + att;
+  // output and the MLP's two hidden tensors (4C + 12C floats per token); attention's
+  // lse and the stage's output stay fp32. bf16 keeps them in 2 bytes instead of 4, and
+  // computes a layer in an fp32 working layer of 5C + 12C floats per token; the LM
+  // head reads a bf16 copy of ln_f besides its fp32 one.
+  const double kept = L * 16.0 * C * N - C * N;
+  const double working_layer = 17.0 * C * N;
   const double ln_f_copy = C * N;
   EXPECT_EQ(measured_activation_bytes(Precision::kFp32) - measured_activation_bytes(Precision::kBf16),
             2.0 * kept - 4.0 * working_layer - 2.0 * ln_f_copy);

@@ -149,12 +149,13 @@ inline std::size_t qkv_index(int b, int t, int part, int h, int i, int T, int C,
   return (static_cast<std::size_t>(b) * T + t) * 3 * C + static_cast<std::size_t>(part) * C + h * hs + i;
 }
 
-// att [B, NH, T, T] is written in full, zeros above the diagonal.
-inline void attention_forward(Vec& out, Vec& att, const Vec& qkv, int B, int T, int C, int NH) {
+// The full softmax matrix att [B, NH, T, T], zeros above the diagonal, and each row's
+// log-sum-exp lse [B, NH, T] of the scaled scores (what the flash kernels keep).
+inline void attention_probabilities(Vec& att, Vec& lse, const Vec& qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
-  out.assign(static_cast<std::size_t>(B) * T * C, 0.0);
   att.assign(static_cast<std::size_t>(B) * NH * T * T, 0.0);
+  lse.assign(static_cast<std::size_t>(B) * NH * T, 0.0);
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)
       for (int t = 0; t < T; ++t) {
@@ -169,8 +170,23 @@ inline void attention_forward(Vec& out, Vec& att, const Vec& qkv, int B, int T, 
         for (int k = 0; k < T; ++k) max_score = std::max(max_score, scores[k]);
         double sum = 0.0;
         for (int k = 0; k < T; ++k) sum += std::exp(scores[k] - max_score);
-        double* row = &att[((static_cast<std::size_t>(b) * NH + h) * T + t) * T];
+        const std::size_t row_index = (static_cast<std::size_t>(b) * NH + h) * T + t;
+        lse[row_index] = max_score + std::log(sum);
+        double* row = &att[row_index * T];
         for (int k = 0; k < T; ++k) row[k] = std::exp(scores[k] - max_score) / sum;
+      }
+}
+
+// out [B, T, C] = att V per head, and lse as attention_probabilities gives it.
+inline void attention_forward(Vec& out, Vec& lse, const Vec& qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  Vec att;
+  attention_probabilities(att, lse, qkv, B, T, C, NH);
+  out.assign(static_cast<std::size_t>(B) * T * C, 0.0);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t) {
+        const double* row = &att[((static_cast<std::size_t>(b) * NH + h) * T + t) * T];
         for (int i = 0; i < hs; ++i) {
           double o = 0.0;
           for (int k = 0; k < T; ++k) o += row[k] * qkv[qkv_index(b, k, 2, h, i, T, C, NH)];
@@ -183,8 +199,8 @@ inline void attention_forward(Vec& out, Vec& att, const Vec& qkv, int B, int T, 
 inline void attention_backward(Vec& dqkv, const Vec& dout, const Vec& qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
-  Vec out, att;
-  attention_forward(out, att, qkv, B, T, C, NH);
+  Vec att, lse;
+  attention_probabilities(att, lse, qkv, B, T, C, NH);
   dqkv.assign(qkv.size(), 0.0);
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)

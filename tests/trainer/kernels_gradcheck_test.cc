@@ -211,12 +211,11 @@ Checks matmul_gelu(const Shape& s, Device& device) {
 Checks attention(const Shape& s, Device& device) {
   const auto qkv = random_floats(static_cast<std::size_t>(s.N()) * 3 * s.C, 50, -2.0f, 2.0f);
   const auto w = random_floats(static_cast<std::size_t>(s.N()) * s.C, 51);
-  const std::size_t att_size = static_cast<std::size_t>(s.B) * s.NH * s.T * s.T;
-  std::vector<float> out(w.size()), att(att_size), scratch(att_size), dqkv(qkv.size());
+  std::vector<float> out(w.size()), lse(static_cast<std::size_t>(s.B) * s.NH * s.T), dqkv(qkv.size());
   DeviceArgs d(device);
   const KernelTable& k = device.kernels();
-  k.attention_forward(d.arg(out), d.arg(att), d.arg(qkv), s.B, s.T, s.C, s.NH);
-  k.attention_backward(d.arg(dqkv), d.arg(scratch), d.arg(w), d.arg(qkv), d.arg(att), s.B, s.T, s.C, s.NH);
+  k.attention_forward(d.arg(out), d.arg(lse), d.arg(qkv), s.B, s.T, s.C, s.NH);
+  k.attention_backward(d.arg(dqkv), d.arg(w), d.arg(qkv), d.arg(out), d.arg(lse), s.B, s.T, s.C, s.NH);
   d.finish();
 
   Vec qkv_d = widen(qkv);

@@ -1,5 +1,5 @@
-// train.recompute = selective and full: a model that drops the attention matrix and
-// the MLP's hidden values, or keeps only each layer's input, and makes them again in
+// train.recompute = selective and full: a model that drops the MLP's hidden values,
+// or keeps only each layer's input, and makes them again in
 // the backward gives the bits of the model that keeps every activation (losses, gradients, weights after AdamW steps with gradient
 // accumulation), under fp32 and bf16, in one process and as pipeline stages whose
 // forwards run before their backwards; what it allocates is what the memory plan
@@ -238,11 +238,9 @@ TEST(RecomputeMemory, Gpt2SmallLayerActivationsFallMoreThanFiveTimes) {
                 plan({}, Recompute::kSelective) / 1e9, plan({}, Recompute::kFull) / 1e9);
     EXPECT_LT(selective, kept);
     EXPECT_LT(recomputed, selective);
-    // Under bf16 the working layer's fp32 and bf16 attention matrices and their
-    // gradient (T x T per head, 1 GB here) stay: the flash-style attention removes them.
-    if (precision == Precision::kFp32) {
-      EXPECT_GT(kept / recomputed, 5.0);
-    }
+    // Under bf16 the fp32 working layer a layer computes in (and its activation
+    // gradients) are a floor that the bf16-native storage of issue 22 would lower.
+    EXPECT_GT(kept / recomputed, precision == Precision::kFp32 ? 5.0 : 2.5);
   }
 }
 

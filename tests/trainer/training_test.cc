@@ -471,6 +471,12 @@ TEST(TrainingMemory, CountsTheModelAndRefusesWhatCannotFit) {
   const double one = activation_bytes(gpt2, 8, 1024, 1, whole, 1, 4, Precision::kFp32);
   EXPECT_GT(one, 8.0 * 1024 * 768 * 4 * 12);
   EXPECT_NEAR(activation_bytes(gpt2, 16, 1024, 1, whole, 1, 4, Precision::kFp32) / one, 2.0, 0.01);
+  // Attention keeps one lse per row and head, no T x T matrix: the same tokens in
+  // sequences twice as long need the same activation memory, under both precisions.
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    EXPECT_DOUBLE_EQ(activation_bytes(gpt2, 4, 2048, 1, whole, 1, 0, precision),
+                     activation_bytes(gpt2, 8, 1024, 1, whole, 1, 0, precision));
+  }
   // Sizes that wrap around 64 bits as integers stay large in the estimate.
   GPTConfig huge = gpt2;
   huge.d_model = 1 << 30;

@@ -1,171 +1,191 @@
-// CPU causal self-attention, one (batch, head) at a time, in blocks of query rows so
-// the products run in sgemm instead of scalar dot-product loops.
+// CPU causal self-attention, flash-style (the algorithm and its math are in
+// device/flash_attention.h, shared with the CUDA kernel): a block of query rows meets
+// the key/value tiles left of its diagonal one at a time, with an online softmax, so
+// no T x T matrix exists, stored or not; each thread keeps one score tile. The tile
+// products run in sgemm rather than in scalar dot-product loops.
 //
-// Forward, per block of rows [t0, t1): the scaled scores against keys [0, t1) come
-// from one sgemm into a per-thread tile; then one pass per row over its visible keys
-// k <= t (max; exp and sum; normalize) writes the probabilities to att and to the
-// tile, whose masked tail is zeroed so a second sgemm gives out = P V. Only the tile
-// sees scores above the diagonal; att's masked entries are never written or read.
+// Forward: one task per (batch, head, query block), the blocks with the most keys
+// first so the threads finish together; only the rows' log-sum-exp is kept.
 //
-// Backward: each (batch, head) is one task that owns its slices of dq, dk and dv, so
-// dk and dv accumulate across query blocks inside the task, without atomics and in an
-// order that does not depend on the thread count.
+// Backward: one task per (batch, head), which owns its slices of dq, dk and dv, so
+// each of them accumulates over the tiles in one fixed order, whatever the thread
+// count, without atomics.
 #include <cblas.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <vector>
 
 #include "cpu_kernels.h"
-#include "dufu/trainer/device/kernel_math.h"
+#include "dufu/trainer/device/flash_attention.h"
 
 namespace dufu::trainer::cpu {
 
 namespace {
 
-// Rows per block: enough for sgemm to run near speed with hs = 64 as the inner
-// dimension, few enough that the zero-filled triangle of the diagonal block is small.
+// Query rows per block: enough for sgemm to run near speed with hs = 64 as the inner
+// dimension. Keys per tile: wide, since a CPU thread's score tile stays in its cache
+// anyway and fewer, larger sgemm calls cost less; the diagonal tile's masked part, at
+// most kQueryBlock x kKeyTile, is the work this wastes.
 constexpr int kQueryBlock = 64;
+constexpr int kKeyTile = 256;
 
-// Where each head's rows live in qkv [B, T, 3C], att [B, NH, T, T] and out [B, T, C].
-struct Layout {
-  int T, C, NH, hs;
-  std::size_t C3;
-  float scale;  // of the scores, 1/sqrt(hs)
-  // Head h's q of batch b at position 0; k and v follow at +C and +2C.
-  std::size_t head_offset(int b, int h) const {
-    return static_cast<std::size_t>(b) * T * C3 + static_cast<std::size_t>(h) * hs;
-  }
-  // Row t of att for (b, h).
-  std::size_t att_row(int b, int h, int t) const {
-    return ((static_cast<std::size_t>(b) * NH + h) * T + t) * static_cast<std::size_t>(T);
-  }
-  // Head h's slice of out/dout row (b, t).
-  std::size_t out_offset(int b, int t, int h) const {
-    return (static_cast<std::size_t>(b) * T + t) * C + static_cast<std::size_t>(h) * hs;
-  }
+// Query rows [t0, t1) of one (batch, head).
+struct QueryBlock {
+  int t0, t1;
+  int rows() const { return t1 - t0; }
 };
 
-Layout make_layout(int T, int C, int NH) {
-  const int hs = C / NH;
-  return {T, C, NH, hs, 3 * static_cast<std::size_t>(C), 1.0f / std::sqrt(static_cast<float>(hs))};
+// The largest of a score row's first `visible` entries (visible >= 1).
+inline float visible_max(const float* row, int visible) {
+  float max_score = row[0];
+#pragma omp simd reduction(max : max_score)
+  for (int j = 1; j < visible; ++j) max_score = row[j] > max_score ? row[j] : max_score;
+  return max_score;
 }
+
+// Keys of the tile [j0, j0 + cols) that query t sees: 0 .. min(cols, t - j0 + 1).
+inline int visible_keys(int t, int j0, int cols) { return std::clamp(t - j0 + 1, 0, cols); }
 
 }  // namespace
 
-DUFU_CPU_CLONES void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+DUFU_CPU_CLONES void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
   use_single_threaded_blas();
-  const Layout L = make_layout(T, C, NH);
-  const int ldqkv = static_cast<int>(L.C3);
+  const FlashAttentionShape shape{T, C, NH};
+  const int hs = shape.head_size();
+  const float scale = shape.scale();
+  const int ld = static_cast<int>(shape.qkv_stride());
   const int blocks = (T + kQueryBlock - 1) / kQueryBlock;
   const int heads = B * NH;
 #pragma omp parallel
   {
-    std::vector<float> tile(static_cast<std::size_t>(std::min(kQueryBlock, T)) * T);
-    // The last blocks see the most keys: hand them out first so the threads finish together.
+    std::vector<float> tile(static_cast<std::size_t>(kQueryBlock) * kKeyTile);
+    OnlineSoftmax softmax[kQueryBlock];
 #pragma omp for schedule(dynamic)
     for (int task = 0; task < heads * blocks; ++task) {
       const int block = blocks - 1 - task / heads;
       const int b = task % heads / NH;
       const int h = task % NH;
-      const int t0 = block * kQueryBlock;
-      const int t1 = std::min(T, t0 + kQueryBlock);
-      const int rows = t1 - t0;
-      const float* q = qkv + L.head_offset(b, h);
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* scores = tile.data();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, L.hs, L.scale, q + t0 * L.C3, ldqkv, k, ldqkv,
-                  0.0f, scores, t1);
-      for (int r = 0; r < rows; ++r) {
-        const int t = t0 + r;
-        float* s = scores + static_cast<std::size_t>(r) * t1;
-        float max_score = s[0];
-#pragma omp simd reduction(max : max_score)
-        for (int j = 1; j <= t; ++j) max_score = s[j] > max_score ? s[j] : max_score;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j <= t; ++j) {
-          const float e = exp_approx(s[j] - max_score);
-          s[j] = e;
-          sum += e;
-        }
-        const float inv_sum = 1.0f / sum;
-        float* a = att + L.att_row(b, h, t);
-#pragma omp simd
-        for (int j = 0; j <= t; ++j) {
-          s[j] *= inv_sum;
-          a[j] = s[j];
-        }
-        std::fill(s + t + 1, s + t1, 0.0f);
+      const QueryBlock qb{block * kQueryBlock, std::min(T, (block + 1) * kQueryBlock)};
+      const float* q = qkv + shape.q_offset(b, qb.t0, h);
+      const float* k = qkv + shape.q_offset(b, 0, h) + C;
+      const float* v = k + C;
+      float* o = out + shape.out_offset(b, qb.t0, h);
+      for (int r = 0; r < qb.rows(); ++r) {
+        softmax[r] = online_softmax_start();
+        std::fill(o + static_cast<std::size_t>(r) * C, o + static_cast<std::size_t>(r) * C + hs, 0.0f);
       }
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, L.hs, t1, 1.0f, scores, t1, v, ldqkv, 0.0f,
-                  out + L.out_offset(b, t0, h), C);
+      for (int j0 = 0; j0 < qb.t1; j0 += kKeyTile) {
+        const int cols = std::min(qb.t1 - j0, kKeyTile);
+        float* scores = tile.data();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qb.rows(), cols, hs, scale, q, ld,
+                    k + static_cast<std::size_t>(j0) * ld, ld, 0.0f, scores, cols);
+        for (int r = 0; r < qb.rows(); ++r) {
+          float* s = scores + static_cast<std::size_t>(r) * cols;
+          const int visible = visible_keys(qb.t0 + r, j0, cols);
+          std::fill(s + visible, s + cols, 0.0f);
+          if (visible == 0) continue;
+          OnlineSoftmax& row = softmax[r];
+          const float factor = online_softmax_rescale(row, visible_max(s, visible));
+          float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+          for (int j = 0; j < visible; ++j) {
+            const float w = online_softmax_weight(row, s[j]);
+            s[j] = w;
+            sum += w;
+          }
+          row.sum += sum;
+          if (factor != 1.0f) {
+            float* orow = o + static_cast<std::size_t>(r) * C;
+#pragma omp simd
+            for (int i = 0; i < hs; ++i) orow[i] *= factor;
+          }
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qb.rows(), hs, cols, 1.0f, scores, cols,
+                    v + static_cast<std::size_t>(j0) * ld, ld, 1.0f, o, C);
+      }
+      for (int r = 0; r < qb.rows(); ++r) {
+        const float inverse = 1.0f / softmax[r].sum;
+        float* orow = o + static_cast<std::size_t>(r) * C;
+#pragma omp simd
+        for (int i = 0; i < hs; ++i) orow[i] *= inverse;
+        lse[shape.lse_offset(b, h, qb.t0 + r)] = online_softmax_lse(softmax[r]);
+      }
     }
   }
 }
 
-DUFU_CPU_CLONES void attention_backward(float* dqkv, [[maybe_unused]] float* datt_scratch, const float* dout,
-                                        const float* qkv, const float* att, int B, int T, int C, int NH) {
+DUFU_CPU_CLONES void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                                        const float* lse, int B, int T, int C, int NH) {
   use_single_threaded_blas();
-  const Layout L = make_layout(T, C, NH);
-  const int ldqkv = static_cast<int>(L.C3);
+  const FlashAttentionShape shape{T, C, NH};
+  const int hs = shape.head_size();
+  const float scale = shape.scale();
+  const int ld = static_cast<int>(shape.qkv_stride());
   const int blocks = (T + kQueryBlock - 1) / kQueryBlock;
 #pragma omp parallel
   {
-    const std::size_t tile_size = static_cast<std::size_t>(std::min(kQueryBlock, T)) * T;
+    const std::size_t tile_size = static_cast<std::size_t>(kQueryBlock) * kKeyTile;
     std::vector<float> probs(tile_size), grads(tile_size);
+    float row_dot[kQueryBlock];
 #pragma omp for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; ++b) {
       for (int h = 0; h < NH; ++h) {
-        const float* q = qkv + L.head_offset(b, h);
+        const float* q = qkv + shape.q_offset(b, 0, h);
         const float* k = q + C;
         const float* v = q + 2 * C;
-        float* dq = dqkv + L.head_offset(b, h);
+        float* dq = dqkv + shape.q_offset(b, 0, h);
         float* dk = dq + C;
         float* dv = dq + 2 * C;
-        // dk and dv accumulate over the query blocks; dq is written once per block.
         for (int t = 0; t < T; ++t) {
-          std::fill(dk + t * L.C3, dk + t * L.C3 + L.hs, 0.0f);
-          std::fill(dv + t * L.C3, dv + t * L.C3 + L.hs, 0.0f);
+          for (float* d : {dq, dk, dv}) std::fill(d + t * shape.qkv_stride(), d + t * shape.qkv_stride() + hs, 0.0f);
         }
         for (int block = 0; block < blocks; ++block) {
-          const int t0 = block * kQueryBlock;
-          const int t1 = std::min(T, t0 + kQueryBlock);
-          const int rows = t1 - t0;
-          const float* g = dout + L.out_offset(b, t0, h);
-          // P: the saved probabilities, zero above the diagonal.
-          float* p = probs.data();
-          for (int r = 0; r < rows; ++r) {
-            const int t = t0 + r;
-            const float* a = att + L.att_row(b, h, t);
-            float* pr = p + static_cast<std::size_t>(r) * t1;
-            std::copy(a, a + t + 1, pr);
-            std::fill(pr + t + 1, pr + t1, 0.0f);
+          const QueryBlock qb{block * kQueryBlock, std::min(T, (block + 1) * kQueryBlock)};
+          const float* qi = q + static_cast<std::size_t>(qb.t0) * ld;
+          float* dqi = dq + static_cast<std::size_t>(qb.t0) * ld;
+          const float* g = dout + shape.out_offset(b, qb.t0, h);
+          for (int r = 0; r < qb.rows(); ++r) {
+            const float* gr = g + static_cast<std::size_t>(r) * C;
+            const float* orow = out + shape.out_offset(b, qb.t0 + r, h);
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int i = 0; i < hs; ++i) dot += gr[i] * orow[i];
+            row_dot[r] = dot;
           }
-          // dP = dout V^T, dV += P^T dout
-          float* dp = grads.data();
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, L.hs, 1.0f, g, C, v, ldqkv, 0.0f, dp, t1);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, L.hs, rows, 1.0f, p, t1, g, C, 1.0f, dv, ldqkv);
-          // Softmax backward in O(t) per row: dscore_j = P_j (dP_j - sum_i P_i dP_i),
-          // times the 1/sqrt(hs) of the scores; zero above the diagonal.
-          for (int r = 0; r < rows; ++r) {
-            const int t = t0 + r;
-            const float* pr = p + static_cast<std::size_t>(r) * t1;
-            float* dr = dp + static_cast<std::size_t>(r) * t1;
-            float weighted = 0.0f;
-#pragma omp simd reduction(+ : weighted)
-            for (int j = 0; j <= t; ++j) weighted += pr[j] * dr[j];
+          for (int j0 = 0; j0 < qb.t1; j0 += kKeyTile) {
+            const int cols = std::min(qb.t1 - j0, kKeyTile);
+            const float* kj = k + static_cast<std::size_t>(j0) * ld;
+            const float* vj = v + static_cast<std::size_t>(j0) * ld;
+            float* p = probs.data();
+            float* dp = grads.data();
+            // P from the recomputed scores and the saved lse; dP = dout V^T.
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qb.rows(), cols, hs, scale, qi, ld, kj, ld, 0.0f, p,
+                        cols);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qb.rows(), cols, hs, 1.0f, g, C, vj, ld, 0.0f, dp,
+                        cols);
+            for (int r = 0; r < qb.rows(); ++r) {
+              float* pr = p + static_cast<std::size_t>(r) * cols;
+              float* dr = dp + static_cast<std::size_t>(r) * cols;
+              const int visible = visible_keys(qb.t0 + r, j0, cols);
+              const float row_lse = lse[shape.lse_offset(b, h, qb.t0 + r)];
+              const float dot = row_dot[r];
 #pragma omp simd
-            for (int j = 0; j <= t; ++j) dr[j] = pr[j] * (dr[j] - weighted) * L.scale;
-            std::fill(dr + t + 1, dr + t1, 0.0f);
+              for (int j = 0; j < visible; ++j) {
+                pr[j] = flash_probability(pr[j], row_lse);
+                dr[j] = flash_score_grad(pr[j], dr[j], dot, scale);
+              }
+              std::fill(pr + visible, pr + cols, 0.0f);
+              std::fill(dr + visible, dr + cols, 0.0f);
+            }
+            // dV_j += P^T dout; dQ_i += dS K_j; dK_j += dS^T Q_i.
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, qb.rows(), 1.0f, p, cols, g, C, 1.0f,
+                        dv + static_cast<std::size_t>(j0) * ld, ld);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qb.rows(), hs, cols, 1.0f, dp, cols, kj, ld, 1.0f,
+                        dqi, ld);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, qb.rows(), 1.0f, dp, cols, qi, ld, 1.0f,
+                        dk + static_cast<std::size_t>(j0) * ld, ld);
           }
-          // dQ = dS K, dK += dS^T Q
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, L.hs, t1, 1.0f, dp, t1, k, ldqkv, 0.0f,
-                      dq + t0 * L.C3, ldqkv);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, L.hs, rows, 1.0f, dp, t1, q + t0 * L.C3, ldqkv, 1.0f,
-                      dk, ldqkv);
         }
       }
     }

@@ -216,7 +216,8 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
   const std::size_t N = static_cast<std::size_t>(slot.capacity_b) * static_cast<std::size_t>(slot.capacity_t);
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
   // This rank's share: channels of its heads, its heads, hidden units, vocabulary.
-  const LayerSizes sizes = layer_sizes(N, static_cast<std::size_t>(slot.capacity_t));
+  const LayerSizes sizes = layer_sizes(N);
+  const std::size_t lse_size = N * static_cast<std::size_t>(config_.n_head) / static_cast<std::size_t>(tp_);
   const std::size_t Vl = static_cast<std::size_t>(local_vocab_size());
 
   Activations& acts = slot.acts;
@@ -231,6 +232,7 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
     carver.want(layer.ln_1_rstd, N);
     carver.want(layer.ln_2_mean, N);
     carver.want(layer.ln_2_rstd, N);
+    carver.want(layer.lse, lse_size);
     const bool is_output = l + 1 == acts.layers.size();
     if (is_output) carver.want(layer.residual_out, N * C);
     // What recomputation drops is the working layer's (layer_activations,
@@ -278,15 +280,12 @@ void GPT::ensure_activation_grads(int B, int T) {
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
   const std::size_t ranks = static_cast<std::size_t>(tp_);
   const std::size_t Cl = C / ranks;
-  const std::size_t att =
-      N * static_cast<std::size_t>(config_.n_head) / ranks * static_cast<std::size_t>(grad_capacity_t_);
 
   BufferCarver carver;
   carver.want(dacts_.residual, N * C);
   carver.want(dacts_.ln, N * C);
   carver.want(dacts_.atty, N * Cl);
   carver.want(dacts_.qkv, N * 3 * Cl);
-  carver.want(dacts_.att, att);
   carver.want(dacts_.fc_pre, N * 4 * Cl);
   carver.allocate(*device_, activation_grad_memory_);
 }
@@ -442,8 +441,7 @@ void GPT::forward_layer_body(const ActivationSlot& slot, int l) {
   linear_forward(a.qkv, {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight}, w.attn_c_attn_bias, N,
                  C, 3 * Cl);
   round_if_bf16(a.qkv, rows * 3 * static_cast<std::size_t>(Cl), stored.qkv);
-  k.attention_forward(a.atty, a.att, a.qkv, B, T, Cl, NHl);
-  round_if_bf16(a.att, rows * static_cast<std::size_t>(NHl) * static_cast<std::size_t>(T), stored.att);
+  k.attention_forward(a.atty, a.lse, a.qkv, B, T, Cl, NHl);
   round_if_bf16(a.atty, rows * static_cast<std::size_t>(Cl), stored.atty);
   linear_forward(acts.branch, {a.atty, stored.atty}, {w.attn_c_proj_weight, w16.attn_c_proj_weight},
                  adds_replicated ? w.attn_c_proj_bias : nullptr, N, Cl, C);
@@ -452,37 +450,36 @@ void GPT::forward_layer_body(const ActivationSlot& slot, int l) {
   residual_layernorm(a.residual_mid, a.ln_2, a.ln_2_mean, a.ln_2_rstd, residual_in, acts.branch, w.ln_2_weight,
                      w.ln_2_bias, N, C, stored.residual_mid, stored.ln_2);
 
+  forward_mlp_hidden(slot, l);
+}
+
+void GPT::forward_mlp_hidden(const ActivationSlot& slot, int l) {
+  const int N = slot.batch_b * slot.batch_t;
+  const int C = config_.d_model;
+  const int Cl = C / tp_;
+  const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
+  const BasicGPTLayerTensors<std::uint16_t> w16 =
+      p16_.h.empty() ? BasicGPTLayerTensors<std::uint16_t>{} : p16_.h[static_cast<std::size_t>(l)];
+  const LayerActivations a = layer_activations(slot, l);
+  const StoredLayerActivations stored = stored_activations(slot, l);
   // Bias and GELU fused into the matmul (a GPU's epilogue): only fc_pre and fc_gelu
   // are stored, so the product before the bias is never rounded.
   linear_bias_gelu_forward(a.fc_gelu, a.fc_pre, {a.ln_2, stored.ln_2}, {w.mlp_c_fc_weight, w16.mlp_c_fc_weight},
                            w.mlp_c_fc_bias, N, C, 4 * Cl);
-  round_if_bf16(a.fc_pre, rows * 4 * static_cast<std::size_t>(Cl), stored.fc_pre);
-  round_if_bf16(a.fc_gelu, rows * 4 * static_cast<std::size_t>(Cl), stored.fc_gelu);
+  const std::size_t hidden = static_cast<std::size_t>(N) * 4 * static_cast<std::size_t>(Cl);
+  round_if_bf16(a.fc_pre, hidden, stored.fc_pre);
+  round_if_bf16(a.fc_gelu, hidden, stored.fc_gelu);
 }
 
 void GPT::recompute_layer(const ActivationSlot& slot, int l) {
+  // Selective: the MLP's hidden values again from the ln_2 it kept.
+  if (slot.recompute == Recompute::kSelective) {
+    forward_mlp_hidden(slot, l);
+    return;
+  }
   const int N = slot.batch_b * slot.batch_t;
   const int C = config_.d_model;
   const LayerActivations a = layer_activations(slot, l);
-  if (slot.recompute == Recompute::kSelective) {
-    // The forward's own calls on the inputs it kept: attention from qkv (atty comes
-    // out as stored), the MLP's first matmul with its bias and GELU from ln_2.
-    const int T = slot.batch_t;
-    const int Cl = C / tp_;
-    const std::size_t rows = static_cast<std::size_t>(N);
-    const StoredLayerActivations stored = stored_activations(slot, l);
-    const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
-    const BasicGPTLayerTensors<std::uint16_t> w16 =
-        p16_.h.empty() ? BasicGPTLayerTensors<std::uint16_t>{} : p16_.h[static_cast<std::size_t>(l)];
-    kernels_->attention_forward(a.atty, a.att, a.qkv, slot.batch_b, T, Cl, config_.n_head / tp_);
-    round_if_bf16(a.att, rows * static_cast<std::size_t>(config_.n_head / tp_) * static_cast<std::size_t>(T),
-                  stored.att);
-    linear_bias_gelu_forward(a.fc_gelu, a.fc_pre, {a.ln_2, stored.ln_2}, {w.mlp_c_fc_weight, w16.mlp_c_fc_weight},
-                             w.mlp_c_fc_bias, N, C, 4 * Cl);
-    round_if_bf16(a.fc_pre, rows * 4 * static_cast<std::size_t>(Cl), stored.fc_pre);
-    round_if_bf16(a.fc_gelu, rows * 4 * static_cast<std::size_t>(Cl), stored.fc_gelu);
-    return;
-  }
   // The forward made layer l's ln_1 in the previous layer's fused residual add (or
   // from the embedding): the same normalisation of the same stored input.
   const float* residual_in = l == 0 ? slot.acts.encoded : layer_activations(slot, l - 1).residual_out;

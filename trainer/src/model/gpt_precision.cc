@@ -147,11 +147,10 @@ void GPT::residual_layernorm(float* residual_out, float* norm_out, float* mean, 
   round_if_bf16(norm_out, count, stored_norm_out);
 }
 
-GPT::LayerSizes GPT::layer_sizes(std::size_t rows, std::size_t T) const {
+GPT::LayerSizes GPT::layer_sizes(std::size_t rows) const {
   const std::size_t tp = static_cast<std::size_t>(tp_);
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
-  return {
-      .stream = rows * C, .share = rows * (C / tp), .att = rows * (static_cast<std::size_t>(config_.n_head) / tp) * T};
+  return {.stream = rows * C, .share = rows * (C / tp)};
 }
 
 void GPT::ensure_working_layer(int B, int T) {
@@ -166,7 +165,7 @@ void GPT::ensure_working_layer(int B, int T) {
     detail::BufferCarver<std::uint16_t> carver;
     working_stored_ = {};
     for_each_tensor_recomputed(
-        recompute_, layer_sizes(N, static_cast<std::size_t>(working_stored_capacity_t_)),
+        recompute_, layer_sizes(N),
         [&](std::size_t count, std::uint16_t*& tensor) { carver.want(tensor, count); }, working_stored_);
     carver.allocate(*device_, working_stored_memory_);
   }
@@ -183,7 +182,7 @@ void GPT::ensure_working_layer(int B, int T) {
   working_recompute_ = recompute_;
   const std::size_t N = static_cast<std::size_t>(working_capacity_b_) * static_cast<std::size_t>(working_capacity_t_);
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
-  const LayerSizes sizes = layer_sizes(N, static_cast<std::size_t>(working_capacity_t_));
+  const LayerSizes sizes = layer_sizes(N);
   detail::BufferCarver<float> carver;
   const auto want = [&](std::size_t count, float*& tensor) { carver.want(tensor, count); };
   working_ = {};
@@ -224,21 +223,20 @@ GPT::StoredLayerActivations GPT::stored_activations(const ActivationSlot& slot, 
 void GPT::load_layer_activations(const ActivationSlot& slot, int l) {
   if (!slot.bf16_storage) return;
   const std::size_t rows = static_cast<std::size_t>(slot.batch_b) * static_cast<std::size_t>(slot.batch_t);
-  const LayerSizes sizes = layer_sizes(rows, static_cast<std::size_t>(slot.batch_t));
+  const LayerSizes sizes = layer_sizes(rows);
   const KernelTable& k = *kernels_;
-  // What the fp32 kernels of the backward read (attention, the LayerNorms, the GELU's
-  // derivative); the matmuls read ln_1, atty, ln_2 and fc_gelu as bf16. What
-  // recompute_layer makes again it leaves in fp32 itself (store_bf16 leaves the
-  // rounded values behind): under full recomputation everything but the input.
+  // What the fp32 kernels of the backward read (attention's q, k, v and output, the
+  // LayerNorms, the GELU's derivative); the matmuls read ln_1, atty, ln_2 and fc_gelu
+  // as bf16. Attention's lse stays fp32 in the slot. What recompute_layer makes again
+  // it leaves in fp32 itself (store_bf16 leaves the rounded values behind): under full
+  // recomputation everything but the input.
   if (slot.recompute != Recompute::kFull) {
     const LayerActivations a = layer_activations(slot, l);
     const StoredLayerActivations stored = stored_activations(slot, l);
     k.load_bf16(a.qkv, stored.qkv, 3 * sizes.share);
+    k.load_bf16(a.atty, stored.atty, sizes.share);
     k.load_bf16(a.residual_mid, stored.residual_mid, sizes.stream);
-    if (slot.recompute == Recompute::kNone) {
-      k.load_bf16(a.att, stored.att, sizes.att);
-      k.load_bf16(a.fc_pre, stored.fc_pre, 4 * sizes.share);
-    }
+    if (slot.recompute == Recompute::kNone) k.load_bf16(a.fc_pre, stored.fc_pre, 4 * sizes.share);
   }
   // The layer's input: the previous layer's output (layer 0's, the embedding, is fp32).
   if (l > 0) {

@@ -61,7 +61,7 @@ ConfigSchema training_config_schema() {
                   "weights, moments, LayerNorm statistics, softmax and loss (kernels compute in fp32 and round to "
                   "bf16 at the recipe's points)")
       .add_string("train.recompute", recompute_name(defaults.recompute),
-                  "none; selective: the backward recomputes each layer's attention and MLP hidden values; full: "
+                  "none; selective: the backward recomputes each layer's MLP hidden values; full: "
                   "each layer keeps only its input and the backward runs its forward again (activation memory for "
                   "compute; the same results, bit for bit)")
       .add_double("train.dp_bucket_mb", defaults.dp_bucket_mb,

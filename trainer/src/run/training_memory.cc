@@ -98,35 +98,36 @@ double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parall
   const double N = static_cast<double>(B) * T;
   const double C = config.d_model;
   const double Cl = C / tensor_parallel_size;
-  const double att = N * config.n_head / tensor_parallel_size * T;
+  // Attention keeps one log-sum-exp per row and head (flash-style: no T x T matrix).
+  const double lse = N * config.n_head / tensor_parallel_size;
   const double vocab = (static_cast<double>(config.vocab_size) + config.vocab_multiple) / tensor_parallel_size;
   const double layers = stage_layers(config, stage);
-  // In floats. One slot: the input and output, per layer the LayerNorm statistics (fp32
-  // under both precisions) and the tensors a backward reads (ln_1, ln_2, the
-  // residuals, QKV, the attention matrix and output, the MLP's: 4 C + 12 Cl + att,
+  // In floats. One slot: the input and output, per layer the LayerNorm statistics and
+  // attention's lse (fp32 under both precisions) and the tensors a backward reads
+  // (ln_1, ln_2, the residuals, QKV, the attention output, the MLP's: 4 C + 12 Cl,
   // less the last layer's output already counted), in bf16 under bf16, which then
   // computes in one fp32 working layer shared by the slots; the last stage's ln_f
   // and logits; the branch scratch buffer; the tokens and targets.
-  // Recomputation keeps less of each layer: selective all but the attention matrix
-  // and the MLP's two hidden tensors, full only the layer's output (the next one's
+  // Recomputation keeps less of each layer: selective all but the MLP's two hidden
+  // tensors, full only the layer's output (the next one's
   // input) and its LayerNorm statistics. What it drops is computed, in the forward
   // and again in the backward, in one working layer: under fp32 just those tensors;
   // under bf16 the whole fp32 working layer (which bf16 has anyway) and bf16 copies
   // of those tensors, one layer's.
   const bool bf16 = precision == Precision::kBf16;
-  const double layer_tensors = 3.0 * N * C + 12.0 * N * Cl + att;  // all but the two residuals
+  const double layer_tensors = 3.0 * N * C + 12.0 * N * Cl;  // all but the two residuals
   const double dropped = recompute == Recompute::kFull        ? layer_tensors
-                         : recompute == Recompute::kSelective ? 8.0 * N * Cl + att
+                         : recompute == Recompute::kSelective ? 8.0 * N * Cl
                                                               : 0.0;
   const double kept = layers * (N * C + layer_tensors - dropped) - N * C;
-  double slot = 2.0 * N * C + layers * 4.0 * N + (bf16 ? 0.5 : 1.0) * kept;
+  double slot = 2.0 * N * C + layers * (4.0 * N + lse) + (bf16 ? 0.5 : 1.0) * kept;
   if (stage.is_last()) slot += (bf16 ? 1.5 : 1.0) * N * C + 3.0 * N + N * vocab;  // ln_f (and its bf16 copy)
   slot += N * C + 2.0 * N;
   const double working_layer = bf16 ? 2.0 * N * C + layer_tensors + 0.5 * dropped : dropped;
   // The gradients of the activations, one set for every slot: the residual stream's
-  // and a LayerNorm output's, atty, qkv, att and fc_pre (fc_gelu's is never stored:
+  // and a LayerNorm output's, atty, qkv and fc_pre (fc_gelu's is never stored:
   // matmul_gelu_backward goes through the GELU).
-  const double grads = 2.0 * N * C + 8.0 * N * Cl + att;
+  const double grads = 2.0 * N * C + 8.0 * N * Cl;
   const double loader = static_cast<double>(prefetch) * B * (T + 1.0);
   return 4.0 * (slots * slot + working_layer + grads + loader);
 }

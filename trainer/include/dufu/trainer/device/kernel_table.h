@@ -87,17 +87,14 @@ struct KernelTable {
   void (*matmul_gelu_backward)(float* dpre, float* dweight, float* dbias, const float* dout, const float* x,
                                const float* weight, const float* pre, int N, int C, int OC);
 
-  // Causal multi-head self-attention on qkv [B, T, 3C] (q, k, v each C = NH·hs):
-  // out [B, T, C]; att [B, NH, T, T] keeps the softmax probabilities of row t in its
-  // first t+1 entries (the CPU kernel never writes or reads the masked rest; the CUDA
-  // kernel writes zeros there and its backward reads them, so att must come from the
-  // same device's forward). Scale 1/sqrt(hs), mask and softmax are fused in one pass
-  // per row.
-  void (*attention_forward)(float* out, float* att, const float* qkv, int B, int T, int C, int NH);
-  // dqkv (overwritten) from dout, using the saved att and qkv; datt_scratch is
-  // [B, NH, T, T] of scratch space (contents on entry ignored; the CPU kernel keeps its
-  // own small per-thread tiles and does not use it).
-  void (*attention_backward)(float* dqkv, float* datt_scratch, const float* dout, const float* qkv, const float* att,
+  // Causal multi-head self-attention on qkv [B, T, 3C] (q, k, v each C = NH·hs),
+  // flash-style (device/flash_attention.h): out [B, T, C]; lse [B, NH, T] the
+  // log-sum-exp of each row's scaled scores, all the backward needs of the softmax.
+  // Scale 1/sqrt(hs). No T x T matrix is stored: memory O(B NH T).
+  void (*attention_forward)(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+  // dqkv (overwritten) from dout, recomputing the probabilities tile by tile from qkv
+  // and the forward's out and lse. Deterministic: no atomics, a fixed summation order.
+  void (*attention_backward)(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                              int B, int T, int C, int NH);
 
   // Fused classifier: for each of the N rows of logits [N, Vp] (only the first V are

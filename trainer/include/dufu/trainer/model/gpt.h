@@ -87,9 +87,10 @@ Precision parse_precision(std::string_view text, std::string_view knob);
 // (Korthikanti et al. 2022's full recomputation), the same kernels on the same inputs,
 // so the gradients are the same bits. Under tensor parallelism the recomputation
 // repeats the attention projection's all-reduce.
-// kSelective: every activation but the attention probabilities and the MLP's two
-// hidden tensors (the largest per token), which the backward recomputes from the
-// stored QKV and ln_2 (attention forward, the MLP's first matmul with its GELU).
+// kSelective: every activation but the MLP's two hidden tensors (8C of a layer's 16C
+// floats per token), which the backward recomputes from the stored ln_2 (the MLP's
+// first matmul with its bias and GELU); the flash-style attention keeps no T x T
+// probabilities to drop, only its inputs, output and row log-sum-exp.
 enum class Recompute { kNone, kSelective, kFull };
 // "none", "selective" or "full"; and back, throwing dufu::Error naming `knob` for anything else.
 const char* recompute_name(Recompute recompute);
@@ -264,7 +265,7 @@ class GPT {
   // layer l enters as residual_in (the embedding for l = 0, the previous layer's
   // residual_out otherwise), becomes residual_mid after the attention branch and
   // residual_out after the MLP branch; each sum is fused with the LayerNorm after it.
-  // Shapes are this rank's: under tp ranks qkv holds [N, 3C/tp], att and atty cover
+  // Shapes are this rank's: under tp ranks qkv holds [N, 3C/tp], lse and atty cover
   // NH/tp heads, the MLP's hidden activations are [N, 4C/tp] and the logits
   // [N, Vp/tp]; the residual stream and LayerNorm outputs are whole ([N, C]) and
   // identical on every rank.
@@ -273,7 +274,7 @@ class GPT {
     float* ln_1_mean;
     float* ln_1_rstd;     // [N] each
     float* qkv;           // [N, 3C]
-    float* att;           // [B, NH, T, T]
+    float* lse;           // [B, NH, T] attention's row log-sum-exp (fp32 under bf16 too)
     float* atty;          // [N, C] attention output, before c_proj
     float* residual_mid;  // [N, C]
     float* ln_2;          // [N, C]
@@ -293,7 +294,6 @@ class GPT {
   struct StoredLayerActivations {
     std::uint16_t* ln_1;
     std::uint16_t* qkv;
-    std::uint16_t* att;
     std::uint16_t* atty;
     std::uint16_t* residual_mid;
     std::uint16_t* ln_2;
@@ -306,7 +306,6 @@ class GPT {
   struct WorkingLayer {
     float* ln_1;
     float* qkv;
-    float* att;
     float* atty;
     float* residual_mid;
     float* ln_2;
@@ -336,7 +335,6 @@ class GPT {
     float* ln;        // [N, C] gradient of a LayerNorm output
     float* atty;      // [N, C]
     float* qkv;       // [N, 3C]
-    float* att;       // [B, NH, T, T] attention_backward's scratch
     float* fc_pre;    // [N, 4C] (fc_gelu's gradient is never stored: matmul_gelu_backward goes through the GELU)
   };
 
@@ -370,22 +368,20 @@ class GPT {
   // The working layer (the fp32 set a layer computes in under bf16 or recomputation)
   // and, under bf16 with recomputation, the bf16 copies of one layer.
   void ensure_working_layer(int B, int T);
-  // Floats of a layer's activations for `rows` rows of `T` positions: an [N, C]
-  // tensor, this rank's [N, Cl] share of one, and its attention matrix.
+  // Floats of a layer's activations for `rows` rows: an [N, C]
+  // tensor and this rank's [N, Cl] share of one.
   struct LayerSizes {
     std::size_t stream;
     std::size_t share;
-    std::size_t att;
   };
-  LayerSizes layer_sizes(std::size_t rows, std::size_t T) const;
+  LayerSizes layer_sizes(std::size_t rows) const;
   // visit(count, layers.tensor...) for each activation of a layer that bf16 storage
   // keeps, but residual_out (whose place depends on the layer): the one list of them
   // for the fp32 layout, the bf16 storage and the working layer.
-  // Those of them that selective recomputation drops (the attention probabilities
-  // and the MLP's hidden values), and the rest.
+  // Those of them that selective recomputation drops (the MLP's hidden values), and
+  // the rest.
   template <typename Visit, typename... Layers>
   static void for_each_selectively_recomputed_tensor(const LayerSizes& sizes, Visit&& visit, Layers&... layers) {
-    visit(sizes.att, layers.att...);
     visit(4 * sizes.share, layers.fc_pre...);
     visit(4 * sizes.share, layers.fc_gelu...);
   }
@@ -421,12 +417,14 @@ class GPT {
   // The bf16 copies layer l stores to (all null under fp32).
   StoredLayerActivations stored_activations(const ActivationSlot& slot, int l) const;
   // Under bf16, before layer l's backward: the stored activations its fp32 kernels
-  // read (qkv, att, residual_mid, fc_pre) and its input (layer l - 1's residual_out)
+  // read (qkv, atty, residual_mid, fc_pre) and its input (layer l - 1's residual_out)
   // back into the working set; its matmuls read their bf16 copies directly.
   void load_layer_activations(const ActivationSlot& slot, int l);
   // Layer l's forward from its ln_1 output to the MLP's GELU: every activation its
   // backward reads (the forward, and the backward's recomputation, run this).
   void forward_layer_body(const ActivationSlot& slot, int l);
+  // Its last part: the MLP's first matmul with its bias and GELU, from ln_2.
+  void forward_mlp_hidden(const ActivationSlot& slot, int l);
   // Under recomputation, before layer l's backward: the activations it dropped, again
   // (under kFull all of them, from its input: the previous layer's output, or the
   // embedding).

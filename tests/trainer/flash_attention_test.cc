@@ -1,0 +1,199 @@
+// The flash-style attention: the online-softmax recurrence of
+// device/flash_attention.h against the exact softmax, and the tiled kernels of every
+// device at T = 1, 7, 64, 1024 and head sizes 32, 64, 128 against a naive
+// double-precision attention that builds each full probability row (no tiles, no
+// running maximum, no lse). The cuda rows carry the label gpu and skip without one.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "dufu/trainer/device/device.h"
+#include "dufu/trainer/device/flash_attention.h"
+#include "dufu/trainer/device/kernel_table.h"
+#include "kernel_reference.h"
+#include "kernel_test_support.h"
+
+namespace dufu::trainer {
+namespace {
+
+using testing::DeviceArgs;
+using testing::kNaN;
+using testing::kTestDevices;
+using testing::random_floats;
+using testing::TestDevice;
+using testing::Tolerance;
+using testing::Vec;
+using testing::widen;
+
+// ---- the recurrence, on the host -----------------------------------------------
+
+// Runs a row of scores through online_softmax_* tile by tile, as both kernels do, and
+// returns the softmax-weighted sum of `values` and the row's lse.
+std::pair<float, float> online_weighted_sum(const std::vector<float>& scores, const std::vector<float>& values,
+                                            std::size_t tile) {
+  OnlineSoftmax row = online_softmax_start();
+  float accumulated = 0.0f;
+  for (std::size_t j0 = 0; j0 < scores.size(); j0 += tile) {
+    const std::size_t j1 = std::min(scores.size(), j0 + tile);
+    const float tile_max = *std::max_element(scores.begin() + j0, scores.begin() + j1);
+    accumulated *= online_softmax_rescale(row, tile_max);
+    float tile_sum = 0.0f;
+    for (std::size_t j = j0; j < j1; ++j) {
+      const float w = online_softmax_weight(row, scores[j]);
+      tile_sum += w;
+      accumulated += w * values[j];
+    }
+    row.sum += tile_sum;
+  }
+  return {accumulated / row.sum, online_softmax_lse(row)};
+}
+
+std::pair<double, double> exact_weighted_sum(const std::vector<float>& scores, const std::vector<float>& values) {
+  const double max_score = *std::max_element(scores.begin(), scores.end());
+  double sum = 0.0, weighted = 0.0;
+  for (std::size_t j = 0; j < scores.size(); ++j) {
+    const double e = std::exp(scores[j] - max_score);
+    sum += e;
+    weighted += e * values[j];
+  }
+  return {weighted / sum, max_score + std::log(sum)};
+}
+
+// The running maximum grows in every tile (scores rise by 6 per tile), so each tile
+// must shrink what came before by exp(m_old - m_new): without the rescale the early
+// tiles would keep weights up to e^18 too large and the sum would be far off.
+TEST(OnlineSoftmax, MatchesTheExactSoftmaxWhenTheMaximumGrowsAcrossTiles) {
+  const std::size_t n = 64, tile = 16;
+  std::vector<float> scores = random_floats(n, 7, -1.0f, 1.0f);
+  for (std::size_t j = 0; j < n; ++j) scores[j] += 6.0f * static_cast<float>(j / tile);
+  const std::vector<float> values = random_floats(n, 8);
+  const auto [got, got_lse] = online_weighted_sum(scores, values, tile);
+  const auto [want, want_lse] = exact_weighted_sum(scores, values);
+  EXPECT_NEAR(got, want, 1e-6 * std::max(1.0, std::abs(want)));
+  EXPECT_NEAR(got_lse, want_lse, 1e-6 * std::abs(want_lse));
+  // The same row in one tile, and tiles where the maximum falls: the same result.
+  EXPECT_NEAR(online_weighted_sum(scores, values, n).first, want, 1e-6);
+  std::vector<float> falling(scores.rbegin(), scores.rend()), falling_values(values.rbegin(), values.rend());
+  EXPECT_NEAR(online_weighted_sum(falling, falling_values, tile).first, want, 1e-6);
+}
+
+TEST(OnlineSoftmax, RescaleFactorIsExpOfTheMaximumsDifference) {
+  OnlineSoftmax row = online_softmax_start();
+  EXPECT_EQ(online_softmax_rescale(row, 2.0f), 0.0f);  // nothing accumulated yet
+  row.sum = 3.0f;
+  EXPECT_EQ(online_softmax_rescale(row, 1.0f), 1.0f);  // the maximum does not grow
+  EXPECT_EQ(row.max, 2.0f);
+  const float factor = online_softmax_rescale(row, 5.0f);
+  EXPECT_NEAR(factor, std::exp(-3.0), 1e-7);
+  EXPECT_NEAR(row.sum, 3.0 * std::exp(-3.0), 1e-7);
+  EXPECT_EQ(row.max, 5.0f);
+  // lse = 5 + log(3 e^-3), so the score 5 has probability e^3 / 3.
+  EXPECT_NEAR(flash_probability(5.0f, online_softmax_lse(row)), std::exp(3.0) / 3.0, 1e-5);
+}
+
+// ---- the kernels against a naive reference ---------------------------------------
+
+struct AttentionShape {
+  int B, T, NH, hs;
+  int C() const { return NH * hs; }
+  std::size_t tokens() const { return static_cast<std::size_t>(B) * T; }
+};
+void PrintTo(const AttentionShape& s, std::ostream* os) {
+  *os << "B" << s.B << "_T" << s.T << "_NH" << s.NH << "_hs" << s.hs;
+}
+
+// The head sizes GPT models use, at T = 1 (one key), 7 (less than a tile), 64 (one
+// CPU query block) and 1024 (many tiles on every device; one head, so the double
+// reference stays fast).
+std::vector<AttentionShape> attention_shapes() {
+  std::vector<AttentionShape> shapes;
+  for (const int hs : {32, 64, 128}) {
+    for (const int T : {1, 7, 64}) shapes.push_back({2, T, 2, hs});
+    shapes.push_back({1, 1024, 1, hs});
+  }
+  return shapes;
+}
+
+// dqkv in double through the softmax backward's row form dS = P (dP - sum P dP); the
+// full-Jacobian reference of kernel_reference.h is O(T^3) per head, too slow at 1024.
+Vec reference_attention_backward(const Vec& dout, const Vec& qkv, const AttentionShape& s) {
+  using reference::qkv_index;
+  const int T = s.T, C = s.C(), NH = s.NH, hs = s.hs;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  Vec att, lse;
+  reference::attention_probabilities(att, lse, qkv, s.B, T, C, NH);
+  Vec dqkv(qkv.size(), 0.0);
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t) {
+        const double* p = &att[((static_cast<std::size_t>(b) * NH + h) * T + t) * T];
+        const double* g = &dout[(static_cast<std::size_t>(b) * T + t) * C + h * hs];
+        Vec dp(t + 1, 0.0);
+        double p_dot_dp = 0.0;
+        for (int k = 0; k <= t; ++k) {
+          for (int i = 0; i < hs; ++i) dp[k] += g[i] * qkv[qkv_index(b, k, 2, h, i, T, C, NH)];
+          p_dot_dp += p[k] * dp[k];
+        }
+        for (int k = 0; k <= t; ++k) {
+          const double ds = p[k] * (dp[k] - p_dot_dp) * scale;
+          for (int i = 0; i < hs; ++i) {
+            dqkv[qkv_index(b, k, 2, h, i, T, C, NH)] += p[k] * g[i];
+            dqkv[qkv_index(b, t, 0, h, i, T, C, NH)] += ds * qkv[qkv_index(b, k, 1, h, i, T, C, NH)];
+            dqkv[qkv_index(b, k, 1, h, i, T, C, NH)] += ds * qkv[qkv_index(b, t, 0, h, i, T, C, NH)];
+          }
+        }
+      }
+  return dqkv;
+}
+
+using FlashParam = std::tuple<TestDevice, AttentionShape>;
+
+std::string flash_case_name(const ::testing::TestParamInfo<FlashParam>& info) {
+  const AttentionShape& s = std::get<1>(info.param);
+  return std::string(std::get<0>(info.param).name) + "_T" + std::to_string(s.T) + "_hs" + std::to_string(s.hs);
+}
+
+class FlashAttentionTest : public ::testing::TestWithParam<FlashParam> {
+ protected:
+  void SetUp() override {
+    const DeviceAvailability availability = device_availability(std::get<0>(GetParam()).kind);
+    if (!availability.available) GTEST_SKIP() << std::get<0>(GetParam()).name << " skipped: " << availability.reason;
+    device_ = &device_of_kind(std::get<0>(GetParam()).kind);
+  }
+  Device* device_ = nullptr;
+};
+
+TEST_P(FlashAttentionTest, MatchesTheNaiveDoubleAttention) {
+  const AttentionShape s = std::get<1>(GetParam());
+  const std::string label = std::string(std::get<0>(GetParam()).name) + " attention T=" + std::to_string(s.T) +
+                            " hs=" + std::to_string(s.hs);
+  const auto qkv = random_floats(s.tokens() * 3 * s.C(), 90, -2.0f, 2.0f);
+  const auto dout = random_floats(s.tokens() * s.C(), 91);
+  // NaN-filled outputs: every element must be written.
+  std::vector<float> out(s.tokens() * s.C(), kNaN), lse(s.tokens() * s.NH, kNaN), dqkv(qkv.size(), kNaN);
+  DeviceArgs d(*device_);
+  const KernelTable& k = device_->kernels();
+  k.attention_forward(d.out(out), d.out(lse), d.in(qkv), s.B, s.T, s.C(), s.NH);
+  k.attention_backward(d.out(dqkv), d.in(dout), d.in(qkv), d.in(out), d.in(lse), s.B, s.T, s.C(), s.NH);
+  d.finish();
+
+  Vec want_out, want_lse;
+  reference::attention_forward(want_out, want_lse, widen(qkv), s.B, s.T, s.C(), s.NH);
+  const Vec want_dqkv = reference_attention_backward(widen(dout), widen(qkv), s);
+  testing::report_close(label + " out", widen(out), want_out, Tolerance{1e-5, 1e-5});
+  testing::report_close(label + " lse", widen(lse), want_lse, Tolerance{1e-5, 1e-5});
+  testing::report_close(label + " dqkv", widen(dqkv), want_dqkv, Tolerance{3e-5, 3e-5});
+}
+
+INSTANTIATE_TEST_SUITE_P(TiledAttention, FlashAttentionTest,
+                         ::testing::Combine(::testing::ValuesIn(kTestDevices), ::testing::ValuesIn(attention_shapes())),
+                         flash_case_name);
+
+}  // namespace
+}  // namespace dufu::trainer

@@ -1,0 +1,81 @@
+// The math of flash-style causal attention, shared by the CPU kernel (src/cpu/) and the
+// CUDA kernel (src/cuda/), so the CPU tests cover the recurrence the GPU runs.
+//
+// Forward, per query row t, over the key tiles left of the diagonal in order: the
+// scaled scores s_j = q_t · k_j / sqrt(hs) of a tile raise the running maximum m to
+// max(m, max_j s_j); the output accumulated so far and the running sum l were weighted
+// by exp(s - m_old), so both are multiplied by exp(m_old - m_new) (the rescale); then
+// the tile adds w_j = exp(s_j - m) to l and w_j v_j to the output. After the last
+// tile, out = output / l and the row's log-sum-exp lse = m + log l is all the backward
+// keeps: P_tj = exp(s_tj - lse_t) is recomputed tile by tile, never stored.
+//
+// Backward, with D_t = dout_t · out_t (= sum_j P_tj dP_tj, the softmax backward's row
+// term): dP_tj = dout_t · v_j, dS_tj = P_tj (dP_tj - D_t) / sqrt(hs), and
+// dq_t = sum_j dS_tj k_j, dk_j = sum_t dS_tj q_t, dv_j = sum_t P_tj dout_t.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+
+#include "dufu/trainer/device/kernel_math.h"
+
+namespace dufu::trainer {
+
+// Where one head's rows live: qkv [B, T, 3C] with q, k, v of head h in columns
+// h hs .. h hs + hs - 1 of each C-wide part; out and dout [B, T, C]; lse [B, NH, T].
+struct FlashAttentionShape {
+  int T, C, NH;
+  DUFU_HOST_DEVICE int head_size() const { return C / NH; }
+  DUFU_HOST_DEVICE float scale() const { return 1.0f / std::sqrt(static_cast<float>(head_size())); }
+  DUFU_HOST_DEVICE std::size_t qkv_stride() const { return 3 * static_cast<std::size_t>(C); }
+  // Head h's q of sequence b at position t; its k is C further, its v 2C.
+  DUFU_HOST_DEVICE std::size_t q_offset(int b, int t, int h) const {
+    return (static_cast<std::size_t>(b) * T + t) * qkv_stride() + static_cast<std::size_t>(h) * head_size();
+  }
+  // Head h's slice of out (or dout) row (b, t).
+  DUFU_HOST_DEVICE std::size_t out_offset(int b, int t, int h) const {
+    return (static_cast<std::size_t>(b) * T + t) * C + static_cast<std::size_t>(h) * head_size();
+  }
+  DUFU_HOST_DEVICE std::size_t lse_offset(int b, int h, int t) const {
+    return (static_cast<std::size_t>(b) * NH + h) * T + t;
+  }
+};
+
+// The running state of one query row's softmax.
+struct OnlineSoftmax {
+  float max;  // of the scores seen so far; -inf before the first tile
+  float sum;  // of exp(score - max) over the scores seen so far
+};
+
+DUFU_HOST_DEVICE inline OnlineSoftmax online_softmax_start() { return {-INFINITY, 0.0f}; }
+
+// Takes a tile whose largest visible score is tile_max (the row must see at least one
+// key of the tile): raises the running maximum and returns the factor exp(m_old - m_new)
+// by which the output accumulated so far must be multiplied; the running sum is
+// multiplied here. The factor is 1 when the maximum does not grow, 0 on the first tile.
+DUFU_HOST_DEVICE inline float online_softmax_rescale(OnlineSoftmax& row, float tile_max) {
+  if (!(tile_max > row.max)) return 1.0f;
+  const float factor = row.max == -INFINITY ? 0.0f : exp_approx(row.max - tile_max);
+  row.max = tile_max;
+  row.sum *= factor;
+  return factor;
+}
+
+// The weight of a visible score after online_softmax_rescale took its tile; the caller
+// adds the tile's weights to row.sum (a reduction the CPU vectorizes).
+DUFU_HOST_DEVICE inline float online_softmax_weight(const OnlineSoftmax& row, float score) {
+  return exp_approx(score - row.max);
+}
+
+// log sum_j exp(s_j) of the row, after its last tile.
+DUFU_HOST_DEVICE inline float online_softmax_lse(const OnlineSoftmax& row) { return row.max + std::log(row.sum); }
+
+// The softmax probability of a scaled score, recomputed from the row's saved lse.
+DUFU_HOST_DEVICE inline float flash_probability(float score, float lse) { return exp_approx(score - lse); }
+
+// The gradient of a raw dot product q_t · k_j: P (dP - D) times the scores' scale.
+DUFU_HOST_DEVICE inline float flash_score_grad(float probability, float dprobability, float row_dot, float scale) {
+  return probability * (dprobability - row_dot) * scale;
+}
+
+}  // namespace dufu::trainer
