@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -18,7 +17,7 @@
 #include "dufu/trainer/model/gpt_layout.h"
 #include "dufu/trainer/model/gpt_pieces.h"
 #include "dufu/trainer/run/training_memory.h"
-#include "support/forwarding_cpu_device.h"
+#include "support/counting_cpu_device.h"
 #include "support/gpt_fixture.h"
 
 namespace {
@@ -26,32 +25,6 @@ namespace {
 using dufu::trainer::GPT;
 using dufu::trainer::GPTConfig;
 using dufu::trainer::Precision;
-
-// The CPU device, counting the bytes its allocations asked for.
-class CountingDevice final : public dufu::testing::ForwardingCpuDevice {
- public:
-  std::string describe() const override { return "counting cpu"; }
-  void* allocate(std::size_t bytes) override {
-    void* memory = cpu().allocate(bytes);
-    sizes_[memory] = bytes;
-    live_ += bytes;
-    return memory;
-  }
-  void release(void* memory) noexcept override {
-    const auto found = sizes_.find(memory);
-    if (found != sizes_.end()) {
-      live_ -= found->second;
-      sizes_.erase(found);
-    }
-    cpu().release(memory);
-  }
-
-  std::size_t live_bytes() const { return live_; }
-
- private:
-  std::map<void*, std::size_t> sizes_;
-  std::size_t live_ = 0;
-};
 
 // The vocabulary is a multiple of vocab_multiple, so the plan's padding allowance (a
 // whole vocab_multiple of logit columns) is exactly what it over-counts.
@@ -65,7 +38,7 @@ constexpr int kT = 16;
 
 // Bytes a forward and backward allocate on a model that has its weights already.
 double measured_activation_bytes(Precision precision) {
-  CountingDevice device;
+  dufu::testing::CountingCpuDevice device;
   GPT model(storage_model(), nullptr, {}, &device);
   model.set_precision(precision);
   model.init_gpt2(3);

@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <map>
 #include <span>
 #include <string>
 #include <tuple>
@@ -23,7 +22,7 @@
 #include "dufu/trainer/model/gpt_pieces.h"
 #include "dufu/trainer/model/optimizer.h"
 #include "dufu/trainer/run/training_memory.h"
-#include "support/forwarding_cpu_device.h"
+#include "support/counting_cpu_device.h"
 #include "support/gpt_fixture.h"
 
 namespace {
@@ -160,33 +159,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, RecomputeTest,
                                   dufu::trainer::recompute_name(std::get<1>(info.param));
                          });
 
-// The CPU device, counting the bytes its live allocations asked for.
-class CountingDevice final : public dufu::testing::ForwardingCpuDevice {
- public:
-  std::string describe() const override { return "counting cpu"; }
-  void* allocate(std::size_t bytes) override {
-    void* memory = cpu().allocate(bytes);
-    sizes_[memory] = bytes;
-    live_ += bytes;
-    return memory;
-  }
-  void release(void* memory) noexcept override {
-    const auto found = sizes_.find(memory);
-    if (found != sizes_.end()) {
-      live_ -= found->second;
-      sizes_.erase(found);
-    }
-    cpu().release(memory);
-  }
-  std::size_t live_bytes() const { return live_; }
-
- private:
-  std::map<void*, std::size_t> sizes_;
-  std::size_t live_ = 0;
-};
-
 double measured_activation_bytes(Precision precision, Recompute recompute) {
-  CountingDevice device;
+  dufu::testing::CountingCpuDevice device;
   GPT model(recompute_model(), nullptr, {}, &device);
   model.set_precision(precision);
   model.set_recompute(recompute);
