@@ -63,8 +63,8 @@ std::string save_checkpoint(const std::string& run_dir, const GPT& model, const 
   if (keep_last < 1) DUFU_FAIL("save_checkpoint: keep_last must be at least 1, got ", keep_last);
   if (state.step < 0) DUFU_FAIL("save_checkpoint: step must not be negative, got ", state.step);
   if (const ModelField* field = first_difference(state.model, model.config())) {
-    DUFU_FAIL("save_checkpoint: the state's model has ", field->name, " ", state.model.*field->member,
-              ", the model being saved has ", model.config().*field->member);
+    DUFU_FAIL("save_checkpoint: the state's model has ", field->name, " ", field->text(state.model),
+              ", the model being saved has ", field->text(model.config()));
   }
   if (optimizer.num_parameters() != model.num_parameters()) {
     DUFU_FAIL("save_checkpoint: the optimizer has ", optimizer.num_parameters(), " parameters, the model ",
@@ -101,8 +101,8 @@ void load_checkpoint(const std::string& checkpoint_dir, GPT& model, AdamW* optim
   const TrainingState saved = read_checkpoint_state(checkpoint_dir, FileCheck::kTrust);
   const GPTConfig& config = model.config();
   if (const ModelField* field = first_difference(saved.model, config)) {
-    DUFU_FAIL(checkpoint_dir, ": the checkpoint's model has ", field->name, " ", saved.model.*field->member,
-              ", the model to load it into has ", field->name, " ", config.*field->member,
+    DUFU_FAIL(checkpoint_dir, ": the checkpoint's model has ", field->name, " ", field->text(saved.model),
+              ", the model to load it into has ", field->name, " ", field->text(config),
               "; HINT: the model shape must be the checkpoint's");
   }
   if (model.tensor_parallel_size() != 1 || model.pipeline_stage().num_stages != 1) {

@@ -113,7 +113,9 @@ void check_metadata(const safetensors::File& file, const std::string& key, std::
 
 safetensors::Metadata piece_metadata(const Piece& piece, const char* format) {
   safetensors::Metadata metadata{{"format", format}};
-  for (const ModelField& field : kModelFields) metadata[field.name] = std::to_string(piece.config.*field.member);
+  for (const ModelField& field : kModelFields) {
+    if (writes_field(field, piece.config)) metadata[field.name] = field.text(piece.config);
+  }
   metadata["tensor_parallel_rank"] = std::to_string(piece.tp_rank);
   metadata["tensor_parallel_size"] = std::to_string(piece.tp);
   metadata["pipeline_stage"] = std::to_string(piece.stage.stage);
@@ -127,7 +129,13 @@ safetensors::Metadata piece_metadata(const Piece& piece, const char* format) {
 // caught even though its tensors would fit.
 void check_piece_metadata(const safetensors::File& file, const Piece& piece) {
   for (const ModelField& field : kModelFields) {
-    check_metadata(file, field.name, static_cast<std::uint64_t>(piece.config.*field.member));
+    const auto it = file.metadata().find(field.name);
+    const bool present = it != file.metadata().end();
+    if (!present && !writes_field(field, piece.config)) continue;
+    if (!present || it->second != field.text(piece.config)) {
+      DUFU_FAIL(file.path(), ": metadata \"", field.name, "\" is ", present ? "\"" + it->second + "\"" : "missing",
+                ", expected \"", field.text(piece.config), "\" (a file of another piece or model?)");
+    }
   }
   check_metadata(file, "tensor_parallel_rank", static_cast<std::uint64_t>(piece.tp_rank));
   check_metadata(file, "tensor_parallel_size", static_cast<std::uint64_t>(piece.tp));
@@ -232,7 +240,9 @@ void write_model(const std::string& path, const Piece& piece, std::span<const fl
     refs.push_back({tensor.name, safetensors::Dtype::kF32, hf_shape(tensor, config), data});
   }
   safetensors::Metadata metadata{{"format", "pt"}};
-  for (const ModelField& field : kModelFields) metadata[field.name] = std::to_string(config.*field.member);
+  for (const ModelField& field : kModelFields) {
+    if (writes_field(field, config)) metadata[field.name] = field.text(config);
+  }
   safetensors::write(path, refs, metadata);
 }
 

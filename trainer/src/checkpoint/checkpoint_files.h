@@ -15,20 +15,28 @@ namespace dufu::trainer::checkpoint_files {
 
 // The model shape, field by field: state.json, the metadata of model.safetensors,
 // equality and the messages naming the first field that differs all walk this table.
+// The sizes are integers (JSON numbers); the architecture's fields are text, written
+// only for a model that is not GPT-2 (so a GPT-2 checkpoint is what it always was),
+// and a checkpoint without them is GPT-2.
 struct ModelField {
   const char* name;
-  int GPTConfig::*member;
+  bool is_integer;     // a JSON number (state.json) and a decimal (metadata)
+  bool always_written;  // false: only for model.arch other than gpt2
+  std::string (*text)(const GPTConfig&);
+  // Sets the field from its text; throws dufu::Error for text that is not a value.
+  void (*parse)(GPTConfig&, const std::string&);
 };
-constexpr ModelField kModelFields[] = {
-    {"n_layer", &GPTConfig::n_layer},       {"n_head", &GPTConfig::n_head},
-    {"d_model", &GPTConfig::d_model},       {"vocab_size", &GPTConfig::vocab_size},
-    {"vocab_multiple", &GPTConfig::vocab_multiple}, {"seq_length", &GPTConfig::seq_length},
-};
+extern const std::span<const ModelField> kModelFields;
+
+// Whether a checkpoint of this model carries `field`.
+inline bool writes_field(const ModelField& field, const GPTConfig& config) {
+  return field.always_written || config.arch != Architecture::kGpt2;
+}
 
 // The first field in which two model shapes differ; null when they are the same.
 inline const ModelField* first_difference(const GPTConfig& a, const GPTConfig& b) {
   for (const ModelField& field : kModelFields) {
-    if (a.*field.member != b.*field.member) return &field;
+    if (field.text(a) != field.text(b)) return &field;
   }
   return nullptr;
 }

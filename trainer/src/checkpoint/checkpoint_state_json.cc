@@ -62,7 +62,15 @@ std::string state_json(const TrainingState& state, const std::map<std::string, F
   json.key("init_seed").value(state.init_seed);
   json.key("data_seed").value(state.data_seed);
   json.key("model").begin_object();
-  for (const ModelField& field : kModelFields) json.key(field.name).value(state.model.*field.member);
+  for (const ModelField& field : kModelFields) {
+    if (!checkpoint_files::writes_field(field, state.model)) continue;
+    const std::string text = field.text(state.model);
+    if (field.is_integer) {
+      json.key(field.name).value(static_cast<std::int64_t>(std::stoll(text)));
+    } else {
+      json.key(field.name).value(text);
+    }
+  }
   json.end_object();
   const CheckpointLayout& layout = state.layout;
   json.key("layout").begin_object();
@@ -140,8 +148,17 @@ class StateReader {
     state.data_seed = static_cast<std::uint32_t>(integer_field(object, "", "data_seed", kUint32Max));
     const simdjson::dom::object model = object_field(object, "", "model");
     for (const ModelField& field : kModelFields) {
-      state.model.*field.member = static_cast<int>(
-          integer_field(model, "model.", field.name, static_cast<std::uint64_t>(std::numeric_limits<int>::max())));
+      // The architecture's fields are absent from GPT-2 checkpoints: GPT-2's values.
+      simdjson::dom::element present;
+      if (!field.always_written && model.at_key(field.name).get(present)) continue;
+      try {
+        field.parse(state.model, field.is_integer ? std::to_string(integer_field(
+                                                        model, "model.", field.name,
+                                                        static_cast<std::uint64_t>(std::numeric_limits<int>::max())))
+                                                  : string_field(model, "model.", field.name));
+      } catch (const Error& e) {
+        fail("\"model\": ", e.what());
+      }
     }
     try {
       state.model.validate();

@@ -122,14 +122,14 @@ void gpt2_weights(const HfWeights& weights, const GPTConfig& config, std::span<f
 
 // ---- the architectures ----
 
-struct Architecture {
+struct HfArchitecture {
   const char* name;        // in config.json's "architectures"
   const char* model_type;  // config.json's "model_type"
   GPTConfig (*config)(const HfConfig&, int vocab_multiple);
   void (*weights)(const HfWeights&, const GPTConfig&, std::span<float>);
 };
 
-constexpr Architecture kArchitectures[] = {
+constexpr HfArchitecture kArchitectures[] = {
     {"GPT2LMHeadModel", "gpt2", gpt2_config, gpt2_weights},
 };
 
@@ -138,7 +138,7 @@ constexpr std::pair<const char*, const char*> kNotYet[] = {
     {"LlamaForCausalLM", "llama"},
 };
 
-const Architecture& architecture_of(const HfConfig& hf) {
+const HfArchitecture& architecture_of(const HfConfig& hf) {
   const std::vector<std::string> names = hf.strings("architectures");
   const std::string model_type = hf.string_or("model_type", "");
   for (const auto& [name, type] : kNotYet) {
@@ -146,7 +146,7 @@ const Architecture& architecture_of(const HfConfig& hf) {
       DUFU_FAIL(hf.path(), ": \"architectures\" is ", name, ", which dufu does not support yet (GPT2LMHeadModel only)");
     }
   }
-  for (const Architecture& architecture : kArchitectures) {
+  for (const HfArchitecture& architecture : kArchitectures) {
     if (std::find(names.begin(), names.end(), architecture.name) != names.end()) return architecture;
     if (names.empty() && model_type == architecture.model_type) return architecture;
   }
@@ -219,7 +219,7 @@ HfImport import_hf(const std::string& hf_dir, const std::string& destination, co
     DUFU_FAIL(destination, ": already exists; HINT: name a new directory for the imported checkpoint");
   }
   const HfConfig hf = HfConfig::read(path_in(hf_dir, "config.json"));
-  const Architecture& architecture = architecture_of(hf);
+  const HfArchitecture& architecture = architecture_of(hf);
   const GPTConfig config = architecture.config(hf, options.vocab_multiple);
 
   CheckpointLayout layout;

@@ -11,8 +11,13 @@ namespace dufu::trainer {
 double gpt_training_flops_per_token(const GPTConfig& config, int T) {
   const double C = config.d_model;
   const double L = config.n_layer;
-  // Per block: c_attn 3C·C, c_proj C·C, c_fc 4C·C, mlp c_proj 4C·C = 12·C².
-  const double matmul_weights = L * 12.0 * C * C + static_cast<double>(config.padded_vocab_size()) * C;
+  // Per block, the weights each token multiplies: GPT-2's c_attn 3C·C, c_proj C·C,
+  // c_fc 4C·C and mlp c_proj 4C·C = 12·C²; Llama's q and o C·C each, k and v
+  // NKV·hs·C each, gate, up and down F·C each.
+  const double kv = static_cast<double>(config.kv_heads()) * config.head_size();
+  const double F = config.mlp_hidden();
+  const double block = config.is_llama() ? C * (2.0 * C + 2.0 * kv + 3.0 * F) : 12.0 * C * C;
+  const double matmul_weights = L * block + static_cast<double>(config.padded_vocab_size()) * C;
   const double attention = 12.0 * L * C * static_cast<double>(T);
   return 6.0 * matmul_weights + attention;
 }

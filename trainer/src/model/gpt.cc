@@ -28,6 +28,18 @@ using detail::real_rows;
 
 using BufferCarver = detail::BufferCarver<float>;
 
+// TEMPORARY until the grouped-query attention kernels land.
+void attention_forward_gqa(const KernelTable& k, float* out, float* lse, const float* qkv, int B, int T, int NH,
+                           int NKV, int hs) {
+  DUFU_CHECK(NH == NKV, "grouped-query attention kernels are not in yet");
+  k.attention_forward(out, lse, qkv, B, T, NH * hs, NH);
+}
+void attention_backward_gqa(const KernelTable& k, float* dqkv, const float* dout, const float* qkv, const float* out,
+                            const float* lse, int B, int T, int NH, int NKV, int hs) {
+  DUFU_CHECK(NH == NKV, "grouped-query attention kernels are not in yet");
+  k.attention_backward(dqkv, dout, qkv, out, lse, B, T, NH * hs, NH);
+}
+
 GPT::GPT(const GPTConfig& config, Communicator* tensor_group, const PipelineStage& stage, Device* device)
     : config_(config),
       device_(device != nullptr ? device : &cpu_device()),
@@ -47,6 +59,14 @@ GPT::GPT(const GPTConfig& config, Communicator* tensor_group, const PipelineStag
               memory_space_name(tensor_group_->memory_space()), " but the model's device ", device_->describe(),
               " holds ", memory_space_name(device_->memory_space()),
               "; HINT: use the communicator made for that device (MPI for the cpu device)");
+  }
+  const KernelTable& k = *kernels_;
+  if (config_.is_llama() && (k.rmsnorm_forward == nullptr || k.residual_rmsnorm_forward == nullptr ||
+                             k.rmsnorm_backward == nullptr || k.rotary_forward == nullptr ||
+                             k.rotary_backward == nullptr || k.swiglu_forward == nullptr ||
+                             k.swiglu_backward == nullptr)) {
+    DUFU_FAIL("model.arch = llama: the device ", device_->describe(),
+              " lacks the Llama-family kernels (RMSNorm, rotary, SwiGLU)");
   }
 }
 
@@ -217,6 +237,8 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
   const std::size_t C = static_cast<std::size_t>(config_.d_model);
   // This rank's share: channels of its heads, its heads, hidden units, vocabulary.
   const LayerSizes sizes = layer_sizes(N);
+  // RMSNorm keeps no mean.
+  const std::size_t mean_size = config_.is_llama() ? 0 : N;
   const std::size_t lse_size = N * static_cast<std::size_t>(config_.n_head) / static_cast<std::size_t>(tp_);
   const std::size_t Vl = static_cast<std::size_t>(local_vocab_size());
 
@@ -228,9 +250,9 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
   carver.want(acts.encoded, N * C);  // the embedding, or the previous stage's output
   for (std::size_t l = 0; l < acts.layers.size(); ++l) {
     LayerActivations& layer = acts.layers[l];
-    carver.want(layer.ln_1_mean, N);
+    if (mean_size > 0) carver.want(layer.ln_1_mean, mean_size);
     carver.want(layer.ln_1_rstd, N);
-    carver.want(layer.ln_2_mean, N);
+    if (mean_size > 0) carver.want(layer.ln_2_mean, mean_size);
     carver.want(layer.ln_2_rstd, N);
     carver.want(layer.lse, lse_size);
     const bool is_output = l + 1 == acts.layers.size();
@@ -251,9 +273,10 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
   }
   acts.ln_f_bits = nullptr;
   if (stage_.is_last() && bf16_storage) stored_carver.want(acts.ln_f_bits, N * C);
+  acts.ln_f_mean = nullptr;
   if (stage_.is_last()) {
     carver.want(acts.ln_f, N * C);
-    carver.want(acts.ln_f_mean, N);
+    if (mean_size > 0) carver.want(acts.ln_f_mean, mean_size);
     carver.want(acts.ln_f_rstd, N);
     carver.want(acts.logits, N * Vl);
     carver.want(acts.losses, N);
@@ -277,16 +300,16 @@ void GPT::ensure_activation_grads(int B, int T) {
   grad_capacity_b_ = std::max(B, grad_capacity_b_);
   grad_capacity_t_ = std::max(T, grad_capacity_t_);
   const std::size_t N = static_cast<std::size_t>(grad_capacity_b_) * static_cast<std::size_t>(grad_capacity_t_);
-  const std::size_t C = static_cast<std::size_t>(config_.d_model);
-  const std::size_t ranks = static_cast<std::size_t>(tp_);
-  const std::size_t Cl = C / ranks;
+  const LayerSizes sizes = layer_sizes(N);
 
   BufferCarver carver;
-  carver.want(dacts_.residual, N * C);
-  carver.want(dacts_.ln, N * C);
-  carver.want(dacts_.atty, N * Cl);
-  carver.want(dacts_.qkv, N * 3 * Cl);
-  carver.want(dacts_.fc_pre, N * 4 * Cl);
+  dacts_ = {};
+  carver.want(dacts_.residual, sizes.stream);
+  carver.want(dacts_.ln, sizes.stream);
+  carver.want(dacts_.atty, sizes.attn);
+  carver.want(dacts_.qkv, sizes.qkv);
+  carver.want(dacts_.fc_pre, sizes.mlp_pre);
+  if (config_.is_llama()) carver.want(dacts_.fc_hidden, sizes.mlp_hidden);
   carver.allocate(*device_, activation_grad_memory_);
 }
 
@@ -320,9 +343,9 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
   const int N = B * T;
   const int C = config_.d_model;
   const int L = stage_.num_layers;
-  // This rank's share (all of it when serial): channels of its heads, its heads,
-  // hidden units of the MLP, columns of the vocabulary.
-  const int Cl = C / tp_;
+  // This rank's share (all of it when serial): hidden units of the MLP, columns of
+  // the vocabulary.
+  const int Fl = local_widths().mlp_hidden;
   const int Vl = local_vocab_size();
   const std::size_t rows = static_cast<std::size_t>(N);
   const std::size_t stream = rows * static_cast<std::size_t>(C);  // floats of an [N, C] activation
@@ -343,8 +366,8 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
   // table in docs/architecture.md); round_if_bf16 does nothing under fp32.
   round_if_bf16(acts.encoded, stream);
   const LayerActivations first = layer_activations(slot, 0);
-  k.layernorm_forward(first.ln_1, first.ln_1_mean, first.ln_1_rstd, acts.encoded, p_.h[0].ln_1_weight,
-                      p_.h[0].ln_1_bias, N, C);
+  norm_forward(first.ln_1, first.ln_1_mean, first.ln_1_rstd, acts.encoded, p_.h[0].ln_1_weight, p_.h[0].ln_1_bias,
+               N, C);
   round_if_bf16(first.ln_1, stream, stored_activations(slot, 0).ln_1);
   for (int l = 0; l < L; ++l) {
     const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
@@ -355,7 +378,7 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
 
     forward_layer_body(slot, l);
     linear_forward(acts.branch, {a.fc_gelu, stored.fc_gelu}, {w.mlp_c_proj_weight, w16.mlp_c_proj_weight},
-                   adds_replicated ? w.mlp_c_proj_bias : nullptr, N, 4 * Cl, C);
+                   adds_replicated ? w.mlp_c_proj_bias : nullptr, N, Fl, C);
     if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);
     round_if_bf16(acts.branch, stream);
 
@@ -381,8 +404,8 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
     slot.backward_pending = true;
     return std::numeric_limits<float>::quiet_NaN();
   }
-  // The tied LM head: this rank's rows of wte give its columns of the logits.
-  linear_forward(acts.logits, {acts.ln_f, acts.ln_f_bits}, {p_.wte, p16_.wte}, nullptr, N, C, Vl);
+  // The LM head (tied: wte): this rank's rows of it give its columns of the logits.
+  linear_forward(acts.logits, {acts.ln_f, acts.ln_f_bits}, head_weights(), nullptr, N, C, Vl);
 
   if (targets.empty()) {
     slot.has_logits = true;
@@ -422,10 +445,9 @@ void GPT::forward_layer_body(const ActivationSlot& slot, int l) {
   const int T = slot.batch_t;
   const int N = B * T;
   const int C = config_.d_model;
-  const int Cl = C / tp_;
-  const int NHl = config_.n_head / tp_;
-  const std::size_t rows = static_cast<std::size_t>(N);
-  const std::size_t stream = rows * static_cast<std::size_t>(C);
+  const LocalWidths widths = local_widths();
+  const LayerSizes sizes = layer_sizes(static_cast<std::size_t>(N));
+  const std::size_t stream = sizes.stream;
   const bool adds_replicated = tp_rank_ == 0;
   const KernelTable& k = *kernels_;
   const Activations& acts = slot.acts;
@@ -436,15 +458,19 @@ void GPT::forward_layer_body(const ActivationSlot& slot, int l) {
   const StoredLayerActivations stored = stored_activations(slot, l);
   const float* residual_in = l == 0 ? acts.encoded : layer_activations(slot, l - 1).residual_out;
 
-  // The local qkv is [q, k, v] of this rank's heads, so attention runs unchanged on
-  // Cl channels and NHl heads.
+  // The local qkv is [q, k, v] of this rank's heads (and K/V heads), so attention
+  // runs unchanged on them. Llama turns q and k by their positions first; the
+  // attention's backward then gives the gradient of the turned q and k.
   linear_forward(a.qkv, {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight}, w.attn_c_attn_bias, N,
-                 C, 3 * Cl);
-  round_if_bf16(a.qkv, rows * 3 * static_cast<std::size_t>(Cl), stored.qkv);
-  k.attention_forward(a.atty, a.lse, a.qkv, B, T, Cl, NHl);
-  round_if_bf16(a.atty, rows * static_cast<std::size_t>(Cl), stored.atty);
+                 C, widths.qkv);
+  if (config_.is_llama()) {
+    k.rotary_forward(a.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size, config_.rope_theta);
+  }
+  round_if_bf16(a.qkv, sizes.qkv, stored.qkv);
+  attention_forward_gqa(k, a.atty, a.lse, a.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size);
+  round_if_bf16(a.atty, sizes.attn, stored.atty);
   linear_forward(acts.branch, {a.atty, stored.atty}, {w.attn_c_proj_weight, w16.attn_c_proj_weight},
-                 adds_replicated ? w.attn_c_proj_bias : nullptr, N, Cl, C);
+                 adds_replicated ? w.attn_c_proj_bias : nullptr, N, widths.attn, C);
   if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);
   round_if_bf16(acts.branch, stream);
   residual_layernorm(a.residual_mid, a.ln_2, a.ln_2_mean, a.ln_2_rstd, residual_in, acts.branch, w.ln_2_weight,
@@ -456,19 +482,28 @@ void GPT::forward_layer_body(const ActivationSlot& slot, int l) {
 void GPT::forward_mlp_hidden(const ActivationSlot& slot, int l) {
   const int N = slot.batch_b * slot.batch_t;
   const int C = config_.d_model;
-  const int Cl = C / tp_;
+  const LocalWidths widths = local_widths();
+  const LayerSizes sizes = layer_sizes(static_cast<std::size_t>(N));
   const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
   const BasicGPTLayerTensors<std::uint16_t> w16 =
       p16_.h.empty() ? BasicGPTLayerTensors<std::uint16_t>{} : p16_.h[static_cast<std::size_t>(l)];
   const LayerActivations a = layer_activations(slot, l);
   const StoredLayerActivations stored = stored_activations(slot, l);
+  if (config_.is_llama()) {
+    // fc_pre holds the fused gate and up projections, fc_gelu silu(gate) * up.
+    linear_forward(a.fc_pre, {a.ln_2, stored.ln_2}, {w.mlp_c_fc_weight, w16.mlp_c_fc_weight}, nullptr, N, C,
+                   widths.mlp_pre);
+    round_if_bf16(a.fc_pre, sizes.mlp_pre, stored.fc_pre);
+    kernels_->swiglu_forward(a.fc_gelu, a.fc_pre, N, widths.mlp_hidden);
+    round_if_bf16(a.fc_gelu, sizes.mlp_hidden, stored.fc_gelu);
+    return;
+  }
   // Bias and GELU fused into the matmul (a GPU's epilogue): only fc_pre and fc_gelu
   // are stored, so the product before the bias is never rounded.
   linear_bias_gelu_forward(a.fc_gelu, a.fc_pre, {a.ln_2, stored.ln_2}, {w.mlp_c_fc_weight, w16.mlp_c_fc_weight},
-                           w.mlp_c_fc_bias, N, C, 4 * Cl);
-  const std::size_t hidden = static_cast<std::size_t>(N) * 4 * static_cast<std::size_t>(Cl);
-  round_if_bf16(a.fc_pre, hidden, stored.fc_pre);
-  round_if_bf16(a.fc_gelu, hidden, stored.fc_gelu);
+                           w.mlp_c_fc_bias, N, C, widths.mlp_pre);
+  round_if_bf16(a.fc_pre, sizes.mlp_pre, stored.fc_pre);
+  round_if_bf16(a.fc_gelu, sizes.mlp_hidden, stored.fc_gelu);
 }
 
 void GPT::recompute_layer(const ActivationSlot& slot, int l) {
@@ -484,7 +519,7 @@ void GPT::recompute_layer(const ActivationSlot& slot, int l) {
   // from the embedding): the same normalisation of the same stored input.
   const float* residual_in = l == 0 ? slot.acts.encoded : layer_activations(slot, l - 1).residual_out;
   const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
-  kernels_->layernorm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, residual_in, w.ln_1_weight, w.ln_1_bias, N, C);
+  norm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, residual_in, w.ln_1_weight, w.ln_1_bias, N, C);
   round_if_bf16(a.ln_1, static_cast<std::size_t>(N) * static_cast<std::size_t>(C), stored_activations(slot, l).ln_1);
   forward_layer_body(slot, l);
 }

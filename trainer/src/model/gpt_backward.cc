@@ -11,6 +11,10 @@
 
 namespace dufu::trainer {
 
+// TEMPORARY until the grouped-query attention kernels land (gpt.cc).
+void attention_backward_gqa(const KernelTable& k, float* dqkv, const float* dout, const float* qkv, const float* out,
+                            const float* lse, int B, int T, int NH, int NKV, int hs);
+
 void GPT::zero_grad() { device_->fill(grads_.data(), 0.0f, grads_.size()); }
 
 void GPT::backward() {
@@ -30,11 +34,11 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
   const int T = slot.batch_t;
   const int N = B * T;
   const int C = config_.d_model;
-  const int Cl = C / tp_;
-  const int NHl = config_.n_head / tp_;
+  const LocalWidths widths = local_widths();
   const int Vl = local_vocab_size();
   const std::size_t rows = static_cast<std::size_t>(N);
-  const std::size_t stream = rows * static_cast<std::size_t>(C);
+  const LayerSizes sizes = layer_sizes(rows);
+  const std::size_t stream = sizes.stream;
   if (stage_.is_last() != d_output.empty() || (!d_output.empty() && d_output.size() != stream)) {
     DUFU_FAIL("GPT::backward_stage: pipeline stage ", stage_.stage, " of ", stage_.num_stages, " got ", d_output.size(),
               " floats of output gradient; it needs ", stage_.is_last() ? std::size_t{0} : stream,
@@ -59,17 +63,17 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
 
   // Under bf16 the activation gradients are rounded where they are stored, as the
   // activations are; parameter gradients accumulate in fp32.
-  const std::size_t hidden = rows * 4 * static_cast<std::size_t>(Cl);
   if (stage_.is_last()) {
     // The classifier left dloss/dlogits in the logits buffer.
     round_if_bf16(acts.logits, rows * static_cast<std::size_t>(Vl));
-    linear_backward(d.ln, g_.wte, nullptr, acts.logits, {acts.ln_f, acts.ln_f_bits}, {p_.wte, p16_.wte}, N, C, Vl);
+    linear_backward(d.ln, config_.tie_embeddings ? g_.wte : g_.lm_head, nullptr, acts.logits,
+                    {acts.ln_f, acts.ln_f_bits}, head_weights(), N, C, Vl);
     if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
     round_if_bf16(d.ln, stream);
     const LayerActivations& last = acts.layers.back();  // its residual_out is fp32 under bf16 too
     device_->fill(d.residual, 0.0f, stream);
-    k.layernorm_backward(d.residual, g_.ln_f_weight, g_.ln_f_bias, d.ln, last.residual_out, p_.ln_f_weight,
-                         acts.ln_f_mean, acts.ln_f_rstd, N, C);
+    norm_backward(d.residual, g_.ln_f_weight, g_.ln_f_bias, d.ln, last.residual_out, p_.ln_f_weight, acts.ln_f_mean,
+                  acts.ln_f_rstd, N, C);
     round_if_bf16(d.residual, stream);
   } else {
     // The next stage's input gradient is this stage's output gradient.
@@ -93,38 +97,48 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
         p16_.h.empty() ? BasicGPTLayerTensors<std::uint16_t>{} : p16_.h[static_cast<std::size_t>(l)];
     const float* residual_in = l == 0 ? acts.encoded : layer_activations(slot, l - 1).residual_out;
 
-    // c_proj's backward goes through the GELU in one op (a GPU's epilogue): the gradient
-    // of the GELU's output is never stored, so under bf16 it is not rounded either.
-    linear_gelu_backward(d.fc_pre, dw.mlp_c_proj_weight, dw.mlp_c_proj_bias, d.residual, {a.fc_gelu, stored.fc_gelu},
-                         {w.mlp_c_proj_weight, w16.mlp_c_proj_weight}, a.fc_pre, N, 4 * Cl, C);
-    round_if_bf16(d.fc_pre, hidden);
+    if (config_.is_llama()) {
+      // down_proj's backward gives the SwiGLU output's gradient, SwiGLU's that of the
+      // fused gate and up projection.
+      linear_backward(d.fc_hidden, dw.mlp_c_proj_weight, nullptr, d.residual, {a.fc_gelu, stored.fc_gelu},
+                      {w.mlp_c_proj_weight, w16.mlp_c_proj_weight}, N, widths.mlp_hidden, C);
+      round_if_bf16(d.fc_hidden, sizes.mlp_hidden);
+      k.swiglu_backward(d.fc_pre, d.fc_hidden, a.fc_pre, N, widths.mlp_hidden);
+    } else {
+      // c_proj's backward goes through the GELU in one op (a GPU's epilogue): the
+      // gradient of the GELU's output is never stored, so under bf16 it is not rounded.
+      linear_gelu_backward(d.fc_pre, dw.mlp_c_proj_weight, dw.mlp_c_proj_bias, d.residual,
+                           {a.fc_gelu, stored.fc_gelu}, {w.mlp_c_proj_weight, w16.mlp_c_proj_weight}, a.fc_pre, N,
+                           widths.mlp_hidden, C);
+    }
+    round_if_bf16(d.fc_pre, sizes.mlp_pre);
     linear_backward(d.ln, dw.mlp_c_fc_weight, dw.mlp_c_fc_bias, d.fc_pre, {a.ln_2, stored.ln_2},
-                    {w.mlp_c_fc_weight, w16.mlp_c_fc_weight}, N, C, 4 * Cl);
+                    {w.mlp_c_fc_weight, w16.mlp_c_fc_weight}, N, C, widths.mlp_pre);
     if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
     round_if_bf16(d.ln, stream);
-    k.layernorm_backward(d.residual, dw.ln_2_weight, dw.ln_2_bias, d.ln, a.residual_mid, w.ln_2_weight, a.ln_2_mean,
-                         a.ln_2_rstd, N, C);
+    norm_backward(d.residual, dw.ln_2_weight, dw.ln_2_bias, d.ln, a.residual_mid, w.ln_2_weight, a.ln_2_mean,
+                  a.ln_2_rstd, N, C);
     round_if_bf16(d.residual, stream);
 
     linear_backward(d.atty, dw.attn_c_proj_weight, dw.attn_c_proj_bias, d.residual, {a.atty, stored.atty},
-                    {w.attn_c_proj_weight, w16.attn_c_proj_weight}, N, Cl, C);
-    round_if_bf16(d.atty, rows * static_cast<std::size_t>(Cl));
-    k.attention_backward(d.qkv, d.atty, a.qkv, a.atty, a.lse, B, T, Cl, NHl);
-    round_if_bf16(d.qkv, rows * 3 * static_cast<std::size_t>(Cl));
+                    {w.attn_c_proj_weight, w16.attn_c_proj_weight}, N, widths.attn, C);
+    round_if_bf16(d.atty, sizes.attn);
+    attention_backward_gqa(k, d.qkv, d.atty, a.qkv, a.atty, a.lse, B, T, widths.heads, widths.kv_heads,
+                           widths.head_size);
+    if (config_.is_llama()) {
+      k.rotary_backward(d.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size, config_.rope_theta);
+    }
+    round_if_bf16(d.qkv, sizes.qkv);
     linear_backward(d.ln, dw.attn_c_attn_weight, dw.attn_c_attn_bias, d.qkv, {a.ln_1, stored.ln_1},
-                    {w.attn_c_attn_weight, w16.attn_c_attn_weight}, N, C, 3 * Cl);
+                    {w.attn_c_attn_weight, w16.attn_c_attn_weight}, N, C, widths.qkv);
     if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
     round_if_bf16(d.ln, stream);
-    k.layernorm_backward(d.residual, dw.ln_1_weight, dw.ln_1_bias, d.ln, residual_in, w.ln_1_weight, a.ln_1_mean,
-                         a.ln_1_rstd, N, C);
+    norm_backward(d.residual, dw.ln_1_weight, dw.ln_1_bias, d.ln, residual_in, w.ln_1_weight, a.ln_1_mean,
+                  a.ln_1_rstd, N, C);
     round_if_bf16(d.residual, stream);
   }
   if (!stage_.is_first()) return {d.residual, stream};  // the previous stage's output gradient
-  if (tp_ == 1) {
-    k.embedding_backward(g_.wte, g_.wpe, d.residual, slot.tokens.data(), B, T, C);
-  } else {
-    k.vocab_parallel_embedding_backward(g_.wte, g_.wpe, d.residual, slot.tokens.data(), vocab_begin(), Vl, B, T, C);
-  }
+  embed_backward(d.residual, slot.tokens.data(), B, T, C);
   return {};
 }
 

@@ -40,8 +40,10 @@ class NormalGenerator {
 };
 
 bool is_layernorm(const std::string& name) { return name.find("ln_") != std::string::npos; }
+// The projections into the residual stream (GPT-2's c_proj, Llama's o_proj and down_proj).
 bool is_residual_projection(const std::string& name) {
-  return name.ends_with("attn.c_proj.weight") || name.ends_with("mlp.c_proj.weight");
+  return name.ends_with("attn.c_proj.weight") || name.ends_with("mlp.c_proj.weight") ||
+         name.ends_with("attn.o_proj.weight") || name.ends_with("mlp.down_proj.weight");
 }
 
 // GPT-2's initialisation (GPT::init_gpt2) of a buffer in the full layout.
@@ -52,7 +54,7 @@ void init_gpt2_full(const GPTConfig& config, const std::vector<ParamTensor>& lay
   for (const ParamTensor& tensor : layout) {
     float* values = buffer.data() + tensor.offset;
     std::size_t drawn = tensor.size();
-    if (tensor.name == "wte.weight") {
+    if (tensor.name == "wte.weight" || tensor.name == "lm_head.weight") {
       // Only real tokens get weights; padding rows stay zero so their logits are 0.
       drawn = static_cast<std::size_t>(config.vocab_size) * tensor.shape[1];
     }

@@ -35,7 +35,26 @@ void check_pipeline_stages(int stages) {
 
 }  // namespace
 
+const char* architecture_name(Architecture arch) { return arch == Architecture::kLlama ? "llama" : "gpt2"; }
+
+Architecture parse_architecture(std::string_view text, std::string_view knob) {
+  if (text == "gpt2") return Architecture::kGpt2;
+  if (text == "llama") return Architecture::kLlama;
+  DUFU_FAIL(knob, " must be \"gpt2\" or \"llama\", got \"", text, "\"");
+}
+
+int GPTConfig::mlp_hidden() const {
+  if (ffn_hidden > 0) return ffn_hidden;
+  if (!is_llama()) return 4 * d_model;
+  // Llama's rule (Touvron et al. 2023; Meta's reference code): int(2 * 4C / 3)
+  // rounded up to a multiple of 256, which keeps SwiGLU's three matrices at the
+  // parameter count of a 4C GELU MLP's two.
+  const long long hidden = 2LL * 4 * d_model / 3;
+  return static_cast<int>((hidden + 255) / 256 * 256);
+}
+
 PipelineStage resolve_pipeline_stage(const GPTConfig& config, PipelineStage stage) {
+  stage.tied_head = config.tie_embeddings;
   if (stage.num_stages < 1 || stage.stage < 0 || stage.stage >= stage.num_stages) {
     DUFU_FAIL("pipeline stage ", stage.stage, " of ", stage.num_stages, " is not a stage; HINT: stages are 0 to ",
               "num_stages - 1");
@@ -83,6 +102,31 @@ void GPTConfig::validate() const {
   if (vocab_size > INT_MAX - vocab_multiple) {
     DUFU_FAIL("GPT config: vocab_size ", vocab_size, " padded to a multiple of ", vocab_multiple, " overflows int");
   }
+  if (n_kv_head < 0 || ffn_hidden < 0) {
+    DUFU_FAIL("GPT config: n_kv_head (", n_kv_head, ") and ffn_hidden (", ffn_hidden,
+              ") must not be negative; HINT: 0 picks the architecture's default");
+  }
+  if (!is_llama()) {
+    // GPT-2's kernels have these fixed: LayerNorm's 1e-5, 4C, every head its own K/V.
+    if (kv_heads() != n_head) DUFU_FAIL("GPT config: n_kv_head ", n_kv_head, " needs model.arch = \"llama\"");
+    if (mlp_hidden() != 4 * d_model) {
+      DUFU_FAIL("GPT config: ffn_hidden ", ffn_hidden, " needs model.arch = \"llama\" (GPT-2's MLP is 4 x d_model)");
+    }
+    if (!tie_embeddings) DUFU_FAIL("GPT config: an untied LM head (tie_embeddings false) needs model.arch = \"llama\"");
+    if (norm_eps != 1e-5f) DUFU_FAIL("GPT config: norm_eps ", norm_eps, " needs model.arch = \"llama\" (GPT-2's LayerNorm uses 1e-5)");
+    return;
+  }
+  if (n_head % kv_heads() != 0) {
+    DUFU_FAIL("GPT config: n_head ", n_head, " is not a multiple of n_kv_head ", n_kv_head,
+              "; HINT: grouped-query attention gives each K/V head n_head / n_kv_head query heads");
+  }
+  if (head_size() % 2 != 0) {
+    DUFU_FAIL("GPT config: head size d_model / n_head = ", head_size(),
+              " is odd; the rotary embedding turns pairs of channels");
+  }
+  if (!(rope_theta > 0.0f) || !(norm_eps > 0.0f)) {
+    DUFU_FAIL("GPT config: rope_theta (", rope_theta, ") and norm_eps (", norm_eps, ") must be positive");
+  }
 }
 
 std::size_t ParamTensor::size() const {
@@ -99,6 +143,17 @@ std::vector<ParamTensor> gpt_parameter_layout(const GPTConfig& config, int tenso
     DUFU_FAIL("GPT config: n_head ", config.n_head, " is not divisible by the tensor parallel size ", tp,
               "; HINT: each tensor-parallel rank computes n_head / tp whole heads, so choose a tp that divides n_head");
   }
+  // Megatron-LM replicates K/V heads when tp exceeds them; dufu splits whole K/V heads
+  // only, so every rank's query heads find their K/V head on the same rank.
+  if (config.kv_heads() % tp != 0) {
+    DUFU_FAIL("GPT config: n_kv_head ", config.kv_heads(), " is not divisible by the tensor parallel size ", tp,
+              "; HINT: each tensor-parallel rank holds n_kv_head / tp whole K/V heads (their query groups with ",
+              "them), so choose a tp that divides n_kv_head");
+  }
+  if (config.mlp_hidden() % tp != 0) {
+    DUFU_FAIL("GPT config: the MLP's hidden width ", config.mlp_hidden(), " is not divisible by the tensor parallel ",
+              "size ", tp, "; HINT: choose a tp that divides model.ffn_hidden");
+  }
   const std::size_t C = static_cast<std::size_t>(config.d_model);
   const std::size_t ranks = static_cast<std::size_t>(tp);
   std::vector<ParamTensor> layout;
@@ -114,7 +169,28 @@ std::vector<ParamTensor> gpt_parameter_layout(const GPTConfig& config, int tenso
   };
   const auto rows = TensorSplit::kRows;
   const auto columns = TensorSplit::kColumns;
-  add("wte.weight", {static_cast<std::size_t>(config.padded_vocab_size(tp)), C}, rows);
+  const std::size_t padded_vocab = static_cast<std::size_t>(config.padded_vocab_size(tp));
+  add("wte.weight", {padded_vocab, C}, rows);
+  if (config.is_llama()) {
+    const std::size_t q_width = static_cast<std::size_t>(config.n_head * config.head_size());
+    const std::size_t kv_width = static_cast<std::size_t>(config.kv_heads() * config.head_size());
+    const std::size_t F = static_cast<std::size_t>(config.mlp_hidden());
+    for (int layer = 0; layer < config.n_layer; ++layer) {
+      const std::string prefix = str_cat("h.", layer, ".");
+      add(prefix + "ln_1.weight", {C});
+      add(prefix + "attn.q_proj.weight", {q_width, C}, rows);
+      add(prefix + "attn.k_proj.weight", {kv_width, C}, rows);
+      add(prefix + "attn.v_proj.weight", {kv_width, C}, rows);
+      add(prefix + "attn.o_proj.weight", {C, q_width}, columns);
+      add(prefix + "ln_2.weight", {C});
+      add(prefix + "mlp.gate_proj.weight", {F, C}, rows);
+      add(prefix + "mlp.up_proj.weight", {F, C}, rows);
+      add(prefix + "mlp.down_proj.weight", {C, F}, columns);
+    }
+    add("ln_f.weight", {C});
+    if (!config.tie_embeddings) add("lm_head.weight", {padded_vocab, C}, rows);
+    return layout;
+  }
   add("wpe.weight", {static_cast<std::size_t>(config.seq_length), C});
   for (int layer = 0; layer < config.n_layer; ++layer) {
     const std::string prefix = str_cat("h.", layer, ".");

@@ -45,11 +45,13 @@ void GPT::linear_gelu_backward(float* dpre, float* dweight, float* dbias, const 
 }
 
 // Tensor parallel, each rank looks up its rows of wte and one rank adds wpe, so the
-// sum over the group is the embedding (GPT::forward_stage all-reduces it).
+// sum over the group is the embedding (GPT::forward_stage all-reduces it). Llama has
+// no wpe: its one rank of one uses the vocab-parallel kernel over the whole table,
+// which adds nothing for a null wpe.
 void GPT::embed(float* out, const std::int32_t* tokens, bool adds_positions, int B, int T, int C) {
   const KernelTable& k = *kernels_;
   const bool bf16 = precision_ == Precision::kBf16;
-  if (tp_ == 1) {
+  if (tp_ == 1 && !config_.is_llama()) {
     if (bf16) {
       k.embedding_forward_bf16(out, tokens, p16_.wte, p16_.wpe, B, T, C);
     } else {
@@ -65,6 +67,38 @@ void GPT::embed(float* out, const std::int32_t* tokens, bool adds_positions, int
     k.vocab_parallel_embedding_forward(out, tokens, p_.wte, adds_positions ? p_.wpe : nullptr, vocab_begin(), Vl, B, T,
                                        C);
   }
+}
+
+void GPT::embed_backward(const float* dout, const std::int32_t* tokens, int B, int T, int C) {
+  if (tp_ == 1 && !config_.is_llama()) {
+    kernels_->embedding_backward(g_.wte, g_.wpe, dout, tokens, B, T, C);
+  } else {
+    kernels_->vocab_parallel_embedding_backward(g_.wte, g_.wpe, dout, tokens, vocab_begin(), local_vocab_size(), B, T,
+                                                C);
+  }
+}
+
+void GPT::norm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
+                       int N, int C) {
+  if (config_.is_llama()) {
+    kernels_->rmsnorm_forward(out, rstd, x, weight, config_.norm_eps, N, C);
+  } else {
+    kernels_->layernorm_forward(out, mean, rstd, x, weight, bias, N, C);
+  }
+}
+
+void GPT::norm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+                        const float* weight, const float* mean, const float* rstd, int N, int C) {
+  if (config_.is_llama()) {
+    kernels_->rmsnorm_backward(dx, dweight, dout, x, weight, rstd, N, C);
+  } else {
+    kernels_->layernorm_backward(dx, dweight, dbias, dout, x, weight, mean, rstd, N, C);
+  }
+}
+
+GPT::Operand GPT::head_weights() const {
+  if (p_.lm_head != nullptr || p16_.lm_head != nullptr) return {p_.lm_head, p16_.lm_head};
+  return {p_.wte, p16_.wte};
 }
 
 }  // namespace dufu::trainer

@@ -134,6 +134,10 @@ void GPT::residual_layernorm(float* residual_out, float* norm_out, float* mean, 
                              const float* branch, const float* weight, const float* bias, int N, int C,
                              std::uint16_t* stored_residual_out, std::uint16_t* stored_norm_out) {
   const KernelTable& k = *kernels_;
+  if (precision_ == Precision::kFp32 && config_.is_llama()) {
+    k.residual_rmsnorm_forward(residual_out, norm_out, rstd, residual, branch, weight, config_.norm_eps, N, C);
+    return;
+  }
   if (precision_ == Precision::kFp32) {
     k.residual_layernorm_forward(residual_out, norm_out, mean, rstd, residual, branch, weight, bias, N, C);
     return;
@@ -143,14 +147,33 @@ void GPT::residual_layernorm(float* residual_out, float* norm_out, float* mean, 
   const std::size_t count = static_cast<std::size_t>(N) * static_cast<std::size_t>(C);
   k.add(residual_out, residual, branch, count);
   round_if_bf16(residual_out, count, stored_residual_out);
-  k.layernorm_forward(norm_out, mean, rstd, residual_out, weight, bias, N, C);
+  norm_forward(norm_out, mean, rstd, residual_out, weight, bias, N, C);
   round_if_bf16(norm_out, count, stored_norm_out);
 }
 
+GPT::LocalWidths GPT::local_widths() const {
+  const int hs = config_.head_size();
+  const int heads = config_.n_head / tp_;
+  const int kv_heads = config_.kv_heads() / tp_;
+  const int hidden = config_.mlp_hidden() / tp_;
+  const bool llama = config_.is_llama();
+  return {.qkv = (heads + 2 * kv_heads) * hs,
+          .attn = heads * hs,
+          .mlp_pre = llama ? 2 * hidden : hidden,
+          .mlp_hidden = hidden,
+          .heads = heads,
+          .kv_heads = kv_heads,
+          .head_size = hs};
+}
+
 GPT::LayerSizes GPT::layer_sizes(std::size_t rows) const {
-  const std::size_t tp = static_cast<std::size_t>(tp_);
-  const std::size_t C = static_cast<std::size_t>(config_.d_model);
-  return {.stream = rows * C, .share = rows * (C / tp)};
+  const LocalWidths widths = local_widths();
+  const auto times = [rows](int width) { return rows * static_cast<std::size_t>(width); };
+  return {.stream = times(config_.d_model),
+          .qkv = times(widths.qkv),
+          .attn = times(widths.attn),
+          .mlp_pre = times(widths.mlp_pre),
+          .mlp_hidden = times(widths.mlp_hidden)};
 }
 
 void GPT::ensure_working_layer(int B, int T) {
@@ -233,10 +256,10 @@ void GPT::load_layer_activations(const ActivationSlot& slot, int l) {
   if (slot.recompute != Recompute::kFull) {
     const LayerActivations a = layer_activations(slot, l);
     const StoredLayerActivations stored = stored_activations(slot, l);
-    k.load_bf16(a.qkv, stored.qkv, 3 * sizes.share);
-    k.load_bf16(a.atty, stored.atty, sizes.share);
+    k.load_bf16(a.qkv, stored.qkv, sizes.qkv);
+    k.load_bf16(a.atty, stored.atty, sizes.attn);
     k.load_bf16(a.residual_mid, stored.residual_mid, sizes.stream);
-    if (slot.recompute == Recompute::kNone) k.load_bf16(a.fc_pre, stored.fc_pre, 4 * sizes.share);
+    if (slot.recompute == Recompute::kNone) k.load_bf16(a.fc_pre, stored.fc_pre, sizes.mlp_pre);
   }
   // The layer's input: the previous layer's output (layer 0's, the embedding, is fp32).
   if (l > 0) {

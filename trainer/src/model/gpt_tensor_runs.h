@@ -60,7 +60,8 @@ void for_each_run(const ParamTensor& local, const ParamTensor& full, int tp, int
 // The rows of `full` that have a counterpart in the pieces: all, except wte's
 // padding rows (and the real ones must fit the pieces of every tp).
 inline std::size_t real_rows(const ParamTensor& full, const GPTConfig& config) {
-  return full.name == "wte.weight" ? static_cast<std::size_t>(config.vocab_size) : full.shape[0];
+  const bool vocabulary_rows = full.name == "wte.weight" || full.name == "lm_head.weight";
+  return vocabulary_rows ? static_cast<std::size_t>(config.vocab_size) : full.shape[0];
 }
 
 inline void check_buffer_sizes(const char* operation, std::size_t full_got, std::size_t full_want,

@@ -31,7 +31,7 @@ int pipeline_in_flight(int num_stages, int stage, int num_micro_batches) {
 
 void all_reduce_tied_embedding_gradient(GPT& model, Communicator* embedding_group) {
   const PipelineStage& stage = model.pipeline_stage();
-  if (stage.num_stages == 1 || !stage.holds_wte()) return;
+  if (!stage.shares_wte_gradient()) return;
   DUFU_CHECK(embedding_group != nullptr && embedding_group->size() == 2);
   const ParamTensor& wte = model.tensor("wte.weight");
   embedding_group->all_reduce(model.grads().subspan(wte.offset, wte.size()));
@@ -53,7 +53,7 @@ double pipeline_train_step(GPT& model, Communicator& pipeline_group, Communicato
     DUFU_FAIL("pipeline_train_step: the model is stage ", me, " of ", stages, ", the pipeline group ",
               pipeline_group.describe(), " makes it stage ", pipeline_group.rank(), " of ", pipeline_group.size());
   }
-  if (stages > 1 && stage.holds_wte() && (embedding_group == nullptr || embedding_group->size() != 2)) {
+  if (stage.shares_wte_gradient() && (embedding_group == nullptr || embedding_group->size() != 2)) {
     DUFU_FAIL("pipeline_train_step: stage ", me, " of ", stages, " needs the embedding group of the first and ",
               "last stage to sum the tied wte gradient");
   }

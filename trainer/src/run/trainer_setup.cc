@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/checkpoint_files.h"
 #include "dufu/common/atomic_file.h"
 #include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
@@ -316,17 +317,11 @@ RunSummary Trainer::State::run_summary() const {
 
 void Trainer::State::initialize_from(const std::string& checkpoint) {
   const TrainingState saved = read_checkpoint_state(checkpoint, FileCheck::kTrust);
-  const GPTConfig& want = options.model;
-  for (const auto& [knob, theirs, ours] :
-       {std::tuple{"model.n_layer", saved.model.n_layer, want.n_layer}, {"model.n_head", saved.model.n_head, want.n_head},
-        {"model.d_model", saved.model.d_model, want.d_model},
-        {"model.vocab_size", saved.model.vocab_size, want.vocab_size},
-        {"model.vocab_multiple", saved.model.vocab_multiple, want.vocab_multiple},
-        {"model.seq_length", saved.model.seq_length, want.seq_length}}) {
-    if (theirs != ours) {
-      DUFU_FAIL("model.init_from ", checkpoint, ": the checkpoint's model has ", knob, " = ", theirs, ", the run ",
-                ours, "; HINT: set ", knob, "=", theirs, " (see the checkpoint's config.toml)");
-    }
+  if (const checkpoint_files::ModelField* field = checkpoint_files::first_difference(saved.model, options.model)) {
+    const std::string theirs = field->text(saved.model);
+    DUFU_FAIL("model.init_from ", checkpoint, ": the checkpoint's model has model.", field->name, " = ", theirs,
+              ", the run ", field->text(options.model), "; HINT: set model.", field->name, "=", theirs,
+              " (see the checkpoint's config.toml)");
   }
   if (const std::optional<std::string> change = tokenizer_change(saved, state, checkpoint)) DUFU_FAIL(*change);
   load_parallel_checkpoint(checkpoint, saved, place, dp, *model, *optimizer);

@@ -25,12 +25,22 @@ const char* nonfinite_action_name(NonFiniteAction action) {
 ConfigSchema training_config_schema() {
   const TrainingOptions defaults;
   ConfigSchema schema;
-  schema.add_int("model.n_layer", 4, "Transformer blocks")
+  schema.add_string("model.arch", "gpt2",
+                    "gpt2 (LayerNorm, learned positions, GELU MLP, biases, tied head) or llama (RMSNorm, rotary "
+                    "positions, SwiGLU MLP, grouped-query attention, no biases)")
+      .add_int("model.n_layer", 4, "Transformer blocks")
       .add_int("model.n_head", 4, "Attention heads per block (must divide model.d_model)")
       .add_int("model.d_model", 256, "Width of the residual stream")
       .add_int("model.vocab_size", 32000, "Vocabulary size: the tokenizer's (every token id must be below it)")
       .add_int("model.vocab_multiple", 128, "The embedding gets a multiple of this many rows (padding masked)")
       .add_int("model.seq_length", 256, "Tokens per training sample (context length)")
+      .add_int("model.n_kv_head", 0, "llama: key/value heads of grouped-query attention (1 = MQA; 0 = model.n_head)")
+      .add_int("model.ffn_hidden", 0,
+               "llama: SwiGLU hidden width (0 = Llama's rule, 8/3 x d_model rounded up to a multiple of 256)")
+      .add_double("model.rope_theta", 10000.0, "llama: base of the rotary embedding's angles (Llama 3: 500000)")
+      .add_double("model.norm_eps", 1e-5, "llama: RMSNorm epsilon (gpt2's LayerNorm is fixed at 1e-5)")
+      .add_string("model.tie_embeddings", "auto",
+                  "Whether the LM head is the embedding: true, false, or auto (gpt2: true, llama: false)")
       .add_int("model.init_seed", defaults.init_seed, "Seed of the GPT-2 weight initialisation")
       .add_string("model.init_from", "",
                   "Start from this checkpoint's weights (a checkpoint or run directory, any layout; e.g. from "
@@ -189,12 +199,22 @@ float nonnegative_float(const Config& config, const char* name) {
 TrainingOptions training_options(const Config& config) {
   check_float_knobs_finite(config);
   TrainingOptions options;
+  options.model.arch = parse_architecture(config.get_string("model.arch"), "model.arch");
   options.model.n_layer = static_cast<int>(int_in_range(config, "model.n_layer", 1));
   options.model.n_head = static_cast<int>(int_in_range(config, "model.n_head", 1));
   options.model.d_model = static_cast<int>(int_in_range(config, "model.d_model", 1));
   options.model.vocab_size = static_cast<int>(int_in_range(config, "model.vocab_size", 1));
   options.model.vocab_multiple = static_cast<int>(int_in_range(config, "model.vocab_multiple", 1));
   options.model.seq_length = static_cast<int>(int_in_range(config, "model.seq_length", 1));
+  options.model.n_kv_head = static_cast<int>(int_in_range(config, "model.n_kv_head", 0));
+  options.model.ffn_hidden = static_cast<int>(int_in_range(config, "model.ffn_hidden", 0));
+  options.model.rope_theta = static_cast<float>(config.get_double("model.rope_theta"));
+  options.model.norm_eps = static_cast<float>(config.get_double("model.norm_eps"));
+  const std::string& tie = config.get_string("model.tie_embeddings");
+  if (tie != "auto" && tie != "true" && tie != "false") {
+    DUFU_FAIL("model.tie_embeddings must be true, false or auto, got \"", tie, "\"");
+  }
+  options.model.tie_embeddings = tie == "auto" ? !options.model.is_llama() : tie == "true";
   options.model.validate();
   options.init_seed =
       static_cast<std::uint32_t>(int_in_range(config, "model.init_seed", 0, std::numeric_limits<std::uint32_t>::max()));

@@ -19,18 +19,41 @@ int stage_layers(const GPTConfig& config, const PipelineStage& stage) {
   return stage.num_layers < 0 ? config.n_layer : stage.num_layers;
 }
 
+// A layer's widths on one tensor-parallel rank (GPT::local_widths): the fused q, k, v
+// output, the attention output, the MLP's first projection's output and its hidden
+// values.
+struct RankWidths {
+  double qkv, attn, mlp_pre, mlp_hidden;
+};
+RankWidths rank_widths(const GPTConfig& config, int tensor_parallel_size) {
+  const double tp = tensor_parallel_size;
+  const double hs = config.head_size();
+  const double hidden = config.mlp_hidden() / tp;
+  return {.qkv = (config.n_head + 2.0 * config.kv_heads()) * hs / tp,
+          .attn = config.n_head * hs / tp,
+          .mlp_pre = config.is_llama() ? 2.0 * hidden : hidden,
+          .mlp_hidden = hidden};
+}
+
 }  // namespace
 
 double rank_parameter_count(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage) {
   const double C = config.d_model;
   const double tp = tensor_parallel_size;
   const double vocab = static_cast<double>(config.vocab_size) + config.vocab_multiple * tp;  // padded, at most
-  // A block: the QKV, attention-out, MLP-up and MLP-down weights and the split biases
-  // divided over the tensor group; the LayerNorms and the row-parallel biases whole.
-  const double layer = (12.0 * C * C + 7.0 * C) / tp + 6.0 * C;
+  const RankWidths widths = rank_widths(config, tensor_parallel_size);
+  // A block: the QKV, attention-out, MLP weights and the split biases divided over the
+  // tensor group; the norms and the row-parallel biases whole. GPT-2's MLP has two
+  // matrices of 4C, Llama's three of F (its mlp_pre is gate and up).
+  const double matrices = C * (widths.qkv + widths.attn + widths.mlp_pre + widths.mlp_hidden);
+  const double layer = config.is_llama() ? matrices + 2.0 * C : matrices + (7.0 * C) / tp + 6.0 * C;
   double count = stage_layers(config, stage) * layer;
-  if (stage.is_first()) count += vocab * C / tp + static_cast<double>(config.seq_length) * C;
-  if (stage.is_last()) count += 2.0 * C + (stage.is_first() ? 0.0 : vocab * C / tp);
+  const double table = vocab * C / tp;  // wte's (or lm_head's) rows on this rank
+  if (stage.is_first()) count += table + (config.is_llama() ? 0.0 : static_cast<double>(config.seq_length) * C);
+  if (stage.is_last()) {
+    count += (config.is_llama() ? 1.0 : 2.0) * C;
+    if (!config.tie_embeddings || !stage.is_first()) count += table;  // lm_head, or the tied head's copy of wte
+  }
   return count;
 }
 
@@ -65,14 +88,18 @@ StepShapes training_step_shapes(const GPTConfig& config, int B, int T, int tenso
                                 const PipelineStage& stage, Precision precision, double parameters) {
   const std::int64_t N = static_cast<std::int64_t>(B) * T;
   const std::int64_t C = config.d_model;
-  const std::int64_t Cl = C / tensor_parallel_size;
+  const RankWidths widths = rank_widths(config, tensor_parallel_size);
+  const auto width = [](double value) { return static_cast<std::int64_t>(value); };
   StepShapes shapes{.rows = N,
                     .width = C,
                     .parameters = static_cast<std::int64_t>(parameters),
                     .bf16_operands = precision == Precision::kBf16};
   if (stage_layers(config, stage) > 0) {
     // A block's column-parallel QKV and MLP-up, and row-parallel attention-out and MLP-down.
-    shapes.matmuls = {{N, C, 3 * Cl, true}, {N, Cl, C, true}, {N, C, 4 * Cl, true}, {N, 4 * Cl, C, true}};
+    shapes.matmuls = {{N, C, width(widths.qkv), true},
+                      {N, width(widths.attn), C, true},
+                      {N, C, width(widths.mlp_pre), true},
+                      {N, width(widths.mlp_hidden), C, true}};
   }
   if (stage.is_last()) {
     const std::int64_t vocab = config.padded_vocab_size(tensor_parallel_size) / tensor_parallel_size;
@@ -97,14 +124,15 @@ double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parall
                         int slots, int prefetch, Precision precision, Recompute recompute) {
   const double N = static_cast<double>(B) * T;
   const double C = config.d_model;
-  const double Cl = C / tensor_parallel_size;
+  const RankWidths widths = rank_widths(config, tensor_parallel_size);
   // Attention keeps one log-sum-exp per row and head (flash-style: no T x T matrix).
   const double lse = N * config.n_head / tensor_parallel_size;
   const double vocab = (static_cast<double>(config.vocab_size) + config.vocab_multiple) / tensor_parallel_size;
   const double layers = stage_layers(config, stage);
   // In floats. One slot: the input and output, per layer the LayerNorm statistics and
   // attention's lse (fp32 under both precisions) and the tensors a backward reads
-  // (ln_1, ln_2, the residuals, QKV, the attention output, the MLP's: 4 C + 12 Cl,
+  // (ln_1, ln_2, the residuals, QKV, the attention output, the MLP's two: GPT-2's
+  // 4 C + 12 Cl,
   // less the last layer's output already counted), in bf16 under bf16, which then
   // computes in one fp32 working layer shared by the slots; the last stage's ln_f
   // and logits; the branch scratch buffer; the tokens and targets.
@@ -115,19 +143,23 @@ double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parall
   // under bf16 the whole fp32 working layer (which bf16 has anyway) and bf16 copies
   // of those tensors, one layer's.
   const bool bf16 = precision == Precision::kBf16;
-  const double layer_tensors = 3.0 * N * C + 12.0 * N * Cl;  // all but the two residuals
+  const double mlp = N * (widths.mlp_pre + widths.mlp_hidden);
+  const double layer_tensors = 3.0 * N * C + N * (widths.qkv + widths.attn) + mlp;  // all but the two residuals
   const double dropped = recompute == Recompute::kFull        ? layer_tensors
-                         : recompute == Recompute::kSelective ? 8.0 * N * Cl
+                         : recompute == Recompute::kSelective ? mlp
                                                               : 0.0;
   const double kept = layers * (N * C + layer_tensors - dropped) - N * C;
-  double slot = 2.0 * N * C + layers * (4.0 * N + lse) + (bf16 ? 0.5 : 1.0) * kept;
-  if (stage.is_last()) slot += (bf16 ? 1.5 : 1.0) * N * C + 3.0 * N + N * vocab;  // ln_f (and its bf16 copy)
+  // RMSNorm keeps rstd, LayerNorm mean and rstd.
+  const double norm_stats = (config.is_llama() ? 1.0 : 2.0) * N;
+  double slot = 2.0 * N * C + layers * (2.0 * norm_stats + lse) + (bf16 ? 0.5 : 1.0) * kept;
+  if (stage.is_last()) slot += (bf16 ? 1.5 : 1.0) * N * C + norm_stats + N + N * vocab;  // ln_f (and its bf16 copy)
   slot += N * C + 2.0 * N;
   const double working_layer = bf16 ? 2.0 * N * C + layer_tensors + 0.5 * dropped : dropped;
   // The gradients of the activations, one set for every slot: the residual stream's
-  // and a LayerNorm output's, atty, qkv and fc_pre (fc_gelu's is never stored:
-  // matmul_gelu_backward goes through the GELU).
-  const double grads = 2.0 * N * C + 8.0 * N * Cl;
+  // and a LayerNorm output's, atty, qkv and fc_pre (GPT-2's fc_gelu's is never stored:
+  // matmul_gelu_backward goes through the GELU; Llama's SwiGLU output's is).
+  const double grads = 2.0 * N * C + N * (widths.attn + widths.qkv + widths.mlp_pre) +
+                       (config.is_llama() ? N * widths.mlp_hidden : 0.0);
   const double loader = static_cast<double>(prefetch) * B * (T + 1.0);
   return 4.0 * (slots * slot + working_layer + grads + loader);
 }

@@ -43,6 +43,12 @@ namespace dufu::trainer {
 // and the bf16 working copy of the weights (its bits, std::uint16_t). On a pipeline
 // stage, h holds the stage's layers (h[0] is layer first_layer) and the tensors the
 // stage does not hold are null.
+//
+// Under model.arch = llama the same roles hold Llama's tensors and the biases are
+// null: ln_1/ln_2 the RMSNorm weights, attn_c_attn the fused q, k, v projection
+// ([(NH + 2 NKV) hs, C], q_proj's first row on), attn_c_proj o_proj, mlp_c_fc the fused
+// gate and up projection ([2F, C]), mlp_c_proj down_proj; wpe and ln_f_bias are null,
+// lm_head the untied head (null when tied: the head is wte).
 template <typename T>
 struct BasicGPTLayerTensors {
   T* ln_1_weight;
@@ -65,6 +71,7 @@ struct BasicGPTTensors {
   std::vector<BasicGPTLayerTensors<T>> h;
   T* ln_f_weight;
   T* ln_f_bias;
+  T* lm_head;
 };
 using GPTLayerTensors = BasicGPTLayerTensors<float>;
 using GPTTensors = BasicGPTTensors<float>;
@@ -123,7 +130,8 @@ class GPT {
   GPT(GPT&&) = default;
   GPT& operator=(GPT&&) = default;
 
-  // GPT-2's initialisation: matrices (wte, wpe, the linear layers) ~ N(0, 0.02),
+  // GPT-2's initialisation (Llama's the same way: RMSNorm weights 1, its residual
+  // projections o_proj and down_proj scaled like c_proj, lm_head like wte): matrices (wte, wpe, the linear layers) ~ N(0, 0.02),
   // except the residual projections (attn.c_proj.weight, mlp.c_proj.weight) ~
   // N(0, 0.02 / sqrt(2 · n_layer)); biases 0, LayerNorm weight 1 and bias 0, wte's
   // padding rows 0. The draws come from
@@ -336,6 +344,7 @@ class GPT {
     float* atty;      // [N, C]
     float* qkv;       // [N, 3C]
     float* fc_pre;    // [N, 4C] (fc_gelu's gradient is never stored: matmul_gelu_backward goes through the GELU)
+    float* fc_hidden;  // llama: [N, F] the SwiGLU output's gradient (null for gpt2)
   };
 
   // One micro-batch's activations and what its backward needs. Activations are sized
@@ -368,11 +377,18 @@ class GPT {
   // The working layer (the fp32 set a layer computes in under bf16 or recomputation)
   // and, under bf16 with recomputation, the bf16 copies of one layer.
   void ensure_working_layer(int B, int T);
-  // Floats of a layer's activations for `rows` rows: an [N, C]
-  // tensor and this rank's [N, Cl] share of one.
+  // This rank's widths of a layer's tensors (all of them when serial): the fused q, k, v
+  // projection's output, the attention output, the MLP's first projection's output and
+  // its hidden values; its query heads, K/V heads and the head size. GPT-2: 3Cl, Cl,
+  // 4Cl, 4Cl; Llama: (NH + 2 NKV) hs / tp, Cl, 2F/tp, F/tp.
+  struct LocalWidths {
+    int qkv, attn, mlp_pre, mlp_hidden, heads, kv_heads, head_size;
+  };
+  LocalWidths local_widths() const;
+  // Floats of a layer's activations for `rows` rows: an [N, C] tensor (the residual
+  // stream) and this rank's parts, rows times local_widths().
   struct LayerSizes {
-    std::size_t stream;
-    std::size_t share;
+    std::size_t stream, qkv, attn, mlp_pre, mlp_hidden;
   };
   LayerSizes layer_sizes(std::size_t rows) const;
   // visit(count, layers.tensor...) for each activation of a layer that bf16 storage
@@ -382,14 +398,14 @@ class GPT {
   // the rest.
   template <typename Visit, typename... Layers>
   static void for_each_selectively_recomputed_tensor(const LayerSizes& sizes, Visit&& visit, Layers&... layers) {
-    visit(4 * sizes.share, layers.fc_pre...);
-    visit(4 * sizes.share, layers.fc_gelu...);
+    visit(sizes.mlp_pre, layers.fc_pre...);
+    visit(sizes.mlp_hidden, layers.fc_gelu...);
   }
   template <typename Visit, typename... Layers>
   static void for_each_selectively_kept_tensor(const LayerSizes& sizes, Visit&& visit, Layers&... layers) {
     visit(sizes.stream, layers.ln_1...);
-    visit(3 * sizes.share, layers.qkv...);
-    visit(sizes.share, layers.atty...);
+    visit(sizes.qkv, layers.qkv...);
+    visit(sizes.attn, layers.atty...);
     visit(sizes.stream, layers.residual_mid...);
     visit(sizes.stream, layers.ln_2...);
   }
@@ -461,6 +477,17 @@ class GPT {
   void linear_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, Operand x, Operand weight,
                             const float* pre, int N, int C, int OC);
   void embed(float* out, const std::int32_t* tokens, bool adds_positions, int B, int T, int C);
+  // The embedding's backward into g_.wte (and g_.wpe).
+  void embed_backward(const float* dout, const std::int32_t* tokens, int B, int T, int C);
+  // The architecture's normalisation (gpt2: LayerNorm; llama: RMSNorm with the
+  // config's eps, no bias and no mean: bias, mean and dbias are null), arguments as
+  // the layernorm kernels'.
+  void norm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
+                    int N, int C);
+  void norm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x, const float* weight,
+                     const float* mean, const float* rstd, int N, int C);
+  // The LM head's weights: wte when tied, lm_head otherwise.
+  Operand head_weights() const;
   // Views of the tensors, tensor_of(const ParamTensor&) giving each one's pointer;
   // called in layout order.
   template <typename T, typename TensorOf>

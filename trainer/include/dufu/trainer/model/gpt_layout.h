@@ -7,11 +7,22 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dufu::trainer {
 
+// model.arch. kGpt2: LayerNorm with bias, learned positions (wpe), a 4·d_model GELU
+// MLP, biases on every linear layer, the LM head tied to wte. kLlama (Llama 2/3,
+// Mistral, Qwen2 without q/k/v biases, ...): RMSNorm, rotary positions, a SwiGLU MLP,
+// grouped-query attention, no biases, an untied head unless tie_embeddings.
+enum class Architecture { kGpt2, kLlama };
+// "gpt2" or "llama"; and back, throwing dufu::Error naming `knob` for anything else.
+const char* architecture_name(Architecture arch);
+Architecture parse_architecture(std::string_view text, std::string_view knob);
+
 struct GPTConfig {
+  Architecture arch = Architecture::kGpt2;
   int n_layer = 12;
   int n_head = 12;
   int d_model = 768;
@@ -20,6 +31,20 @@ struct GPTConfig {
   // matmul works on round sizes (50257 -> 50304 with 128, as in llm.c).
   int vocab_multiple = 128;
   int seq_length = 1024;  // maximum number of positions (rows of wpe)
+  // The Llama family's knobs. GPT-2 fixes them (n_kv_head = n_head, a 4·d_model MLP,
+  // LayerNorm's eps 1e-5, a tied head) and validate() refuses other values for it.
+  int n_kv_head = 0;            // key/value heads (grouped-query attention; 1 = MQA); 0 = n_head
+  int ffn_hidden = 0;           // the MLP's hidden width; 0 = the architecture's default (mlp_hidden)
+  float rope_theta = 10000.0f;  // base of the rotary embedding's angles
+  float norm_eps = 1e-5f;       // RMSNorm's epsilon (Llama 1: 1e-6, Llama 2 and 3: 1e-5)
+  bool tie_embeddings = true;   // the LM head is wte; false gives it its own lm_head.weight
+
+  bool is_llama() const { return arch == Architecture::kLlama; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int head_size() const { return d_model / n_head; }
+  // The MLP's hidden width: ffn_hidden if set, else GPT-2's 4·d_model, or for llama
+  // Llama's rule, 2/3 of 4·d_model rounded up to a multiple of 256.
+  int mlp_hidden() const;
 
   // vocab_size rounded up to a multiple of vocab_multiple x tensor_parallel_size (as
   // Megatron-LM does), so the rows of wte split evenly over the tensor-parallel ranks
@@ -28,25 +53,30 @@ struct GPTConfig {
   // zero, and excluded from the softmax, so the loss does not depend on tp. Throws
   // dufu::Error if the padded size overflows int or tensor_parallel_size < 1.
   int padded_vocab_size(int tensor_parallel_size = 1) const;
-  // Throws dufu::Error naming the field for a size that is not positive, or for a
-  // d_model that n_head does not divide.
+  // Throws dufu::Error naming the field for a size that is not positive, a d_model
+  // that n_head does not divide, an n_head that n_kv_head does not divide, an odd head
+  // size under rotary positions, or a Llama knob set to another value for gpt2.
   void validate() const;
 };
 
 // Which layers one pipeline stage holds. The default is the whole model (one stage).
 // Stage `stage` of `num_stages` holds layers [first_layer, first_layer + num_layers);
 // the first stage also holds wte and wpe, the last ln_f and (for the tied LM head) a
-// copy of wte. A num_layers below 0 means "to the last layer".
+// copy of wte, or an untied head's lm_head. A num_layers below 0 means "to the last
+// layer". resolve_pipeline_stage sets tied_head from the config.
 struct PipelineStage {
   int stage = 0;
   int num_stages = 1;
   int first_layer = 0;
   int num_layers = -1;
+  bool tied_head = true;
   bool is_first() const { return stage == 0; }
   bool is_last() const { return stage + 1 == num_stages; }
-  // The last stage of several keeps a copy of the first stage's wte.
-  bool holds_wte() const { return is_first() || is_last(); }
-  bool holds_wte_copy() const { return is_last() && !is_first(); }
+  // The last stage of several keeps a copy of the first stage's wte when the head is tied.
+  bool holds_wte() const { return is_first() || (tied_head && is_last()); }
+  bool holds_wte_copy() const { return tied_head && is_last() && !is_first(); }
+  // The first and last of several stages sum their wte gradients (the tied head's).
+  bool shares_wte_gradient() const { return tied_head && num_stages > 1 && (is_first() || is_last()); }
 };
 
 // Layers per stage for `stages` pipeline stages of an n_layer model. With an empty
@@ -110,6 +140,19 @@ struct ParamTensor {
 // mlp.c_fc.bias [4C/tp] (column-parallel), mlp.c_proj.weight [C, 4C/tp]
 // (row-parallel); wpe, the LayerNorms and the two c_proj biases are replicated.
 // Throws dufu::Error when tp < 1 or n_head is not divisible by tp.
+//
+// model.arch = llama (names after HF's LlamaModel, mapped in checkpoint/hf_weights):
+// wte.weight [Vp, C] (embed_tokens), then for each layer h.{i}.ln_1.weight [C]
+// (input_layernorm), attn.q_proj.weight [NH hs, C], attn.k_proj.weight and
+// attn.v_proj.weight [NKV hs, C], attn.o_proj.weight [C, NH hs], ln_2.weight [C]
+// (post_attention_layernorm), mlp.gate_proj.weight and mlp.up_proj.weight [F, C],
+// mlp.down_proj.weight [C, F]; ln_f.weight [C] (norm) and, untied, lm_head.weight
+// [Vp, C]. No biases, no wpe. Under tp, q/k/v, gate and up are cut by rows (whole
+// heads and K/V heads: tp must divide n_head and n_kv_head, refused in words
+// otherwise), o_proj and down_proj by columns, lm_head by rows like wte. Consecutive in
+// the buffer, q, k and v of a rank form one [(NH + 2 NKV) hs / tp, C] matrix (one
+// matmul, the rotary and attention kernels' qkv layout), gate and up one [2F/tp, C]
+// (the SwiGLU kernel's gate_up layout).
 std::vector<ParamTensor> gpt_parameter_layout(const GPTConfig& config, int tensor_parallel_size = 1);
 
 // The tensors a pipeline stage holds, out of `layout` (gpt_parameter_layout for some
