@@ -17,7 +17,7 @@ std::size_t shard_size_for(std::size_t n, int ranks) {
 AdamW make_optimizer(const GPT& model, AdamWOptions options, const Communicator& group, bool sharded) {
   if (!sharded) return AdamW(model, options);
   const auto [begin, end] = zero_shard_range(model.num_parameters(), group.size(), group.rank());
-  return AdamW(model.parameter_tensors(), model.num_parameters(), options, begin, end, &model.device());
+  return AdamW(model.parameter_tensors(), model.num_parameters(), options, begin, end, &model.parameter_device());
 }
 
 }  // namespace
@@ -56,6 +56,10 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
       bucket_elements_(bucket_elements),
       optimizer_(make_optimizer(model, options, data_group, sharded_)) {
   DUFU_CHECK(bucket_elements_ >= 1, "DataParallelOptimizer: a bucket of 0 elements");
+  if (sharded_ && model.optimizer_offloaded()) {
+    DUFU_FAIL("optim.offload = cpu with dist.zero_stage = 1 is not supported yet: the sharded update runs on the ",
+              "device; HINT: use dist.zero_stage = 0 with offload (the moments are in host memory then)");
+  }
   if (sharded_) {
     shard_size_ = shard_size_for(model.num_parameters(), group_.size());
     Device& device = model.device();
@@ -154,6 +158,13 @@ double DataParallelOptimizer::sharded_sum_of_squares() {
 }
 
 void DataParallelOptimizer::step(float lr) {
+  if (!sharded_ && model_.optimizer_offloaded()) {
+    // The reduced gradients come to the host, where the masters and moments are.
+    host_grads_.resize(model_.num_parameters());
+    model_.device().download(host_grads_.data(), model_.grads().data(), host_grads_.size() * sizeof(float));
+    optimizer_.step(model_.params(), host_grads_, lr, grad_scale_);
+    return;
+  }
   if (!sharded_) {
     optimizer_.step(model_.params(), model_.grads(), lr, grad_scale_);
     return;
@@ -176,7 +187,7 @@ void DataParallelOptimizer::load_full_state(const AdamW& full) {
              " parameters for a model of ", model_.num_parameters());
   const std::size_t begin = optimizer_.shard_begin();
   const std::size_t count = optimizer_.num_parameters();
-  Device& device = model_.device();
+  Device& device = optimizer_.device();
   device.copy(optimizer_.m().data(), full.m().data() + begin, count * sizeof(float));
   device.copy(optimizer_.v().data(), full.v().data() + begin, count * sizeof(float));
   optimizer_.set_step_count(full.step_count());
