@@ -4,6 +4,8 @@
 // and the whole classifier as the CUDA kernel orders it (256 threads reading 4 logits
 // at a time, warp butterflies, warps merged in order) against the double reference
 // at GPT-2's vocabulary.
+#include "dufu/trainer/device/classifier_math.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,7 +17,6 @@
 #include <limits>
 #include <vector>
 
-#include "dufu/trainer/device/classifier_math.h"
 #include "kernel_reference.h"
 #include "kernel_test_support.h"
 
@@ -167,7 +168,7 @@ OnlineSoftmax kernel_order_statistics(const float* row, int V) {
 TEST(ClassifierOnlineSoftmax, KernelOrderMatchesTheDoubleReferenceAtGpt2Vocabulary) {
   const int V = 50257, Vp = 50304, N = 3;
   std::vector<float> logits = random_floats(static_cast<std::size_t>(N) * Vp, 14, -4.0f, 4.0f);
-  logits[static_cast<std::size_t>(0) * Vp + 50000] = 12.0f;                   // a late maximum
+  logits[static_cast<std::size_t>(0) * Vp + 50000] = 12.0f;                     // a late maximum
   std::fill_n(logits.begin() + static_cast<std::ptrdiff_t>(2) * Vp, Vp, 0.5f);  // a flat row
   const std::vector<std::int32_t> targets = {17, 50256, 3};
   const float scale = 1.0f / N;

@@ -12,10 +12,10 @@
 #include "block_reduce.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
-#include "float_groups.cuh"
 #include "dufu/trainer/device/classifier_math.h"
 #include "dufu/trainer/device/kernel_math.h"
 #include "dufu/trainer/device/kernel_partition.h"
+#include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {
 
@@ -38,9 +38,8 @@ constexpr int kWarps = kBlock / kWarpSize;
 // kWidth 4 reads 16 bytes at a time (float_groups.cuh); a group straddling V holds
 // padding, which is loaded but neither counted nor kept.
 template <int kWidth>
-__global__ void __launch_bounds__(kBlock) classifier_kernel(float* logits, float* losses,
-                                                            const std::int32_t* targets, float dloss_scale, int V,
-                                                            int Vp) {
+__global__ void __launch_bounds__(kBlock)
+    classifier_kernel(float* logits, float* losses, const std::int32_t* targets, float dloss_scale, int V, int Vp) {
   __shared__ OnlineSoftmax warp_states[kWarps];
   float* row = logits + static_cast<std::size_t>(blockIdx.x) * Vp;
   const int target = targets[blockIdx.x];

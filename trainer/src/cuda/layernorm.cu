@@ -8,9 +8,9 @@
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "cuda_scratch.h"
-#include "float_groups.cuh"
 #include "dufu/trainer/device/kernel_math.h"
 #include "dufu/trainer/device/kernel_partition.h"
+#include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {
 
@@ -73,9 +73,9 @@ __global__ void __launch_bounds__(kBlock)
 
 // dx += ..., one warp per row as the forward; the two row means by warp shuffles.
 template <int kWidth>
-__global__ void __launch_bounds__(kBlock) layernorm_dx_kernel(float* dx, const float* dout, const float* x,
-                                                              const float* weight, const float* mean,
-                                                              const float* rstd, int N, int C) {
+__global__ void __launch_bounds__(kBlock)
+    layernorm_dx_kernel(float* dx, const float* dout, const float* x, const float* weight, const float* mean,
+                        const float* rstd, int N, int C) {
   const int n = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (n >= N) return;
   const int lane = threadIdx.x % kWarpSize;
@@ -117,8 +117,9 @@ __global__ void __launch_bounds__(kBlock) layernorm_dx_kernel(float* dx, const f
 // Per chunk of rows and column: the partial sums of norm * dout (dweight) and dout
 // (dbias), each thread its column of its chunk in row order. Blocks of kColumnSumTile
 // columns, so that C = 768 over 32 chunks makes 384 blocks (kernel_partition.h).
-__global__ void __launch_bounds__(kColumnSumTile) layernorm_dparams_partials(double* partial, const float* dout, const float* x, const float* mean,
-                                           const float* rstd, int N, int C, int chunks) {
+__global__ void __launch_bounds__(kColumnSumTile)
+    layernorm_dparams_partials(double* partial, const float* dout, const float* x, const float* mean, const float* rstd,
+                               int N, int C, int chunks) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   const int chunk = blockIdx.y;
   if (c >= C) return;
@@ -161,10 +162,10 @@ void residual_layernorm_forward(float* residual_out, float* norm_out, float* mea
   if (N == 0) return;
   if (rows_take_float4(C, residual_out, norm_out, residual, branch, weight, bias)) {
     layernorm_kernel<4><<<row_blocks(N), kBlock, 0, stream()>>>(residual_out, norm_out, mean, rstd, residual, branch,
-                                                                 weight, bias, N, C);
+                                                                weight, bias, N, C);
   } else {
     layernorm_kernel<1><<<row_blocks(N), kBlock, 0, stream()>>>(residual_out, norm_out, mean, rstd, residual, branch,
-                                                                 weight, bias, N, C);
+                                                                weight, bias, N, C);
   }
   DUFU_CUDA_CHECK_LAUNCH();
 }

@@ -8,9 +8,9 @@
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "cuda_scratch.h"
-#include "float_groups.cuh"
 #include "dufu/trainer/device/kernel_partition.h"
 #include "dufu/trainer/device/llama_math.h"
+#include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {
 
@@ -24,9 +24,9 @@ constexpr int kRowsPerBlock = kBlock / kWarpSize;
 // residual_out first and read back by the lane that stored it, so residual_out may
 // be x).
 template <int kWidth>
-__global__ void __launch_bounds__(kBlock) rmsnorm_kernel(float* residual_out, float* out, float* rstd_out,
-                                                         const float* x, const float* branch, const float* weight,
-                                                         float eps, int N, int C) {
+__global__ void __launch_bounds__(kBlock)
+    rmsnorm_kernel(float* residual_out, float* out, float* rstd_out, const float* x, const float* branch,
+                   const float* weight, float eps, int N, int C) {
   const int n = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (n >= N) return;
   const int lane = threadIdx.x % kWarpSize;
@@ -93,8 +93,9 @@ __global__ void __launch_bounds__(kBlock) rmsnorm_dx_kernel(float* dx, const flo
 
 // Per chunk of rows and column: the partial sum of norm * dout (dweight), each thread
 // its column of its chunk in row order, in blocks of kColumnSumTile columns.
-__global__ void __launch_bounds__(kColumnSumTile) rmsnorm_dweight_partials(double* partial, const float* dout, const float* x, const float* rstd, int N,
-                                         int C, int chunks) {
+__global__ void __launch_bounds__(kColumnSumTile)
+    rmsnorm_dweight_partials(double* partial, const float* dout, const float* x, const float* rstd, int N, int C,
+                             int chunks) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   const int chunk = blockIdx.y;
   if (c >= C) return;
@@ -126,11 +127,11 @@ void residual_rmsnorm_forward(float* residual_out, float* norm_out, float* rstd,
                               const float* branch, const float* weight, float eps, int N, int C) {
   if (N == 0) return;
   if (rows_take_float4(C, residual_out, norm_out, residual, branch, weight)) {
-    rmsnorm_kernel<4><<<row_blocks(N), kBlock, 0, stream()>>>(residual_out, norm_out, rstd, residual, branch, weight,
-                                                               eps, N, C);
+    rmsnorm_kernel<4>
+        <<<row_blocks(N), kBlock, 0, stream()>>>(residual_out, norm_out, rstd, residual, branch, weight, eps, N, C);
   } else {
-    rmsnorm_kernel<1><<<row_blocks(N), kBlock, 0, stream()>>>(residual_out, norm_out, rstd, residual, branch, weight,
-                                                               eps, N, C);
+    rmsnorm_kernel<1>
+        <<<row_blocks(N), kBlock, 0, stream()>>>(residual_out, norm_out, rstd, residual, branch, weight, eps, N, C);
   }
   DUFU_CUDA_CHECK_LAUNCH();
 }
@@ -151,8 +152,8 @@ void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float*
   const dim3 grid(column_sum_tiles(C), static_cast<unsigned>(chunks));
   rmsnorm_dweight_partials<<<grid, kColumnSumTile, 0, stream()>>>(partial, dout, x, rstd, N, C, chunks);
   DUFU_CUDA_CHECK_LAUNCH();
-  rmsnorm_dweight_finish<<<blocks_for(static_cast<std::size_t>(C), kBlock), kBlock, 0, stream()>>>(dweight, partial,
-                                                                                                  C, chunks);
+  rmsnorm_dweight_finish<<<blocks_for(static_cast<std::size_t>(C), kBlock), kBlock, 0, stream()>>>(dweight, partial, C,
+                                                                                                   chunks);
   DUFU_CUDA_CHECK_LAUNCH();
 }
 

@@ -48,8 +48,8 @@ DUFU_HOST_DEVICE inline float classifier_loss(const OnlineSoftmax& row, float ta
 
 // One logit's gradient, dloss_scale (softmax - onehot(target)), with grad_scale =
 // dloss_scale / sum: the gradient sweep recomputes the weight rather than storing it.
-DUFU_HOST_DEVICE inline float classifier_grad(const OnlineSoftmax& row, float logit, float grad_scale,
-                                              bool is_target, float dloss_scale) {
+DUFU_HOST_DEVICE inline float classifier_grad(const OnlineSoftmax& row, float logit, float grad_scale, bool is_target,
+                                              float dloss_scale) {
   return online_softmax_weight(row, logit) * grad_scale - (is_target ? dloss_scale : 0.0f);
 }
 
