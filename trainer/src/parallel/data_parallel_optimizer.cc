@@ -56,10 +56,6 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
       bucket_elements_(bucket_elements),
       optimizer_(make_optimizer(model, options, data_group, sharded_)) {
   DUFU_CHECK(bucket_elements_ >= 1, "DataParallelOptimizer: a bucket of 0 elements");
-  if (sharded_ && model.optimizer_offloaded()) {
-    DUFU_FAIL("optim.offload = cpu with dist.zero_stage = 1 is not supported yet: the sharded update runs on the ",
-              "device; HINT: use dist.zero_stage = 0 with offload (the moments are in host memory then)");
-  }
   if (sharded_) {
     shard_size_ = shard_size_for(model.num_parameters(), group_.size());
     Device& device = model.device();
@@ -173,6 +169,18 @@ void DataParallelOptimizer::step(float lr) {
   const auto params = model_.params();
   const std::size_t begin = optimizer_.shard_begin();
   const std::size_t count = optimizer_.num_parameters();
+  if (model_.optimizer_offloaded()) {
+    // The host updates its shard of the masters from the reduced gradient shard; the
+    // updated shards meet on the device (its communicator moves device memory) and
+    // come back to the host whole.
+    host_grads_.resize(count);
+    device.download(host_grads_.data(), grad_shard_.data(), count * sizeof(float));
+    optimizer_.step(params.subspan(begin, count), host_grads_, lr, grad_scale_);
+    device.upload(param_shard_.data(), params.data() + begin, count * sizeof(float));
+    group_.all_gather(param_shard_.span(), padded_.span());
+    device.download(params.data(), padded_.data(), params.size_bytes());
+    return;
+  }
   device.copy(param_shard_.data(), params.data() + begin, count * sizeof(float));
   optimizer_.step(std::span<float>(param_shard_.data(), count), std::span<const float>(grad_shard_.data(), count), lr,
                   grad_scale_);

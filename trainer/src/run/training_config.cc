@@ -328,9 +328,6 @@ TrainingOptions training_options(const Config& config) {
       DUFU_FAIL("optim.offload = cpu needs train.precision = bf16: under fp32 the device would need the fp32 "
                 "weights, which are what offload moves to the host");
     }
-    if (options.zero_stage == 1) {
-      DUFU_FAIL("optim.offload = cpu with dist.zero_stage = 1 is not supported yet; HINT: use dist.zero_stage = 0");
-    }
   }
   options.run_dir = config.get_string("run.dir");
   if (options.run_dir.empty()) DUFU_FAIL("run.dir must not be empty");
