@@ -93,13 +93,20 @@ TEST(FoldAgainstMpiTest, ReduceScatterIsTheFoldOfThisRanksChunk) {
 }
 
 // Parameters after a few steps of a small GPT with `bucket_elements` floats per
-// collective; each rank trains on its own batches.
-std::vector<float> train(bool zero1, std::size_t bucket_elements) {
+// collective; each rank trains on its own batches. The device is a counting CPU
+// device: the CPU's kernels (the same bits), and a device that is not the host's for
+// the model, as optim.offload = cpu asks, whose memory MPI moves.
+std::vector<float> train(bool zero1, std::size_t bucket_elements, Precision precision = Precision::kFp32,
+                         bool offload = false) {
   constexpr int kB = 2;
   constexpr int kT = 8;
   constexpr int kVocab = 97;
+  dufu::testing::CountingCpuDevice device;
   GPT model(dufu::testing::small_gpt_config(
-      {.n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = kVocab, .vocab_multiple = 8, .seq_length = kT}));
+                {.n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = kVocab, .vocab_multiple = 8, .seq_length = kT}),
+            nullptr, {}, &device);
+  model.set_precision(precision);
+  model.set_optimizer_offload(offload);
   model.init_gpt2(5);
   DataParallelOptimizer optimizer(model, AdamWOptions{}, world(), zero1, nullptr, nullptr, bucket_elements);
   for (int step = 0; step < 3; ++step) {
@@ -111,7 +118,9 @@ std::vector<float> train(bool zero1, std::size_t bucket_elements) {
     optimizer.reduce_gradients_and_clip(0.5);  // clipping on: the norm goes into the update
     optimizer.step(1e-2f);
   }
-  return std::vector<float>(model.params().begin(), model.params().end());
+  std::vector<float> params(model.num_parameters());
+  model.parameter_device().download(params.data(), model.params().data(), params.size() * sizeof(float));
+  return params;
 }
 
 void expect_bitwise_equal(const std::vector<float>& got, const std::vector<float>& expected, const char* what) {
@@ -141,38 +150,10 @@ TEST(BucketedReductionTest, BucketsDoNotChangeABitReplicatedOrZero1) {
 
 // optim.offload = cpu over the data-parallel ranks, replicated and ZeRO-1 (the host
 // updates its shard, the shards meet through the device's communicator): the bits of
-// the run that keeps the masters and moments on the device. The device is a counting
-// CPU device, a device that is not the host's for the model, whose memory MPI moves.
-std::vector<float> train_bf16(bool zero1, bool offload) {
-  constexpr int kB = 2;
-  constexpr int kT = 8;
-  constexpr int kVocab = 97;
-  dufu::testing::CountingCpuDevice device;
-  GPT model(dufu::testing::small_gpt_config(
-                {.n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = kVocab, .vocab_multiple = 8, .seq_length = kT}),
-            nullptr, {}, &device);
-  model.set_precision(Precision::kBf16);
-  model.set_optimizer_offload(offload);
-  model.init_gpt2(5);
-  DataParallelOptimizer optimizer(model, AdamWOptions{}, world(), zero1, nullptr, nullptr, 1000);
-  EXPECT_EQ(optimizer.sharded(), zero1);
-  for (int step = 0; step < 3; ++step) {
-    const auto batch = dufu::testing::next_token_batch(
-        kB, kT, kVocab, static_cast<std::uint32_t>(100 + 10 * step + world().rank()), {});
-    model.zero_grad();
-    model.forward(batch.tokens, batch.targets, kB, kT);
-    model.backward();
-    optimizer.reduce_gradients_and_clip(0.5);
-    optimizer.step(1e-2f);
-  }
-  std::vector<float> params(model.num_parameters());
-  model.parameter_device().download(params.data(), model.params().data(), params.size() * sizeof(float));
-  return params;
-}
-
+// the run that keeps the masters and moments on the device.
 TEST(OffloadedOptimizerTest, ReplicatedAndZero1GiveTheDeviceRunsBits) {
   for (const bool zero1 : {false, true}) {
-    expect_bitwise_equal(train_bf16(zero1, true), train_bf16(zero1, false),
+    expect_bitwise_equal(train(zero1, 1000, Precision::kBf16, true), train(zero1, 1000, Precision::kBf16, false),
                          zero1 ? "ZeRO-1, offloaded against on the device" : "offloaded against on the device");
   }
 }
