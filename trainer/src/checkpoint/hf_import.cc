@@ -252,8 +252,6 @@ HfImport import_hf(const std::string& hf_dir, const std::string& destination, co
   layout.pipeline_parallel_size = options.pipeline_parallel_size;
   layout.pipeline_layers = options.pipeline_layers;  // checked against the stages by validate
   layout.validate(config);
-  // validate checks n_head only; Llama's K/V heads and MLP width split over tp too.
-  (void)gpt_parameter_layout(config, layout.tensor_parallel_size);
   // As a run records it: the split of every stage, none for one stage.
   layout.pipeline_layers.clear();
   if (layout.pipeline_parallel_size > 1) {
