@@ -13,21 +13,19 @@ over Debian's torch).
       DIR/batch.bin a batch of 2 x 16 token ids then its targets (int32, the last
       target of row 1 -1: ignored), from the seed.
 
-  compare --hf DIR --dufu FILE.safetensors
+  compare --hf DIR --dufu FILE.safetensors [FILE.safetensors...]
       The loss and gradients transformers computes on DIR/batch.bin (fp32, the mean
-      cross-entropy over the non-ignored targets) against dufu's in FILE ("loss" and
-      each gradient under dufu's name and layout, wte and lm_head with their padding
-      rows, which must be 0): fails (exit 1) unless the loss is within 1e-5 relative
-      and every gradient within 1e-4 of its tensor's largest value.
+      cross-entropy over the non-ignored targets) against dufu's in each FILE ("loss"
+      and each gradient under dufu's name and layout, wte and lm_head with their
+      padding rows, which must be 0): fails (exit 1) unless the loss is within 1e-5
+      relative and every gradient within 1e-4 of its tensor's largest value.
 
-  load-export --hf DIR --export DIR2
-      LlamaForCausalLM.from_pretrained(DIR2) (export-hf of the imported checkpoint)
-      reports no missing, unexpected or mismatched keys, has DIR's config values, and
-      computes DIR's logits on DIR/batch.bin; fails otherwise.
-
-  same-tensors --hf DIR --export DIR2
-      Fails unless DIR2 holds every tensor of DIR under the same name bit for bit (a
-      BF16 or F16 original widened exactly) and nothing else.
+  export --hf DIR --export DIR2
+      DIR2 (export-hf of the imported checkpoint) holds every tensor of DIR under the
+      same name bit for bit (a BF16 or F16 original widened exactly) and nothing else;
+      LlamaForCausalLM.from_pretrained(DIR2) reports no missing, unexpected or
+      mismatched keys, has DIR's config values, and computes DIR's logits on
+      DIR/batch.bin exactly; fails otherwise.
 """
 import argparse
 import json
@@ -107,9 +105,7 @@ def load(directory):
 
 
 def compare(args):
-    import numpy as np
     import torch
-    from safetensors.numpy import load_file
 
     model, _ = load(args.hf)
     model.eval()
@@ -118,12 +114,24 @@ def compare(args):
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                              ignore_index=-1)
     loss.backward()
-    dufu = load_file(args.dufu)
+    failures = []
+    for path in args.dufu:
+        failures += compare_one(model, loss.item(), path)
+    for line in failures:
+        print("FAIL:", line)
+    sys.exit(1 if failures else 0)
+
+
+def compare_one(model, hf_loss, path):
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    dufu = load_file(path)
     failures = []
     dufu_loss = float(dufu.pop("loss"))
-    relative = abs(loss.item() - dufu_loss) / abs(loss.item())
+    relative = abs(hf_loss - dufu_loss) / abs(hf_loss)
     if not relative <= LOSS_REL_TOLERANCE:
-        failures.append(f"loss: transformers {loss.item():.8f}, dufu {dufu_loss:.8f} (relative {relative:.2e})")
+        failures.append(f"loss: transformers {hf_loss:.8f}, dufu {dufu_loss:.8f} (relative {relative:.2e})")
     expected_by_name = {name: p.grad.numpy() for name, p in model.named_parameters()}
     worst, worst_name = 0.0, ""
     for dufu_name in sorted(dufu):
@@ -147,19 +155,17 @@ def compare(args):
             failures.append(f"{name}: gradient differs by {error:.2e} of its largest value")
     for name in sorted(expected_by_name):
         failures.append(f"dufu has no gradient of {name}")
-    print(f"loss transformers {loss.item():.8f} dufu {dufu_loss:.8f} (relative {relative:.2e}); "
-          f"largest gradient difference {worst:.2e} of the tensor's largest value ({worst_name})")
-    for line in failures:
-        print("FAIL:", line)
-    sys.exit(1 if failures else 0)
+    print(f"{os.path.basename(path)}: loss transformers {hf_loss:.8f} dufu {dufu_loss:.8f} (relative "
+          f"{relative:.2e}); largest gradient difference {worst:.2e} of the tensor's largest value ({worst_name})")
+    return [f"{os.path.basename(path)}: {line}" for line in failures]
 
 
-def load_export(args):
+def export(args):
     import torch
 
+    failures = same_tensors(args.hf, args.export)
     original, _ = load(args.hf)
     exported, info = load(args.export)
-    failures = []
     for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
         if info[kind]:
             failures.append(f"from_pretrained's {kind}: {info[kind]}")
@@ -175,8 +181,7 @@ def load_export(args):
     difference = float((a - b).abs().max())
     if difference != 0.0:
         failures.append(f"the logits differ by up to {difference:.3e}")
-    print(f"from_pretrained of the export: no missing or unexpected keys, logits differ by {difference:.1e}"
-          if not failures else "from_pretrained of the export:")
+    print(f"from_pretrained of {os.path.basename(args.export)}: logits differ by {difference:.1e}")
     for line in failures:
         print("FAIL:", line)
     sys.exit(1 if failures else 0)
@@ -195,9 +200,9 @@ def tensors_of(directory):
     return tensors
 
 
-def same_tensors(args):
-    original = tensors_of(args.hf)
-    exported = tensors_of(args.export)
+def same_tensors(hf, export):
+    original = tensors_of(hf)
+    exported = tensors_of(export)
     failures = []
     for name in sorted(set(original) | set(exported)):
         if name not in exported:
@@ -210,10 +215,8 @@ def same_tensors(args):
                 a = a.to(b.dtype)
             if a.shape != b.shape or a.numpy().tobytes() != b.numpy().tobytes():
                 failures.append(f"{name} differs ({a.dtype}{list(a.shape)} against {b.dtype}{list(b.shape)})")
-    print(f"{len(exported)} tensors compared bit for bit")
-    for line in failures:
-        print("FAIL:", line)
-    sys.exit(1 if failures else 0)
+    print(f"{os.path.basename(export)}: {len(exported)} tensors compared bit for bit")
+    return failures
 
 
 def main():
@@ -229,12 +232,14 @@ def main():
     make_parser.add_argument("--max-shard-size")
     make_parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     make_parser.add_argument("--seed", type=int, default=3)
-    for name in ("compare", "load-export", "same-tensors"):
-        sub = commands.add_parser(name)
-        sub.add_argument("--hf", required=True)
-        sub.add_argument("--dufu" if name == "compare" else "--export", required=True)
+    compare_parser = commands.add_parser("compare")
+    compare_parser.add_argument("--hf", required=True)
+    compare_parser.add_argument("--dufu", required=True, nargs="+")
+    export_parser = commands.add_parser("export")
+    export_parser.add_argument("--hf", required=True)
+    export_parser.add_argument("--export", required=True)
     args = parser.parse_args()
-    {"make": make, "compare": compare, "load-export": load_export, "same-tensors": same_tensors}[args.command](args)
+    {"make": make, "compare": compare, "export": export}[args.command](args)
 
 
 if __name__ == "__main__":
