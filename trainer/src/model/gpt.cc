@@ -441,7 +441,7 @@ void GPT::forward_layer_body(const ActivationSlot& slot, int l) {
   linear_forward(a.qkv, {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight}, w.attn_c_attn_bias, N,
                  C, 3 * Cl);
   round_if_bf16(a.qkv, rows * 3 * static_cast<std::size_t>(Cl), stored.qkv);
-  k.attention_forward(a.atty, a.lse, a.qkv, B, T, Cl, NHl);
+  k.attention_forward(a.atty, a.lse, a.qkv, B, T, NHl, NHl, Cl / NHl);
   round_if_bf16(a.atty, rows * static_cast<std::size_t>(Cl), stored.atty);
   linear_forward(acts.branch, {a.atty, stored.atty}, {w.attn_c_proj_weight, w16.attn_c_proj_weight},
                  adds_replicated ? w.attn_c_proj_bias : nullptr, N, Cl, C);

@@ -109,7 +109,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
     linear_backward(d.atty, dw.attn_c_proj_weight, dw.attn_c_proj_bias, d.residual, {a.atty, stored.atty},
                     {w.attn_c_proj_weight, w16.attn_c_proj_weight}, N, Cl, C);
     round_if_bf16(d.atty, rows * static_cast<std::size_t>(Cl));
-    k.attention_backward(d.qkv, d.atty, a.qkv, a.atty, a.lse, B, T, Cl, NHl);
+    k.attention_backward(d.qkv, d.atty, a.qkv, a.atty, a.lse, B, T, NHl, NHl, Cl / NHl);
     round_if_bf16(d.qkv, rows * 3 * static_cast<std::size_t>(Cl));
     linear_backward(d.ln, dw.attn_c_attn_weight, dw.attn_c_attn_bias, d.qkv, {a.ln_1, stored.ln_1},
                     {w.attn_c_attn_weight, w16.attn_c_attn_weight}, N, C, 3 * Cl);
