@@ -75,8 +75,8 @@ __device__ inline void add_scaled(float (&share)[kDims], float weight, const flo
 }
 
 // Copies rows [r0, r0 + kKeyTile) of one head's slice (base: its row 0; rows
-// row_stride apart, qkv_stride in qkv, out_stride in dout) into a tile; rows past T and columns past
-// hs are zeros.
+// row_stride apart, qkv_stride() in qkv, out_stride() in dout) into a tile; rows past
+// T and columns past hs are zeros.
 template <int kWidth>
 __device__ inline void load_tile(float (*tile)[kWidth], const float* base, std::size_t row_stride, int r0, int T,
                                  int hs) {
