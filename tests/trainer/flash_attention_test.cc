@@ -1,18 +1,23 @@
 // The flash-style attention: the online-softmax recurrence of
 // device/flash_attention.h against the exact softmax, and the tiled kernels of every
-// device at T = 1, 7, 64, 1024 and head sizes 32, 64, 128 against a naive
-// double-precision attention that builds each full probability row (no tiles, no
-// running maximum, no lse). The cuda rows carry the label gpu and skip without one.
+// device at T = 1, 7, 64, 1024 and head sizes 32, 64, 128, with multi-head, grouped
+// and multi-query K/V heads, against a naive double-precision attention that builds
+// each full probability row (no tiles, no running maximum, no lse). The cuda rows
+// carry the label gpu and skip without one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
+#include <cstring>
 #include <ostream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
+#include "dufu/common/error.h"
 #include "dufu/trainer/device/device.h"
 #include "dufu/trainer/device/flash_attention.h"
 #include "dufu/trainer/device/kernel_table.h"
@@ -100,23 +105,30 @@ TEST(OnlineSoftmax, RescaleFactorIsExpOfTheMaximumsDifference) {
 // ---- the kernels against a naive reference ---------------------------------------
 
 struct AttentionShape {
-  int B, T, NH, hs;
-  int C() const { return NH * hs; }
+  int B, T, NH, NKV, hs;
+  reference::AttentionHeads heads() const { return {NH, NKV, hs}; }
   std::size_t tokens() const { return static_cast<std::size_t>(B) * T; }
 };
 void PrintTo(const AttentionShape& s, std::ostream* os) {
-  *os << "B" << s.B << "_T" << s.T << "_NH" << s.NH << "_hs" << s.hs;
+  *os << "B" << s.B << "_T" << s.T << "_NH" << s.NH << "_NKV" << s.NKV << "_hs" << s.hs;
 }
 
 // The head sizes GPT models use, at T = 1 (one key), 7 (less than a tile), 64 (one
-// CPU query block) and 1024 (many tiles on every device; one head, so the double
-// reference stays fast).
+// CPU query block) and 1024 (many tiles on every device; few heads, so the double
+// reference stays fast); multi-head (NKV = NH), and the Llama family's grouped heads:
+// 8 query heads over 2 K/V heads and over 1 (multi-query).
 std::vector<AttentionShape> attention_shapes() {
   std::vector<AttentionShape> shapes;
   for (const int hs : {32, 64, 128}) {
-    for (const int T : {1, 7, 64}) shapes.push_back({2, T, 2, hs});
-    shapes.push_back({1, 1024, 1, hs});
+    for (const int T : {1, 7, 64}) shapes.push_back({2, T, 2, 2, hs});
+    shapes.push_back({1, 1024, 1, 1, hs});
   }
+  for (const int hs : {32, 64}) {
+    for (const int NKV : {2, 1}) {
+      for (const int T : {1, 7, 64}) shapes.push_back({2, T, 8, NKV, hs});
+    }
+  }
+  shapes.push_back({1, 1024, 2, 1, 64});
   return shapes;
 }
 
@@ -124,28 +136,31 @@ std::vector<AttentionShape> attention_shapes() {
 // full-Jacobian reference of kernel_reference.h is O(T^3) per head, too slow at 1024.
 Vec reference_attention_backward(const Vec& dout, const Vec& qkv, const AttentionShape& s) {
   using reference::qkv_index;
-  const int T = s.T, C = s.C(), NH = s.NH, hs = s.hs;
+  const reference::AttentionHeads a = s.heads();
+  const int T = s.T, NH = s.NH, hs = s.hs;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
   Vec att, lse;
-  reference::attention_probabilities(att, lse, qkv, s.B, T, C, NH);
+  reference::attention_probabilities(att, lse, qkv, s.B, T, a);
   Vec dqkv(qkv.size(), 0.0);
   for (int b = 0; b < s.B; ++b)
     for (int h = 0; h < NH; ++h)
       for (int t = 0; t < T; ++t) {
+        const int kv = a.kv_head(h);
         const double* p = &att[((static_cast<std::size_t>(b) * NH + h) * T + t) * T];
-        const double* g = &dout[(static_cast<std::size_t>(b) * T + t) * C + h * hs];
+        const double* g =
+            &dout[(static_cast<std::size_t>(b) * T + t) * a.out_width() + static_cast<std::size_t>(h) * hs];
         Vec dp(t + 1, 0.0);
         double p_dot_dp = 0.0;
         for (int k = 0; k <= t; ++k) {
-          for (int i = 0; i < hs; ++i) dp[k] += g[i] * qkv[qkv_index(b, k, 2, h, i, T, C, NH)];
+          for (int i = 0; i < hs; ++i) dp[k] += g[i] * qkv[qkv_index(b, k, 2, kv, i, T, a)];
           p_dot_dp += p[k] * dp[k];
         }
         for (int k = 0; k <= t; ++k) {
           const double ds = p[k] * (dp[k] - p_dot_dp) * scale;
           for (int i = 0; i < hs; ++i) {
-            dqkv[qkv_index(b, k, 2, h, i, T, C, NH)] += p[k] * g[i];
-            dqkv[qkv_index(b, t, 0, h, i, T, C, NH)] += ds * qkv[qkv_index(b, k, 1, h, i, T, C, NH)];
-            dqkv[qkv_index(b, k, 1, h, i, T, C, NH)] += ds * qkv[qkv_index(b, t, 0, h, i, T, C, NH)];
+            dqkv[qkv_index(b, k, 2, kv, i, T, a)] += p[k] * g[i];
+            dqkv[qkv_index(b, t, 0, h, i, T, a)] += ds * qkv[qkv_index(b, k, 1, kv, i, T, a)];
+            dqkv[qkv_index(b, k, 1, kv, i, T, a)] += ds * qkv[qkv_index(b, t, 0, h, i, T, a)];
           }
         }
       }
@@ -156,7 +171,9 @@ using FlashParam = std::tuple<TestDevice, AttentionShape>;
 
 std::string flash_case_name(const ::testing::TestParamInfo<FlashParam>& info) {
   const AttentionShape& s = std::get<1>(info.param);
-  return std::string(std::get<0>(info.param).name) + "_T" + std::to_string(s.T) + "_hs" + std::to_string(s.hs);
+  const std::string heads =
+      s.NKV == s.NH ? "" : "_NH" + std::to_string(s.NH) + "_NKV" + std::to_string(s.NKV);  // multi-head: no suffix
+  return std::string(std::get<0>(info.param).name) + "_T" + std::to_string(s.T) + "_hs" + std::to_string(s.hs) + heads;
 }
 
 class FlashAttentionTest : public ::testing::TestWithParam<FlashParam> {
@@ -172,19 +189,21 @@ class FlashAttentionTest : public ::testing::TestWithParam<FlashParam> {
 TEST_P(FlashAttentionTest, MatchesTheNaiveDoubleAttention) {
   const AttentionShape s = std::get<1>(GetParam());
   const std::string label = std::string(std::get<0>(GetParam()).name) + " attention T=" + std::to_string(s.T) +
+                            " NH=" + std::to_string(s.NH) + " NKV=" + std::to_string(s.NKV) +
                             " hs=" + std::to_string(s.hs);
-  const auto qkv = random_floats(s.tokens() * 3 * s.C(), 90, -2.0f, 2.0f);
-  const auto dout = random_floats(s.tokens() * s.C(), 91);
+  const reference::AttentionHeads a = s.heads();
+  const auto qkv = random_floats(s.tokens() * a.qkv_width(), 90, -2.0f, 2.0f);
+  const auto dout = random_floats(s.tokens() * a.out_width(), 91);
   // NaN-filled outputs: every element must be written.
-  std::vector<float> out(s.tokens() * s.C(), kNaN), lse(s.tokens() * s.NH, kNaN), dqkv(qkv.size(), kNaN);
+  std::vector<float> out(s.tokens() * a.out_width(), kNaN), lse(s.tokens() * s.NH, kNaN), dqkv(qkv.size(), kNaN);
   DeviceArgs d(*device_);
   const KernelTable& k = device_->kernels();
-  k.attention_forward(d.out(out), d.out(lse), d.in(qkv), s.B, s.T, s.C(), s.NH);
-  k.attention_backward(d.out(dqkv), d.in(dout), d.in(qkv), d.in(out), d.in(lse), s.B, s.T, s.C(), s.NH);
+  k.attention_forward(d.out(out), d.out(lse), d.in(qkv), s.B, s.T, s.NH, s.NKV, s.hs);
+  k.attention_backward(d.out(dqkv), d.in(dout), d.in(qkv), d.in(out), d.in(lse), s.B, s.T, s.NH, s.NKV, s.hs);
   d.finish();
 
   Vec want_out, want_lse;
-  reference::attention_forward(want_out, want_lse, widen(qkv), s.B, s.T, s.C(), s.NH);
+  reference::attention_forward(want_out, want_lse, widen(qkv), s.B, s.T, a);
   const Vec want_dqkv = reference_attention_backward(widen(dout), widen(qkv), s);
   testing::report_close(label + " out", widen(out), want_out, Tolerance{1e-5, 1e-5});
   testing::report_close(label + " lse", widen(lse), want_lse, Tolerance{1e-5, 1e-5});
@@ -194,6 +213,111 @@ TEST_P(FlashAttentionTest, MatchesTheNaiveDoubleAttention) {
 INSTANTIATE_TEST_SUITE_P(TiledAttention, FlashAttentionTest,
                          ::testing::Combine(::testing::ValuesIn(kTestDevices), ::testing::ValuesIn(attention_shapes())),
                          flash_case_name);
+
+// ---- grouped heads against multi-head attention with repeated K/V heads -----------
+
+// qkv of multi-head attention whose K/V head h is the grouped qkv's K/V head of query
+// head h, so each query head sees the same keys and values in both.
+std::vector<float> repeat_kv_heads(const std::vector<float>& qkv, const AttentionShape& s) {
+  const reference::AttentionHeads grouped = s.heads(), repeated{s.NH, s.NH, s.hs};
+  std::vector<float> out(s.tokens() * repeated.qkv_width());
+  for (int b = 0; b < s.B; ++b)
+    for (int t = 0; t < s.T; ++t)
+      for (int h = 0; h < s.NH; ++h)
+        for (int i = 0; i < s.hs; ++i) {
+          const int kv = grouped.kv_head(h);
+          out[reference::qkv_index(b, t, 0, h, i, s.T, repeated)] =
+              qkv[reference::qkv_index(b, t, 0, h, i, s.T, grouped)];
+          for (const int part : {1, 2})
+            out[reference::qkv_index(b, t, part, h, i, s.T, repeated)] =
+                qkv[reference::qkv_index(b, t, part, kv, i, s.T, grouped)];
+        }
+  return out;
+}
+
+struct AttentionRun {
+  std::vector<float> out, lse, dqkv;
+};
+AttentionRun run_attention(Device& device, const std::vector<float>& qkv, const std::vector<float>& dout,
+                           const AttentionShape& s) {
+  AttentionRun run{std::vector<float>(dout.size()), std::vector<float>(s.tokens() * s.NH),
+                   std::vector<float>(qkv.size())};
+  DeviceArgs d(device);
+  const KernelTable& k = device.kernels();
+  k.attention_forward(d.out(run.out), d.out(run.lse), d.in(qkv), s.B, s.T, s.NH, s.NKV, s.hs);
+  k.attention_backward(d.out(run.dqkv), d.in(dout), d.in(qkv), d.in(run.out), d.in(run.lse), s.B, s.T, s.NH, s.NKV,
+                       s.hs);
+  d.finish();
+  return run;
+}
+
+std::size_t elements_that_differ(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0 ? 1 : 0;
+  return differ;
+}
+
+// A query head's forward and dq do the same operations whichever K/V head it reads, so
+// grouping changes none of their bits; dk and dv of a group are the sums of the
+// repeated heads' (in another rounding: one accumulator against separate ones).
+TEST(GroupedAttention, IsMultiHeadAttentionWithRepeatedKvHeads) {
+  for (const TestDevice& test_device : kTestDevices) {
+    const DeviceAvailability availability = device_availability(test_device.kind);
+    if (!availability.available) {
+      std::printf("  %s skipped: %s\n", test_device.name, availability.reason.c_str());
+      continue;
+    }
+    for (const AttentionShape grouped : {AttentionShape{2, 70, 8, 2, 32}, AttentionShape{1, 33, 4, 1, 64}}) {
+      const AttentionShape multi_head{grouped.B, grouped.T, grouped.NH, grouped.NH, grouped.hs};
+      const std::string label = std::string(test_device.name) + " NH=" + std::to_string(grouped.NH) +
+                                " NKV=" + std::to_string(grouped.NKV);
+      const auto qkv = random_floats(grouped.tokens() * grouped.heads().qkv_width(), 92, -2.0f, 2.0f);
+      const auto dout = random_floats(grouped.tokens() * grouped.heads().out_width(), 93);
+      Device& device = device_of_kind(test_device.kind);
+      const AttentionRun got = run_attention(device, qkv, dout, grouped);
+      const AttentionRun want = run_attention(device, repeat_kv_heads(qkv, grouped), dout, multi_head);
+      EXPECT_EQ(elements_that_differ(got.out, want.out), 0u) << label << " out";
+      EXPECT_EQ(elements_that_differ(got.lse, want.lse), 0u) << label << " lse";
+      const reference::AttentionHeads g = grouped.heads(), m = multi_head.heads();
+      std::vector<float> got_dq, want_dq;
+      Vec got_dkv, want_dkv;
+      for (int b = 0; b < grouped.B; ++b)
+        for (int t = 0; t < grouped.T; ++t) {
+          for (int h = 0; h < grouped.NH; ++h)
+            for (int i = 0; i < grouped.hs; ++i) {
+              got_dq.push_back(got.dqkv[reference::qkv_index(b, t, 0, h, i, grouped.T, g)]);
+              want_dq.push_back(want.dqkv[reference::qkv_index(b, t, 0, h, i, grouped.T, m)]);
+            }
+          for (const int part : {1, 2})
+            for (int kv = 0; kv < grouped.NKV; ++kv)
+              for (int i = 0; i < grouped.hs; ++i) {
+                got_dkv.push_back(got.dqkv[reference::qkv_index(b, t, part, kv, i, grouped.T, g)]);
+                double group_sum = 0.0;
+                for (int h = 0; h < grouped.NH; ++h) {
+                  if (g.kv_head(h) == kv) group_sum += want.dqkv[reference::qkv_index(b, t, part, h, i, grouped.T, m)];
+                }
+                want_dkv.push_back(group_sum);
+              }
+        }
+      EXPECT_EQ(elements_that_differ(got_dq, want_dq), 0u) << label << " dq";
+      testing::report_close(label + " dk, dv", got_dkv, want_dkv, Tolerance{1e-5, 1e-5});
+    }
+  }
+}
+
+// The kernels refuse heads that do not group, before touching memory.
+TEST(GroupedAttention, RejectsQueryHeadsThatAreNotAMultipleOfTheKvHeads) {
+  for (const TestDevice& test_device : kTestDevices) {
+    if (!device_availability(test_device.kind).available) continue;
+    const KernelTable& k = device_of_kind(test_device.kind).kernels();
+    for (const auto& [NH, NKV] : {std::pair{3, 2}, std::pair{2, 4}, std::pair{2, 0}}) {
+      EXPECT_THROW(k.attention_forward(nullptr, nullptr, nullptr, 1, 1, NH, NKV, 4), Error) << NH << "/" << NKV;
+      EXPECT_THROW(k.attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1, NH, NKV, 4), Error)
+          << NH << "/" << NKV;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace dufu::trainer

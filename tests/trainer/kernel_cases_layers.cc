@@ -348,47 +348,64 @@ Outputs run_bias_gelu_forward_in_place(const Shape& s, Device* device, int) {
 
 // ---- attention ---------------------------------------------------------------------
 
-std::vector<float> attention_qkv(const Shape& s) {
-  return random_floats(static_cast<std::size_t>(s.N()) * 3 * s.C, 40, -2.0f, 2.0f);
+// The heads a shape stands for: GPT-2's NH heads of C / NH (multi-head), or the
+// Llama-family grouping of llama_dims (kernel_cases.h): 4 query heads sharing 2 K/V
+// heads (c20, wide), 6 sharing 3 (mid), 3 and 2 sharing 1 (odd, long: multi-query).
+enum class Heads { kMultiHead, kGrouped };
+template <Heads kHeads>
+ref::AttentionHeads attention_heads(const Shape& s) {
+  if constexpr (kHeads == Heads::kGrouped) {
+    const LlamaDims m = llama_dims(s);
+    return {m.NH, m.NKV, m.hs};
+  }
+  return {s.NH, s.NH, s.C / s.NH};
 }
 
+std::vector<float> attention_qkv(const Shape& s, const ref::AttentionHeads& a) {
+  return random_floats(static_cast<std::size_t>(s.N()) * a.qkv_width(), 40, -2.0f, 2.0f);
+}
+
+template <Heads kHeads>
 Outputs run_attention_forward(const Shape& s, Device* device, int) {
-  const auto qkv = attention_qkv(s);
+  const ref::AttentionHeads a = attention_heads<kHeads>(s);
+  const auto qkv = attention_qkv(s, a);
   Vec out, lse;
   if (device != nullptr) {
     DeviceArgs d(*device);
     const KernelTable& k = device->kernels();
     // NaN everywhere: every output must be written.
-    std::vector<float> out_f(static_cast<std::size_t>(s.N()) * s.C, kNaN);
-    std::vector<float> lse_f(static_cast<std::size_t>(s.B) * s.NH * s.T, kNaN);
-    k.attention_forward(d.out(out_f), d.out(lse_f), d.in(qkv), s.B, s.T, s.C, s.NH);
+    std::vector<float> out_f(static_cast<std::size_t>(s.N()) * a.out_width(), kNaN);
+    std::vector<float> lse_f(static_cast<std::size_t>(s.B) * a.NH * s.T, kNaN);
+    k.attention_forward(d.out(out_f), d.out(lse_f), d.in(qkv), s.B, s.T, a.NH, a.NKV, a.hs);
     d.finish();
     out = widen(out_f);
     lse = widen(lse_f);
   } else {
-    ref::attention_forward(out, lse, widen(qkv), s.B, s.T, s.C, s.NH);
+    ref::attention_forward(out, lse, widen(qkv), s.B, s.T, a);
   }
   return {{"out", out}, {"lse", lse}};
 }
 
+template <Heads kHeads>
 Outputs run_attention_backward(const Shape& s, Device* device, int calls) {
-  const auto qkv = attention_qkv(s);
-  const auto dout = random_floats(static_cast<std::size_t>(s.N()) * s.C, 41);
+  const ref::AttentionHeads a = attention_heads<kHeads>(s);
+  const auto qkv = attention_qkv(s, a);
+  const auto dout = random_floats(static_cast<std::size_t>(s.N()) * a.out_width(), 41);
   if (device != nullptr) {
     DeviceArgs d(*device);
     const KernelTable& k = device->kernels();
-    std::vector<float> out(static_cast<std::size_t>(s.N()) * s.C);
-    std::vector<float> lse(static_cast<std::size_t>(s.B) * s.NH * s.T);
-    k.attention_forward(d.out(out), d.out(lse), d.in(qkv), s.B, s.T, s.C, s.NH);
+    std::vector<float> out(static_cast<std::size_t>(s.N()) * a.out_width());
+    std::vector<float> lse(static_cast<std::size_t>(s.B) * a.NH * s.T);
+    k.attention_forward(d.out(out), d.out(lse), d.in(qkv), s.B, s.T, a.NH, a.NKV, a.hs);
     std::vector<float> dqkv(qkv.size(), kNaN);
     for (int i = 0; i < calls; ++i) {
-      k.attention_backward(d.out(dqkv), d.in(dout), d.in(qkv), d.in(out), d.in(lse), s.B, s.T, s.C, s.NH);
+      k.attention_backward(d.out(dqkv), d.in(dout), d.in(qkv), d.in(out), d.in(lse), s.B, s.T, a.NH, a.NKV, a.hs);
     }
     d.finish();
     return {{"dqkv", widen(dqkv)}};
   }
   Vec dqkv;
-  ref::attention_backward(dqkv, widen(dout), widen(qkv), s.B, s.T, s.C, s.NH);
+  ref::attention_backward(dqkv, widen(dout), widen(qkv), s.B, s.T, a);
   return {{"dqkv", dqkv}};
 }
 
@@ -439,8 +456,10 @@ std::vector<OpCase> layer_op_cases() {
        false},
       {"bias_gelu_forward", run_bias_gelu_forward, {5e-6, 1e-5}, true, true},
       {"bias_gelu_forward_in_place", run_bias_gelu_forward_in_place, {5e-6, 1e-5}, true, true},
-      {"attention_forward", run_attention_forward, {1e-5, 1e-5}, true, true},
-      {"attention_backward", run_attention_backward, {2e-5, 2e-5}, true, true},
+      {"attention_forward", run_attention_forward<Heads::kMultiHead>, {1e-5, 1e-5}, true, true},
+      {"attention_backward", run_attention_backward<Heads::kMultiHead>, {2e-5, 2e-5}, true, true},
+      {"attention_forward_grouped", run_attention_forward<Heads::kGrouped>, {1e-5, 1e-5}, true, true},
+      {"attention_backward_grouped", run_attention_backward<Heads::kGrouped>, {2e-5, 2e-5}, true, true},
   };
 }
 

@@ -142,17 +142,27 @@ inline void matmul_gelu_backward(Vec& dpre, Vec& dweight, Vec& dbias, const Vec&
   for (std::size_t i = 0; i < dpre.size(); ++i) dpre[i] *= gelu_grad(pre[i]);
 }
 
-// Indexing of qkv [B, T, 3C]: part 0 = q, 1 = k, 2 = v; head h owns channels
-// h*hs .. h*hs + hs - 1 of each part.
-inline std::size_t qkv_index(int b, int t, int part, int h, int i, int T, int C, int NH) {
-  const int hs = C / NH;
-  return (static_cast<std::size_t>(b) * T + t) * 3 * C + static_cast<std::size_t>(part) * C + h * hs + i;
+// The heads of causal attention with grouped K/V heads: qkv [B, T, (NH + 2 NKV) hs],
+// each row NH query heads, then NKV key heads, then NKV value heads; query head h
+// reads K/V head h / (NH / NKV). NKV = NH is GPT-2's multi-head attention.
+struct AttentionHeads {
+  int NH, NKV, hs;
+  int kv_head(int h) const { return h / (NH / NKV); }
+  std::size_t qkv_width() const { return static_cast<std::size_t>(NH + 2 * NKV) * hs; }
+  std::size_t out_width() const { return static_cast<std::size_t>(NH) * hs; }
+};
+
+// Element i of a head of qkv: part 0 = q (head is a query head, 0 .. NH - 1), 1 = k and
+// 2 = v (head is a K/V head, 0 .. NKV - 1).
+inline std::size_t qkv_index(int b, int t, int part, int head, int i, int T, const AttentionHeads& a) {
+  const int first = part == 0 ? 0 : part == 1 ? a.NH : a.NH + a.NKV;
+  return (static_cast<std::size_t>(b) * T + t) * a.qkv_width() + static_cast<std::size_t>(first + head) * a.hs + i;
 }
 
 // The full softmax matrix att [B, NH, T, T], zeros above the diagonal, and each row's
 // log-sum-exp lse [B, NH, T] of the scaled scores (what the flash kernels keep).
-inline void attention_probabilities(Vec& att, Vec& lse, const Vec& qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH;
+inline void attention_probabilities(Vec& att, Vec& lse, const Vec& qkv, int B, int T, const AttentionHeads& a) {
+  const int NH = a.NH, hs = a.hs;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
   att.assign(static_cast<std::size_t>(B) * NH * T * T, 0.0);
   lse.assign(static_cast<std::size_t>(B) * NH * T, 0.0);
@@ -163,7 +173,7 @@ inline void attention_probabilities(Vec& att, Vec& lse, const Vec& qkv, int B, i
         for (int k = 0; k < T; ++k) {
           double s = 0.0;
           for (int i = 0; i < hs; ++i)
-            s += qkv[qkv_index(b, t, 0, h, i, T, C, NH)] * qkv[qkv_index(b, k, 1, h, i, T, C, NH)];
+            s += qkv[qkv_index(b, t, 0, h, i, T, a)] * qkv[qkv_index(b, k, 1, a.kv_head(h), i, T, a)];
           scores[k] = k <= t ? s * scale : -std::numeric_limits<double>::infinity();
         }
         double max_score = scores[0];
@@ -177,49 +187,50 @@ inline void attention_probabilities(Vec& att, Vec& lse, const Vec& qkv, int B, i
       }
 }
 
-// out [B, T, C] = att V per head, and lse as attention_probabilities gives it.
-inline void attention_forward(Vec& out, Vec& lse, const Vec& qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH;
+// out [B, T, NH hs] = att V per query head, and lse as attention_probabilities gives it.
+inline void attention_forward(Vec& out, Vec& lse, const Vec& qkv, int B, int T, const AttentionHeads& a) {
   Vec att;
-  attention_probabilities(att, lse, qkv, B, T, C, NH);
-  out.assign(static_cast<std::size_t>(B) * T * C, 0.0);
+  attention_probabilities(att, lse, qkv, B, T, a);
+  out.assign(static_cast<std::size_t>(B) * T * a.out_width(), 0.0);
   for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h)
+    for (int h = 0; h < a.NH; ++h)
       for (int t = 0; t < T; ++t) {
-        const double* row = &att[((static_cast<std::size_t>(b) * NH + h) * T + t) * T];
-        for (int i = 0; i < hs; ++i) {
+        const double* row = &att[((static_cast<std::size_t>(b) * a.NH + h) * T + t) * T];
+        for (int i = 0; i < a.hs; ++i) {
           double o = 0.0;
-          for (int k = 0; k < T; ++k) o += row[k] * qkv[qkv_index(b, k, 2, h, i, T, C, NH)];
-          out[(static_cast<std::size_t>(b) * T + t) * C + h * hs + i] = o;
+          for (int k = 0; k < T; ++k) o += row[k] * qkv[qkv_index(b, k, 2, a.kv_head(h), i, T, a)];
+          out[(static_cast<std::size_t>(b) * T + t) * a.out_width() + static_cast<std::size_t>(h) * a.hs + i] = o;
         }
       }
 }
 
-// dqkv (overwritten), through the full softmax Jacobian datt -> dscores.
-inline void attention_backward(Vec& dqkv, const Vec& dout, const Vec& qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+// dqkv (overwritten), through the full softmax Jacobian datt -> dscores; a K/V head's
+// gradient collects every query head that reads it.
+inline void attention_backward(Vec& dqkv, const Vec& dout, const Vec& qkv, int B, int T, const AttentionHeads& a) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(a.hs));
   Vec att, lse;
-  attention_probabilities(att, lse, qkv, B, T, C, NH);
+  attention_probabilities(att, lse, qkv, B, T, a);
   dqkv.assign(qkv.size(), 0.0);
   for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h)
+    for (int h = 0; h < a.NH; ++h)
       for (int t = 0; t < T; ++t) {
-        const double* row = &att[((static_cast<std::size_t>(b) * NH + h) * T + t) * T];
-        const double* g = &dout[(static_cast<std::size_t>(b) * T + t) * C + h * hs];
+        const int kv = a.kv_head(h);
+        const double* row = &att[((static_cast<std::size_t>(b) * a.NH + h) * T + t) * T];
+        const double* g =
+            &dout[(static_cast<std::size_t>(b) * T + t) * a.out_width() + static_cast<std::size_t>(h) * a.hs];
         Vec datt(T, 0.0);
         for (int k = 0; k < T; ++k)
-          for (int i = 0; i < hs; ++i) {
-            datt[k] += g[i] * qkv[qkv_index(b, k, 2, h, i, T, C, NH)];
-            dqkv[qkv_index(b, k, 2, h, i, T, C, NH)] += row[k] * g[i];
+          for (int i = 0; i < a.hs; ++i) {
+            datt[k] += g[i] * qkv[qkv_index(b, k, 2, kv, i, T, a)];
+            dqkv[qkv_index(b, k, 2, kv, i, T, a)] += row[k] * g[i];
           }
         for (int k = 0; k < T; ++k) {
           // d softmax_j / d score_k = att_j (delta_jk - att_k)
           double dscore = 0.0;
           for (int j = 0; j < T; ++j) dscore += row[j] * ((j == k ? 1.0 : 0.0) - row[k]) * datt[j];
-          for (int i = 0; i < hs; ++i) {
-            dqkv[qkv_index(b, t, 0, h, i, T, C, NH)] += dscore * scale * qkv[qkv_index(b, k, 1, h, i, T, C, NH)];
-            dqkv[qkv_index(b, k, 1, h, i, T, C, NH)] += dscore * scale * qkv[qkv_index(b, t, 0, h, i, T, C, NH)];
+          for (int i = 0; i < a.hs; ++i) {
+            dqkv[qkv_index(b, t, 0, h, i, T, a)] += dscore * scale * qkv[qkv_index(b, k, 1, kv, i, T, a)];
+            dqkv[qkv_index(b, k, 1, kv, i, T, a)] += dscore * scale * qkv[qkv_index(b, t, 0, h, i, T, a)];
           }
         }
       }

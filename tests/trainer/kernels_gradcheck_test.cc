@@ -208,23 +208,33 @@ Checks matmul_gelu(const Shape& s, Device& device) {
           {"dbias", widen(dbias), numeric_gradient(bias_d, loss)}};
 }
 
-Checks attention(const Shape& s, Device& device) {
-  const auto qkv = random_floats(static_cast<std::size_t>(s.N()) * 3 * s.C, 50, -2.0f, 2.0f);
-  const auto w = random_floats(static_cast<std::size_t>(s.N()) * s.C, 51);
-  std::vector<float> out(w.size()), lse(static_cast<std::size_t>(s.B) * s.NH * s.T), dqkv(qkv.size());
+Checks attention_with_heads(const Shape& s, const ref::AttentionHeads& a, Device& device) {
+  const auto qkv = random_floats(static_cast<std::size_t>(s.N()) * a.qkv_width(), 50, -2.0f, 2.0f);
+  const auto w = random_floats(static_cast<std::size_t>(s.N()) * a.out_width(), 51);
+  std::vector<float> out(w.size()), lse(static_cast<std::size_t>(s.B) * a.NH * s.T), dqkv(qkv.size());
   DeviceArgs d(device);
   const KernelTable& k = device.kernels();
-  k.attention_forward(d.arg(out), d.arg(lse), d.arg(qkv), s.B, s.T, s.C, s.NH);
-  k.attention_backward(d.arg(dqkv), d.arg(w), d.arg(qkv), d.arg(out), d.arg(lse), s.B, s.T, s.C, s.NH);
+  k.attention_forward(d.arg(out), d.arg(lse), d.arg(qkv), s.B, s.T, a.NH, a.NKV, a.hs);
+  k.attention_backward(d.arg(dqkv), d.arg(w), d.arg(qkv), d.arg(out), d.arg(lse), s.B, s.T, a.NH, a.NKV, a.hs);
   d.finish();
 
   Vec qkv_d = widen(qkv);
   const auto loss = [&] {
-    Vec o, a;
-    ref::attention_forward(o, a, qkv_d, s.B, s.T, s.C, s.NH);
+    Vec o, l;
+    ref::attention_forward(o, l, qkv_d, s.B, s.T, a);
     return weighted_sum(o, widen(w));
   };
   return {{"dqkv", widen(dqkv), numeric_gradient(qkv_d, loss)}};
+}
+
+Checks attention(const Shape& s, Device& device) {
+  return attention_with_heads(s, {s.NH, s.NH, s.C / s.NH}, device);
+}
+
+// Three query heads per K/V head: fd has 6 query heads over 2 K/V heads, fd_t1 3 over
+// 1 (multi-query), so dk and dv sum over a group.
+Checks grouped_attention(const Shape& s, Device& device) {
+  return attention_with_heads(s, {3 * s.NH, s.NH, s.C / s.NH}, device);
 }
 
 // L = scale * sum of the row losses, the mean loss when scale = 1/N; the kernel's
@@ -361,6 +371,7 @@ const GradCase kGradCases[] = {
     {"matmul_backward", matmul},
     {"matmul_gelu_backward", matmul_gelu},
     {"attention_backward", attention},
+    {"attention_backward_grouped", grouped_attention},
     {"classifier_forward_backward", classifier},
     {"rmsnorm_backward", rmsnorm},
     {"residual_rmsnorm_forward+rmsnorm_backward", residual_rmsnorm},

@@ -4,12 +4,14 @@
 // no T x T matrix exists, stored or not; each thread keeps one score tile. The tile
 // products run in sgemm rather than in scalar dot-product loops.
 //
-// Forward: one task per (batch, head, query block), the blocks with the most keys
-// first so the threads finish together; only the rows' log-sum-exp is kept.
+// Forward: one task per (batch, query head, query block), the blocks with the most
+// keys first so the threads finish together; only the rows' log-sum-exp is kept.
 //
-// Backward: one task per (batch, head), which owns its slices of dq, dk and dv, so
-// each of them accumulates over the tiles in one fixed order, whatever the thread
-// count, without atomics.
+// Backward: one task per (batch, K/V head), which owns its slices of dk and dv and the
+// dq of its group's query heads, so each of them accumulates over the heads and tiles
+// in one fixed order, whatever the thread count, without atomics. Grouped heads thus
+// cut the backward's parallelism to B NKV tasks (B for multi-query attention): the
+// price of a fixed order without a per-head copy of dk and dv to reduce.
 #include <cblas.h>
 
 #include <algorithm>
@@ -49,12 +51,14 @@ inline int visible_keys(int t, int j0, int cols) { return std::clamp(t - j0 + 1,
 
 }  // namespace
 
-DUFU_CPU_CLONES void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+DUFU_CPU_CLONES void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int NKV,
+                                       int hs) {
+  check_attention_heads(NH, NKV);
   use_single_threaded_blas();
-  const FlashAttentionShape shape{T, C, NH};
-  const int hs = shape.head_size();
+  const FlashAttentionShape shape{T, NH, NKV, hs};
   const float scale = shape.scale();
   const int ld = static_cast<int>(shape.qkv_stride());
+  const int out_ld = static_cast<int>(shape.out_stride());
   const int blocks = (T + kQueryBlock - 1) / kQueryBlock;
   const int heads = B * NH;
 #pragma omp parallel
@@ -68,12 +72,12 @@ DUFU_CPU_CLONES void attention_forward(float* out, float* lse, const float* qkv,
       const int h = task % NH;
       const QueryBlock qb{block * kQueryBlock, std::min(T, (block + 1) * kQueryBlock)};
       const float* q = qkv + shape.q_offset(b, qb.t0, h);
-      const float* k = qkv + shape.q_offset(b, 0, h) + C;
-      const float* v = k + C;
+      const float* k = qkv + shape.k_offset(b, 0, shape.kv_head(h));
+      const float* v = qkv + shape.v_offset(b, 0, shape.kv_head(h));
       float* o = out + shape.out_offset(b, qb.t0, h);
       for (int r = 0; r < qb.rows(); ++r) {
         softmax[r] = online_softmax_start();
-        std::fill(o + static_cast<std::size_t>(r) * C, o + static_cast<std::size_t>(r) * C + hs, 0.0f);
+        std::fill(o + static_cast<std::size_t>(r) * out_ld, o + static_cast<std::size_t>(r) * out_ld + hs, 0.0f);
       }
       for (int j0 = 0; j0 < qb.t1; j0 += kKeyTile) {
         const int cols = std::min(qb.t1 - j0, kKeyTile);
@@ -96,17 +100,17 @@ DUFU_CPU_CLONES void attention_forward(float* out, float* lse, const float* qkv,
           }
           row.sum += sum;
           if (factor != 1.0f) {
-            float* orow = o + static_cast<std::size_t>(r) * C;
+            float* orow = o + static_cast<std::size_t>(r) * out_ld;
 #pragma omp simd
             for (int i = 0; i < hs; ++i) orow[i] *= factor;
           }
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qb.rows(), hs, cols, 1.0f, scores, cols,
-                    v + static_cast<std::size_t>(j0) * ld, ld, 1.0f, o, C);
+                    v + static_cast<std::size_t>(j0) * ld, ld, 1.0f, o, out_ld);
       }
       for (int r = 0; r < qb.rows(); ++r) {
         const float inverse = 1.0f / softmax[r].sum;
-        float* orow = o + static_cast<std::size_t>(r) * C;
+        float* orow = o + static_cast<std::size_t>(r) * out_ld;
 #pragma omp simd
         for (int i = 0; i < hs; ++i) orow[i] *= inverse;
         lse[shape.lse_offset(b, h, qb.t0 + r)] = online_softmax_lse(softmax[r]);
@@ -116,13 +120,17 @@ DUFU_CPU_CLONES void attention_forward(float* out, float* lse, const float* qkv,
 }
 
 DUFU_CPU_CLONES void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                                        const float* lse, int B, int T, int C, int NH) {
+                                        const float* lse, int B, int T, int NH, int NKV, int hs) {
+  check_attention_heads(NH, NKV);
   use_single_threaded_blas();
-  const FlashAttentionShape shape{T, C, NH};
-  const int hs = shape.head_size();
+  const FlashAttentionShape shape{T, NH, NKV, hs};
   const float scale = shape.scale();
   const int ld = static_cast<int>(shape.qkv_stride());
+  const int out_ld = static_cast<int>(shape.out_stride());
   const int blocks = (T + kQueryBlock - 1) / kQueryBlock;
+  const auto zero_rows = [&](float* d) {
+    for (int t = 0; t < T; ++t) std::fill(d + t * shape.qkv_stride(), d + t * shape.qkv_stride() + hs, 0.0f);
+  };
 #pragma omp parallel
   {
     const std::size_t tile_size = static_cast<std::size_t>(kQueryBlock) * kKeyTile;
@@ -130,61 +138,64 @@ DUFU_CPU_CLONES void attention_backward(float* dqkv, const float* dout, const fl
     float row_dot[kQueryBlock];
 #pragma omp for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; ++b) {
-      for (int h = 0; h < NH; ++h) {
-        const float* q = qkv + shape.q_offset(b, 0, h);
-        const float* k = q + C;
-        const float* v = q + 2 * C;
-        float* dq = dqkv + shape.q_offset(b, 0, h);
-        float* dk = dq + C;
-        float* dv = dq + 2 * C;
-        for (int t = 0; t < T; ++t) {
-          for (float* d : {dq, dk, dv}) std::fill(d + t * shape.qkv_stride(), d + t * shape.qkv_stride() + hs, 0.0f);
-        }
-        for (int block = 0; block < blocks; ++block) {
-          const QueryBlock qb{block * kQueryBlock, std::min(T, (block + 1) * kQueryBlock)};
-          const float* qi = q + static_cast<std::size_t>(qb.t0) * ld;
-          float* dqi = dq + static_cast<std::size_t>(qb.t0) * ld;
-          const float* g = dout + shape.out_offset(b, qb.t0, h);
-          for (int r = 0; r < qb.rows(); ++r) {
-            const float* gr = g + static_cast<std::size_t>(r) * C;
-            const float* orow = out + shape.out_offset(b, qb.t0 + r, h);
-            float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-            for (int i = 0; i < hs; ++i) dot += gr[i] * orow[i];
-            row_dot[r] = dot;
-          }
-          for (int j0 = 0; j0 < qb.t1; j0 += kKeyTile) {
-            const int cols = std::min(qb.t1 - j0, kKeyTile);
-            const float* kj = k + static_cast<std::size_t>(j0) * ld;
-            const float* vj = v + static_cast<std::size_t>(j0) * ld;
-            float* p = probs.data();
-            float* dp = grads.data();
-            // P from the recomputed scores and the saved lse; dP = dout V^T.
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qb.rows(), cols, hs, scale, qi, ld, kj, ld, 0.0f, p,
-                        cols);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qb.rows(), cols, hs, 1.0f, g, C, vj, ld, 0.0f, dp,
-                        cols);
+      for (int g = 0; g < NKV; ++g) {
+        const float* k = qkv + shape.k_offset(b, 0, g);
+        const float* v = qkv + shape.v_offset(b, 0, g);
+        float* dk = dqkv + shape.k_offset(b, 0, g);
+        float* dv = dqkv + shape.v_offset(b, 0, g);
+        zero_rows(dk);
+        zero_rows(dv);
+        // The group's query heads in order: dk and dv sum over them in this order.
+        for (int h = g * shape.group_size(); h < (g + 1) * shape.group_size(); ++h) {
+          const float* q = qkv + shape.q_offset(b, 0, h);
+          float* dq = dqkv + shape.q_offset(b, 0, h);
+          zero_rows(dq);
+          for (int block = 0; block < blocks; ++block) {
+            const QueryBlock qb{block * kQueryBlock, std::min(T, (block + 1) * kQueryBlock)};
+            const float* qi = q + static_cast<std::size_t>(qb.t0) * ld;
+            float* dqi = dq + static_cast<std::size_t>(qb.t0) * ld;
+            const float* grad_out = dout + shape.out_offset(b, qb.t0, h);
             for (int r = 0; r < qb.rows(); ++r) {
-              float* pr = p + static_cast<std::size_t>(r) * cols;
-              float* dr = dp + static_cast<std::size_t>(r) * cols;
-              const int visible = visible_keys(qb.t0 + r, j0, cols);
-              const float row_lse = lse[shape.lse_offset(b, h, qb.t0 + r)];
-              const float dot = row_dot[r];
-#pragma omp simd
-              for (int j = 0; j < visible; ++j) {
-                pr[j] = flash_probability(pr[j], row_lse);
-                dr[j] = flash_score_grad(pr[j], dr[j], dot, scale);
-              }
-              std::fill(pr + visible, pr + cols, 0.0f);
-              std::fill(dr + visible, dr + cols, 0.0f);
+              const float* gr = grad_out + static_cast<std::size_t>(r) * out_ld;
+              const float* orow = out + shape.out_offset(b, qb.t0 + r, h);
+              float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+              for (int i = 0; i < hs; ++i) dot += gr[i] * orow[i];
+              row_dot[r] = dot;
             }
-            // dV_j += P^T dout; dQ_i += dS K_j; dK_j += dS^T Q_i.
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, qb.rows(), 1.0f, p, cols, g, C, 1.0f,
-                        dv + static_cast<std::size_t>(j0) * ld, ld);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qb.rows(), hs, cols, 1.0f, dp, cols, kj, ld, 1.0f,
-                        dqi, ld);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, qb.rows(), 1.0f, dp, cols, qi, ld, 1.0f,
-                        dk + static_cast<std::size_t>(j0) * ld, ld);
+            for (int j0 = 0; j0 < qb.t1; j0 += kKeyTile) {
+              const int cols = std::min(qb.t1 - j0, kKeyTile);
+              const float* kj = k + static_cast<std::size_t>(j0) * ld;
+              const float* vj = v + static_cast<std::size_t>(j0) * ld;
+              float* p = probs.data();
+              float* dp = grads.data();
+              // P from the recomputed scores and the saved lse; dP = dout V^T.
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qb.rows(), cols, hs, scale, qi, ld, kj, ld, 0.0f, p,
+                          cols);
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qb.rows(), cols, hs, 1.0f, grad_out, out_ld, vj, ld,
+                          0.0f, dp, cols);
+              for (int r = 0; r < qb.rows(); ++r) {
+                float* pr = p + static_cast<std::size_t>(r) * cols;
+                float* dr = dp + static_cast<std::size_t>(r) * cols;
+                const int visible = visible_keys(qb.t0 + r, j0, cols);
+                const float row_lse = lse[shape.lse_offset(b, h, qb.t0 + r)];
+                const float dot = row_dot[r];
+#pragma omp simd
+                for (int j = 0; j < visible; ++j) {
+                  pr[j] = flash_probability(pr[j], row_lse);
+                  dr[j] = flash_score_grad(pr[j], dr[j], dot, scale);
+                }
+                std::fill(pr + visible, pr + cols, 0.0f);
+                std::fill(dr + visible, dr + cols, 0.0f);
+              }
+              // dV_j += P^T dout; dQ_i += dS K_j; dK_j += dS^T Q_i.
+              cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, qb.rows(), 1.0f, p, cols, grad_out, out_ld,
+                          1.0f, dv + static_cast<std::size_t>(j0) * ld, ld);
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qb.rows(), hs, cols, 1.0f, dp, cols, kj, ld, 1.0f,
+                          dqi, ld);
+              cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, qb.rows(), 1.0f, dp, cols, qi, ld, 1.0f,
+                          dk + static_cast<std::size_t>(j0) * ld, ld);
+            }
           }
         }
       }

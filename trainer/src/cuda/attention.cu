@@ -11,8 +11,10 @@
 // masked upper half of the causal square is never computed.
 //
 // The backward is deterministic, without atomics: one kernel owns a query tile and
-// sums its dq over the key tiles in order; another owns a key tile and sums its dk and
-// dv over the query tiles in order (both recompute the scores).
+// sums its dq over the key tiles in order; another owns a key tile of one K/V head and
+// sums its dk and dv over the query heads of the head's group (grouped-query
+// attention), lowest first, and for each over the query tiles in order (both
+// recompute the scores).
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -73,8 +75,8 @@ __device__ inline void add_scaled(float (&share)[kDims], float weight, const flo
 }
 
 // Copies rows [r0, r0 + kKeyTile) of one head's slice (base: its row 0; rows
-// row_stride apart, 3C in qkv, C in dout) into a tile; rows past T and columns past
-// hs are zeros.
+// row_stride apart, qkv_stride() in qkv, out_stride() in dout) into a tile; rows past
+// T and columns past hs are zeros.
 template <int kWidth>
 __device__ inline void load_tile(float (*tile)[kWidth], const float* base, std::size_t row_stride, int r0, int T,
                                  int hs) {
@@ -95,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, kDims >= 32 ? 3 : 4)
   constexpr int kWidth = kThreadsPerRow * kDims;
   __shared__ float keys[kKeyTile][kWidth];
   __shared__ float values[kKeyTile][kWidth];
-  const int hs = shape.head_size();
+  const int hs = shape.hs;
   const int b = blockIdx.y / shape.NH;
   const int h = blockIdx.y % shape.NH;
   const int tile = gridDim.x - 1 - blockIdx.x;
@@ -108,8 +110,8 @@ __global__ void __launch_bounds__(kThreads, kDims >= 32 ? 3 : 4)
 #pragma unroll
   for (int i = 0; i < kDims; ++i) o[i] = 0.0f;
   OnlineSoftmax softmax = online_softmax_start();
-  const float* k_base = qkv + shape.q_offset(b, 0, h) + shape.C;
-  const float* v_base = k_base + shape.C;
+  const float* k_base = qkv + shape.k_offset(b, 0, shape.kv_head(h));
+  const float* v_base = qkv + shape.v_offset(b, 0, shape.kv_head(h));
   const int keys_seen = min(shape.T, (tile + 1) * kTileRows);  // by the block's last row
   for (int j0 = 0; j0 < keys_seen; j0 += kKeyTile) {
     __syncthreads();
@@ -149,7 +151,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(float* dqkv
   constexpr int kWidth = kThreadsPerRow * kDims;
   __shared__ float keys[kKeyTile][kWidth];
   __shared__ float values[kKeyTile][kWidth];
-  const int hs = shape.head_size();
+  const int hs = shape.hs;
   const float scale = shape.scale();
   const int b = blockIdx.y / shape.NH;
   const int h = blockIdx.y % shape.NH;
@@ -170,8 +172,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(float* dqkv
   const float row_lse = active ? lse[shape.lse_offset(b, h, t)] : 0.0f;
 #pragma unroll
   for (int i = 0; i < kDims; ++i) dq[i] = 0.0f;
-  const float* k_base = qkv + shape.q_offset(b, 0, h) + shape.C;
-  const float* v_base = k_base + shape.C;
+  const float* k_base = qkv + shape.k_offset(b, 0, shape.kv_head(h));
+  const float* v_base = qkv + shape.v_offset(b, 0, shape.kv_head(h));
   const int keys_seen = min(shape.T, (tile + 1) * kTileRows);
   for (int j0 = 0; j0 < keys_seen; j0 += kKeyTile) {
     __syncthreads();
@@ -190,8 +192,10 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(float* dqkv
   if (active) store_row_share(dqkv + shape.q_offset(b, t, h), dq, lane, hs);
 }
 
-// dk and dv of one key tile, summed over the query tiles right of its diagonal in
-// order. Each query tile's D = dout · out and lse go through shared memory.
+// dk and dv of one key tile of K/V head g, summed over the query heads of g's group
+// in order and, for each, over the query tiles right of the tile's diagonal in order.
+// Each query tile's D = dout · out and lse go through shared memory. Grid: (key
+// tiles, B NKV).
 template <int kDims>
 __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(float* dqkv, const float* dout,
                                                                       const float* qkv, const float* out,
@@ -201,10 +205,10 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(float* dqk
   __shared__ float grads[kKeyTile][kWidth];
   __shared__ float row_dot[kKeyTile];
   __shared__ float row_lse[kKeyTile];
-  const int hs = shape.head_size();
+  const int hs = shape.hs;
   const float scale = shape.scale();
-  const int b = blockIdx.y / shape.NH;
-  const int h = blockIdx.y % shape.NH;
+  const int b = blockIdx.y / shape.NKV;
+  const int g = blockIdx.y % shape.NKV;
   // The first key tiles see the most queries: they start first.
   const int tile = blockIdx.x;
   const int lane = threadIdx.x % kThreadsPerRow;
@@ -212,47 +216,48 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(float* dqk
   const int j = tile * kTileRows + quad;
   const bool active = j < shape.T;
   float k[kDims], v[kDims], dk[kDims], dv[kDims];
-  load_row_share(k, qkv + shape.q_offset(b, active ? j : 0, h) + shape.C, lane, hs, active, scale);
-  load_row_share(v, qkv + shape.q_offset(b, active ? j : 0, h) + 2 * shape.C, lane, hs, active);
+  load_row_share(k, qkv + shape.k_offset(b, active ? j : 0, g), lane, hs, active, scale);
+  load_row_share(v, qkv + shape.v_offset(b, active ? j : 0, g), lane, hs, active);
 #pragma unroll
   for (int i = 0; i < kDims; ++i) dk[i] = dv[i] = 0.0f;
-  const float* q_base = qkv + shape.q_offset(b, 0, h);
-  const float* g_base = dout + shape.out_offset(b, 0, h);
-  for (int t0 = tile * kTileRows; t0 < shape.T; t0 += kKeyTile) {
-    __syncthreads();
-    load_tile<kWidth>(queries, q_base, shape.qkv_stride(), t0, shape.T, hs);
-    load_tile<kWidth>(grads, g_base, shape.C, t0, shape.T, hs);
-    __syncthreads();
-    {
-      // Quad r computes D and fetches lse of query row t0 + r.
-      const int t = t0 + quad;
-      float o[kDims];
-      load_row_share(o, out + shape.out_offset(b, t < shape.T ? t : 0, h), lane, hs, t < shape.T);
-      float partial = 0.0f;
+  for (int h = g * shape.group_size(); h < (g + 1) * shape.group_size(); ++h) {
+    const float* q_base = qkv + shape.q_offset(b, 0, h);
+    const float* dout_base = dout + shape.out_offset(b, 0, h);
+    for (int t0 = tile * kTileRows; t0 < shape.T; t0 += kKeyTile) {
+      __syncthreads();
+      load_tile<kWidth>(queries, q_base, shape.qkv_stride(), t0, shape.T, hs);
+      load_tile<kWidth>(grads, dout_base, shape.out_stride(), t0, shape.T, hs);
+      __syncthreads();
+      {
+        // Quad r computes D and fetches lse of query row t0 + r.
+        const int t = t0 + quad;
+        float o[kDims];
+        load_row_share(o, out + shape.out_offset(b, t < shape.T ? t : 0, h), lane, hs, t < shape.T);
+        float partial = 0.0f;
 #pragma unroll
-      for (int i = 0; i < kDims; ++i) partial += o[i] * grads[quad][lane + kThreadsPerRow * i];
-      const float dot = quad_sum(partial);
-      if (lane == 0) {
-        row_dot[quad] = dot;
-        row_lse[quad] = t < shape.T ? lse[shape.lse_offset(b, h, t)] : 0.0f;
+        for (int i = 0; i < kDims; ++i) partial += o[i] * grads[quad][lane + kThreadsPerRow * i];
+        const float dot = quad_sum(partial);
+        if (lane == 0) {
+          row_dot[quad] = dot;
+          row_lse[quad] = t < shape.T ? lse[shape.lse_offset(b, h, t)] : 0.0f;
+        }
       }
-    }
-    __syncthreads();
+      __syncthreads();
 #pragma unroll 4
-    for (int r = 0; r < kKeyTile; ++r) {
-      const float score = share_dot(k, queries[r], lane);
-      const float dp = share_dot(v, grads[r], lane);
-      const bool visible = active && j <= t0 + r && t0 + r < shape.T;
-      const float p = visible ? flash_probability(score, row_lse[r]) : 0.0f;
-      const float ds = visible ? flash_score_grad(p, dp, row_dot[r], scale) : 0.0f;
-      add_scaled(dv, p, grads[r], lane);
-      add_scaled(dk, ds, queries[r], lane);
+      for (int r = 0; r < kKeyTile; ++r) {
+        const float score = share_dot(k, queries[r], lane);
+        const float dp = share_dot(v, grads[r], lane);
+        const bool visible = active && j <= t0 + r && t0 + r < shape.T;
+        const float p = visible ? flash_probability(score, row_lse[r]) : 0.0f;
+        const float ds = visible ? flash_score_grad(p, dp, row_dot[r], scale) : 0.0f;
+        add_scaled(dv, p, grads[r], lane);
+        add_scaled(dk, ds, queries[r], lane);
+      }
     }
   }
   if (!active) return;
-  float* dk_row = dqkv + shape.q_offset(b, j, h) + shape.C;
-  store_row_share(dk_row, dk, lane, hs);
-  store_row_share(dk_row + shape.C, dv, lane, hs);
+  store_row_share(dqkv + shape.k_offset(b, j, g), dk, lane, hs);
+  store_row_share(dqkv + shape.v_offset(b, j, g), dv, lane, hs);
 }
 
 template <int kDims>
@@ -265,10 +270,12 @@ void launch_forward(float* out, float* lse, const float* qkv, int B, const Flash
 template <int kDims>
 void launch_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
                      const FlashAttentionShape& shape) {
-  const dim3 grid((shape.T + kTileRows - 1) / kTileRows, B * shape.NH);
-  flash_backward_dq_kernel<kDims><<<grid, kThreads, 0, stream()>>>(dqkv, dout, qkv, out, lse, shape);
+  const int tiles = (shape.T + kTileRows - 1) / kTileRows;
+  flash_backward_dq_kernel<kDims><<<dim3(tiles, B * shape.NH), kThreads, 0, stream()>>>(dqkv, dout, qkv, out, lse,
+                                                                                        shape);
   DUFU_CUDA_CHECK_LAUNCH();
-  flash_backward_dkv_kernel<kDims><<<grid, kThreads, 0, stream()>>>(dqkv, dout, qkv, out, lse, shape);
+  flash_backward_dkv_kernel<kDims><<<dim3(tiles, B * shape.NKV), kThreads, 0, stream()>>>(dqkv, dout, qkv, out, lse,
+                                                                                         shape);
   DUFU_CUDA_CHECK_LAUNCH();
 }
 
@@ -287,18 +294,19 @@ void with_head_size(int hs, Launch launch) {
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int NKV, int hs) {
+  check_attention_heads(NH, NKV);
   if (B * T == 0) return;
-  const FlashAttentionShape shape{T, C, NH};
-  with_head_size(shape.head_size(), [&]<int kDims>() { launch_forward<kDims>(out, lse, qkv, B, shape); });
+  const FlashAttentionShape shape{T, NH, NKV, hs};
+  with_head_size(hs, [&]<int kDims>() { launch_forward<kDims>(out, lse, qkv, B, shape); });
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                        int T, int C, int NH) {
+                        int T, int NH, int NKV, int hs) {
+  check_attention_heads(NH, NKV);
   if (B * T == 0) return;
-  const FlashAttentionShape shape{T, C, NH};
-  with_head_size(shape.head_size(),
-                 [&]<int kDims>() { launch_backward<kDims>(dqkv, dout, qkv, out, lse, B, shape); });
+  const FlashAttentionShape shape{T, NH, NKV, hs};
+  with_head_size(hs, [&]<int kDims>() { launch_backward<kDims>(dqkv, dout, qkv, out, lse, B, shape); });
 }
 
 }  // namespace dufu::trainer::cuda

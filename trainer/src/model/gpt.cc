@@ -28,18 +28,6 @@ using detail::real_rows;
 
 using BufferCarver = detail::BufferCarver<float>;
 
-// TEMPORARY until the grouped-query attention kernels land.
-void attention_forward_gqa(const KernelTable& k, float* out, float* lse, const float* qkv, int B, int T, int NH,
-                           int NKV, int hs) {
-  DUFU_CHECK(NH == NKV, "grouped-query attention kernels are not in yet");
-  k.attention_forward(out, lse, qkv, B, T, NH * hs, NH);
-}
-void attention_backward_gqa(const KernelTable& k, float* dqkv, const float* dout, const float* qkv, const float* out,
-                            const float* lse, int B, int T, int NH, int NKV, int hs) {
-  DUFU_CHECK(NH == NKV, "grouped-query attention kernels are not in yet");
-  k.attention_backward(dqkv, dout, qkv, out, lse, B, T, NH * hs, NH);
-}
-
 GPT::GPT(const GPTConfig& config, Communicator* tensor_group, const PipelineStage& stage, Device* device)
     : config_(config),
       device_(device != nullptr ? device : &cpu_device()),
@@ -467,7 +455,7 @@ void GPT::forward_layer_body(const ActivationSlot& slot, int l) {
     k.rotary_forward(a.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size, config_.rope_theta);
   }
   round_if_bf16(a.qkv, sizes.qkv, stored.qkv);
-  attention_forward_gqa(k, a.atty, a.lse, a.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size);
+  k.attention_forward(a.atty, a.lse, a.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size);
   round_if_bf16(a.atty, sizes.attn, stored.atty);
   linear_forward(acts.branch, {a.atty, stored.atty}, {w.attn_c_proj_weight, w16.attn_c_proj_weight},
                  adds_replicated ? w.attn_c_proj_bias : nullptr, N, widths.attn, C);

@@ -11,10 +11,6 @@
 
 namespace dufu::trainer {
 
-// TEMPORARY until the grouped-query attention kernels land (gpt.cc).
-void attention_backward_gqa(const KernelTable& k, float* dqkv, const float* dout, const float* qkv, const float* out,
-                            const float* lse, int B, int T, int NH, int NKV, int hs);
-
 void GPT::zero_grad() { device_->fill(grads_.data(), 0.0f, grads_.size()); }
 
 void GPT::backward() {
@@ -123,8 +119,8 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
     linear_backward(d.atty, dw.attn_c_proj_weight, dw.attn_c_proj_bias, d.residual, {a.atty, stored.atty},
                     {w.attn_c_proj_weight, w16.attn_c_proj_weight}, N, widths.attn, C);
     round_if_bf16(d.atty, sizes.attn);
-    attention_backward_gqa(k, d.qkv, d.atty, a.qkv, a.atty, a.lse, B, T, widths.heads, widths.kv_heads,
-                           widths.head_size);
+    k.attention_backward(d.qkv, d.atty, a.qkv, a.atty, a.lse, B, T, widths.heads, widths.kv_heads,
+                         widths.head_size);
     if (config_.is_llama()) {
       k.rotary_backward(d.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size, config_.rope_theta);
     }

@@ -12,34 +12,64 @@
 // Backward, with D_t = dout_t · out_t (= sum_j P_tj dP_tj, the softmax backward's row
 // term): dP_tj = dout_t · v_j, dS_tj = P_tj (dP_tj - D_t) / sqrt(hs), and
 // dq_t = sum_j dS_tj k_j, dk_j = sum_t dS_tj q_t, dv_j = sum_t P_tj dout_t.
+//
+// With grouped K/V heads (FlashAttentionShape below), a K/V head's dk and dv also sum
+// over the query heads of its group: both kernels take the group's heads in order,
+// lowest first, each over its query rows in the order above, into one accumulator;
+// a group of one head (NKV = NH) is multi-head attention's sum, operation for
+// operation.
 #pragma once
 
 #include <cmath>
 #include <cstddef>
 
+#include "dufu/common/error.h"
 #include "dufu/trainer/device/kernel_math.h"
 
 namespace dufu::trainer {
 
-// Where one head's rows live: qkv [B, T, 3C] with q, k, v of head h in columns
-// h hs .. h hs + hs - 1 of each C-wide part; out and dout [B, T, C]; lse [B, NH, T].
+// Where one head's rows live. qkv [B, T, (NH + 2 NKV) hs]: each row holds the NH query
+// heads, then the NKV key heads, then the NKV value heads, hs wide each (the layout
+// rotary_forward expects; GPT-2 is NKV = NH). Grouped-query attention: the NH / NKV
+// query heads of a group share one K/V head, query head h reading K/V head
+// h / (NH / NKV). out and dout [B, T, NH hs]; lse [B, NH, T].
 struct FlashAttentionShape {
-  int T, C, NH;
-  DUFU_HOST_DEVICE int head_size() const { return C / NH; }
-  DUFU_HOST_DEVICE float scale() const { return 1.0f / std::sqrt(static_cast<float>(head_size())); }
-  DUFU_HOST_DEVICE std::size_t qkv_stride() const { return 3 * static_cast<std::size_t>(C); }
-  // Head h's q of sequence b at position t; its k is C further, its v 2C.
-  DUFU_HOST_DEVICE std::size_t q_offset(int b, int t, int h) const {
-    return (static_cast<std::size_t>(b) * T + t) * qkv_stride() + static_cast<std::size_t>(h) * head_size();
+  int T, NH, NKV, hs;
+  DUFU_HOST_DEVICE int group_size() const { return NH / NKV; }
+  DUFU_HOST_DEVICE int kv_head(int h) const { return h / group_size(); }
+  DUFU_HOST_DEVICE float scale() const { return 1.0f / std::sqrt(static_cast<float>(hs)); }
+  DUFU_HOST_DEVICE std::size_t qkv_stride() const { return static_cast<std::size_t>(NH + 2 * NKV) * hs; }
+  DUFU_HOST_DEVICE std::size_t out_stride() const { return static_cast<std::size_t>(NH) * hs; }
+  // Query head h of sequence b at position t.
+  DUFU_HOST_DEVICE std::size_t q_offset(int b, int t, int h) const { return row_offset(b, t) + column(h); }
+  // K/V head g (0 .. NKV - 1), not a query head's number: see kv_head.
+  DUFU_HOST_DEVICE std::size_t k_offset(int b, int t, int g) const { return row_offset(b, t) + column(NH + g); }
+  DUFU_HOST_DEVICE std::size_t v_offset(int b, int t, int g) const {
+    return row_offset(b, t) + column(NH + NKV + g);
   }
   // Head h's slice of out (or dout) row (b, t).
   DUFU_HOST_DEVICE std::size_t out_offset(int b, int t, int h) const {
-    return (static_cast<std::size_t>(b) * T + t) * C + static_cast<std::size_t>(h) * head_size();
+    return (static_cast<std::size_t>(b) * T + t) * out_stride() + column(h);
   }
   DUFU_HOST_DEVICE std::size_t lse_offset(int b, int h, int t) const {
     return (static_cast<std::size_t>(b) * NH + h) * T + t;
   }
+
+ private:
+  DUFU_HOST_DEVICE std::size_t row_offset(int b, int t) const {
+    return (static_cast<std::size_t>(b) * T + t) * qkv_stride();
+  }
+  DUFU_HOST_DEVICE std::size_t column(int head) const { return static_cast<std::size_t>(head) * hs; }
 };
+
+// Both backends' entry points check this before any launch: a wrong grouping would
+// read K/V heads that do not exist.
+inline void check_attention_heads(int NH, int NKV) {
+  if (NKV < 1 || NH < NKV || NH % NKV != 0) {
+    DUFU_FAIL("attention: ", NH, " query heads cannot share ", NKV,
+              " K/V heads; HINT: the number of query heads must be a positive multiple of the K/V heads");
+  }
+}
 
 // The running state of one query row's softmax.
 struct OnlineSoftmax {

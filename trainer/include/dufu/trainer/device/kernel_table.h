@@ -87,15 +87,21 @@ struct KernelTable {
   void (*matmul_gelu_backward)(float* dpre, float* dweight, float* dbias, const float* dout, const float* x,
                                const float* weight, const float* pre, int N, int C, int OC);
 
-  // Causal multi-head self-attention on qkv [B, T, 3C] (q, k, v each C = NH·hs),
-  // flash-style (device/flash_attention.h): out [B, T, C]; lse [B, NH, T] the
-  // log-sum-exp of each row's scaled scores, all the backward needs of the softmax.
-  // Scale 1/sqrt(hs). No T x T matrix is stored: memory O(B NH T).
-  void (*attention_forward)(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
-  // dqkv (overwritten) from dout, recomputing the probabilities tile by tile from qkv
-  // and the forward's out and lse. Deterministic: no atomics, a fixed summation order.
+  // Causal self-attention with grouped K/V heads on qkv [B, T, (NH + 2 NKV) hs]: each
+  // row holds NH query heads, then NKV key heads, then NKV value heads, hs wide each
+  // (rotary_forward's layout). NH is a multiple of NKV and query head h attends with
+  // K/V head h / (NH / NKV): NKV = NH is multi-head attention (GPT-2, bitwise the
+  // kernels before grouping), NKV = 1 multi-query attention. Flash-style
+  // (device/flash_attention.h): out [B, T, NH hs]; lse [B, NH, T] the log-sum-exp of
+  // each row's scaled scores, all the backward needs of the softmax. Scale 1/sqrt(hs).
+  // No T x T matrix is stored: memory O(B NH T).
+  void (*attention_forward)(float* out, float* lse, const float* qkv, int B, int T, int NH, int NKV, int hs);
+  // dqkv (overwritten whole: q, k and v parts) from dout, recomputing the
+  // probabilities tile by tile from qkv and the forward's out and lse. Deterministic:
+  // no atomics, a fixed summation order; a K/V head's gradient sums its group's query
+  // heads in order, lowest first.
   void (*attention_backward)(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                             int B, int T, int C, int NH);
+                             int B, int T, int NH, int NKV, int hs);
 
   // Fused classifier: for each of the N rows of logits [N, Vp] (only the first V are
   // real vocabulary; the padding is excluded), losses[n] = -log softmax(logits)[target]
