@@ -1,7 +1,8 @@
 // The model on a GPU (label gpu): 10 steps of a small GPT on the CUDA device against
 // the CPU device (fp32 losses within 1e-4 relative, bf16 within 1e-2), and a run
 // resumed on the GPU from a checkpoint of step 5 that repeats steps 6..10 bit for bit,
-// and recomputation's losses, the bits of the run that keeps the activations.
+// and recomputation's losses, the bits of the run that keeps the activations; the
+// Llama architecture (grouped-query attention, an untied head) against the CPU too.
 // Without a CUDA device every test is skipped with the reason.
 #include <gtest/gtest.h>
 
@@ -25,9 +26,16 @@ constexpr int kB = 4;
 constexpr int kT = 32;
 constexpr int kSteps = 10;
 
-GPTConfig small_config() {
-  return dufu::testing::small_gpt_config(
+GPTConfig small_config(Architecture arch = Architecture::kGpt2) {
+  GPTConfig config = dufu::testing::small_gpt_config(
       {.n_layer = 2, .n_head = 4, .d_model = 64, .vocab_size = 97, .vocab_multiple = 32, .seq_length = kT});
+  if (arch == Architecture::kLlama) {
+    config.arch = arch;
+    config.n_kv_head = 2;
+    config.ffn_hidden = 160;
+    config.tie_embeddings = false;
+  }
+  return config;
 }
 
 class GpuModelTest : public ::testing::Test {
@@ -42,8 +50,9 @@ class GpuModelTest : public ::testing::Test {
 struct Model {
   GPT gpt;
   AdamW optimizer;
-  Model(Device& device, Precision precision, Recompute recompute = Recompute::kNone)
-      : gpt(small_config(), nullptr, {}, &device), optimizer(gpt, AdamWOptions{}) {
+  Model(Device& device, Precision precision, Recompute recompute = Recompute::kNone,
+        const GPTConfig& config = small_config())
+      : gpt(config, nullptr, {}, &device), optimizer(gpt, AdamWOptions{}) {
     gpt.set_precision(precision);
     gpt.set_recompute(recompute);
   }
@@ -64,8 +73,9 @@ std::vector<float> train(Model& model, int first, int last) {
   return losses;
 }
 
-std::vector<float> losses_on(Device& device, Precision precision, Recompute recompute = Recompute::kNone) {
-  Model model(device, precision, recompute);
+std::vector<float> losses_on(Device& device, Precision precision, Recompute recompute = Recompute::kNone,
+                             Architecture arch = Architecture::kGpt2) {
+  Model model(device, precision, recompute, small_config(arch));
   model.gpt.init_gpt2(42);
   return train(model, 0, kSteps);
 }
@@ -85,6 +95,18 @@ TEST_F(GpuModelTest, Fp32LossesMatchTheCpu) {
 
 TEST_F(GpuModelTest, Bf16LossesMatchTheCpu) {
   expect_losses_close(losses_on(cuda(), Precision::kBf16), losses_on(cpu_device(), Precision::kBf16), 1e-2);
+}
+
+// RMSNorm, rotary positions, SwiGLU, grouped-query attention and an untied head.
+TEST_F(GpuModelTest, LlamaLossesMatchTheCpu) {
+  const Architecture llama = Architecture::kLlama;
+  expect_losses_close(losses_on(cuda(), Precision::kFp32, Recompute::kNone, llama),
+                      losses_on(cpu_device(), Precision::kFp32, Recompute::kNone, llama), 1e-4);
+  expect_losses_close(losses_on(cuda(), Precision::kBf16, Recompute::kNone, llama),
+                      losses_on(cpu_device(), Precision::kBf16, Recompute::kNone, llama), 1e-2);
+  const std::vector<float> kept = losses_on(cuda(), Precision::kBf16, Recompute::kNone, llama);
+  const std::vector<float> recomputed = losses_on(cuda(), Precision::kBf16, Recompute::kFull, llama);
+  EXPECT_EQ(std::memcmp(recomputed.data(), kept.data(), kept.size() * sizeof(float)), 0);
 }
 
 TEST_F(GpuModelTest, ResumeFromStepFiveIsBitwise) {

@@ -48,9 +48,10 @@ void ConsoleReporter::nothing_to_do(std::int64_t step, std::int64_t steps) {
 }
 
 void ConsoleReporter::run_summary(const trainer::RunSummary& s) {
-  std::printf("model: %s parameters, %d layers, d_model %d, %d heads, vocab %d (padded %d), seq %d\n",
-              human_count(static_cast<double>(s.parameters)).c_str(), s.n_layer, s.d_model, s.n_head, s.vocab_size,
-              s.padded_vocab_size, s.seq_length);
+  const std::string kv_heads = s.n_kv_head != s.n_head ? str_cat(" (", s.n_kv_head, " K/V)") : std::string();
+  std::printf("model: %s %s parameters, %d layers, d_model %d, %d heads%s, vocab %d (padded %d), seq %d\n",
+              s.arch.c_str(), human_count(static_cast<double>(s.parameters)).c_str(), s.n_layer, s.d_model, s.n_head,
+              kv_heads.c_str(), s.vocab_size, s.padded_vocab_size, s.seq_length);
   std::printf("batch: %d x %d x %d samples (micro-batch x accumulation x data-parallel) = %.0f tokens per step; "
               "%d threads per rank; sgemm peak %.1f GFLOP/s per rank; %.3f GFLOP per token\n",
               s.micro_batch, s.accumulation, s.data_parallel_size, s.tokens_per_step, s.threads, s.peak_flops / 1e9,

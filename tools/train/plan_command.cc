@@ -53,6 +53,8 @@ void run(const PlanFlags& flags) {
               ") x dist.pipeline_parallel_size (", pp, ")");
   }
   const int dp = ranks / (tp * pp);
+  // Refuses a tp that does not divide the heads, the K/V heads or the MLP, as training would.
+  (void)trainer::gpt_parameter_layout(options.model, tp);
   trainer::check_global_batch(options, dp);
   const std::vector<int> split = trainer::pipeline_layer_split(options.model.n_layer, pp, options.pipeline_num_layers);
 

@@ -34,6 +34,7 @@ void CheckpointLayout::validate(const GPTConfig& model) const {
   if (model.n_head % tensor_parallel_size != 0) {
     DUFU_FAIL("tensor_parallel_size ", tensor_parallel_size, " does not divide n_head ", model.n_head);
   }
+  (void)gpt_parameter_layout(model, tensor_parallel_size);  // the K/V heads and the MLP split too
   if (optimizer_sharded && data_parallel_size == 1) {
     DUFU_FAIL("optimizer_sharded with data_parallel_size 1: there is nothing to shard over");
   }

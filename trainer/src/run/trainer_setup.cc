@@ -302,6 +302,8 @@ RunSummary Trainer::State::run_summary() const {
   summary.n_layer = options.model.n_layer;
   summary.d_model = options.model.d_model;
   summary.n_head = options.model.n_head;
+  summary.arch = architecture_name(options.model.arch);
+  summary.n_kv_head = options.model.kv_heads();
   summary.vocab_size = options.model.vocab_size;
   summary.padded_vocab_size = options.model.padded_vocab_size();
   summary.seq_length = T;

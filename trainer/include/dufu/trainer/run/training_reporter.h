@@ -38,9 +38,11 @@ struct LayoutReport {
 // The model and the batch, once the run is ready to train.
 struct RunSummary {
   std::size_t parameters = 0;  // of the whole model
+  std::string arch;            // model.arch: "gpt2" or "llama"
   int n_layer = 0;
   int d_model = 0;
   int n_head = 0;
+  int n_kv_head = 0;  // K/V heads (n_head unless grouped-query attention)
   int vocab_size = 0;
   int padded_vocab_size = 0;
   int seq_length = 0;
