@@ -12,7 +12,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <span>
 #include <string>
 #include <tuple>
@@ -67,30 +66,6 @@ std::string shape_name(const LlamaShape& shape) {
 
 const LlamaShape kShapes[] = {{4, false}, {4, true}, {2, false}, {2, true}};
 
-// Grouped K/V heads need the grouped attention kernels (branch wt-gqa); until they are
-// in, the model refuses them at the attention call in exactly these words, and the
-// grouped cases are skipped saying so. Any other error fails the test.
-bool grouped_attention_missing(const GPTConfig& config) {
-  if (config.kv_heads() == config.n_head) return false;
-  GPT probe(config);
-  probe.init_gpt2(1);
-  const auto batch = dufu::testing::next_token_batch(1, 4, config.vocab_size, 1, {});
-  try {
-    probe.forward(batch.tokens, batch.targets, 1, 4);
-  } catch (const std::exception& error) {
-    if (std::string(error.what()).find("grouped-query attention kernels are not in yet") != std::string::npos) {
-      return true;
-    }
-    throw;
-  }
-  return false;
-}
-
-#define SKIP_WITHOUT_GROUPED_ATTENTION(config)                                                           \
-  if (grouped_attention_missing(config)) {                                                              \
-    GTEST_SKIP() << "the model refuses n_kv_head < n_head until the grouped-query attention kernels land"; \
-  }
-
 bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
@@ -106,7 +81,6 @@ class LlamaRecomputeTest : public ::testing::TestWithParam<std::tuple<LlamaShape
 
 TEST_P(LlamaRecomputeTest, GivesTheBitsOfStoredActivations) {
   const GPTConfig config = this->config();
-  SKIP_WITHOUT_GROUPED_ATTENTION(config);
   GPT stored(config);
   GPT recomputed(config);
   recomputed.set_recompute(recompute());
@@ -164,7 +138,6 @@ std::vector<float> full_gradients(const GPT& model) {
 
 TEST_P(LlamaShapeTest, PipelineStagesGiveTheWholeModelsBits) {
   const GPTConfig config = this->config();
-  SKIP_WITHOUT_GROUPED_ATTENTION(config);
   const auto first_batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 31, {2});
   const auto second_batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 32, {});
   const float scale = 1.0f / static_cast<float>(2 * kB * kT - 1);
@@ -226,7 +199,6 @@ TEST_P(LlamaShapeTest, PipelineStagesGiveTheWholeModelsBits) {
 
 TEST_P(LlamaShapeTest, Bf16TrainsARepeatedBatchLikeFp32) {
   const GPTConfig config = this->config();
-  SKIP_WITHOUT_GROUPED_ATTENTION(config);
   const auto batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 41, {});
   std::vector<float> last_losses;
   for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
@@ -312,7 +284,6 @@ double measured_activation_bytes(const GPTConfig& config, Precision precision, R
 
 TEST_P(LlamaShapeTest, WhatTheModelAllocatesIsWhatThePlanSays) {
   const GPTConfig config = this->config();
-  SKIP_WITHOUT_GROUPED_ATTENTION(config);
   // The plan's allowances the model does not allocate: the padding columns of the
   // logits and the one-float loss it leaves out (as for GPT-2, recompute_test).
   const double padding = 4.0 * kB * kT * config.vocab_multiple;

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <exception>
 #include <memory>
 #include <span>
 #include <string>
@@ -70,23 +69,6 @@ std::string shape_name(const LlamaShape& shape) {
   return std::string(shape.n_kv_head == shape.n_head ? "MultiHead" : "Grouped") + (shape.tied ? "Tied" : "Untied");
 }
 
-// The model refuses grouped K/V heads at the attention call, in these words, until the
-// grouped-query attention kernels land; the grouped cases are skipped saying so.
-bool grouped_attention_missing(const GPTConfig& config) {
-  if (config.kv_heads() == config.n_head) return false;
-  GPT probe(config);
-  const auto batch = dufu::testing::next_token_batch(1, 4, config.vocab_size, 1, {});
-  try {
-    probe.forward(batch.tokens, batch.targets, 1, 4);
-  } catch (const std::exception& error) {
-    if (std::string(error.what()).find("grouped-query attention kernels are not in yet") != std::string::npos) {
-      return true;
-    }
-    throw;
-  }
-  return false;
-}
-
 using Batch = dufu::testing::TokenBatch;
 Batch make_batch(std::uint32_t seed) { return dufu::testing::next_token_batch(kB, kT, kVocab, seed, {3, kT + 7}); }
 
@@ -102,7 +84,6 @@ class LlamaParallelTest : public ::testing::TestWithParam<LlamaShape> {
 
 TEST_P(LlamaParallelTest, TensorParallelMatchesTheSerialModel) {
   const GPTConfig config = this->config();
-  if (grouped_attention_missing(config)) GTEST_SKIP() << "grouped-query attention kernels are not in yet";
   for (const int tp : {1, 2, 4}) {
     if (world().size() % tp != 0) continue;
     SCOPED_TRACE(::testing::Message() << "tp " << tp);
@@ -160,7 +141,6 @@ TEST_P(LlamaParallelTest, TensorParallelMatchesTheSerialModel) {
 
 TEST_P(LlamaParallelTest, PipelineMatchesTheSerialModel) {
   const GPTConfig config = this->config();
-  if (grouped_attention_missing(config)) GTEST_SKIP() << "grouped-query attention kernels are not in yet";
   constexpr int kMicroBatches = 4;
   for (const int tp : {1, 2}) {
     constexpr int pp = 2;
