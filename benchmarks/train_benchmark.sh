@@ -6,7 +6,7 @@
 # every config), dufu's ms/step and its model FLOP utilization against the sgemm rate
 # the dufu program measures just before its timed steps. A program for humans: each
 # run first checks that its loss starts near ln(vocab) and falls; nothing here runs
-# as a test. About 5-6 minutes on 2 cores.
+# as a test. About 6-7 minutes on 2 cores.
 #
 #   benchmarks/train_benchmark.sh [BUILD_DIR]        (default: build-bench)
 #
