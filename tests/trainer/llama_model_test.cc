@@ -239,7 +239,7 @@ TEST_P(LlamaShapeTest, ParameterCountIsLlamasAndThePlans) {
   EXPECT_EQ(model.parameter_tensors().back().name, config.tie_embeddings ? "ln_f.weight" : "lm_head.weight");
 
   // The plan counts a vocabulary table (wte, lm_head, a tied head's copy of wte) as
-  // vocab_size + vocab_multiple x tp rows, the most padding_vocab_size(tp) can add, split
+  // vocab_size + vocab_multiple x tp rows, the most padded_vocab_size(tp) can add, split
   // over the tensor group: here, the vocabulary being a multiple of vocab_multiple x tp,
   // exactly vocab_multiple x C floats per table a rank holds above its layout's.
   const double allowance = config.vocab_multiple * C;
