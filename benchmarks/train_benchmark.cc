@@ -1,7 +1,7 @@
 // Training throughput of dufu's trainer on one GPT shape (GPT-2's, or Llama's under
-// --arch llama: RMSNorm, rotary positions, SwiGLU, grouped K/V heads, untied head): a real training step
-// (forward with targets, backward, gradient clipping at 1.0, AdamW, zero_grad) on a
-// random batch, warmup steps then timed steps, reported as tokens/s, ms/step and
+// --arch llama: RMSNorm, rotary positions, SwiGLU, grouped K/V heads, untied head): a
+// real training step (forward with targets, backward, gradient clipping at 1.0, AdamW,
+// zero_grad) on a random batch, warmup steps then timed steps, reported as tokens/s, ms/step and
 // model FLOP utilization (MFU) against a GEMM rate measured in the same process just
 // before the timed steps: on the CPU OpenBLAS's sgemm through the model's own matmul
 // kernel; on a GPU (--device cuda) cuBLASLt's bf16 GEMM on the model's largest product
@@ -253,7 +253,8 @@ int run(const Options& options) {
       "backward_ms=%.1f clip_ms=%.1f adamw_ms=%.1f zero_grad_ms=%.1f flops_per_token=%.6g sgemm_gflops=%.2f "
       "peak_gflops=%.2f mfu=%.4f mfu_nominal=%.4f plan_gb=%.3f held_gb=%.3f loss_first=%.4f loss_final=%.4f\n",
       options.device.c_str(), options.precision.c_str(), options.arch.c_str(), config.n_layer, config.d_model,
-      config.n_head, config.kv_heads(), config.mlp_hidden(), config.vocab_size, T, B, threads, options.warmup, options.steps, seconds, tokens_per_s, ms_per_step,
+      config.n_head, config.kv_heads(), config.mlp_hidden(), config.vocab_size, T, B, threads, options.warmup,
+      options.steps, seconds, tokens_per_s, ms_per_step,
       1e3 * phases.forward / n, 1e3 * phases.backward / n, 1e3 * phases.clip / n, 1e3 * phases.adamw / n,
       1e3 * phases.zero_grad / n, flops_per_token, sgemm / 1e9, peak / 1e9, mfu, mfu_nominal, plan.total() / 1e9,
       on_gpu ? held_after_steps / 1e9 : 0.0, losses.front(), final_loss);

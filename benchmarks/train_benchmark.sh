@@ -94,7 +94,10 @@ for config in "${configs[@]}"; do
   read -r name n_layer d_model n_head vocab seq micro_batch warmup steps arch n_kv_head <<<"$config"
   [[ -z $only || " $only " == *" $name "* ]] || continue
   args=(--n-layer "$n_layer" --d-model "$d_model" --n-head "$n_head" --vocab "$vocab" --seq "$seq"
-    --micro-batch "$micro_batch" --warmup "$warmup" --steps "$steps" --arch "${arch:-gpt2}" --n-kv-head "${n_kv_head:-0}")
+    --micro-batch "$micro_batch" --warmup "$warmup" --steps "$steps")
+  # Only the llama configs name an architecture, so a baseline build from before
+  # --arch still runs the GPT-2 ones.
+  [[ -n ${arch:-} ]] && args+=(--arch "$arch" --n-kv-head "$n_kv_head")
   best_dufu="" best_torch="" best_baseline="" others_max=0
   for ((round = 1; round <= rounds; round++)); do
     for impl in "${impls[@]}"; do

@@ -282,7 +282,8 @@ def main():
     print(f"  {tokens_per_s:.1f} tokens/s, {ms_per_step:.1f} ms/step")
     print(f"train_benchmark impl=torch device={args.device} precision={args.precision} sdpa={int(args.sdpa)} "
           f"compile={int(args.compile)} arch={args.arch} n_layer={args.n_layer} d_model={args.d_model} "
-          f"n_head={args.n_head} n_kv_head={n_kv_head} vocab={V} seq={T} micro_batch={B} threads={torch.get_num_threads()} warmup={args.warmup} "
+          f"n_head={args.n_head} n_kv_head={n_kv_head} vocab={V} seq={T} micro_batch={B} "
+          f"threads={torch.get_num_threads()} warmup={args.warmup} "
           f"steps={args.steps} seconds={seconds:.3f} tokens_per_s={tokens_per_s:.2f} ms_per_step={ms_per_step:.1f} "
           f"loss_first={losses[0]:.4f} loss_final={final_loss:.4f}")
 

@@ -119,7 +119,9 @@ TEST_F(LlamaTrainingTest, ResumeFromACheckpointGivesTheSameBits) {
   const CommandResult second = train("--resume " + shell_quote(dir) + " train.exit_at_step=0");
   ASSERT_EQ(second.exit_code, 0) << second.output;
   EXPECT_EQ(second.output.find("step 4/"), std::string::npos) << second.output;
-  const auto fields = [](const std::string& run) { return metric_fields(run, {"step", "loss", "grad_norm", "val_loss"}); };
+  const auto fields = [](const std::string& run) {
+    return metric_fields(run, {"step", "loss", "grad_norm", "val_loss"});
+  };
   EXPECT_EQ(fields(dir), fields(reference()));
   for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
     EXPECT_TRUE(read_all(checkpoint_dir(dir, kSteps) + "/" + file) ==
