@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <set>
 #include <span>
 #include <string>
@@ -134,6 +135,67 @@ TEST_F(CheckpointTest, ModelFileHasHuggingFaceLayout) {
   EXPECT_EQ(moments.tensor("exp_avg_sq.h.0.attn.c_attn.weight").shape, (std::vector<std::uint64_t>{3 * C, C}));
   EXPECT_TRUE(moments.tensor("step").shape.empty());
   EXPECT_EQ(moments.view<std::int64_t>("step")[0], 2);
+}
+
+// model.arch = llama: model.safetensors under LlamaForCausalLM's names (written out
+// here), [out, in] as dufu's, embed_tokens and the untied lm_head cut to the real
+// vocabulary; the metadata carries the llama knobs; the round trip is bitwise.
+TEST_F(CheckpointTest, LlamaModelFileHasLlamaForCausalLMLayout) {
+  GPTConfig config = small_config();
+  config.arch = Architecture::kLlama;
+  config.ffn_hidden = 48;
+  config.rope_theta = 500000.0f;
+  config.norm_eps = 1e-6f;
+  config.tie_embeddings = false;
+  Trained run(13, 2, config);
+  TrainingState state = make_state(2);
+  state.model = config;
+  const std::string dir = save_checkpoint(run_dir(), run.model, run.optimizer, state, 2);
+  const auto file = safetensors::File::open(dir + "/model.safetensors");
+  EXPECT_EQ(file.metadata().at("arch"), "llama");
+  EXPECT_EQ(file.metadata().at("n_kv_head"), "0");
+  EXPECT_EQ(file.metadata().at("ffn_hidden"), "48");
+  EXPECT_EQ(file.metadata().at("rope_theta"), "5e+05");  // the shortest text of the float
+  EXPECT_EQ(file.metadata().at("norm_eps"), "1e-06");
+  EXPECT_EQ(file.metadata().at("tie_embeddings"), "false");
+  std::map<std::string, std::string> hf_of = {{"model.embed_tokens.weight", "wte.weight"},
+                                              {"model.norm.weight", "ln_f.weight"},
+                                              {"lm_head.weight", "lm_head.weight"}};
+  for (int l = 0; l < config.n_layer; ++l) {
+    const std::string hf = "model.layers." + std::to_string(l) + ".", dufu = "h." + std::to_string(l) + ".";
+    hf_of[hf + "input_layernorm.weight"] = dufu + "ln_1.weight";
+    hf_of[hf + "post_attention_layernorm.weight"] = dufu + "ln_2.weight";
+    for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+      hf_of[hf + "self_attn." + proj + ".weight"] = dufu + "attn." + proj + ".weight";
+    }
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+      hf_of[hf + "mlp." + proj + ".weight"] = dufu + "mlp." + proj + ".weight";
+    }
+  }
+  EXPECT_EQ(file.tensors().size(), hf_of.size());
+  EXPECT_EQ(run.model.parameter_tensors().size(), hf_of.size());
+  for (const auto& [hf, dufu] : hf_of) {
+    SCOPED_TRACE(hf);
+    ASSERT_NE(file.find(hf), nullptr);
+    const ParamTensor& tensor = run.model.tensor(dufu);
+    std::vector<std::uint64_t> shape(tensor.shape.begin(), tensor.shape.end());
+    if (dufu == "wte.weight" || dufu == "lm_head.weight") shape[0] = 100;
+    EXPECT_EQ(file.find(hf)->shape, shape);
+    const std::span<const float> values = file.view<float>(hf);
+    EXPECT_TRUE(bitwise_equal(values, run.model.params().subspan(tensor.offset, values.size())));
+  }
+  EXPECT_EQ(file.find("lm_head.weight")->shape, (std::vector<std::uint64_t>{100, 32}));
+
+  EXPECT_TRUE(read_checkpoint_state(dir) == state);
+  GPT model(config);
+  AdamW optimizer(model, AdamWOptions{});
+  load_checkpoint(dir, model, &optimizer);
+  EXPECT_TRUE(bitwise_equal(model.params(), run.model.params()));
+  EXPECT_TRUE(bitwise_equal(optimizer.m(), run.optimizer.m()));
+  EXPECT_TRUE(bitwise_equal(optimizer.v(), run.optimizer.v()));
+  // A GPT-2 model of the same sizes is another model, named by its field.
+  GPT gpt2(small_config());
+  expect_error([&] { load_checkpoint(dir, gpt2, nullptr); }, {"arch llama", "arch gpt2"});
 }
 
 // PyTorch's GPT-2 with HF's Conv1D layout, fed the file's tensors as they are, must

@@ -2,7 +2,8 @@
 // backend's sums and maxima against collective_fold.h's fold (the NCCL backend's
 // per-element math), bit for bit, and training steps with buckets that cut tensors
 // unevenly against one bucket, replicated and ZeRO-1: the parameters must not differ
-// in a single bit, on any rank. (rank_groups_test.cc, in the same program, checks the
+// in a single bit, on any rank; and the optimizer offloaded to the host, against the
+// run that keeps it on the device. (rank_groups_test.cc, in the same program, checks the
 // rank groups the trainer makes for a device.)
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@
 #include "dufu/trainer/device/collective_fold.h"
 #include "dufu/trainer/model/gpt.h"
 #include "dufu/trainer/parallel/data_parallel_optimizer.h"
+#include "support/counting_cpu_device.h"
 #include "support/gpt_fixture.h"
 #include "support/mpi_world.h"
 
@@ -91,13 +93,20 @@ TEST(FoldAgainstMpiTest, ReduceScatterIsTheFoldOfThisRanksChunk) {
 }
 
 // Parameters after a few steps of a small GPT with `bucket_elements` floats per
-// collective; each rank trains on its own batches.
-std::vector<float> train(bool zero1, std::size_t bucket_elements) {
+// collective; each rank trains on its own batches. The device is a counting CPU
+// device: the CPU's kernels (the same bits), and a device that is not the host's for
+// the model, as optim.offload = cpu asks, whose memory MPI moves.
+std::vector<float> train(bool zero1, std::size_t bucket_elements, Precision precision = Precision::kFp32,
+                         bool offload = false) {
   constexpr int kB = 2;
   constexpr int kT = 8;
   constexpr int kVocab = 97;
+  dufu::testing::CountingCpuDevice device;
   GPT model(dufu::testing::small_gpt_config(
-      {.n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = kVocab, .vocab_multiple = 8, .seq_length = kT}));
+                {.n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = kVocab, .vocab_multiple = 8, .seq_length = kT}),
+            nullptr, {}, &device);
+  model.set_precision(precision);
+  model.set_optimizer_offload(offload);
   model.init_gpt2(5);
   DataParallelOptimizer optimizer(model, AdamWOptions{}, world(), zero1, nullptr, nullptr, bucket_elements);
   for (int step = 0; step < 3; ++step) {
@@ -109,7 +118,9 @@ std::vector<float> train(bool zero1, std::size_t bucket_elements) {
     optimizer.reduce_gradients_and_clip(0.5);  // clipping on: the norm goes into the update
     optimizer.step(1e-2f);
   }
-  return std::vector<float>(model.params().begin(), model.params().end());
+  std::vector<float> params(model.num_parameters());
+  model.parameter_device().download(params.data(), model.params().data(), params.size() * sizeof(float));
+  return params;
 }
 
 void expect_bitwise_equal(const std::vector<float>& got, const std::vector<float>& expected, const char* what) {
@@ -135,6 +146,16 @@ TEST(BucketedReductionTest, BucketsDoNotChangeABitReplicatedOrZero1) {
   }
   // Both layouts train the same model: replicated and ZeRO-1 agree too.
   expect_bitwise_equal(train(true, 1000), train(false, one_bucket), "ZeRO-1 against replicated");
+}
+
+// optim.offload = cpu over the data-parallel ranks, replicated and ZeRO-1 (the host
+// updates its shard, the shards meet through the device's communicator): the bits of
+// the run that keeps the masters and moments on the device.
+TEST(OffloadedOptimizerTest, ReplicatedAndZero1GiveTheDeviceRunsBits) {
+  for (const bool zero1 : {false, true}) {
+    expect_bitwise_equal(train(zero1, 1000, Precision::kBf16, true), train(zero1, 1000, Precision::kBf16, false),
+                         zero1 ? "ZeRO-1, offloaded against on the device" : "offloaded against on the device");
+  }
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // the CPU device (fp32 losses within 1e-4 relative, bf16 within 1e-2), and a run
 // resumed on the GPU from a checkpoint of step 5 that repeats steps 6..10 bit for bit,
 // and recomputation's losses, the bits of the run that keeps the activations; the
-// Llama architecture (grouped-query attention, an untied head) against the CPU too.
+// Llama architecture (grouped-query attention, an untied head) against the CPU too,
+// and the optimizer offloaded to the host against the one on the GPU.
 // Without a CUDA device every test is skipped with the reason.
 #include <gtest/gtest.h>
 
@@ -95,6 +96,31 @@ TEST_F(GpuModelTest, Fp32LossesMatchTheCpu) {
 
 TEST_F(GpuModelTest, Bf16LossesMatchTheCpu) {
   expect_losses_close(losses_on(cuda(), Precision::kBf16), losses_on(cpu_device(), Precision::kBf16), 1e-2);
+}
+
+// optim.offload = cpu: the masters and moments on the host, AdamW there (the CPU's
+// kernel where the GPU's ran), the bf16 working copy uploaded to the GPU each step.
+TEST_F(GpuModelTest, OffloadedOptimizerTrainsLikeTheDevicesOwn) {
+  const std::vector<float> kept = losses_on(cuda(), Precision::kBf16);
+  GPT gpt(small_config(), nullptr, {}, &cuda());
+  gpt.set_precision(Precision::kBf16);
+  gpt.set_optimizer_offload(true);
+  ASSERT_EQ(&gpt.parameter_device(), &cpu_device());
+  gpt.init_gpt2(42);
+  AdamW optimizer(gpt, AdamWOptions{});
+  std::vector<float> offloaded;
+  for (int step = 0; step < kSteps; ++step) {
+    const auto batch =
+        dufu::testing::next_token_batch(kB, kT, small_config().vocab_size, static_cast<std::uint32_t>(step), {5});
+    gpt.zero_grad();
+    offloaded.push_back(gpt.forward(batch.tokens, batch.targets, kB, kT));
+    gpt.backward();
+    const double norm = gradient_norm(gpt.grads(), gpt.device());
+    std::vector<float> host_grads(gpt.num_parameters());
+    cuda().download(host_grads.data(), gpt.grads().data(), host_grads.size() * sizeof(float));
+    optimizer.step(gpt.params(), host_grads, 3e-3f, gradient_clip_scale(norm, 1.0));
+  }
+  expect_losses_close(offloaded, kept, 1e-2);
 }
 
 // RMSNorm, rotary positions, SwiGLU, grouped-query attention and an untied head.

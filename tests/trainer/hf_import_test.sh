@@ -146,7 +146,9 @@ expect_error '"reorder_and_upcast_attn" is true' "$work/upcast"
 edit_config cross 'c["add_cross_attention"] = True'
 expect_error '"add_cross_attention" is true' "$work/cross"
 edit_config llama 'c["architectures"] = ["LlamaForCausalLM"]; c["model_type"] = "llama"'
-expect_error 'LlamaForCausalLM, which dufu does not support yet' "$work/llama"
+expect_error '"num_hidden_layers" is missing' "$work/llama"
+edit_config opt 'c["architectures"] = ["OPTForCausalLM"]; c["model_type"] = "opt"'
+expect_error '"architectures" is "OPTForCausalLM"; dufu imports GPT2LMHeadModel and LlamaForCausalLM' "$work/opt"
 edit_config no_layers 'del c["n_layer"]'
 expect_error '"n_layer" is missing' "$work/no_layers"
 edit_config wide 'c["n_embd"] = 96'

@@ -58,6 +58,18 @@ Outputs run_classifier(const Shape& s, Device* device, int) {
   return {{"losses", losses}, {"dlogits (in place)", dlogits}};
 }
 
+// The classifier at GPT-2's vocabulary as the model pads it (V = 50257, Vp = 50304):
+// rows of 50k logits, many tiles per CUDA thread, 16-byte groups whose last real one
+// straddles V; up to 4 of the shape's rows, the second ignored.
+Outputs run_classifier_gpt2_vocabulary(const Shape& s, Device* device, int calls) {
+  Shape gpt2 = s;
+  gpt2.B = 1;
+  gpt2.T = std::min(s.N(), 4);
+  gpt2.V = 50257;
+  gpt2.Vp = 50304;
+  return run_classifier(gpt2, device, calls);
+}
+
 // ---- vocab-parallel pieces (tensor parallelism) -------------------------------------
 
 // The vocabulary split over two simulated tensor-parallel ranks, Vl rows each (the
@@ -200,6 +212,7 @@ Outputs run_vocab_parallel_classifier(const Shape& s, Device* device, int) {
 std::vector<OpCase> vocabulary_op_cases() {
   return {
       {"classifier_forward_backward", run_classifier, {1e-6, 2e-5}, false, true},
+      {"classifier_gpt2_vocabulary", run_classifier_gpt2_vocabulary, {1e-6, 2e-5}, false, true},
       {"vocab_parallel_embedding_forward", run_vocab_parallel_embedding_forward, {1e-6, 1e-6}, true, true},
       {"vocab_parallel_embedding_forward_bf16",
        run_vocab_parallel_embedding_forward<Operands::kBf16>,

@@ -59,14 +59,16 @@ using testing::widen;
 // The shapes cover: T = 1 and NH = 1 (tiny); head sizes 4 and 5 with C not a multiple
 // of 8 and Vp > V (odd, c20); several 64-wide column blocks and layernorm row chunks
 // (mid, wide); N not a multiple of the 16-row sgemm split (mid); attention's 64-row
-// query blocks, one full (wide) and several with a ragged last one (long).
+// query blocks, one full (wide) and several with a ragged last one (long); C not a
+// multiple of 4 (c18: the CUDA norms' single-float path, where the others take float4).
 const Shape kShapes[] = {
     {"tiny", 1, 1, 8, 1, 5, 8},           //
     {"odd", 2, 5, 12, 3, 7, 16},          //
     {"c20", 3, 7, 20, 4, 11, 13},         //
     {"mid", 3, 11, 72, 6, 301, 320},      //
     {"wide", 4, 64, 200, 4, 1000, 1024},  //
-    {"long", 2, 150, 24, 2, 50, 64},
+    {"long", 2, 150, 24, 2, 50, 64},      //
+    {"c18", 2, 3, 18, 3, 9, 12},
 };
 
 // Every row of kernel_cases_*.cc, in one table.

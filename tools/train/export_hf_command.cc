@@ -1,5 +1,5 @@
 // `train export-hf CHECKPOINT DIR [--tokenizer M]`: a checkpoint as a directory
-// that transformers' GPT2LMHeadModel.from_pretrained and AutoTokenizer.from_pretrained
+// that transformers' GPT2LMHeadModel (or LlamaForCausalLM) and AutoTokenizer.from_pretrained
 // load as they are (trainer::export_hf), so a user does not write config.json by hand.
 #include <chrono>
 #include <cstdint>
@@ -38,13 +38,9 @@ void run(const ExportFlags& flags) {
   std::printf("tokenizer %s: bos %s, eos %s, pad %s\n", exported.tokenizer_class.c_str(),
               id_text(exported.bos_token_id).c_str(), id_text(exported.eos_token_id).c_str(),
               id_text(exported.pad_token_id).c_str());
-  if (exported.tokenizer_class == "LlamaTokenizer") {
-    std::printf(
-        "load with GPT2LMHeadModel.from_pretrained(DIR) and AutoTokenizer.from_pretrained(DIR, "
-        "use_fast=False)\n");
-  } else {
-    std::printf("load with GPT2LMHeadModel.from_pretrained(DIR) and AutoTokenizer.from_pretrained(DIR)\n");
-  }
+  std::printf("load with %s.from_pretrained(DIR) and AutoTokenizer.from_pretrained(DIR%s)\n",
+              model.is_llama() ? "LlamaForCausalLM" : "GPT2LMHeadModel",
+              exported.tokenizer_class == "LlamaTokenizer" ? ", use_fast=False" : "");
 }
 
 }  // namespace
@@ -54,7 +50,8 @@ void add_export_hf_command(CLI::App& app) {
   auto* command = app.add_subcommand(
       "export-hf",
       "Write a checkpoint as a HuggingFace directory (config.json, generation_config.json, model.safetensors and "
-      "the tokenizer) that GPT2LMHeadModel.from_pretrained loads; sharded checkpoints are merged on the way");
+      "the tokenizer) that GPT2LMHeadModel.from_pretrained (model.arch gpt2) or LlamaForCausalLM.from_pretrained "
+      "(llama) loads; sharded checkpoints are merged on the way");
   command->add_option("CHECKPOINT", flags->checkpoint, "Checkpoint directory, or a run directory (its newest)")
       ->required();
   command->add_option("DIR", flags->destination, "New directory for the export")->required();

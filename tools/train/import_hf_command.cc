@@ -30,6 +30,11 @@ void run(ImportFlags flags) {
   std::fprintf(stderr, "%s from %s (%s): %d layers, %d heads, d_model %d, vocab %d, n_positions %d\n",
                imported.architecture.c_str(), flags.source.c_str(), files.c_str(), model.n_layer, model.n_head,
                model.d_model, model.vocab_size, model.seq_length);
+  if (model.is_llama()) {
+    std::fprintf(stderr, "model.arch llama: %d K/V heads, ffn_hidden %d, rope_theta %g, norm_eps %g, %s head\n",
+                 model.kv_heads(), model.mlp_hidden(), static_cast<double>(model.rope_theta),
+                 static_cast<double>(model.norm_eps), model.tie_embeddings ? "tied" : "untied");
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("imported into %s in %.1f s: tensor parallel %d, pipeline parallel %d, step 0, fresh optimizer\n",
               imported.checkpoint.c_str(), seconds, imported.layout.tensor_parallel_size,
@@ -45,7 +50,7 @@ void add_import_hf_command(CLI::App& app) {
   auto* command = app.add_subcommand(
       "import-hf",
       "Write a HuggingFace model directory (config.json and model.safetensors, or shards with "
-      "model.safetensors.index.json; GPT2LMHeadModel) as a dufu checkpoint at step 0 with a fresh optimizer, in the "
+      "model.safetensors.index.json; GPT2LMHeadModel or LlamaForCausalLM) as a dufu checkpoint at step 0 with a fresh optimizer, in the "
       "given tensor x pipeline layout, for `train CONFIG model.init_from=CHECKPOINT`");
   command->add_option("HF_DIR", flags->source, "HuggingFace model directory (save_pretrained's)")->required();
   command->add_option("CHECKPOINT", flags->destination, "New directory for the checkpoint")->required();

@@ -102,6 +102,7 @@ void run(const PlanFlags& flags) {
           trainer::activation_bytes(options.model, options.micro_batch, options.model.seq_length, tp, stage, slots,
                                     options.prefetch_batches, options.precision, options.recompute));
     }
+    if (options.optimizer_offload) trainer::offload_to_host(plan);
     std::string verdict;
     if (!cap) {
       verdict = "unknown";
@@ -116,6 +117,10 @@ void run(const PlanFlags& flags) {
                 human_bytes(plan.moments).c_str(), bytes_cell(plan.working_copy).c_str(),
                 human_bytes(plan.activations).c_str(), device ? bytes_cell(plan.scratch).c_str() : "unknown",
                 human_bytes(plan.total()).c_str(), verdict.c_str());
+    if (plan.host > 0.0) {
+      std::printf("      optim.offload = cpu: %s of fp32 masters and AdamW moments in host memory\n",
+                  human_bytes(plan.host).c_str());
+    }
   }
   std::fflush(stdout);
   if (!refused.empty()) {

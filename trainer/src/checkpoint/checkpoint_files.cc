@@ -38,6 +38,11 @@ bool is_conv1d_weight(std::string_view name) {
   return false;
 }
 
+// The tensors with a row per token of the padded vocabulary: HF's have vocab_size rows.
+bool has_padding_rows(const ParamTensor& tensor) {
+  return tensor.name == "wte.weight" || tensor.name == "lm_head.weight";
+}
+
 std::vector<std::uint64_t> dufu_shape(const ParamTensor& tensor) { return {tensor.shape.begin(), tensor.shape.end()}; }
 
 std::string shape_text(std::span<const std::uint64_t> shape) {
@@ -168,8 +173,26 @@ void check_size(const char* what, std::size_t got, std::size_t want) {
 
 }  // namespace
 
+std::string hf_name(const ParamTensor& tensor, const GPTConfig& config) {
+  const std::string& name = tensor.name;
+  if (!config.is_llama()) return name;  // dufu's GPT-2 names are GPT2Model's
+  if (name == "wte.weight") return "model.embed_tokens.weight";
+  if (name == "ln_f.weight") return "model.norm.weight";
+  if (name == "lm_head.weight") return name;
+  // h.{i}.<part>: LlamaDecoderLayer i's tensors.
+  const std::size_t layer_end = name.find('.', 2);
+  DUFU_CHECK(name.starts_with("h.") && layer_end != std::string::npos, "hf_name: no HF name for \"", name, "\"");
+  const std::string layer = "model.layers." + name.substr(2, layer_end - 2) + ".";
+  const std::string_view part = std::string_view(name).substr(layer_end + 1);
+  if (part == "ln_1.weight") return layer + "input_layernorm.weight";
+  if (part == "ln_2.weight") return layer + "post_attention_layernorm.weight";
+  if (part.starts_with("attn.")) return layer + "self_attn." + std::string(part.substr(5));
+  DUFU_CHECK(part.starts_with("mlp."), "hf_name: no HF name for \"", name, "\"");
+  return layer + std::string(part);
+}
+
 std::vector<std::uint64_t> hf_shape(const ParamTensor& tensor, const GPTConfig& config) {
-  if (tensor.name == "wte.weight") {
+  if (has_padding_rows(tensor)) {
     return {static_cast<std::uint64_t>(config.vocab_size), static_cast<std::uint64_t>(config.d_model)};
   }
   if (is_conv1d_weight(tensor.name)) return {tensor.shape[1], tensor.shape[0]};
@@ -181,7 +204,7 @@ void place_hf_tensor(const ParamTensor& tensor, std::span<const float> src, floa
     transpose(src.data(), tensor.shape[1], tensor.shape[0], dst);
   } else {
     std::copy(src.begin(), src.end(), dst);
-    std::fill(dst + src.size(), dst + tensor.size(), 0.0f);  // wte's padding rows, cut in HF's layout
+    std::fill(dst + src.size(), dst + tensor.size(), 0.0f);  // the padding rows, cut in HF's layout
   }
 }
 
@@ -215,13 +238,16 @@ void write_model(const std::string& path, const Piece& piece, std::span<const fl
     return;
   }
   const GPTConfig& config = piece.config;
-  const ParamTensor& wte = layout.front();
   const std::size_t real = static_cast<std::size_t>(config.vocab_size) * static_cast<std::size_t>(config.d_model);
-  // Cutting wte to the real vocabulary loses nothing only while the padding rows are
-  // 0, which the model guarantees (no token selects them, their logits are 0).
-  const auto padding = params.subspan(wte.offset + real, wte.size() - real);
-  DUFU_CHECK(std::all_of(padding.begin(), padding.end(), [](float x) { return x == 0.0f; }),
-             "the padding rows of wte.weight are not 0; the checkpoint would drop them");
+  for (const ParamTensor& tensor : layout) {
+    if (!has_padding_rows(tensor)) continue;
+    // Cutting wte (and an untied lm_head) to the real vocabulary loses nothing only
+    // while the padding rows are 0, which the model guarantees (no token selects them,
+    // their logits are masked).
+    const auto padding = params.subspan(tensor.offset + real, tensor.size() - real);
+    DUFU_CHECK(std::all_of(padding.begin(), padding.end(), [](float x) { return x == 0.0f; }), "the padding rows of ",
+               tensor.name, " are not 0; the checkpoint would drop them");
+  }
 
   std::size_t transposed_size = 0;
   for (const ParamTensor& tensor : layout) {
@@ -237,7 +263,7 @@ void write_model(const std::string& path, const Piece& piece, std::span<const fl
       data = transposed.data() + used;
       used += tensor.size();
     }
-    refs.push_back({tensor.name, safetensors::Dtype::kF32, hf_shape(tensor, config), data});
+    refs.push_back({hf_name(tensor, config), safetensors::Dtype::kF32, hf_shape(tensor, config), data});
   }
   safetensors::Metadata metadata{{"format", "pt"}};
   for (const ModelField& field : kModelFields) {
@@ -254,9 +280,9 @@ void read_model(const std::string& path, const Piece& piece, std::span<float> pa
   std::vector<std::span<const float>> views;
   std::set<std::string> expected;
   for (const ParamTensor& tensor : layout) {
-    views.push_back(checked_view(file, tensor.name, piece.is_serial() ? hf_shape(tensor, piece.config)
-                                                                      : dufu_shape(tensor)));
-    expected.insert(tensor.name);
+    const std::string name = piece.is_serial() ? hf_name(tensor, piece.config) : tensor.name;
+    views.push_back(checked_view(file, name, piece.is_serial() ? hf_shape(tensor, piece.config) : dufu_shape(tensor)));
+    expected.insert(name);
   }
   check_no_other_tensors(file, expected);
   for (std::size_t i = 0; i < layout.size(); ++i) {

@@ -62,10 +62,13 @@ Piece piece_of(const GPTConfig& config, const CheckpointLayout& layout, int tp_r
 void write_model(const std::string& path, const Piece& piece, std::span<const float> params);
 void read_model(const std::string& path, const Piece& piece, std::span<float> params);
 
-// The serial piece's tensors in HF's GPT2Model layout, one mapping for model.safetensors
-// and for import_hf: a tensor's shape there (Conv1D weights [in, out], wte cut to the
-// real vocabulary), and the tensor's values placed into dufu's buffer at `dst` (Conv1D
-// weights transposed back, wte's padding rows 0).
+// The serial piece's tensors in HF's layout, one mapping for model.safetensors, import_hf
+// and export_hf: a tensor's name there (gpt2: GPT2Model's, which are dufu's; llama:
+// LlamaForCausalLM's, model.embed_tokens.weight, model.layers.{i}.self_attn.q_proj.weight,
+// ..., model.norm.weight, lm_head.weight), its shape there (GPT-2's Conv1D weights
+// [in, out], wte and lm_head cut to the real vocabulary), and the tensor's values
+// placed into dufu's buffer at `dst` (Conv1D weights transposed back, padding rows 0).
+std::string hf_name(const ParamTensor& tensor, const GPTConfig& config);
 std::vector<std::uint64_t> hf_shape(const ParamTensor& tensor, const GPTConfig& config);
 void place_hf_tensor(const ParamTensor& tensor, std::span<const float> src, float* dst);
 

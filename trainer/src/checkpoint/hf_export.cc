@@ -1,4 +1,4 @@
-// A checkpoint as a HuggingFace GPT-2 directory (see hf_export.h): the weights through
+// A checkpoint as a HuggingFace GPT-2 or Llama directory (see hf_export.h): the weights through
 // the checkpoint reader (so any layout is assembled into the serial model), the
 // tokenizer through hf_tokenizer_files, and the two JSON files transformers reads
 // before it builds the model. Everything goes into a partial directory that is renamed
@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <string_view>
@@ -51,9 +52,57 @@ void token_id(JsonWriter& json, const char* key, std::int32_t id) {
   }
 }
 
+// A float knob as the JSON number of its shortest text (1e-05, not 9.99999974738e-06):
+// torch casts it back to the same float.
+double float_knob(float value) {
+  char buffer[32];
+  const auto end = std::to_chars(buffer, buffer + sizeof buffer, value).ptr;
+  double number = 0.0;
+  std::from_chars(buffer, end, number);
+  return number;
+}
+
+// LlamaConfig of the model, every field that would otherwise take a default written
+// out, as config_json does for GPT-2.
+std::string llama_config_json(const GPTConfig& model, const hf_tokenizer_files::TokenizerFiles& tokenizer) {
+  JsonWriter json;
+  json.begin_object();
+  json.key("architectures").begin_array().value("LlamaForCausalLM").end_array();
+  json.key("model_type").value("llama");
+  json.key("vocab_size").value(model.vocab_size);  // embed_tokens and lm_head as saved: without padding rows
+  json.key("hidden_size").value(model.d_model);
+  json.key("intermediate_size").value(model.mlp_hidden());
+  json.key("num_hidden_layers").value(model.n_layer);
+  json.key("num_attention_heads").value(model.n_head);
+  json.key("num_key_value_heads").value(model.kv_heads());
+  json.key("head_dim").value(model.head_size());
+  json.key("max_position_embeddings").value(model.seq_length);
+  json.key("hidden_act").value("silu");
+  json.key("rms_norm_eps").value(float_knob(model.norm_eps));
+  json.key("rope_theta").value(float_knob(model.rope_theta));
+  json.key("rope_scaling").null();
+  json.key("attention_bias").value(false);
+  json.key("mlp_bias").value(false);
+  json.key("attention_dropout").value(0.0);  // dufu trains without dropout
+  json.key("pretraining_tp").value(1);
+  json.key("initializer_range").value(0.02);
+  json.key("tie_word_embeddings").value(model.tie_embeddings);
+  json.key("use_cache").value(true);
+  token_id(json, "bos_token_id", tokenizer.bos_id);
+  token_id(json, "eos_token_id", tokenizer.eos_id);
+  // LlamaModel makes pad_token_id its embedding's padding_idx, whose row then gets no
+  // gradient: with GPT-2's pad = eos a fine-tune in transformers would freeze eos.
+  // Padding is generation_config's business.
+  json.key("pad_token_id").null();
+  json.key("torch_dtype").value("float32");
+  json.end_object();
+  return json.str() + "\n";
+}
+
 // GPT2Config of the model, with every field that would otherwise take a default
 // written out, so the file says what dufu trained rather than what GPT-2 was.
 std::string config_json(const GPTConfig& model, const hf_tokenizer_files::TokenizerFiles& tokenizer) {
+  if (model.is_llama()) return llama_config_json(model, tokenizer);
   JsonWriter json;
   json.begin_object();
   json.key("architectures").begin_array().value("GPT2LMHeadModel").end_array();

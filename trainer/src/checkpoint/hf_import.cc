@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -26,6 +28,7 @@
 #include "dufu/trainer/checkpoint/run_tokenizer.h"
 #include "dufu/trainer/device/kernel_math.h"
 #include "dufu/trainer/model/gpt_pieces.h"
+#include "hf_import_llama.h"
 #include "hf_weights.h"
 
 namespace dufu::trainer {
@@ -131,28 +134,39 @@ struct HfArchitecture {
 
 constexpr HfArchitecture kArchitectures[] = {
     {"GPT2LMHeadModel", "gpt2", gpt2_config, gpt2_weights},
+    {"LlamaForCausalLM", "llama", hf_import_llama::config, hf_import_llama::weights},
+    // Mistral's tensors and config keys are Llama's; its sliding window is refused
+    // unless it spans the whole context.
+    {"MistralForCausalLM", "mistral", hf_import_llama::config, hf_import_llama::weights},
 };
 
-// Known architectures dufu cannot build yet, refused with a reason of their own.
-constexpr std::pair<const char*, const char*> kNotYet[] = {
-    {"LlamaForCausalLM", "llama"},
+// Relatives of Llama that dufu's llama does not compute, refused with the reason.
+struct Refused {
+  const char* name;
+  const char* model_type;
+  const char* reason;
+};
+constexpr Refused kRefused[] = {
+    {"Qwen2ForCausalLM", "qwen2", "its q, k and v projections have biases, which dufu's llama does not"},
 };
 
 const HfArchitecture& architecture_of(const HfConfig& hf) {
   const std::vector<std::string> names = hf.strings("architectures");
   const std::string model_type = hf.string_or("model_type", "");
-  for (const auto& [name, type] : kNotYet) {
-    if (std::find(names.begin(), names.end(), name) != names.end() || (names.empty() && model_type == type)) {
-      DUFU_FAIL(hf.path(), ": \"architectures\" is ", name, ", which dufu does not support yet (GPT2LMHeadModel only)");
+  const auto named = [&](const char* name, const char* type) {
+    return std::find(names.begin(), names.end(), name) != names.end() || (names.empty() && model_type == type);
+  };
+  for (const Refused& refused : kRefused) {
+    if (named(refused.name, refused.model_type)) {
+      DUFU_FAIL(hf.path(), ": \"architectures\" is ", refused.name, ", which dufu does not import: ", refused.reason);
     }
   }
   for (const HfArchitecture& architecture : kArchitectures) {
-    if (std::find(names.begin(), names.end(), architecture.name) != names.end()) return architecture;
-    if (names.empty() && model_type == architecture.model_type) return architecture;
+    if (named(architecture.name, architecture.model_type)) return architecture;
   }
   DUFU_FAIL(hf.path(), ": \"architectures\" is ",
             names.empty() ? str_cat("missing and \"model_type\" is \"", model_type, '"') : '"' + names.front() + '"',
-            "; dufu imports GPT2LMHeadModel");
+            "; dufu imports GPT2LMHeadModel and LlamaForCausalLM");
 }
 
 // ---- the checkpoint ----
@@ -179,10 +193,21 @@ std::optional<dataprep::TokenizerSpec> find_tokenizer(const std::string& dir) {
 // config.toml of the checkpoint: the model knobs, so `train --resume CHECKPOINT`
 // without a config file trains this model (on data.blend given as an override).
 std::string config_toml(const GPTConfig& model, const std::string& hf_dir, const std::string& architecture) {
-  return str_cat("# imported by `train import-hf` from ", hf_dir, " (", architecture, ")\n[model]\n",
-                 "n_layer = ", model.n_layer, "\nn_head = ", model.n_head, "\nd_model = ", model.d_model,
-                 "\nvocab_size = ", model.vocab_size, "\nvocab_multiple = ", model.vocab_multiple,
-                 "\nseq_length = ", model.seq_length, "\n");
+  std::string toml = str_cat("# imported by `train import-hf` from ", hf_dir, " (", architecture, ")\n[model]\n",
+                             "n_layer = ", model.n_layer, "\nn_head = ", model.n_head, "\nd_model = ", model.d_model,
+                             "\nvocab_size = ", model.vocab_size, "\nvocab_multiple = ", model.vocab_multiple,
+                             "\nseq_length = ", model.seq_length, "\n");
+  if (!model.is_llama()) return toml;
+  // The floats as the shortest text that reads back as the same float (a whole number
+  // as one: rope_theta = 500000, not 5e+05).
+  const auto float_text = [](float value) {
+    if (value == std::floor(value) && std::fabs(value) < 1e9f) return std::to_string(static_cast<long long>(value));
+    char buffer[32];
+    return std::string(buffer, std::to_chars(buffer, buffer + sizeof buffer, value).ptr);
+  };
+  return str_cat(toml, "arch = \"llama\"\nn_kv_head = ", model.kv_heads(), "\nffn_hidden = ", model.mlp_hidden(),
+                 "\nrope_theta = ", float_text(model.rope_theta), "\nnorm_eps = ", float_text(model.norm_eps),
+                 "\ntie_embeddings = \"", model.tie_embeddings ? "true" : "false", "\"\n");
 }
 
 // The piece files of every (tp rank, stage) into `partial`, cut from the serial buffer.

@@ -114,6 +114,19 @@ std::vector<std::string> HfConfig::strings(const std::string& key) const {
   return out;
 }
 
+std::string HfConfig::json_text(const std::string& key) const {
+  if (!has(key)) return "null";
+  return simdjson::minify(json_->object.at_key(key).value_unsafe());
+}
+
+std::string HfConfig::member_string_or(const std::string& key, const std::string& member,
+                                       const std::string& fallback) const {
+  simdjson::dom::object object;
+  std::string_view text;
+  if (!has(key) || json_->object.at_key(key).get(object) || object.at_key(member).get(text)) return fallback;
+  return std::string(text);
+}
+
 HfWeights HfWeights::open(const std::string& dir) {
   HfWeights weights;
   const fs::path single = fs::path(dir) / "model.safetensors";

@@ -31,6 +31,11 @@ class HfConfig {
   bool boolean_or(const std::string& key, bool fallback) const;
   std::string string_or(const std::string& key, const std::string& fallback) const;
   std::vector<std::string> strings(const std::string& key) const;  // an array of strings; empty when absent
+  // The value of `key` as compact JSON text (for messages); "null" when absent.
+  std::string json_text(const std::string& key) const;
+  // The string `member` of the object `key`; `fallback` when either is absent or not
+  // of that type (for messages about a value already refused).
+  std::string member_string_or(const std::string& key, const std::string& member, const std::string& fallback) const;
 
  private:
   struct Json;

@@ -17,11 +17,11 @@ void download_into(Device& device, std::span<float> host, std::span<const float>
 StagedState::StagedState(const GPT& model, const AdamW* optimizer, bool with_params)
     : params_count_(with_params ? model.num_parameters() : 0),
       moments_count_(optimizer != nullptr ? optimizer->num_parameters() : 0) {
-  DUFU_CHECK(optimizer == nullptr || &optimizer->device() == &model.device(),
-             "host staging: the optimizer's moments and the model are on different devices");
+  DUFU_CHECK(optimizer == nullptr || &optimizer->device() == &model.parameter_device(),
+             "host staging: the optimizer's moments and the model's parameters are on different devices");
   buffer_.resize(params_count_ + 2 * moments_count_);
   const std::span<float> all(buffer_);
-  Device& device = model.device();
+  Device& device = model.parameter_device();
   if (with_params) download_into(device, all.first(params_count_), model.params());
   if (optimizer != nullptr) {
     download_into(device, all.subspan(params_count_, moments_count_), optimizer->m());

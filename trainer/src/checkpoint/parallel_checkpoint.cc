@@ -207,7 +207,7 @@ void load_parallel_checkpoint(const std::string& checkpoint_dir, const TrainingS
                           layout.pipeline_parallel_size == piece.stage.num_stages &&
                           same_stage(checkpoint_files::piece_of(config, layout, place.tp_rank, place.pp_rank).stage,
                                      piece.stage);
-  Device& device = model.device();
+  Device& device = model.parameter_device();  // the moments' too (AdamW takes it)
   if (!same_piece) {
     // Assembled on the host (the CPU device), then this rank's piece is uploaded.
     GPT full_model(config);

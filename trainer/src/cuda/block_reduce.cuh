@@ -1,11 +1,35 @@
 // Deterministic block-wide sums and maxima: every thread's value goes to shared
 // memory and a fixed tree (kernel_partition.h's reduces_at) combines them, so the
-// order of additions depends on the block size alone, never on timing.
+// order of additions depends on the block size alone, never on timing. The warp-wide
+// ones combine by a butterfly of shuffles, also in a fixed order.
 #pragma once
 
+#include "dufu/trainer/device/classifier_math.h"
 #include "dufu/trainer/device/kernel_partition.h"
 
 namespace dufu::trainer::cuda {
+
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullWarp = 0xffffffffu;
+
+// The sum over the 32 lanes of a warp, in every lane: at each step a lane adds its
+// partner's value to its own, and since float addition commutes both partners hold
+// the same bits, so every lane ends with the same sum. All 32 lanes must call it.
+__device__ inline float warp_sum(float value) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(kFullWarp, value, offset);
+  return value;
+}
+
+// The online-softmax state of the parts of a row the 32 lanes hold, in every lane
+// (online_softmax_merge is symmetric in its operands, as addition is above).
+__device__ inline OnlineSoftmax warp_merge(OnlineSoftmax state) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    const OnlineSoftmax other{__shfl_xor_sync(kFullWarp, state.max, offset),
+                              __shfl_xor_sync(kFullWarp, state.sum, offset)};
+    state = online_softmax_merge(state, other);
+  }
+  return state;
+}
 
 // kThreads must be the block size, a power of two. Every thread of the block calls it
 // and gets the result.

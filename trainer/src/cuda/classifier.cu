@@ -1,16 +1,21 @@
-// CUDA fused classifier, serial and vocab-parallel: one block per row computes the
-// row's maximum, its sum of exponentials in double and the loss, then overwrites the
-// logits with the gradient, without storing probabilities. Block reductions keep one
-// order (block_reduce.cuh). Targets are checked by the caller.
+// CUDA fused classifier, serial and vocab-parallel. Serial: one block per row reads
+// the row once for its maximum and sum of exponentials together (the online softmax
+// of classifier_math.h), then overwrites it with the gradient: two sweeps, no
+// probabilities stored. Vocab-parallel: the three phases of kernel_table.h, one block
+// per row each, the sum in double. Reductions keep one order (block_reduce.cuh).
+// Targets are checked by the caller.
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "block_reduce.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "dufu/trainer/device/classifier_math.h"
 #include "dufu/trainer/device/kernel_math.h"
 #include "dufu/trainer/device/kernel_partition.h"
+#include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {
 
@@ -24,35 +29,62 @@ __host__ __device__ inline int real_columns(int V, int vocab_begin, int Vl) {
   return real < 0 ? 0 : (real > Vl ? Vl : real);
 }
 
-__global__ void classifier_kernel(float* logits, float* losses, const std::int32_t* targets, float dloss_scale, int V,
-                                  int Vp) {
-  __shared__ float shared[kBlock];
-  __shared__ double shared_sum[kBlock];
+constexpr int kWarps = kBlock / kWarpSize;
+
+// One block per row, two sweeps over it: the first reads each logit once and keeps,
+// per thread, the online maximum and sum of exponentials of its groups
+// (classifier_math.h); the threads' states merge by warps, then the 8 warp states in
+// warp order. The second sweep writes the gradient in place, recomputing each weight.
+// kWidth 4 reads 16 bytes at a time (float_groups.cuh); a group straddling V holds
+// padding, which is loaded but neither counted nor kept.
+template <int kWidth>
+__global__ void __launch_bounds__(kBlock)
+    classifier_kernel(float* logits, float* losses, const std::int32_t* targets, float dloss_scale, int V, int Vp) {
+  __shared__ OnlineSoftmax warp_states[kWarps];
   float* row = logits + static_cast<std::size_t>(blockIdx.x) * Vp;
   const int target = targets[blockIdx.x];
-  for (int i = V + threadIdx.x; i < Vp; i += kBlock) row[i] = 0.0f;
+  const int groups = Vp / kWidth;
+  float group[kWidth];
   if (target < 0) {
-    for (int i = threadIdx.x; i < V; i += kBlock) row[i] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) group[k] = 0.0f;
+    for (int i = threadIdx.x; i < groups; i += kBlock) store_group(row, i, group);
     if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
     return;
   }
-  float max_logit = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += kBlock) max_logit = fmaxf(max_logit, row[i]);
-  max_logit = block_max<kBlock>(max_logit, shared);
+  const int real_groups = (V + kWidth - 1) / kWidth;
+  OnlineSoftmax state = online_softmax_start();
+  for (int i = threadIdx.x; i < real_groups; i += kBlock) {
+    load_group(group, row, i);
+    const int real = V - i * kWidth;
+    if (real >= kWidth) {
+      online_softmax_add_tile(state, group, kWidth);
+    } else {
+      // The group straddling V, as single logits: constant indices keep the group in
+      // registers, where a runtime count would index it in local memory.
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) {
+        if (k < real) online_softmax_add_tile(state, &group[k], 1);
+      }
+    }
+  }
+  state = warp_merge(state);
+  if (threadIdx.x % kWarpSize == 0) warp_states[threadIdx.x / kWarpSize] = state;
   const float target_logit = row[target];
-  __syncthreads();  // every thread has read the target's logit before it is overwritten
-  double sum = 0.0;
-  for (int i = threadIdx.x; i < V; i += kBlock) {
-    const float e = exp_approx(row[i] - max_logit);
-    row[i] = e;
-    sum += e;
+  __syncthreads();  // the warp states are written, and the target's logit read before the sweep overwrites it
+  OnlineSoftmax total = warp_states[0];
+  for (int w = 1; w < kWarps; ++w) total = online_softmax_merge(total, warp_states[w]);
+  if (threadIdx.x == 0) losses[blockIdx.x] = classifier_loss(total, target_logit);
+  const float grad_scale = dloss_scale / total.sum;
+  for (int i = threadIdx.x; i < groups; i += kBlock) {
+    load_group(group, row, i);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      const int column = i * kWidth + k;
+      group[k] = column < V ? classifier_grad(total, group[k], grad_scale, column == target, dloss_scale) : 0.0f;
+    }
+    store_group(row, i, group);
   }
-  sum = block_sum<kBlock>(sum, shared_sum);
-  if (threadIdx.x == 0) {
-    losses[blockIdx.x] = static_cast<float>(log(sum) - (static_cast<double>(target_logit) - max_logit));
-  }
-  const float grad_scale = static_cast<float>(dloss_scale / sum);
-  for (int i = threadIdx.x; i < V; i += kBlock) row[i] = row[i] * grad_scale - (i == target ? dloss_scale : 0.0f);
 }
 
 __global__ void vp_max_kernel(float* row_max, const float* logits, const std::int32_t* targets, int real, int Vl) {
@@ -123,7 +155,11 @@ void classifier_forward_backward(float* logits, float* losses, const std::int32_
                                  int V, int Vp) {
   DUFU_CHECK(V >= 1 && V <= Vp, "vocabulary ", V, " must be in [1, padded vocabulary ", Vp, "]");
   if (N == 0) return;
-  classifier_kernel<<<N, kBlock, 0, stream()>>>(logits, losses, targets, dloss_scale, V, Vp);
+  if (rows_take_float4(Vp, logits)) {
+    classifier_kernel<4><<<N, kBlock, 0, stream()>>>(logits, losses, targets, dloss_scale, V, Vp);
+  } else {
+    classifier_kernel<1><<<N, kBlock, 0, stream()>>>(logits, losses, targets, dloss_scale, V, Vp);
+  }
   DUFU_CUDA_CHECK_LAUNCH();
 }
 

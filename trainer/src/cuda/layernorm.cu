@@ -1,6 +1,7 @@
 // CUDA LayerNorm forward (plain and fused with the residual add) and backward: one
-// block per row with deterministic block reductions, and dweight/dbias as column sums
-// over the row chunks of kernel_partition.h, the same chunks the CPU kernel uses.
+// warp per row, 16-byte loads where the rows allow them, statistics by warp shuffles
+// in a fixed order; dweight/dbias as column sums over the row chunks of
+// kernel_partition.h, the same chunks the CPU kernel uses.
 #include <cuda_runtime.h>
 
 #include "block_reduce.cuh"
@@ -9,69 +10,116 @@
 #include "cuda_scratch.h"
 #include "dufu/trainer/device/kernel_math.h"
 #include "dufu/trainer/device/kernel_partition.h"
+#include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {
 
 namespace {
 
 constexpr int kBlock = 256;
+constexpr int kRowsPerBlock = kBlock / kWarpSize;
 
-// Normalizes row n of x (or of residual + branch, stored to residual_out first).
-__global__ void layernorm_kernel(float* residual_out, float* out, float* mean_out, float* rstd_out, const float* x,
-                                 const float* branch, const float* weight, const float* bias, int C) {
-  __shared__ float shared[kBlock];
-  const std::size_t offset = static_cast<std::size_t>(blockIdx.x) * C;
+// One warp per row, kWidth values per lane at a time (float_groups.cuh): the row's
+// statistics are warp shuffles, no shared memory and no block barrier. Normalizes row
+// n of x (or of residual + branch, stored to residual_out first, and read back by the
+// lane that stored it, so residual_out may be x). Mean, then variance around it,
+// as the CPU kernel takes them.
+template <int kWidth>
+__global__ void __launch_bounds__(kBlock)
+    layernorm_kernel(float* residual_out, float* out, float* mean_out, float* rstd_out, const float* x,
+                     const float* branch, const float* weight, const float* bias, int N, int C) {
+  const int n = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (n >= N) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const int groups = C / kWidth;
+  const std::size_t offset = static_cast<std::size_t>(n) * C;
+  float value[kWidth];
   float sum = 0.0f;
-  for (int c = threadIdx.x; c < C; c += kBlock) {
-    float value = x[offset + c];
+  for (int i = lane; i < groups; i += kWarpSize) {
+    load_group(value, x + offset, i);
     if (branch != nullptr) {
-      value += branch[offset + c];
-      residual_out[offset + c] = value;
+      float added[kWidth];
+      load_group(added, branch + offset, i);
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) value[k] += added[k];
+      store_group(residual_out + offset, i, value);
     }
-    sum += value;
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) sum += value[k];
   }
-  __syncthreads();  // residual_out may be x: every read of this row is done
   const float* row = branch != nullptr ? residual_out + offset : x + offset;
-  const float mean = block_sum<kBlock>(sum, shared) / static_cast<float>(C);
+  const float mean = warp_sum(sum) / static_cast<float>(C);
   float sum_sq = 0.0f;
-  for (int c = threadIdx.x; c < C; c += kBlock) {
-    const float d = row[c] - mean;
-    sum_sq += d * d;
+  for (int i = lane; i < groups; i += kWarpSize) {
+    load_group(value, row, i);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) sum_sq += (value[k] - mean) * (value[k] - mean);
   }
-  const float rstd = rsqrtf(block_sum<kBlock>(sum_sq, shared) / static_cast<float>(C) + kLayerNormEps);
-  for (int c = threadIdx.x; c < C; c += kBlock) out[offset + c] = (row[c] - mean) * rstd * weight[c] + bias[c];
-  if (threadIdx.x == 0) {
-    mean_out[blockIdx.x] = mean;
-    rstd_out[blockIdx.x] = rstd;
+  const float rstd = rsqrtf(warp_sum(sum_sq) / static_cast<float>(C) + kLayerNormEps);
+  for (int i = lane; i < groups; i += kWarpSize) {
+    float w[kWidth], b[kWidth];
+    load_group(value, row, i);
+    load_group(w, weight, i);
+    load_group(b, bias, i);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) value[k] = (value[k] - mean) * rstd * w[k] + b[k];
+    store_group(out + offset, i, value);
+  }
+  if (lane == 0) {
+    mean_out[n] = mean;
+    rstd_out[n] = rstd;
   }
 }
 
-__global__ void layernorm_dx_kernel(float* dx, const float* dout, const float* x, const float* weight,
-                                    const float* mean, const float* rstd, int C) {
-  __shared__ float shared[kBlock];
-  const std::size_t offset = static_cast<std::size_t>(blockIdx.x) * C;
-  const float m = mean[blockIdx.x];
-  const float s = rstd[blockIdx.x];
+// dx += ..., one warp per row as the forward; the two row means by warp shuffles.
+template <int kWidth>
+__global__ void __launch_bounds__(kBlock)
+    layernorm_dx_kernel(float* dx, const float* dout, const float* x, const float* weight, const float* mean,
+                        const float* rstd, int N, int C) {
+  const int n = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (n >= N) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const int groups = C / kWidth;
+  const std::size_t offset = static_cast<std::size_t>(n) * C;
+  const float m = mean[n];
+  const float s = rstd[n];
+  float xs[kWidth], g[kWidth], w[kWidth];
   float dnorm_sum = 0.0f;
   float dnorm_norm_sum = 0.0f;
-  for (int c = threadIdx.x; c < C; c += kBlock) {
-    const float norm = (x[offset + c] - m) * s;
-    const float dnorm = weight[c] * dout[offset + c];
-    dnorm_sum += dnorm;
-    dnorm_norm_sum += dnorm * norm;
+  for (int i = lane; i < groups; i += kWarpSize) {
+    load_group(xs, x + offset, i);
+    load_group(g, dout + offset, i);
+    load_group(w, weight, i);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      const float dnorm = w[k] * g[k];
+      dnorm_sum += dnorm;
+      dnorm_norm_sum += dnorm * ((xs[k] - m) * s);
+    }
   }
-  const float dnorm_mean = block_sum<kBlock>(dnorm_sum, shared) / static_cast<float>(C);
-  const float dnorm_norm_mean = block_sum<kBlock>(dnorm_norm_sum, shared) / static_cast<float>(C);
-  for (int c = threadIdx.x; c < C; c += kBlock) {
-    const float norm = (x[offset + c] - m) * s;
-    const float dnorm = weight[c] * dout[offset + c];
-    dx[offset + c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+  const float dnorm_mean = warp_sum(dnorm_sum) / static_cast<float>(C);
+  const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / static_cast<float>(C);
+  for (int i = lane; i < groups; i += kWarpSize) {
+    float d[kWidth];
+    load_group(xs, x + offset, i);
+    load_group(g, dout + offset, i);
+    load_group(w, weight, i);
+    load_group(d, dx + offset, i);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      const float norm = (xs[k] - m) * s;
+      d[k] += (w[k] * g[k] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+    store_group(dx + offset, i, d);
   }
 }
 
-// Per chunk of rows and column: the partial sums of norm * dout (dweight) and dout (dbias).
-__global__ void layernorm_dparams_partials(double* partial, const float* dout, const float* x, const float* mean,
-                                           const float* rstd, int N, int C, int chunks) {
+// Per chunk of rows and column: the partial sums of norm * dout (dweight) and dout
+// (dbias), each thread its column of its chunk in row order. Blocks of kColumnSumTile
+// columns, so that C = 768 over 32 chunks makes 384 blocks (kernel_partition.h).
+__global__ void __launch_bounds__(kColumnSumTile)
+    layernorm_dparams_partials(double* partial, const float* dout, const float* x, const float* mean, const float* rstd,
+                               int N, int C, int chunks) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   const int chunk = blockIdx.y;
   if (c >= C) return;
@@ -100,31 +148,41 @@ __global__ void layernorm_dparams_finish(float* dweight, float* dbias, const dou
   dbias[c] += static_cast<float>(sum_bias);
 }
 
+unsigned row_blocks(int N) { return blocks_for(static_cast<std::size_t>(N), kRowsPerBlock); }
+
 }  // namespace
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
                        int N, int C) {
-  if (N == 0) return;
-  layernorm_kernel<<<N, kBlock, 0, stream()>>>(nullptr, out, mean, rstd, x, nullptr, weight, bias, C);
-  DUFU_CUDA_CHECK_LAUNCH();
+  residual_layernorm_forward(nullptr, out, mean, rstd, x, nullptr, weight, bias, N, C);
 }
 
 void residual_layernorm_forward(float* residual_out, float* norm_out, float* mean, float* rstd, const float* residual,
                                 const float* branch, const float* weight, const float* bias, int N, int C) {
   if (N == 0) return;
-  layernorm_kernel<<<N, kBlock, 0, stream()>>>(residual_out, norm_out, mean, rstd, residual, branch, weight, bias, C);
+  if (rows_take_float4(C, residual_out, norm_out, residual, branch, weight, bias)) {
+    layernorm_kernel<4><<<row_blocks(N), kBlock, 0, stream()>>>(residual_out, norm_out, mean, rstd, residual, branch,
+                                                                weight, bias, N, C);
+  } else {
+    layernorm_kernel<1><<<row_blocks(N), kBlock, 0, stream()>>>(residual_out, norm_out, mean, rstd, residual, branch,
+                                                                weight, bias, N, C);
+  }
   DUFU_CUDA_CHECK_LAUNCH();
 }
 
 void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x, const float* weight,
                         const float* mean, const float* rstd, int N, int C) {
   if (N == 0) return;
-  layernorm_dx_kernel<<<N, kBlock, 0, stream()>>>(dx, dout, x, weight, mean, rstd, C);
+  if (rows_take_float4(C, dx, dout, x, weight)) {
+    layernorm_dx_kernel<4><<<row_blocks(N), kBlock, 0, stream()>>>(dx, dout, x, weight, mean, rstd, N, C);
+  } else {
+    layernorm_dx_kernel<1><<<row_blocks(N), kBlock, 0, stream()>>>(dx, dout, x, weight, mean, rstd, N, C);
+  }
   DUFU_CUDA_CHECK_LAUNCH();
   const int chunks = row_chunk_count(N);
   auto* partial = static_cast<double*>(scratch(layernorm_scratch_bytes(N, C)));
-  const dim3 grid(blocks_for(static_cast<std::size_t>(C), kBlock), static_cast<unsigned>(chunks));
-  layernorm_dparams_partials<<<grid, kBlock, 0, stream()>>>(partial, dout, x, mean, rstd, N, C, chunks);
+  const dim3 grid(column_sum_tiles(C), static_cast<unsigned>(chunks));
+  layernorm_dparams_partials<<<grid, kColumnSumTile, 0, stream()>>>(partial, dout, x, mean, rstd, N, C, chunks);
   DUFU_CUDA_CHECK_LAUNCH();
   layernorm_dparams_finish<<<blocks_for(static_cast<std::size_t>(C), kBlock), kBlock, 0, stream()>>>(
       dweight, dbias, partial, C, chunks);

@@ -1,6 +1,7 @@
-// CUDA RMSNorm forward (plain and fused with the residual add) and backward: one block
-// per row with deterministic block reductions, and dweight as column sums over the row
-// chunks of kernel_partition.h, the same chunks the CPU kernel uses.
+// CUDA RMSNorm forward (plain and fused with the residual add) and backward: one warp
+// per row, 16-byte loads where the rows allow them, the row sums by warp shuffles in a
+// fixed order; dweight as column sums over the row chunks of kernel_partition.h, the
+// same chunks the CPU kernel uses.
 #include <cuda_runtime.h>
 
 #include "block_reduce.cuh"
@@ -9,50 +10,92 @@
 #include "cuda_scratch.h"
 #include "dufu/trainer/device/kernel_partition.h"
 #include "dufu/trainer/device/llama_math.h"
+#include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {
 
 namespace {
 
 constexpr int kBlock = 256;
+constexpr int kRowsPerBlock = kBlock / kWarpSize;
 
-// Normalizes row n of x (or of residual + branch, stored to residual_out first).
-__global__ void rmsnorm_kernel(float* residual_out, float* out, float* rstd_out, const float* x, const float* branch,
-                               const float* weight, float eps, int C) {
-  __shared__ float shared[kBlock];
-  const std::size_t offset = static_cast<std::size_t>(blockIdx.x) * C;
+// One warp per row, kWidth values per lane at a time (float_groups.cuh), the sum of
+// squares by warp shuffles. Normalizes row n of x (or of residual + branch, stored to
+// residual_out first and read back by the lane that stored it, so residual_out may
+// be x).
+template <int kWidth>
+__global__ void __launch_bounds__(kBlock)
+    rmsnorm_kernel(float* residual_out, float* out, float* rstd_out, const float* x, const float* branch,
+                   const float* weight, float eps, int N, int C) {
+  const int n = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (n >= N) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const int groups = C / kWidth;
+  const std::size_t offset = static_cast<std::size_t>(n) * C;
+  float value[kWidth];
   float sum_sq = 0.0f;
-  for (int c = threadIdx.x; c < C; c += kBlock) {
-    float value = x[offset + c];
+  for (int i = lane; i < groups; i += kWarpSize) {
+    load_group(value, x + offset, i);
     if (branch != nullptr) {
-      value += branch[offset + c];
-      residual_out[offset + c] = value;
+      float added[kWidth];
+      load_group(added, branch + offset, i);
+#pragma unroll
+      for (int k = 0; k < kWidth; ++k) value[k] += added[k];
+      store_group(residual_out + offset, i, value);
     }
-    sum_sq += value * value;
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) sum_sq += value[k] * value[k];
   }
-  __syncthreads();  // residual_out may be x: every read of this row is done
   const float* row = branch != nullptr ? residual_out + offset : x + offset;
-  const float rstd = rmsnorm_rstd(block_sum<kBlock>(sum_sq, shared), C, eps);
-  for (int c = threadIdx.x; c < C; c += kBlock) out[offset + c] = row[c] * rstd * weight[c];
-  if (threadIdx.x == 0) rstd_out[blockIdx.x] = rstd;
+  const float rstd = rmsnorm_rstd(warp_sum(sum_sq), C, eps);
+  for (int i = lane; i < groups; i += kWarpSize) {
+    float w[kWidth];
+    load_group(value, row, i);
+    load_group(w, weight, i);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) value[k] = value[k] * rstd * w[k];
+    store_group(out + offset, i, value);
+  }
+  if (lane == 0) rstd_out[n] = rstd;
 }
 
-__global__ void rmsnorm_dx_kernel(float* dx, const float* dout, const float* x, const float* weight,
-                                  const float* rstd, int C) {
-  __shared__ float shared[kBlock];
-  const std::size_t offset = static_cast<std::size_t>(blockIdx.x) * C;
-  const float s = rstd[blockIdx.x];
+// dx += ..., one warp per row as the forward.
+template <int kWidth>
+__global__ void __launch_bounds__(kBlock) rmsnorm_dx_kernel(float* dx, const float* dout, const float* x,
+                                                            const float* weight, const float* rstd, int N, int C) {
+  const int n = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
+  if (n >= N) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const int groups = C / kWidth;
+  const std::size_t offset = static_cast<std::size_t>(n) * C;
+  const float s = rstd[n];
+  float xs[kWidth], g[kWidth], w[kWidth];
   float dnorm_norm_sum = 0.0f;
-  for (int c = threadIdx.x; c < C; c += kBlock) dnorm_norm_sum += weight[c] * dout[offset + c] * (x[offset + c] * s);
-  const float dnorm_norm_mean = block_sum<kBlock>(dnorm_norm_sum, shared) / static_cast<float>(C);
-  for (int c = threadIdx.x; c < C; c += kBlock) {
-    dx[offset + c] += rmsnorm_dx(weight[c] * dout[offset + c], x[offset + c] * s, dnorm_norm_mean, s);
+  for (int i = lane; i < groups; i += kWarpSize) {
+    load_group(xs, x + offset, i);
+    load_group(g, dout + offset, i);
+    load_group(w, weight, i);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) dnorm_norm_sum += w[k] * g[k] * (xs[k] * s);
+  }
+  const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / static_cast<float>(C);
+  for (int i = lane; i < groups; i += kWarpSize) {
+    float d[kWidth];
+    load_group(xs, x + offset, i);
+    load_group(g, dout + offset, i);
+    load_group(w, weight, i);
+    load_group(d, dx + offset, i);
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) d[k] += rmsnorm_dx(w[k] * g[k], xs[k] * s, dnorm_norm_mean, s);
+    store_group(dx + offset, i, d);
   }
 }
 
-// Per chunk of rows and column: the partial sum of norm * dout (dweight).
-__global__ void rmsnorm_dweight_partials(double* partial, const float* dout, const float* x, const float* rstd, int N,
-                                         int C, int chunks) {
+// Per chunk of rows and column: the partial sum of norm * dout (dweight), each thread
+// its column of its chunk in row order, in blocks of kColumnSumTile columns.
+__global__ void __launch_bounds__(kColumnSumTile)
+    rmsnorm_dweight_partials(double* partial, const float* dout, const float* x, const float* rstd, int N, int C,
+                             int chunks) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   const int chunk = blockIdx.y;
   if (c >= C) return;
@@ -72,35 +115,45 @@ __global__ void rmsnorm_dweight_finish(float* dweight, const double* partial, in
   dweight[c] += static_cast<float>(sum);
 }
 
+unsigned row_blocks(int N) { return blocks_for(static_cast<std::size_t>(N), kRowsPerBlock); }
+
 }  // namespace
 
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, float eps, int N, int C) {
-  if (N == 0) return;
-  rmsnorm_kernel<<<N, kBlock, 0, stream()>>>(nullptr, out, rstd, x, nullptr, weight, eps, C);
-  DUFU_CUDA_CHECK_LAUNCH();
+  residual_rmsnorm_forward(nullptr, out, rstd, x, nullptr, weight, eps, N, C);
 }
 
 void residual_rmsnorm_forward(float* residual_out, float* norm_out, float* rstd, const float* residual,
                               const float* branch, const float* weight, float eps, int N, int C) {
   if (N == 0) return;
-  rmsnorm_kernel<<<N, kBlock, 0, stream()>>>(residual_out, norm_out, rstd, residual, branch, weight, eps, C);
+  if (rows_take_float4(C, residual_out, norm_out, residual, branch, weight)) {
+    rmsnorm_kernel<4>
+        <<<row_blocks(N), kBlock, 0, stream()>>>(residual_out, norm_out, rstd, residual, branch, weight, eps, N, C);
+  } else {
+    rmsnorm_kernel<1>
+        <<<row_blocks(N), kBlock, 0, stream()>>>(residual_out, norm_out, rstd, residual, branch, weight, eps, N, C);
+  }
   DUFU_CUDA_CHECK_LAUNCH();
 }
 
 void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
                       const float* rstd, int N, int C) {
   if (N == 0) return;
-  rmsnorm_dx_kernel<<<N, kBlock, 0, stream()>>>(dx, dout, x, weight, rstd, C);
+  if (rows_take_float4(C, dx, dout, x, weight)) {
+    rmsnorm_dx_kernel<4><<<row_blocks(N), kBlock, 0, stream()>>>(dx, dout, x, weight, rstd, N, C);
+  } else {
+    rmsnorm_dx_kernel<1><<<row_blocks(N), kBlock, 0, stream()>>>(dx, dout, x, weight, rstd, N, C);
+  }
   DUFU_CUDA_CHECK_LAUNCH();
   const int chunks = row_chunk_count(N);
   // One double per chunk and column: half of what LayerNorm's backward takes, so the
   // scratch sized for LayerNorm (cuda_scratch.h) covers it.
   auto* partial = static_cast<double*>(scratch(column_sum_scratch_bytes(N, C)));
-  const dim3 grid(blocks_for(static_cast<std::size_t>(C), kBlock), static_cast<unsigned>(chunks));
-  rmsnorm_dweight_partials<<<grid, kBlock, 0, stream()>>>(partial, dout, x, rstd, N, C, chunks);
+  const dim3 grid(column_sum_tiles(C), static_cast<unsigned>(chunks));
+  rmsnorm_dweight_partials<<<grid, kColumnSumTile, 0, stream()>>>(partial, dout, x, rstd, N, C, chunks);
   DUFU_CUDA_CHECK_LAUNCH();
-  rmsnorm_dweight_finish<<<blocks_for(static_cast<std::size_t>(C), kBlock), kBlock, 0, stream()>>>(dweight, partial,
-                                                                                                  C, chunks);
+  rmsnorm_dweight_finish<<<blocks_for(static_cast<std::size_t>(C), kBlock), kBlock, 0, stream()>>>(dweight, partial, C,
+                                                                                                   chunks);
   DUFU_CUDA_CHECK_LAUNCH();
 }
 

@@ -38,6 +38,7 @@ GPT::GPT(const GPTConfig& config, Communicator* tensor_group, const PipelineStag
       tp_rank_(tensor_group_ != nullptr ? tensor_group_->rank() : 0),
       layout_(gpt_stage_layout(config, gpt_parameter_layout(config, tp_), stage_)),
       full_layout_(tp_ > 1 ? gpt_stage_layout(config, gpt_parameter_layout(config), stage_) : layout_),
+      parameter_device_(device_),
       params_(*device_, gpt_layout_size(layout_)),
       grads_(*device_, params_.size()),
       p_(tensors(params_.span())),

@@ -61,6 +61,10 @@ bool has_bf16_kernels(const KernelTable& k) {
 }  // namespace
 
 void GPT::set_precision(Precision precision) {
+  if (precision == Precision::kFp32 && optimizer_offloaded()) {
+    DUFU_FAIL("train.precision = fp32 with optim.offload = cpu: offload keeps only the bf16 working copy of the ",
+              "weights on the device; HINT: use train.precision = bf16, or optim.offload = none");
+  }
   if (precision == Precision::kBf16 && !has_bf16_kernels(device_->kernels())) {
     DUFU_FAIL("train.precision = bf16: the device ", device_->describe(),
               " has no bf16 rounding and storage kernels yet; HINT: use train.precision = fp32 on it");
@@ -108,6 +112,25 @@ void GPT::set_precision(Precision precision) {
   working_weights_stale_ = true;
 }
 
+void GPT::set_optimizer_offload(bool offload) {
+  if (offload == optimizer_offloaded()) return;
+  if (offload && precision_ != Precision::kBf16) {
+    DUFU_FAIL("optim.offload = cpu needs train.precision = bf16: under fp32 the device would need the fp32 weights, ",
+              "which are what offload moves to the host; HINT: set train.precision = bf16");
+  }
+  if (offload && device_ == &cpu_device()) {
+    DUFU_FAIL("optim.offload = cpu on the cpu device: its memory is the host's already, there is nothing to move; ",
+              "HINT: use optim.offload = none");
+  }
+  Device& target = offload ? cpu_device() : *device_;
+  DeviceBuffer<float> moved(target, params_.size());
+  moved.upload(params_.to_host());
+  params_ = std::move(moved);
+  parameter_device_ = &target;
+  if (!offload) host_working_bits_ = {};
+  working_weights_stale_ = true;
+}
+
 void GPT::round_if_bf16(float* values, std::size_t count, std::uint16_t* stored) const {
   if (precision_ != Precision::kBf16) return;
   if (stored != nullptr) {
@@ -123,7 +146,14 @@ void GPT::refresh_working_weights() {
   // resumed run (which saves and loads only the masters) computes what the
   // uninterrupted one did.
   const KernelTable& k = *kernels_;
-  k.to_bf16(working_bits_.data(), params_.data(), params_.size());
+  if (optimizer_offloaded()) {
+    // The same rounding on the host, then one upload: the device never holds fp32 weights.
+    host_working_bits_.resize(params_.size());
+    parameter_device_->kernels().to_bf16(host_working_bits_.data(), params_.data(), params_.size());
+    device_->upload(working_bits_.data(), host_working_bits_.data(), params_.size() * sizeof(std::uint16_t));
+  } else {
+    k.to_bf16(working_bits_.data(), params_.data(), params_.size());
+  }
   for (const VectorRun& run : vector_runs_) {
     k.load_bf16(working_vectors_.data() + run.vector_offset, working_bits_.data() + run.offset, run.count);
   }

@@ -17,7 +17,7 @@ std::size_t shard_size_for(std::size_t n, int ranks) {
 AdamW make_optimizer(const GPT& model, AdamWOptions options, const Communicator& group, bool sharded) {
   if (!sharded) return AdamW(model, options);
   const auto [begin, end] = zero_shard_range(model.num_parameters(), group.size(), group.rank());
-  return AdamW(model.parameter_tensors(), model.num_parameters(), options, begin, end, &model.device());
+  return AdamW(model.parameter_tensors(), model.num_parameters(), options, begin, end, &model.parameter_device());
 }
 
 }  // namespace
@@ -154,6 +154,13 @@ double DataParallelOptimizer::sharded_sum_of_squares() {
 }
 
 void DataParallelOptimizer::step(float lr) {
+  if (!sharded_ && model_.optimizer_offloaded()) {
+    // The reduced gradients come to the host, where the masters and moments are.
+    host_grads_.resize(model_.num_parameters());
+    model_.device().download(host_grads_.data(), model_.grads().data(), host_grads_.size() * sizeof(float));
+    optimizer_.step(model_.params(), host_grads_, lr, grad_scale_);
+    return;
+  }
   if (!sharded_) {
     optimizer_.step(model_.params(), model_.grads(), lr, grad_scale_);
     return;
@@ -162,6 +169,18 @@ void DataParallelOptimizer::step(float lr) {
   const auto params = model_.params();
   const std::size_t begin = optimizer_.shard_begin();
   const std::size_t count = optimizer_.num_parameters();
+  if (model_.optimizer_offloaded()) {
+    // The host updates its shard of the masters from the reduced gradient shard; the
+    // updated shards meet on the device (its communicator moves device memory) and
+    // come back to the host whole.
+    host_grads_.resize(count);
+    device.download(host_grads_.data(), grad_shard_.data(), count * sizeof(float));
+    optimizer_.step(params.subspan(begin, count), host_grads_, lr, grad_scale_);
+    device.upload(param_shard_.data(), params.data() + begin, count * sizeof(float));
+    group_.all_gather(param_shard_.span(), padded_.span());
+    device.download(params.data(), padded_.data(), params.size_bytes());
+    return;
+  }
   device.copy(param_shard_.data(), params.data() + begin, count * sizeof(float));
   optimizer_.step(std::span<float>(param_shard_.data(), count), std::span<const float>(grad_shard_.data(), count), lr,
                   grad_scale_);
@@ -176,7 +195,7 @@ void DataParallelOptimizer::load_full_state(const AdamW& full) {
              " parameters for a model of ", model_.num_parameters());
   const std::size_t begin = optimizer_.shard_begin();
   const std::size_t count = optimizer_.num_parameters();
-  Device& device = model_.device();
+  Device& device = optimizer_.device();
   device.copy(optimizer_.m().data(), full.m().data() + begin, count * sizeof(float));
   device.copy(optimizer_.v().data(), full.v().data() + begin, count * sizeof(float));
   optimizer_.set_step_count(full.step_count());

@@ -183,9 +183,13 @@ Trainer::State::MemoryNeed Trainer::State::check_memory_plan() {
   const int slots = pipeline_slots(stage);
   activations_what = str_cat("the activations of ", slots, " micro-batch", slots > 1 ? "es" : "", " of ",
                              options.micro_batch, " x ", T, " tokens (train.micro_batch x model.seq_length)");
-  const MemoryPlan plan = rank_memory_plan(options.model, options.micro_batch, T, tp, dp, stage, slots,
-                                           options.prefetch_batches, options.precision, options.zero_stage == 1,
-                                           *device, options.recompute);
+  MemoryPlan plan = rank_memory_plan(options.model, options.micro_batch, T, tp, dp, stage, slots,
+                                     options.prefetch_batches, options.precision, options.zero_stage == 1, *device,
+                                     options.recompute);
+  if (options.optimizer_offload) {
+    offload_to_host(plan);
+    check_memory("the offloaded fp32 master weights and AdamW moments (optim.offload = cpu)", plan.host);
+  }
   activations_bytes = plan.activations;
   const MemoryNeed model_memory{str_cat("the model (", human_count(parameters),
                                         " parameters on this rank, with their gradients and AdamW moments)"),
@@ -249,6 +253,7 @@ void Trainer::State::build_model(const MemoryNeed& model_memory) {
     model = std::make_unique<GPT>(options.model, tp > 1 ? groups.tensor.get() : nullptr, stage, device);
     model->set_precision(options.precision);
     model->set_recompute(options.recompute);
+    model->set_optimizer_offload(options.optimizer_offload);
     optimizer = std::make_unique<DataParallelOptimizer>(*model, options.adamw, *groups.data, options.zero_stage == 1,
                                                         groups.pipeline.get(), groups.tensor.get(),
                                                         bucket_elements_for(options.dp_bucket_mb));

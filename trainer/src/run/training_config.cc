@@ -89,7 +89,11 @@ ConfigSchema training_config_schema() {
       .add_double("optim.beta2", 0.95, "AdamW beta2")
       .add_double("optim.eps", 1e-8, "AdamW epsilon")
       .add_double("optim.weight_decay", 0.1, "Decoupled weight decay of the matrices (not biases or LayerNorm)")
-      .add_double("optim.grad_clip", defaults.grad_clip, "Clip the global gradient norm to this (0 = no clipping)");
+      .add_double("optim.grad_clip", defaults.grad_clip, "Clip the global gradient norm to this (0 = no clipping)")
+      .add_string("optim.offload", defaults.optimizer_offload ? "cpu" : "none",
+                  "none, or cpu: the fp32 master weights and AdamW moments in host memory and AdamW on the host, the "
+                  "device keeping the bf16 weights, gradients and activations (ZeRO-Offload's split; needs "
+                  "train.precision = bf16 and a GPU)");
   schema.add_int("eval.interval", defaults.eval_interval,
                  "Evaluate on the validation split every this many steps (0 = never)")
       .add_int("eval.batches", defaults.eval_batches, "Micro-batches per evaluation (the same ones each time)");
@@ -288,6 +292,9 @@ TrainingOptions training_options(const Config& config) {
     if (!(beta >= 0.0 && beta < 1.0)) DUFU_FAIL(name, " must be in [0, 1), got ", beta);
   }
   options.grad_clip = nonnegative_float(config, "optim.grad_clip");
+  const std::string& offload = config.get_string("optim.offload");
+  if (offload != "none" && offload != "cpu") DUFU_FAIL("optim.offload must be \"none\" or \"cpu\", got \"", offload, "\"");
+  options.optimizer_offload = offload == "cpu";
 
   options.eval_interval = int_in_range(config, "eval.interval", 0, std::numeric_limits<std::int64_t>::max());
   options.eval_batches = static_cast<int>(int_in_range(config, "eval.batches", 1));
@@ -311,6 +318,17 @@ TrainingOptions training_options(const Config& config) {
   // The split is checked here so a bad one fails before any rank starts.
   (void)pipeline_layer_split(options.model.n_layer, options.pipeline_parallel_size, options.pipeline_num_layers);
   options.zero_stage = static_cast<int>(int_in_range(config, "dist.zero_stage", 0, 1));
+  if (options.optimizer_offload) {
+    // Refused here, before any rank starts, in the words the model would use.
+    if (options.device == DeviceKind::kCpu) {
+      DUFU_FAIL("optim.offload = cpu with train.device = cpu: the device's memory is the host's already, there is "
+                "nothing to move; HINT: use optim.offload = none");
+    }
+    if (options.precision != Precision::kBf16) {
+      DUFU_FAIL("optim.offload = cpu needs train.precision = bf16: under fp32 the device would need the fp32 "
+                "weights, which are what offload moves to the host");
+    }
+  }
   options.run_dir = config.get_string("run.dir");
   if (options.run_dir.empty()) DUFU_FAIL("run.dir must not be empty");
   options.log_interval = int_in_range(config, "run.log_interval", 1, std::numeric_limits<std::int64_t>::max());

@@ -75,13 +75,21 @@ MemoryPlan memory_plan(double parameters, int data_parallel_size, bool moments_s
   return plan;
 }
 
+void offload_to_host(MemoryPlan& plan) {
+  plan.host += plan.weights + plan.moments;
+  plan.weights = 0.0;
+  plan.moments = 0.0;
+}
+
 std::string MemoryPlan::describe(double limit_bytes) const {
   std::string text = str_cat("weights ", human_bytes(weights), ", gradients ", human_bytes(gradients),
                              ", AdamW moments ", human_bytes(moments));
   if (working_copy > 0.0) text += str_cat(", bf16 working copy ", human_bytes(working_copy));
   text += str_cat(", activations ", human_bytes(activations));
   if (scratch > 0.0) text += str_cat(", device scratch ", human_bytes(scratch));
-  return str_cat(text, ": ", human_bytes(total()), " of at most ", human_bytes(limit_bytes));
+  text = str_cat(text, ": ", human_bytes(total()), " of at most ", human_bytes(limit_bytes));
+  if (host > 0.0) text += str_cat(" (and ", human_bytes(host), " of masters and moments in host memory)");
+  return text;
 }
 
 StepShapes training_step_shapes(const GPTConfig& config, int B, int T, int tensor_parallel_size,

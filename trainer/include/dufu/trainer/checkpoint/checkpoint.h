@@ -10,7 +10,13 @@
 //                          vocabulary [vocab_size, C] (the padding rows are always 0);
 //                          metadata "format": "pt" and the model shape ("n_layer",
 //                          "n_head", "d_model", "vocab_size", "vocab_multiple",
-//                          "seq_length", as decimal strings).
+//                          "seq_length", as decimal strings). model.arch = llama: under
+//                          LlamaForCausalLM's names ("model.embed_tokens.weight",
+//                          "model.layers.0.self_attn.q_proj.weight", ...,
+//                          "model.norm.weight", "lm_head.weight" when untied), all
+//                          [out, in] as dufu's, embed_tokens and lm_head cut to
+//                          [vocab_size, C], loadable by LlamaForCausalLM; the metadata
+//                          adds "arch" and the Llama knobs.
 //   optimizer.safetensors  AdamW's moments in dufu's own layout, as
 //                          "exp_avg.<name>" and "exp_avg_sq.<name>" (padded, untransposed,
 //                          so loading them back is a copy), and the step count as the

@@ -1,6 +1,7 @@
 // A checkpoint as a HuggingFace model directory, what `train export-hf` writes:
-// transformers' GPT2LMHeadModel.from_pretrained(DIR) loads it with every weight used
-// and nothing missing, and its tokenizer loads with AutoTokenizer.from_pretrained(DIR)
+// transformers' GPT2LMHeadModel.from_pretrained(DIR) (model.arch = gpt2) or
+// LlamaForCausalLM.from_pretrained(DIR) (model.arch = llama) loads it with every weight
+// used and nothing missing, and its tokenizer loads with AutoTokenizer.from_pretrained(DIR)
 // (use_fast=False for a sentencepiece model) and encodes as dufu's does.
 //
 //   config.json             GPT2Config: n_layer, n_head, n_embd (d_model), vocab_size
@@ -9,10 +10,18 @@
 //                           dufu computes it), layer_norm_epsilon 1e-5, tied LM head,
 //                           dropout 0 (dufu trains without), the tokenizer's bos, eos
 //                           and pad ids (pad = eos when the tokenizer has no pad piece).
+//                           llama: LlamaConfig: hidden_size, intermediate_size
+//                           (ffn_hidden), num_hidden_layers, num_attention_heads,
+//                           num_key_value_heads, head_dim, max_position_embeddings,
+//                           hidden_act "silu", rms_norm_eps, rope_theta, no rope_scaling,
+//                           no biases, tie_word_embeddings as trained, bos and eos ids,
+//                           pad_token_id null (LlamaModel would freeze that row's
+//                           embedding in a fine-tune).
 //   generation_config.json  the same bos, eos and pad ids, so generate() stops at the
 //                           end of a document.
 //   model.safetensors       the weights as the serial checkpoint holds them (GPT2Model
-//                           names, Conv1D weights [in, out]); a sharded checkpoint is
+//                           names, Conv1D weights [in, out]; llama: LlamaForCausalLM's
+//                           names, embed_tokens and lm_head without padding rows); a sharded checkpoint is
 //                           assembled first, as merge_checkpoint does. The checkpoint
 //                           itself is only read.
 //   the tokenizer           a sentencepiece .model: tokenizer.model with a

@@ -6,9 +6,11 @@
 // model.safetensors.index.json with the files its weight_map names. The architecture
 // comes from config.json's "architectures" (or "model_type"); each one dufu reads has
 // its own entry, which checks the config, gives the dufu model shape and maps the
-// tensors (GPT2LMHeadModel today; LlamaForCausalLM is refused until dufu has the
-// architecture). Every key dufu cannot honour exactly is refused in one line naming
-// it, as is a missing or unexpected tensor, a tensor of the wrong shape and a dtype
+// tensors: GPT2LMHeadModel as model.arch = gpt2; LlamaForCausalLM (and
+// MistralForCausalLM, the same tensors) as model.arch = llama, GQA, untied or tied
+// head (hf_import_llama.h lists what it refuses: rope_scaling, biases, active sliding
+// windows, ...); Qwen2ForCausalLM is refused (biases on q, k and v). Every key dufu
+// cannot honour exactly is refused in one line naming it, as is a missing or unexpected tensor, a tensor of the wrong shape and a dtype
 // other than F32, BF16 and F16 (BF16 and F16 widen to fp32 exactly).
 //
 // The checkpoint is written directly in the chosen (tp, pp) layout, through the same
@@ -38,7 +40,7 @@ struct HfImportOptions {
 
 struct HfImport {
   std::string checkpoint;     // the written checkpoint directory (absolute)
-  std::string architecture;   // e.g. "GPT2LMHeadModel"
+  std::string architecture;   // e.g. "GPT2LMHeadModel", "LlamaForCausalLM"
   GPTConfig model;
   CheckpointLayout layout;
   std::vector<std::string> weight_files;  // the .safetensors files read

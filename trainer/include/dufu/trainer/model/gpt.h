@@ -208,6 +208,19 @@ class GPT {
   // dufu::Error for bf16 on a device whose kernel table lacks the bf16 ops.
   void set_precision(Precision precision);
   Precision precision() const { return precision_; }
+  // optim.offload = cpu (ZeRO-Offload's split, Ren et al. 2021): the fp32 master
+  // weights move to host memory (the CPU device's), where the optimizer keeps its
+  // moments and runs AdamW (optimizer.h takes parameter_device()); the model's device
+  // keeps the bf16 working copy, remade on the host and uploaded by the first forward
+  // after the masters change, the gradients and the activations. The arithmetic is
+  // unchanged: the same rounding and the same AdamW formula, on the host. Needs bf16
+  // (under fp32 the device would need fp32 weights, all that offload moves) and a
+  // device whose memory is not the host's; throws dufu::Error naming the reason
+  // otherwise. Under offload set_precision(kFp32) throws.
+  void set_optimizer_offload(bool offload);
+  bool optimizer_offloaded() const { return parameter_device_ != device_; }
+  // Where params() lives: the model's device, or the CPU device under offload.
+  Device& parameter_device() const { return *parameter_device_; }
   // What the forward keeps for the backward (see Recompute; kNone by default). Changing
   // it drops the activations of earlier forwards, as set_precision does.
   void set_recompute(Recompute recompute);
@@ -502,6 +515,7 @@ class GPT {
   int tp_rank_ = 0;
   std::vector<ParamTensor> layout_;
   std::vector<ParamTensor> full_layout_;
+  Device* parameter_device_;  // params_'s: device_, or the CPU device under offload
   DeviceBuffer<float> params_;
   DeviceBuffer<float> grads_;
   // The weights forward and backward read: params_ under fp32; under bf16 the
@@ -512,6 +526,7 @@ class GPT {
   Precision precision_ = Precision::kFp32;
   Recompute recompute_ = Recompute::kNone;
   DeviceBuffer<std::uint16_t> working_bits_;  // bf16: every parameter rounded to bf16
+  std::vector<std::uint16_t> host_working_bits_;  // under offload: working_bits_ made on the host
   DeviceBuffer<float> working_vectors_;       // bf16: the biases and LayerNorm parameters, as floats
   // bf16: where each run of biases and LayerNorm parameters sits in the layout and in
   // working_vectors_.

@@ -29,9 +29,10 @@ class AdamW {
   // tile [0, num_parameters).
   // The moments live on `device` (null: the CPU device), which runs the update.
   AdamW(std::vector<ParamTensor> layout, std::size_t num_parameters, AdamWOptions options, Device* device = nullptr);
-  // For a model: its layout, size and device.
+  // For a model: its layout, size and the device of its parameters (the host under
+  // optim.offload = cpu, GPT::parameter_device).
   AdamW(const GPT& model, AdamWOptions options)
-      : AdamW(model.parameter_tensors(), model.num_parameters(), options, &model.device()) {}
+      : AdamW(model.parameter_tensors(), model.num_parameters(), options, &model.parameter_device()) {}
   // The optimizer of one shard [shard_begin, shard_end) of the parameters (ZeRO-1:
   // each data-parallel rank keeps the moments of its shard only and updates only
   // it); each tensor keeps its own weight decay where the shard cuts through it.

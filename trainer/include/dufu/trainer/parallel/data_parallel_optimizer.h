@@ -102,6 +102,8 @@ class DataParallelOptimizer {
   DeviceBuffer<float> param_shard_;
   // ZeRO-1: one bucket's slices of every rank's shard, side by side.
   DeviceBuffer<float> staging_;
+  // optim.offload = cpu: the reduced gradients, downloaded for the host's AdamW.
+  std::vector<float> host_grads_;
 };
 
 }  // namespace dufu::trainer

@@ -68,6 +68,9 @@ struct TrainingOptions {
   int pipeline_parallel_size = 1;
   std::vector<int> pipeline_num_layers;  // layers per stage; empty = an even split
   int zero_stage = 0;  // 1: AdamW moments sharded over the data-parallel ranks
+  // optim.offload = cpu: fp32 masters and AdamW moments in host memory, the update on
+  // the host (GPT::set_optimizer_offload); false = none.
+  bool optimizer_offload = false;
 
   std::string run_dir = "runs/gpt";
   std::int64_t log_interval = 1;

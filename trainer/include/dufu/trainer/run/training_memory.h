@@ -44,6 +44,8 @@ struct MemoryPlan {
   double working_copy = 0.0;  // the bf16 recipe's working copy of the weights
   double activations = 0.0;   // activations, their gradients, the loader's batches
   double scratch = 0.0;       // the device's own (Device::scratch_bytes), e.g. cuBLASLt's workspace
+  double host = 0.0;          // in host memory instead (optim.offload = cpu: the masters and moments)
+  // The device's part: host is not in it.
   double model() const { return weights + gradients + moments + working_copy; }
   double total() const { return model() + activations + scratch; }
   // "weights 498 MB, gradients 498 MB, AdamW moments 995 MB, activations 5.43 GB,
@@ -53,6 +55,9 @@ struct MemoryPlan {
 };
 MemoryPlan memory_plan(double parameters, int data_parallel_size, bool moments_sharded, bool bf16_working_copy,
                        double activation_bytes);
+// optim.offload = cpu: the fp32 masters and the moments move from the device's plan to
+// host memory (GPT::set_optimizer_offload).
+void offload_to_host(MemoryPlan& plan);
 
 // The micro-batches whose activations a stage holds at once under the 1F1B schedule:
 // the first of p stages p, the last 1 (and 1 without pipelining).

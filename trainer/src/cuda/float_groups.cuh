@@ -1,0 +1,44 @@
+// Rows read and written kWidth floats at a time: 16-byte float4 accesses when kWidth
+// is 4, single floats when it is 1. A kernel takes kWidth as a template parameter and
+// its launcher picks 4 when every row it touches starts on a 16-byte boundary
+// (rows_take_float4), so the same loop serves both.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dufu::trainer::cuda {
+
+template <int kWidth>
+__device__ inline void load_group(float (&group)[kWidth], const float* values, int i) {
+  static_assert(kWidth == 1 || kWidth == 4);
+  if constexpr (kWidth == 4) {
+    const float4 v = reinterpret_cast<const float4*>(values)[i];
+    group[0] = v.x;
+    group[1] = v.y;
+    group[2] = v.z;
+    group[3] = v.w;
+  } else {
+    group[0] = values[i];
+  }
+}
+
+template <int kWidth>
+__device__ inline void store_group(float* values, int i, const float (&group)[kWidth]) {
+  static_assert(kWidth == 1 || kWidth == 4);
+  if constexpr (kWidth == 4) {
+    reinterpret_cast<float4*>(values)[i] = make_float4(group[0], group[1], group[2], group[3]);
+  } else {
+    values[i] = group[0];
+  }
+}
+
+// Whether rows of `width` floats from each of `pointers` (null ones ignored) all start
+// on 16-byte boundaries: width a multiple of 4 and every base 16-byte aligned.
+template <typename... Pointers>
+inline bool rows_take_float4(int width, const Pointers*... pointers) {
+  return width % 4 == 0 && ((reinterpret_cast<std::uintptr_t>(pointers) % 16 == 0) && ...);
+}
+
+}  // namespace dufu::trainer::cuda
