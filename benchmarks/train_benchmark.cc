@@ -1,6 +1,7 @@
-// Training throughput of dufu's trainer on one GPT shape: a real training step
-// (forward with targets, backward, gradient clipping at 1.0, AdamW, zero_grad) on a
-// random batch, warmup steps then timed steps, reported as tokens/s, ms/step and
+// Training throughput of dufu's trainer on one GPT shape (GPT-2's, or Llama's under
+// --arch llama: RMSNorm, rotary positions, SwiGLU, grouped K/V heads, untied head): a
+// real training step (forward with targets, backward, gradient clipping at 1.0, AdamW,
+// zero_grad) on a random batch, warmup steps then timed steps, reported as tokens/s, ms/step and
 // model FLOP utilization (MFU) against a GEMM rate measured in the same process just
 // before the timed steps: on the CPU OpenBLAS's sgemm through the model's own matmul
 // kernel; on a GPU (--device cuda) cuBLASLt's bf16 GEMM on the model's largest product
@@ -57,6 +58,7 @@ using dufu::trainer::GPTConfig;
 
 struct Options {
   GPTConfig config;
+  std::string arch = "gpt2";
   int seq = 256;
   int micro_batch = 8;
   int steps = 10;
@@ -110,6 +112,8 @@ void write_first_batch(const std::string& path, const std::vector<std::int32_t>&
 
 int run(const Options& options) {
   GPTConfig config = options.config;
+  config.arch = dufu::trainer::parse_architecture(options.arch, "--arch");
+  config.tie_embeddings = !config.is_llama();
   config.seq_length = options.seq;
   config.validate();
   const int B = options.micro_batch;
@@ -219,9 +223,10 @@ int run(const Options& options) {
   const dufu::trainer::MemoryPlan plan =
       dufu::trainer::rank_memory_plan(config, B, T, 1, 1, {}, 1, 0, precision, false, device);
 
-  std::printf("dufu train step: n_layer %d, d_model %d, n_head %d, vocab %d (padded %d), %zu parameters\n",
-              config.n_layer, config.d_model, config.n_head, config.vocab_size, config.padded_vocab_size(),
-              model.num_parameters());
+  std::printf("dufu train step: %s, n_layer %d, d_model %d, n_head %d, n_kv_head %d, MLP %d, vocab %d (padded %d), "
+              "%zu parameters\n",
+              options.arch.c_str(), config.n_layer, config.d_model, config.n_head, config.kv_heads(),
+              config.mlp_hidden(), config.vocab_size, config.padded_vocab_size(), model.num_parameters());
   std::printf("  device %s, precision %s\n", device.describe().c_str(), options.precision.c_str());
   std::printf("  batch %d x %d = %.0f tokens/step, %d threads, %d warmup steps (%.2f s), %d timed steps (%.2f s)\n", B,
               T, tokens_per_step, threads, options.warmup, warmup_seconds, options.steps, seconds);
@@ -242,12 +247,14 @@ int run(const Options& options) {
                 plan.describe(free_before_model).c_str(), held_after_steps / 1e9);
   }
   std::printf(
-      "train_benchmark impl=dufu device=%s precision=%s n_layer=%d d_model=%d n_head=%d vocab=%d seq=%d "
+      "train_benchmark impl=dufu device=%s precision=%s arch=%s n_layer=%d d_model=%d n_head=%d n_kv_head=%d "
+      "ffn_hidden=%d vocab=%d seq=%d "
       "micro_batch=%d threads=%d warmup=%d steps=%d seconds=%.3f tokens_per_s=%.2f ms_per_step=%.1f forward_ms=%.1f "
       "backward_ms=%.1f clip_ms=%.1f adamw_ms=%.1f zero_grad_ms=%.1f flops_per_token=%.6g sgemm_gflops=%.2f "
       "peak_gflops=%.2f mfu=%.4f mfu_nominal=%.4f plan_gb=%.3f held_gb=%.3f loss_first=%.4f loss_final=%.4f\n",
-      options.device.c_str(), options.precision.c_str(), config.n_layer, config.d_model, config.n_head,
-      config.vocab_size, T, B, threads, options.warmup, options.steps, seconds, tokens_per_s, ms_per_step,
+      options.device.c_str(), options.precision.c_str(), options.arch.c_str(), config.n_layer, config.d_model,
+      config.n_head, config.kv_heads(), config.mlp_hidden(), config.vocab_size, T, B, threads, options.warmup,
+      options.steps, seconds, tokens_per_s, ms_per_step,
       1e3 * phases.forward / n, 1e3 * phases.backward / n, 1e3 * phases.clip / n, 1e3 * phases.adamw / n,
       1e3 * phases.zero_grad / n, flops_per_token, sgemm / 1e9, peak / 1e9, mfu, mfu_nominal, plan.total() / 1e9,
       on_gpu ? held_after_steps / 1e9 : 0.0, losses.front(), final_loss);
@@ -265,6 +272,15 @@ int main(int argc, char** argv) {
   app.add_option("--d-model", options.config.d_model, "Channels")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--n-head", options.config.n_head, "Attention heads")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--arch", options.arch, "gpt2, or llama (RMSNorm, rotary, SwiGLU, untied head)")
+      ->check(CLI::IsMember({"gpt2", "llama"}))
+      ->capture_default_str();
+  app.add_option("--n-kv-head", options.config.n_kv_head, "llama: key/value heads (0: --n-head)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--ffn-hidden", options.config.ffn_hidden, "llama: SwiGLU width (0: Llama's 8/3 rule)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--vocab", options.config.vocab_size, "Vocabulary size (padded to a multiple of 128 inside)")
       ->check(CLI::PositiveNumber)

@@ -6,14 +6,16 @@
 # every config), dufu's ms/step and its model FLOP utilization against the sgemm rate
 # the dufu program measures just before its timed steps. A program for humans: each
 # run first checks that its loss starts near ln(vocab) and falls; nothing here runs
-# as a test. About 5-6 minutes on 2 cores.
+# as a test. About 6-7 minutes on 2 cores.
 #
 #   benchmarks/train_benchmark.sh [BUILD_DIR]        (default: build-bench)
 #
-# Configs (name n_layer d_model n_head vocab seq micro_batch warmup steps):
+# Configs (name n_layer d_model n_head vocab seq micro_batch warmup steps [arch n_kv_head]):
 #   small     4  256  4 32000 256 8  2 8
 #   124M-T64  12 768 12 50257  64 4  1 5
 #   124M-T256 12 768 12 50257 256 4  1 3
+#   llama     4  256  8 32000 256 8  2 8  llama 2   (RMSNorm, rotary, SwiGLU 768, GQA, untied head;
+#                                                   torch: the Llama of torch_train_benchmark.py)
 # Each config runs dufu, torch, dufu, torch (DUFU_BENCH_ROUNDS rounds, interleaved so
 # both see the same drift of the machine) and reports the BEST round of each.
 #
@@ -40,6 +42,7 @@ configs=(
   "small     4  256  4 32000 256 8  2 8"
   "124M-T64  12 768 12 50257  64 4  1 5"
   "124M-T256 12 768 12 50257 256 4  1 3"
+  "llama     4  256  8 32000 256 8  2 8  llama 2"
 )
 
 # --- prerequisites -------------------------------------------------------------
@@ -88,10 +91,13 @@ echo "== $(nproc) cores, OMP_NUM_THREADS=$threads, $rounds rounds per config; lo
 rows=()
 baseline_rows=()
 for config in "${configs[@]}"; do
-  read -r name n_layer d_model n_head vocab seq micro_batch warmup steps <<<"$config"
+  read -r name n_layer d_model n_head vocab seq micro_batch warmup steps arch n_kv_head <<<"$config"
   [[ -z $only || " $only " == *" $name "* ]] || continue
   args=(--n-layer "$n_layer" --d-model "$d_model" --n-head "$n_head" --vocab "$vocab" --seq "$seq"
     --micro-batch "$micro_batch" --warmup "$warmup" --steps "$steps")
+  # Only the llama configs name an architecture, so a baseline build from before
+  # --arch still runs the GPT-2 ones.
+  [[ -n ${arch:-} ]] && args+=(--arch "$arch" --n-kv-head "$n_kv_head")
   best_dufu="" best_torch="" best_baseline="" others_max=0
   for ((round = 1; round <= rounds; round++)); do
     for impl in "${impls[@]}"; do

@@ -1,0 +1,303 @@
+// The Llama-family model (model.arch = llama) in one process, held to the properties
+// the GPT-2 model is held to: recomputation (selective, full) gives the bits of stored
+// activations under fp32 and bf16 through AdamW steps; pipeline stages whose forwards
+// run before their backwards give the whole model's losses and gradients bit for bit;
+// bf16 trains a repeated batch; what the model allocates is what the memory plan says
+// (training_memory.h), and its parameter count is the plan's and the one counted by
+// hand from Llama's tensors. Each for an untied head (Llama's) and a tied one, with
+// every head its own K/V head and with grouped K/V heads (2 query heads per K/V head).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/gpt_layout.h"
+#include "dufu/trainer/model/gpt_pieces.h"
+#include "dufu/trainer/model/optimizer.h"
+#include "dufu/trainer/run/training_memory.h"
+#include "support/counting_cpu_device.h"
+#include "support/gpt_fixture.h"
+
+namespace {
+
+using dufu::trainer::AdamW;
+using dufu::trainer::AdamWOptions;
+using dufu::trainer::GPT;
+using dufu::trainer::GPTConfig;
+using dufu::trainer::PipelineStage;
+using dufu::trainer::Precision;
+using dufu::trainer::Recompute;
+
+constexpr int kB = 4;
+constexpr int kT = 16;
+
+// The shapes under test: K/V heads per model (equal to n_head, or grouped) and the head.
+struct LlamaShape {
+  int n_kv_head;
+  bool tied;
+};
+
+// 3 layers, 4 heads of 8 channels, a SwiGLU of 48 (not Llama's rule, so ffn_hidden is
+// exercised), and a vocabulary that is a multiple of vocab_multiple, so the memory
+// plan's padding allowance is exactly one vocab_multiple of logit columns.
+GPTConfig llama_model(const LlamaShape& shape) {
+  GPTConfig config = dufu::testing::small_gpt_config(
+      {.n_layer = 3, .n_head = 4, .d_model = 32, .vocab_size = 64, .vocab_multiple = 16, .seq_length = kT});
+  config.arch = dufu::trainer::Architecture::kLlama;
+  config.n_kv_head = shape.n_kv_head;
+  config.ffn_hidden = 48;
+  config.rope_theta = 500000.0f;
+  config.norm_eps = 1e-6f;
+  config.tie_embeddings = shape.tied;
+  config.validate();
+  return config;
+}
+
+std::string shape_name(const LlamaShape& shape) {
+  return std::string(shape.n_kv_head == 4 ? "MultiHead" : "Grouped") + (shape.tied ? "Tied" : "Untied");
+}
+
+const LlamaShape kShapes[] = {{4, false}, {4, true}, {2, false}, {2, true}};
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+// ---- recomputation -------------------------------------------------------------
+
+class LlamaRecomputeTest : public ::testing::TestWithParam<std::tuple<LlamaShape, Precision, Recompute>> {
+ protected:
+  GPTConfig config() const { return llama_model(std::get<0>(GetParam())); }
+  Precision precision() const { return std::get<1>(GetParam()); }
+  Recompute recompute() const { return std::get<2>(GetParam()); }
+};
+
+TEST_P(LlamaRecomputeTest, GivesTheBitsOfStoredActivations) {
+  const GPTConfig config = this->config();
+  GPT stored(config);
+  GPT recomputed(config);
+  recomputed.set_recompute(recompute());
+  for (GPT* model : {&stored, &recomputed}) {
+    model->set_precision(precision());
+    model->init_gpt2(11);
+  }
+  AdamW stored_optimizer(stored, AdamWOptions{});
+  AdamW recomputed_optimizer(recomputed, AdamWOptions{});
+  constexpr int kMicroBatches = 2;
+  const float scale = 1.0f / static_cast<float>(kMicroBatches * kB * kT);
+  for (int step = 0; step < 3; ++step) {
+    stored.zero_grad();
+    recomputed.zero_grad();
+    for (int micro = 0; micro < kMicroBatches; ++micro) {
+      const auto batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size,
+                                                         static_cast<std::uint32_t>(200 + 10 * step + micro), {5});
+      const float want = stored.forward(batch.tokens, batch.targets, kB, kT, scale);
+      const float got = recomputed.forward(batch.tokens, batch.targets, kB, kT, scale);
+      EXPECT_EQ(got, want) << "step " << step << ", micro-batch " << micro;
+      stored.backward();
+      recomputed.backward();
+    }
+    ASSERT_TRUE(same_bits(recomputed.grads(), stored.grads())) << "step " << step;
+    stored_optimizer.step(stored.params(), stored.grads(), 3e-3f);
+    recomputed_optimizer.step(recomputed.params(), recomputed.grads(), 3e-3f);
+  }
+  EXPECT_TRUE(same_bits(recomputed.params(), stored.params()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, LlamaRecomputeTest,
+                         ::testing::Combine(::testing::ValuesIn(kShapes),
+                                            ::testing::Values(Precision::kFp32, Precision::kBf16),
+                                            ::testing::Values(Recompute::kSelective, Recompute::kFull)),
+                         [](const ::testing::TestParamInfo<LlamaRecomputeTest::ParamType>& info) {
+                           return shape_name(std::get<0>(info.param)) + "_" +
+                                  dufu::trainer::precision_name(std::get<1>(info.param)) + "_" +
+                                  dufu::trainer::recompute_name(std::get<2>(info.param));
+                         });
+
+// ---- pipeline stages -----------------------------------------------------------
+
+class LlamaShapeTest : public ::testing::TestWithParam<LlamaShape> {
+ protected:
+  GPTConfig config() const { return llama_model(GetParam()); }
+};
+
+// Gradients of a stage's tensors in the serial layout (0 where it does not hold them).
+std::vector<float> full_gradients(const GPT& model) {
+  std::vector<float> full(dufu::trainer::gpt_layout_size(dufu::trainer::gpt_parameter_layout(model.config())), 0.0f);
+  const std::vector<float> grads(model.grads().begin(), model.grads().end());
+  dufu::trainer::unstage_gpt_buffer(model.config(), model.pipeline_stage(), grads, full);
+  return full;
+}
+
+TEST_P(LlamaShapeTest, PipelineStagesGiveTheWholeModelsBits) {
+  const GPTConfig config = this->config();
+  const auto first_batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 31, {2});
+  const auto second_batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 32, {});
+  const float scale = 1.0f / static_cast<float>(2 * kB * kT - 1);
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    SCOPED_TRACE(dufu::trainer::precision_name(precision));
+    GPT whole(config);
+    whole.set_precision(precision);
+    whole.init_gpt2(5);
+    whole.zero_grad();
+    const float whole_first = whole.forward(first_batch.tokens, first_batch.targets, kB, kT, scale);
+    whole.backward();
+    const float whole_second = whole.forward(second_batch.tokens, second_batch.targets, kB, kT, scale);
+    whole.backward();
+
+    // Layers 0 and 1 on the first stage (with wte), layer 2 on the last (with ln_f and
+    // the head); both micro-batches pass the first stage before either comes back, as
+    // under 1F1B.
+    const std::vector<int> split = dufu::trainer::pipeline_layer_split(config.n_layer, 2);
+    GPT head(config, nullptr, dufu::trainer::pipeline_stage(split, 0));
+    GPT tail(config, nullptr, dufu::trainer::pipeline_stage(split, 1));
+    EXPECT_EQ(tail.pipeline_stage().holds_wte_copy(), config.tie_embeddings);
+    for (GPT* stage : {&head, &tail}) {
+      stage->set_precision(precision);
+      stage->init_gpt2(5);
+      stage->zero_grad();
+    }
+    head.forward_stage(0, first_batch.tokens, {}, {}, kB, kT, scale);
+    head.forward_stage(1, second_batch.tokens, {}, {}, kB, kT, scale);
+    const std::vector<float> first_output(head.stage_output(0).begin(), head.stage_output(0).end());
+    const std::vector<float> second_output(head.stage_output(1).begin(), head.stage_output(1).end());
+    EXPECT_EQ(tail.forward_stage(0, {}, first_output, first_batch.targets, kB, kT, scale), whole_first);
+    EXPECT_EQ(tail.forward_stage(1, {}, second_output, second_batch.targets, kB, kT, scale), whole_second);
+    const std::span<const float> first_grad = tail.backward_stage(0, {});
+    const std::vector<float> first_d_output(first_grad.begin(), first_grad.end());
+    const std::span<const float> second_grad = tail.backward_stage(1, {});
+    const std::vector<float> second_d_output(second_grad.begin(), second_grad.end());
+    head.backward_stage(0, first_d_output);
+    head.backward_stage(1, second_d_output);
+
+    // A tied wte's gradient is summed in one buffer by the whole model and in two by
+    // the stages (the pipeline adds them later); untied, wte is the first stage's
+    // alone and lm_head the last's, and every gradient is the whole model's bits.
+    const std::vector<float> expected = full_gradients(whole);
+    const std::vector<float> head_grads = full_gradients(head);
+    const std::vector<float> tail_grads = full_gradients(tail);
+    std::size_t compared = 0;
+    for (const auto& tensor : whole.parameter_tensors()) {
+      if (tensor.name == "wte.weight" && config.tie_embeddings) continue;
+      for (std::size_t i = tensor.offset; i < tensor.offset + tensor.size(); ++i) {
+        ASSERT_EQ(head_grads[i] + tail_grads[i], expected[i]) << tensor.name << " [" << i - tensor.offset << "]";
+        ++compared;
+      }
+    }
+    EXPECT_GT(compared, 10000u);
+  }
+}
+
+// ---- bf16 trains ---------------------------------------------------------------
+
+TEST_P(LlamaShapeTest, Bf16TrainsARepeatedBatchLikeFp32) {
+  const GPTConfig config = this->config();
+  const auto batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 41, {});
+  std::vector<float> last_losses;
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    GPT model(config);
+    model.set_precision(precision);
+    model.init_gpt2(7);
+    AdamW optimizer(model, AdamWOptions{});
+    std::vector<float> losses;
+    for (int step = 0; step < 20; ++step) {
+      model.zero_grad();
+      losses.push_back(model.forward(batch.tokens, batch.targets, kB, kT));
+      model.backward();
+      optimizer.step(model.params(), model.grads(), 1e-2f);
+    }
+    // The first loss is that of near-uniform logits; 20 steps on one batch memorise
+    // much of it.
+    EXPECT_NEAR(losses.front(), std::log(static_cast<float>(config.vocab_size)), 0.1f)
+        << dufu::trainer::precision_name(precision);
+    EXPECT_LT(losses.back(), 0.6f * losses.front()) << dufu::trainer::precision_name(precision);
+    last_losses.push_back(losses.back());
+  }
+  // bf16 rounds the matmuls' inputs: the same descent within a few percent.
+  EXPECT_NEAR(last_losses[1], last_losses[0], 0.05 * last_losses[0]);
+}
+
+// ---- parameters and memory against the plan ------------------------------------
+
+TEST_P(LlamaShapeTest, ParameterCountIsLlamasAndThePlans) {
+  const GPTConfig config = this->config();
+  const double C = config.d_model, hs = config.head_size(), NH = config.n_head, NKV = config.kv_heads();
+  const double F = config.mlp_hidden(), Vp = config.padded_vocab_size(), L = config.n_layer;
+  // Per layer: two RMSNorm weights, q, k, v, o, gate, up, down; then ln_f, wte and
+  // an untied lm_head. No biases, no positions.
+  const double layer = 2 * C + (NH + 2 * NKV) * hs * C + C * NH * hs + 3 * F * C;
+  const double by_hand = Vp * C + L * layer + C + (config.tie_embeddings ? 0 : Vp * C);
+  GPT model(config);
+  EXPECT_EQ(static_cast<double>(model.num_parameters()), by_hand);
+  EXPECT_EQ(model.parameter_tensors().back().name, config.tie_embeddings ? "ln_f.weight" : "lm_head.weight");
+
+  // The plan counts a vocabulary table (wte, lm_head, a tied head's copy of wte) as
+  // vocab_size + vocab_multiple x tp rows, the most padded_vocab_size(tp) can add, split
+  // over the tensor group: here, the vocabulary being a multiple of vocab_multiple x tp,
+  // exactly vocab_multiple x C floats per table a rank holds above its layout's.
+  const double allowance = config.vocab_multiple * C;
+  EXPECT_EQ(dufu::trainer::rank_parameter_count(config, 1, {}),
+            by_hand + (config.tie_embeddings ? 1 : 2) * allowance);
+  for (const int tp : {1, 2}) {
+    const auto layout = dufu::trainer::gpt_parameter_layout(config, tp);
+    const std::vector<int> split = dufu::trainer::pipeline_layer_split(config.n_layer, 2);
+    for (int s = 0; s < 2; ++s) {
+      SCOPED_TRACE(::testing::Message() << "tp " << tp << ", stage " << s);
+      const PipelineStage stage =
+          dufu::trainer::resolve_pipeline_stage(config, dufu::trainer::pipeline_stage(split, s));
+      // Stage 0 holds wte; stage 1 the untied lm_head or the tied head's copy of wte.
+      const double held = static_cast<double>(
+          dufu::trainer::gpt_layout_size(dufu::trainer::gpt_stage_layout(config, layout, stage)));
+      EXPECT_EQ(dufu::trainer::rank_parameter_count(config, tp, stage), held + allowance);
+      if (tp == 1) {
+        EXPECT_EQ(held,
+                  static_cast<double>(GPT(config, nullptr, dufu::trainer::pipeline_stage(split, s)).num_parameters()));
+      }
+    }
+  }
+  // The weights and gradients the model allocates on construction: 2 floats a parameter.
+  dufu::testing::CountingCpuDevice device;
+  const GPT counted(config, nullptr, {}, &device);
+  EXPECT_EQ(static_cast<double>(device.live_bytes()), 8.0 * by_hand);
+}
+
+// Bytes one forward and backward allocate on a model that has its weights already.
+double measured_activation_bytes(const GPTConfig& config, Precision precision, Recompute recompute) {
+  dufu::testing::CountingCpuDevice device;
+  GPT model(config, nullptr, {}, &device);
+  model.set_precision(precision);
+  model.set_recompute(recompute);
+  model.init_gpt2(3);
+  const auto batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 9, {});
+  const std::size_t before = device.live_bytes();
+  model.forward(batch.tokens, batch.targets, kB, kT);
+  model.backward();
+  return static_cast<double>(device.live_bytes() - before);
+}
+
+TEST_P(LlamaShapeTest, WhatTheModelAllocatesIsWhatThePlanSays) {
+  const GPTConfig config = this->config();
+  // The plan's allowances the model does not allocate: the padding columns of the
+  // logits and the one-float loss it leaves out (as for GPT-2, recompute_test).
+  const double padding = 4.0 * kB * kT * config.vocab_multiple;
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    for (const Recompute recompute : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      SCOPED_TRACE(std::string(dufu::trainer::precision_name(precision)) + ", recompute " +
+                   dufu::trainer::recompute_name(recompute));
+      const double planned = dufu::trainer::activation_bytes(config, kB, kT, 1, {}, 1, 0, precision, recompute);
+      EXPECT_EQ(measured_activation_bytes(config, precision, recompute), planned - padding + 4.0);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LlamaShapeTest, ::testing::ValuesIn(kShapes),
+                         [](const ::testing::TestParamInfo<LlamaShape>& info) { return shape_name(info.param); });
+
+}  // namespace
