@@ -63,19 +63,12 @@ GPTConfig gpt2_config(const HfConfig& hf, int vocab_multiple) {
   const double epsilon = hf.number_or("layer_norm_epsilon", 1e-5);
   if (static_cast<float>(epsilon) != kLayerNormEps) refuse("layer_norm_epsilon", str_cat(epsilon), "1e-05");
 
-  const auto positive_int = [&](const char* key) {
-    const std::int64_t value = hf.integer(key);
-    if (value < 1 || value > std::numeric_limits<int>::max()) {
-      DUFU_FAIL(hf.path(), ": \"", key, "\" is ", value, ", not a positive int");
-    }
-    return static_cast<int>(value);
-  };
   GPTConfig config;
-  config.n_layer = positive_int("n_layer");
-  config.n_head = positive_int("n_head");
-  config.d_model = positive_int("n_embd");
-  config.vocab_size = positive_int("vocab_size");
-  config.seq_length = positive_int("n_positions");
+  config.n_layer = hf.positive_int("n_layer");
+  config.n_head = hf.positive_int("n_head");
+  config.d_model = hf.positive_int("n_embd");
+  config.vocab_size = hf.positive_int("vocab_size");
+  config.seq_length = hf.positive_int("n_positions");
   config.vocab_multiple = vocab_multiple;
   if (hf.has("n_inner") && hf.integer("n_inner") != 4 * static_cast<std::int64_t>(config.d_model)) {
     refuse("n_inner", str_cat(hf.integer("n_inner")), str_cat("null or 4 x n_embd = ", 4 * config.d_model));

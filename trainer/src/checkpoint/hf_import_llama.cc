@@ -20,22 +20,15 @@ GPTConfig config(const HfConfig& hf, int vocab_multiple) {
   const auto refuse = [&](const std::string& key, const std::string& value, const std::string& dufu) {
     DUFU_FAIL(hf.path(), ": \"", key, "\" is ", value, "; dufu's llama supports only ", dufu);
   };
-  const auto positive_int = [&](const char* key) {
-    const std::int64_t value = hf.integer(key);
-    if (value < 1 || value > std::numeric_limits<int>::max()) {
-      DUFU_FAIL(hf.path(), ": \"", key, "\" is ", value, ", not a positive int");
-    }
-    return static_cast<int>(value);
-  };
   GPTConfig config;
   config.arch = Architecture::kLlama;
-  config.n_layer = positive_int("num_hidden_layers");
-  config.n_head = positive_int("num_attention_heads");
-  config.d_model = positive_int("hidden_size");
-  config.n_kv_head = hf.has("num_key_value_heads") ? positive_int("num_key_value_heads") : config.n_head;
-  config.ffn_hidden = positive_int("intermediate_size");
-  config.vocab_size = positive_int("vocab_size");
-  config.seq_length = positive_int("max_position_embeddings");
+  config.n_layer = hf.positive_int("num_hidden_layers");
+  config.n_head = hf.positive_int("num_attention_heads");
+  config.d_model = hf.positive_int("hidden_size");
+  config.n_kv_head = hf.has("num_key_value_heads") ? hf.positive_int("num_key_value_heads") : config.n_head;
+  config.ffn_hidden = hf.positive_int("intermediate_size");
+  config.vocab_size = hf.positive_int("vocab_size");
+  config.seq_length = hf.positive_int("max_position_embeddings");
   config.vocab_multiple = vocab_multiple;
   // LlamaConfig's defaults for the keys left out.
   config.rope_theta = static_cast<float>(hf.number_or("rope_theta", 10000.0));

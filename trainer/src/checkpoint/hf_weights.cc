@@ -68,6 +68,14 @@ std::int64_t HfConfig::integer(const std::string& key) const {
   return integer_or(key, 0);
 }
 
+int HfConfig::positive_int(const std::string& key) const {
+  const std::int64_t value = integer(key);
+  if (value < 1 || value > std::numeric_limits<int>::max()) {
+    DUFU_FAIL(path_, ": \"", key, "\" is ", value, ", not a positive int");
+  }
+  return static_cast<int>(value);
+}
+
 std::int64_t HfConfig::integer_or(const std::string& key, std::int64_t fallback) const {
   if (!has(key)) return fallback;
   const simdjson::dom::element value = json_->object.at_key(key).value_unsafe();

@@ -26,6 +26,7 @@ class HfConfig {
   const std::string& path() const { return path_; }
   bool has(const std::string& key) const;  // present and not null
   std::int64_t integer(const std::string& key) const;  // required
+  int positive_int(const std::string& key) const;      // required, in [1, INT_MAX]
   std::int64_t integer_or(const std::string& key, std::int64_t fallback) const;
   double number_or(const std::string& key, double fallback) const;
   bool boolean_or(const std::string& key, bool fallback) const;
