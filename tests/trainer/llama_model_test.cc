@@ -1,6 +1,6 @@
 // The Llama-family model (model.arch = llama) in one process, held to the properties
-// the GPT-2 model is held to: recomputation (selective, full) gives the bits of stored
-// activations under fp32 and bf16 through AdamW steps; pipeline stages whose forwards
+// the GPT-2 model is held to (recomputation's bits: recompute_test, which runs Llama's
+// shapes too): pipeline stages whose forwards
 // run before their backwards give the whole model's losses and gradients bit for bit;
 // bf16 trains a repeated batch; what the model allocates is what the memory plan says
 // (training_memory.h), and its parameter count is the plan's and the one counted by
@@ -11,10 +11,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "dufu/trainer/model/gpt.h"
@@ -65,61 +63,6 @@ std::string shape_name(const LlamaShape& shape) {
 }
 
 const LlamaShape kShapes[] = {{4, false}, {4, true}, {2, false}, {2, true}};
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
-}
-
-// ---- recomputation -------------------------------------------------------------
-
-class LlamaRecomputeTest : public ::testing::TestWithParam<std::tuple<LlamaShape, Precision, Recompute>> {
- protected:
-  GPTConfig config() const { return llama_model(std::get<0>(GetParam())); }
-  Precision precision() const { return std::get<1>(GetParam()); }
-  Recompute recompute() const { return std::get<2>(GetParam()); }
-};
-
-TEST_P(LlamaRecomputeTest, GivesTheBitsOfStoredActivations) {
-  const GPTConfig config = this->config();
-  GPT stored(config);
-  GPT recomputed(config);
-  recomputed.set_recompute(recompute());
-  for (GPT* model : {&stored, &recomputed}) {
-    model->set_precision(precision());
-    model->init_gpt2(11);
-  }
-  AdamW stored_optimizer(stored, AdamWOptions{});
-  AdamW recomputed_optimizer(recomputed, AdamWOptions{});
-  constexpr int kMicroBatches = 2;
-  const float scale = 1.0f / static_cast<float>(kMicroBatches * kB * kT);
-  for (int step = 0; step < 3; ++step) {
-    stored.zero_grad();
-    recomputed.zero_grad();
-    for (int micro = 0; micro < kMicroBatches; ++micro) {
-      const auto batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size,
-                                                         static_cast<std::uint32_t>(200 + 10 * step + micro), {5});
-      const float want = stored.forward(batch.tokens, batch.targets, kB, kT, scale);
-      const float got = recomputed.forward(batch.tokens, batch.targets, kB, kT, scale);
-      EXPECT_EQ(got, want) << "step " << step << ", micro-batch " << micro;
-      stored.backward();
-      recomputed.backward();
-    }
-    ASSERT_TRUE(same_bits(recomputed.grads(), stored.grads())) << "step " << step;
-    stored_optimizer.step(stored.params(), stored.grads(), 3e-3f);
-    recomputed_optimizer.step(recomputed.params(), recomputed.grads(), 3e-3f);
-  }
-  EXPECT_TRUE(same_bits(recomputed.params(), stored.params()));
-}
-
-INSTANTIATE_TEST_SUITE_P(Modes, LlamaRecomputeTest,
-                         ::testing::Combine(::testing::ValuesIn(kShapes),
-                                            ::testing::Values(Precision::kFp32, Precision::kBf16),
-                                            ::testing::Values(Recompute::kSelective, Recompute::kFull)),
-                         [](const ::testing::TestParamInfo<LlamaRecomputeTest::ParamType>& info) {
-                           return shape_name(std::get<0>(info.param)) + "_" +
-                                  dufu::trainer::precision_name(std::get<1>(info.param)) + "_" +
-                                  dufu::trainer::recompute_name(std::get<2>(info.param));
-                         });
 
 // ---- pipeline stages -----------------------------------------------------------
 

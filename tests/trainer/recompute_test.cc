@@ -2,7 +2,8 @@
 // or keeps only each layer's input, and makes them again in
 // the backward gives the bits of the model that keeps every activation (losses, gradients, weights after AdamW steps with gradient
 // accumulation), under fp32 and bf16, in one process and as pipeline stages whose
-// forwards run before their backwards; what it allocates is what the memory plan
+// forwards run before their backwards, for GPT-2 and for Llama-shaped models (K/V heads
+// grouped or not, the head tied or not); what it allocates is what the memory plan
 // says, and the plan of GPT-2 124M at T = 1024 falls more than 5x.
 #include <gtest/gtest.h>
 
@@ -39,6 +40,31 @@ GPTConfig recompute_model() {
       {.n_layer = 3, .n_head = 2, .d_model = 32, .vocab_size = 64, .vocab_multiple = 16, .seq_length = 16});
 }
 
+// The models the bitwise tests run: GPT-2's, and Llama's pieces at the same size with
+// 4 heads of 8 channels over 4 or 2 K/V heads, a SwiGLU of 48 (not Llama's rule, so
+// ffn_hidden is exercised), an untied or a tied head.
+struct RecomputeModel {
+  const char* name;
+  int n_kv_head;  // 0: GPT-2
+  bool tied;
+};
+constexpr RecomputeModel kModels[] = {
+    {"gpt2", 0, true}, {"llama_untied", 4, false}, {"llama_grouped_untied", 2, false}, {"llama_grouped_tied", 2, true}};
+
+GPTConfig config_of(const RecomputeModel& model) {
+  GPTConfig config = recompute_model();
+  if (model.n_kv_head == 0) return config;
+  config.arch = dufu::trainer::Architecture::kLlama;
+  config.n_head = 4;
+  config.n_kv_head = model.n_kv_head;
+  config.ffn_hidden = 48;
+  config.rope_theta = 500000.0f;
+  config.norm_eps = 1e-6f;
+  config.tie_embeddings = model.tied;
+  config.validate();
+  return config;
+}
+
 constexpr int kB = 4;
 constexpr int kT = 16;
 
@@ -46,14 +72,15 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
 
-class RecomputeTest : public ::testing::TestWithParam<std::tuple<Precision, Recompute>> {
+class RecomputeTest : public ::testing::TestWithParam<std::tuple<RecomputeModel, Precision, Recompute>> {
  protected:
-  Precision precision() const { return std::get<0>(GetParam()); }
-  Recompute recompute() const { return std::get<1>(GetParam()); }
+  GPTConfig config() const { return config_of(std::get<0>(GetParam())); }
+  Precision precision() const { return std::get<1>(GetParam()); }
+  Recompute recompute() const { return std::get<2>(GetParam()); }
 };
 
 TEST_P(RecomputeTest, RecomputationGivesTheSameBits) {
-  const GPTConfig config = recompute_model();
+  const GPTConfig config = this->config();
   GPT stored(config);
   GPT recomputed(config);
   recomputed.set_recompute(recompute());
@@ -97,7 +124,7 @@ std::vector<float> full_gradients(const GPT& model) {
 TEST_P(RecomputeTest, PipelineSlotsRecomputeTheirOwnMicroBatch) {
   // Both micro-batches go through the first stage before either comes back, so the
   // working layer holds the second one's layers when the first one's backward starts.
-  const GPTConfig config = recompute_model();
+  const GPTConfig config = this->config();
   const auto first_batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 31, {2});
   const auto second_batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 32, {});
   const float scale = 1.0f / static_cast<float>(2 * kB * kT - 1);
@@ -152,11 +179,13 @@ TEST_P(RecomputeTest, PipelineSlotsRecomputeTheirOwnMicroBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, RecomputeTest,
-                         ::testing::Combine(::testing::Values(Precision::kFp32, Precision::kBf16),
+                         ::testing::Combine(::testing::ValuesIn(kModels),
+                                            ::testing::Values(Precision::kFp32, Precision::kBf16),
                                             ::testing::Values(Recompute::kSelective, Recompute::kFull)),
                          [](const ::testing::TestParamInfo<RecomputeTest::ParamType>& info) {
-                           return std::string(dufu::trainer::precision_name(std::get<0>(info.param))) + "_" +
-                                  dufu::trainer::recompute_name(std::get<1>(info.param));
+                           return std::string(std::get<0>(info.param).name) + "_" +
+                                  dufu::trainer::precision_name(std::get<1>(info.param)) + "_" +
+                                  dufu::trainer::recompute_name(std::get<2>(info.param));
                          });
 
 double measured_activation_bytes(Precision precision, Recompute recompute) {
