@@ -223,10 +223,11 @@ int run(const Options& options) {
   const dufu::trainer::MemoryPlan plan =
       dufu::trainer::rank_memory_plan(config, B, T, 1, 1, {}, 1, 0, precision, false, device);
 
+  const int hidden = static_cast<int>(config.mlp_hidden());  // validated: fits an int
   std::printf("dufu train step: %s, n_layer %d, d_model %d, n_head %d, n_kv_head %d, MLP %d, vocab %d (padded %d), "
               "%zu parameters\n",
               options.arch.c_str(), config.n_layer, config.d_model, config.n_head, config.kv_heads(),
-              config.mlp_hidden(), config.vocab_size, config.padded_vocab_size(), model.num_parameters());
+              hidden, config.vocab_size, config.padded_vocab_size(), model.num_parameters());
   std::printf("  device %s, precision %s\n", device.describe().c_str(), options.precision.c_str());
   std::printf("  batch %d x %d = %.0f tokens/step, %d threads, %d warmup steps (%.2f s), %d timed steps (%.2f s)\n", B,
               T, tokens_per_step, threads, options.warmup, warmup_seconds, options.steps, seconds);
@@ -253,7 +254,7 @@ int run(const Options& options) {
       "backward_ms=%.1f clip_ms=%.1f adamw_ms=%.1f zero_grad_ms=%.1f flops_per_token=%.6g sgemm_gflops=%.2f "
       "peak_gflops=%.2f mfu=%.4f mfu_nominal=%.4f plan_gb=%.3f held_gb=%.3f loss_first=%.4f loss_final=%.4f\n",
       options.device.c_str(), options.precision.c_str(), options.arch.c_str(), config.n_layer, config.d_model,
-      config.n_head, config.kv_heads(), config.mlp_hidden(), config.vocab_size, T, B, threads, options.warmup,
+      config.n_head, config.kv_heads(), hidden, config.vocab_size, T, B, threads, options.warmup,
       options.steps, seconds, tokens_per_s, ms_per_step,
       1e3 * phases.forward / n, 1e3 * phases.backward / n, 1e3 * phases.clip / n, 1e3 * phases.adamw / n,
       1e3 * phases.zero_grad / n, flops_per_token, sgemm / 1e9, peak / 1e9, mfu, mfu_nominal, plan.total() / 1e9,

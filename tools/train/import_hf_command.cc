@@ -32,7 +32,7 @@ void run(ImportFlags flags) {
                model.d_model, model.vocab_size, model.seq_length);
   if (model.is_llama()) {
     std::fprintf(stderr, "model.arch llama: %d K/V heads, ffn_hidden %d, rope_theta %g, norm_eps %g, %s head\n",
-                 model.kv_heads(), model.mlp_hidden(), static_cast<double>(model.rope_theta),
+                 model.kv_heads(), static_cast<int>(model.mlp_hidden()), static_cast<double>(model.rope_theta),
                  static_cast<double>(model.norm_eps), model.tie_embeddings ? "tied" : "untied");
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -43,14 +43,14 @@ Architecture parse_architecture(std::string_view text, std::string_view knob) {
   DUFU_FAIL(knob, " must be \"gpt2\" or \"llama\", got \"", text, "\"");
 }
 
-int GPTConfig::mlp_hidden() const {
+std::int64_t GPTConfig::mlp_hidden() const {
   if (ffn_hidden > 0) return ffn_hidden;
-  if (!is_llama()) return 4 * d_model;
+  if (!is_llama()) return 4LL * d_model;
   // Llama's rule (Touvron et al. 2023; Meta's reference code): int(2 * 4C / 3)
   // rounded up to a multiple of 256, which keeps SwiGLU's three matrices at the
   // parameter count of a 4C GELU MLP's two.
-  const long long hidden = 2LL * 4 * d_model / 3;
-  return static_cast<int>((hidden + 255) / 256 * 256);
+  const std::int64_t hidden = 2LL * 4 * d_model / 3;
+  return (hidden + 255) / 256 * 256;
 }
 
 PipelineStage resolve_pipeline_stage(const GPTConfig& config, PipelineStage stage) {
@@ -102,6 +102,7 @@ void GPTConfig::validate() const {
   if (vocab_size > INT_MAX - vocab_multiple) {
     DUFU_FAIL("GPT config: vocab_size ", vocab_size, " padded to a multiple of ", vocab_multiple, " overflows int");
   }
+  if (mlp_hidden() > INT_MAX) DUFU_FAIL("GPT config: the MLP's hidden width ", mlp_hidden(), " overflows int");
   if (n_kv_head < 0 || ffn_hidden < 0) {
     DUFU_FAIL("GPT config: n_kv_head (", n_kv_head, ") and ffn_hidden (", ffn_hidden,
               ") must not be negative; HINT: 0 picks the architecture's default");
@@ -109,7 +110,7 @@ void GPTConfig::validate() const {
   if (!is_llama()) {
     // GPT-2's kernels have these fixed: LayerNorm's 1e-5, 4C, every head its own K/V.
     if (kv_heads() != n_head) DUFU_FAIL("GPT config: n_kv_head ", n_kv_head, " needs model.arch = \"llama\"");
-    if (mlp_hidden() != 4 * d_model) {
+    if (mlp_hidden() != 4LL * d_model) {
       DUFU_FAIL("GPT config: ffn_hidden ", ffn_hidden, " needs model.arch = \"llama\" (GPT-2's MLP is 4 x d_model)");
     }
     if (!tie_embeddings) DUFU_FAIL("GPT config: an untied LM head (tie_embeddings false) needs model.arch = \"llama\"");

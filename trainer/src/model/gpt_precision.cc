@@ -185,7 +185,7 @@ GPT::LocalWidths GPT::local_widths() const {
   const int hs = config_.head_size();
   const int heads = config_.n_head / tp_;
   const int kv_heads = config_.kv_heads() / tp_;
-  const int hidden = config_.mlp_hidden() / tp_;
+  const int hidden = static_cast<int>(config_.mlp_hidden() / tp_);
   const bool llama = config_.is_llama();
   return {.qkv = (heads + 2 * kv_heads) * hs,
           .attn = heads * hs,

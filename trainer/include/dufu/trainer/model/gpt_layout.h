@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -43,8 +44,9 @@ struct GPTConfig {
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int head_size() const { return d_model / n_head; }
   // The MLP's hidden width: ffn_hidden if set, else GPT-2's 4·d_model, or for llama
-  // Llama's rule, 2/3 of 4·d_model rounded up to a multiple of 256.
-  int mlp_hidden() const;
+  // Llama's rule, 2/3 of 4·d_model rounded up to a multiple of 256. 64-bit: a plan may
+  // size a model whose widths overflow int (validate() refuses building one).
+  std::int64_t mlp_hidden() const;
 
   // vocab_size rounded up to a multiple of vocab_multiple x tensor_parallel_size (as
   // Megatron-LM does), so the rows of wte split evenly over the tensor-parallel ranks
