@@ -116,7 +116,8 @@ void PrintTo(const AttentionShape& s, std::ostream* os) {
 // The head sizes GPT models use, at T = 1 (one key), 7 (less than a tile), 64 (one
 // CPU query block) and 1024 (many tiles on every device; few heads, so the double
 // reference stays fast); multi-head (NKV = NH), and the Llama family's grouped heads:
-// 8 query heads over 2 K/V heads and over 1 (multi-query).
+// 8 query heads over 2 K/V heads and over 1 (multi-query), and multi-query over
+// several tiles at T = 320 (a group's K/V tiles reused across its query heads).
 std::vector<AttentionShape> attention_shapes() {
   std::vector<AttentionShape> shapes;
   for (const int hs : {32, 64, 128}) {
@@ -128,7 +129,7 @@ std::vector<AttentionShape> attention_shapes() {
       for (const int T : {1, 7, 64}) shapes.push_back({2, T, 8, NKV, hs});
     }
   }
-  shapes.push_back({1, 1024, 2, 1, 64});
+  shapes.push_back({1, 320, 2, 1, 64});
   return shapes;
 }
 
