@@ -1,8 +1,6 @@
 // The Llama-family model (model.arch = llama) in one process, held to the properties
-// the GPT-2 model is held to (recomputation's bits: recompute_test, which runs Llama's
-// shapes too): pipeline stages whose forwards
-// run before their backwards give the whole model's losses and gradients bit for bit;
-// bf16 trains a repeated batch; what the model allocates is what the memory plan says
+// the GPT-2 model is held to (recomputation's bits and pipeline stages whose forwards
+// run before their backwards: recompute_test, which runs Llama's shapes too): bf16 trains a repeated batch; what the model allocates is what the memory plan says
 // (training_memory.h), and its parameter count is the plan's and the one counted by
 // hand from Llama's tensors. Each for an untied head (Llama's) and a tied one, with
 // every head its own K/V head and with grouped K/V heads (2 query heads per K/V head).
@@ -11,13 +9,11 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <string>
 #include <vector>
 
 #include "dufu/trainer/model/gpt.h"
 #include "dufu/trainer/model/gpt_layout.h"
-#include "dufu/trainer/model/gpt_pieces.h"
 #include "dufu/trainer/model/optimizer.h"
 #include "dufu/trainer/run/training_memory.h"
 #include "support/counting_cpu_device.h"
@@ -64,81 +60,12 @@ std::string shape_name(const LlamaShape& shape) {
 
 const LlamaShape kShapes[] = {{4, false}, {4, true}, {2, false}, {2, true}};
 
-// ---- pipeline stages -----------------------------------------------------------
+// ---- bf16 trains ---------------------------------------------------------------
 
 class LlamaShapeTest : public ::testing::TestWithParam<LlamaShape> {
  protected:
   GPTConfig config() const { return llama_model(GetParam()); }
 };
-
-// Gradients of a stage's tensors in the serial layout (0 where it does not hold them).
-std::vector<float> full_gradients(const GPT& model) {
-  std::vector<float> full(dufu::trainer::gpt_layout_size(dufu::trainer::gpt_parameter_layout(model.config())), 0.0f);
-  const std::vector<float> grads(model.grads().begin(), model.grads().end());
-  dufu::trainer::unstage_gpt_buffer(model.config(), model.pipeline_stage(), grads, full);
-  return full;
-}
-
-TEST_P(LlamaShapeTest, PipelineStagesGiveTheWholeModelsBits) {
-  const GPTConfig config = this->config();
-  const auto first_batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 31, {2});
-  const auto second_batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 32, {});
-  const float scale = 1.0f / static_cast<float>(2 * kB * kT - 1);
-  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
-    SCOPED_TRACE(dufu::trainer::precision_name(precision));
-    GPT whole(config);
-    whole.set_precision(precision);
-    whole.init_gpt2(5);
-    whole.zero_grad();
-    const float whole_first = whole.forward(first_batch.tokens, first_batch.targets, kB, kT, scale);
-    whole.backward();
-    const float whole_second = whole.forward(second_batch.tokens, second_batch.targets, kB, kT, scale);
-    whole.backward();
-
-    // Layers 0 and 1 on the first stage (with wte), layer 2 on the last (with ln_f and
-    // the head); both micro-batches pass the first stage before either comes back, as
-    // under 1F1B.
-    const std::vector<int> split = dufu::trainer::pipeline_layer_split(config.n_layer, 2);
-    GPT head(config, nullptr, dufu::trainer::pipeline_stage(split, 0));
-    GPT tail(config, nullptr, dufu::trainer::pipeline_stage(split, 1));
-    EXPECT_EQ(tail.pipeline_stage().holds_wte_copy(), config.tie_embeddings);
-    for (GPT* stage : {&head, &tail}) {
-      stage->set_precision(precision);
-      stage->init_gpt2(5);
-      stage->zero_grad();
-    }
-    head.forward_stage(0, first_batch.tokens, {}, {}, kB, kT, scale);
-    head.forward_stage(1, second_batch.tokens, {}, {}, kB, kT, scale);
-    const std::vector<float> first_output(head.stage_output(0).begin(), head.stage_output(0).end());
-    const std::vector<float> second_output(head.stage_output(1).begin(), head.stage_output(1).end());
-    EXPECT_EQ(tail.forward_stage(0, {}, first_output, first_batch.targets, kB, kT, scale), whole_first);
-    EXPECT_EQ(tail.forward_stage(1, {}, second_output, second_batch.targets, kB, kT, scale), whole_second);
-    const std::span<const float> first_grad = tail.backward_stage(0, {});
-    const std::vector<float> first_d_output(first_grad.begin(), first_grad.end());
-    const std::span<const float> second_grad = tail.backward_stage(1, {});
-    const std::vector<float> second_d_output(second_grad.begin(), second_grad.end());
-    head.backward_stage(0, first_d_output);
-    head.backward_stage(1, second_d_output);
-
-    // A tied wte's gradient is summed in one buffer by the whole model and in two by
-    // the stages (the pipeline adds them later); untied, wte is the first stage's
-    // alone and lm_head the last's, and every gradient is the whole model's bits.
-    const std::vector<float> expected = full_gradients(whole);
-    const std::vector<float> head_grads = full_gradients(head);
-    const std::vector<float> tail_grads = full_gradients(tail);
-    std::size_t compared = 0;
-    for (const auto& tensor : whole.parameter_tensors()) {
-      if (tensor.name == "wte.weight" && config.tie_embeddings) continue;
-      for (std::size_t i = tensor.offset; i < tensor.offset + tensor.size(); ++i) {
-        ASSERT_EQ(head_grads[i] + tail_grads[i], expected[i]) << tensor.name << " [" << i - tensor.offset << "]";
-        ++compared;
-      }
-    }
-    EXPECT_GT(compared, 10000u);
-  }
-}
-
-// ---- bf16 trains ---------------------------------------------------------------
 
 // One shape (Llama's: grouped K/V heads, an untied head): 40 training steps per shape
 // would add nothing the bitwise tests of the others do not show.
