@@ -72,6 +72,10 @@ TEST_F(CheckpointTest, MissingOrGarbledStateIsRefused) {
       {"\"optimizer_sharded\":false", "\"optimizer_sharded\":true",
        "\"layout\": optimizer_sharded with data_parallel_size 1"},
       {"\"optimizer_sharded\":false", "\"optimizer_sharded\":0", "\"layout.optimizer_sharded\" is "},
+      // A forged layout of 2^31 - 1 ranks: refused by counting, before naming 2^31 files.
+      {"\"data_parallel_size\":1,\"optimizer_sharded\":false",
+       "\"data_parallel_size\":2147483647,\"optimizer_sharded\":true",
+       "\"files\" lists 2 files; a checkpoint of this layout has 2147483648"},
       {"\"pipeline_layers\":[]", "\"pipeline_layers\":[\"2\"]", "\"layout.pipeline_layers\" holds \"2\""},
       {"\"layout\":{", "\"layoutz\":{", "missing field \"layout\""},
       {"\"files\":{", "\"files\":{\"model-tp01.safetensors\":{\"bytes\":1,\"sha256\":\"" + std::string(64, 'a') +

@@ -180,6 +180,15 @@ class StateReader {
     simdjson::dom::element tokenizer;  // optional too: data without sidecars records none
     if (!object.at_key("tokenizer").get(tokenizer)) read_state_tokenizer(simdjson::to_string(tokenizer), path_, state);
     const simdjson::dom::object files = object_field(object, "", "files");
+    // Counted before the names are made: a forged layout of 2^31 ranks would make them all.
+    // (More files than the layout has is reported below, by the name of the extra one.)
+    const std::uint64_t pieces = static_cast<std::uint64_t>(state.layout.tensor_parallel_size) *
+                                 static_cast<std::uint64_t>(state.layout.pipeline_parallel_size);
+    const std::uint64_t expected_files =
+        pieces * (1 + (state.layout.optimizer_sharded ? static_cast<std::uint64_t>(state.layout.data_parallel_size) : 1));
+    if (expected_files > files.size()) {
+      fail("\"files\" lists ", files.size(), " files; a checkpoint of this layout has ", expected_files);
+    }
     for (const std::string& name : checkpoint_file_names(state.layout)) parsed.files[name] = file_record(files, name);
     for (const auto field : files) {
       if (!parsed.files.contains(std::string(field.key))) {
