@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <span>
 #include <type_traits>
 #include <utility>
 
@@ -65,6 +67,10 @@ class SingleProcessCommunicator final : public Communicator {
   }
   void do_reduce_scatter(ConstCommBuffer input, CommBuffer output) override {
     std::memmove(output.data, input.data, output.count * data_type_size(output.type));
+  }
+  // One rank's only chunk is the whole input, as in reduce_scatter.
+  void do_reduce_scatter_v(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t>) override {
+    do_reduce_scatter(input, output);
   }
   void do_broadcast(CommBuffer, int) override {}
   // check_peer refuses every peer of a group of one before these are reached.
@@ -161,6 +167,18 @@ double bytes_of(std::size_t count, DataType type) {
   return static_cast<double>(count) * static_cast<double>(data_type_size(type));
 }
 
+// A reduce-scatter sends every chunk of its input but its own.
+double reduce_scatter_sent_bytes(ConstCommBuffer input, std::size_t own_count) {
+  return bytes_of(input.count - own_count, input.type);
+}
+
+void check_same_type(ConstCommBuffer input, CommBuffer output, const char* operation, const Communicator& group) {
+  if (input.type != output.type) {
+    DUFU_FAIL(operation, " on ", group.describe(), ": input is ", data_type_name(input.type), " but output is ",
+              data_type_name(output.type));
+  }
+}
+
 }  // namespace
 
 void Communicator::all_reduce_buffer(CommBuffer data, ReduceOp op) {
@@ -171,10 +189,7 @@ void Communicator::all_reduce_buffer(CommBuffer data, ReduceOp op) {
 }
 
 void Communicator::all_gather_buffer(ConstCommBuffer input, CommBuffer output) {
-  if (input.type != output.type) {
-    DUFU_FAIL("all_gather on ", describe(), ": input is ", data_type_name(input.type), " but output is ",
-              data_type_name(output.type));
-  }
+  check_same_type(input, output, "all_gather", *this);
   if (output.count != input.count * static_cast<std::size_t>(size())) {
     DUFU_FAIL("all_gather on ", describe(), ": output has ", output.count, " elements but ", size(),
               " ranks x ", input.count, " input elements need ", input.count * static_cast<std::size_t>(size()));
@@ -191,18 +206,42 @@ void Communicator::all_gather_buffer(ConstCommBuffer input, CommBuffer output) {
 }
 
 void Communicator::reduce_scatter_buffer(ConstCommBuffer input, CommBuffer output) {
-  if (input.type != output.type) {
-    DUFU_FAIL("reduce_scatter on ", describe(), ": input is ", data_type_name(input.type), " but output is ",
-              data_type_name(output.type));
-  }
+  check_same_type(input, output, "reduce_scatter", *this);
   if (input.count != output.count * static_cast<std::size_t>(size())) {
     DUFU_FAIL("reduce_scatter on ", describe(), ": input has ", input.count, " elements but ", size(),
               " ranks x ", output.count, " output elements need ", output.count * static_cast<std::size_t>(size()));
   }
   if (input.count == 0) return;
   TrafficScope scope(*this, &CommunicationTraffic::reduce_scatter_bytes,
-                     (size() - 1) * bytes_of(output.count, output.type));
+                     reduce_scatter_sent_bytes(input, output.count));
   do_reduce_scatter(input, output);
+}
+
+void Communicator::reduce_scatter_v_buffer(ConstCommBuffer input, CommBuffer output,
+                                           std::span<const std::size_t> counts) {
+  check_same_type(input, output, "reduce_scatter_v", *this);
+  if (counts.size() != static_cast<std::size_t>(size())) {
+    DUFU_FAIL("reduce_scatter_v on ", describe(), ": counts has ", counts.size(), " entries but the group has ",
+              size(), " ranks");
+  }
+  std::size_t total = 0;
+  for (const std::size_t count : counts) {
+    if (count > std::numeric_limits<std::size_t>::max() - total) {
+      DUFU_FAIL("reduce_scatter_v on ", describe(), ": counts overflow std::size_t when summed");
+    }
+    total += count;
+  }
+  if (input.count != total) {
+    DUFU_FAIL("reduce_scatter_v on ", describe(), ": input has ", input.count, " elements but counts sum to ", total);
+  }
+  const std::size_t own = counts[static_cast<std::size_t>(rank())];
+  if (output.count != own) {
+    DUFU_FAIL("reduce_scatter_v on ", describe(), ": output has ", output.count, " elements but counts[", rank(),
+              "] is ", own);
+  }
+  if (input.count == 0) return;
+  TrafficScope scope(*this, &CommunicationTraffic::reduce_scatter_bytes, reduce_scatter_sent_bytes(input, own));
+  do_reduce_scatter_v(input, output, counts);
 }
 
 void Communicator::broadcast_buffer(CommBuffer data, int root) {

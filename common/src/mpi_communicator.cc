@@ -6,7 +6,8 @@
 // instead an Alltoallv that hands rank k chunk k of every rank's data, a left fold in
 // rank order on rank k, and an Allgatherv of the folded chunks: the same amount of
 // data per rank as a ring all-reduce, and results that are a fixed function of the
-// inputs (see communicator.h). reduce_scatter is the first two of those steps.
+// inputs (see communicator.h). reduce_scatter_v is the first two of those steps with
+// the caller's chunks, and reduce_scatter is reduce_scatter_v with equal chunks.
 
 // The C API only: included from C++, mpi.h otherwise pulls in the deprecated C++
 // bindings, which live in a library MPI::MPI_C does not link.
@@ -19,6 +20,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -165,24 +167,17 @@ class MpiCommunicator final : public Communicator {
 
  protected:
   void do_all_reduce(CommBuffer data, ReduceOp op) override {
-    const std::size_t element = data_type_size(data.type);
-    const auto& [counts, offsets] = chunks(data.count, "all_reduce");
-    const int own = counts[static_cast<std::size_t>(rank_)];
-    // scratch: chunk rank_ of every rank's data, rank after rank.
-    scratch_.resize(static_cast<std::size_t>(own) * static_cast<std::size_t>(size_) * element);
-    std::vector<int>& scratch_offsets = scratch_offsets_;
-    std::vector<int>& scratch_counts = scratch_counts_;
-    scratch_counts.assign(static_cast<std::size_t>(size_), own);
-    scratch_offsets.resize(static_cast<std::size_t>(size_));
-    for (int r = 0; r < size_; ++r) scratch_offsets[static_cast<std::size_t>(r)] = r * own;
-    const MPI_Datatype type = mpi_type(data.type);
-    DUFU_MPI_CHECK(this, "all_reduce", MPI_Alltoallv, data.data, counts.data(), offsets.data(), type,
-                   scratch_.data(), scratch_counts.data(), scratch_offsets.data(), type, comm_);
-    fold(data.type, op, static_cast<unsigned char*>(data.data) +
-                            static_cast<std::size_t>(offsets[static_cast<std::size_t>(rank_)]) * element,
-         static_cast<std::size_t>(own));
-    DUFU_MPI_CHECK(this, "all_reduce", MPI_Allgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data, counts.data(),
-                   offsets.data(), type, comm_);
+    // Chunk r: n / size elements, one more for the first n % size ranks.
+    const std::size_t whole = data.count / static_cast<std::size_t>(size_);
+    const std::size_t rest = data.count % static_cast<std::size_t>(size_);
+    const Chunks& chunks = chunks_of([&](int r) { return whole + (static_cast<std::size_t>(r) < rest ? 1 : 0); },
+                                     "all_reduce");
+    void* own_chunk = static_cast<unsigned char*>(data.data) +
+                      static_cast<std::size_t>(chunks.offsets[static_cast<std::size_t>(rank_)]) *
+                          data_type_size(data.type);
+    exchange_and_fold(data.data, data.type, op, own_chunk, "all_reduce");
+    DUFU_MPI_CHECK(this, "all_reduce", MPI_Allgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data,
+                   chunks.counts.data(), chunks.offsets.data(), mpi_type(data.type), comm_);
   }
 
   void do_all_gather(ConstCommBuffer input, CommBuffer output) override {
@@ -197,12 +192,13 @@ class MpiCommunicator final : public Communicator {
   }
 
   void do_reduce_scatter(ConstCommBuffer input, CommBuffer output) override {
-    const int count = checked_count(output.count, "reduce_scatter");
-    checked_count(input.count, "reduce_scatter");
-    const MPI_Datatype type = mpi_type(input.type);
-    scratch_.resize(input.count * data_type_size(input.type));
-    DUFU_MPI_CHECK(this, "reduce_scatter", MPI_Alltoall, input.data, count, type, scratch_.data(), count, type, comm_);
-    fold(output.type, ReduceOp::kSum, output.data, output.count);
+    chunks_of([&](int) { return output.count; }, "reduce_scatter");
+    exchange_and_fold(input.data, input.type, ReduceOp::kSum, output.data, "reduce_scatter");
+  }
+
+  void do_reduce_scatter_v(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t> counts) override {
+    chunks_of([&](int r) { return counts[static_cast<std::size_t>(r)]; }, "reduce_scatter_v");
+    exchange_and_fold(input.data, input.type, ReduceOp::kSum, output.data, "reduce_scatter_v");
   }
 
   void do_broadcast(CommBuffer data, int root) override {
@@ -261,20 +257,37 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  // Chunk r of n elements: n / size elements, one more for the first n % size ranks.
-  const Chunks& chunks(std::size_t n, const char* operation) {
-    checked_count(n, operation);
-    const int total = static_cast<int>(n);
+  // chunks_ = the counts count_of(r) of ranks r = 0, 1, ..., size_-1, one after
+  // another, checked against MPI's int counts and offsets.
+  template <typename CountOf>
+  const Chunks& chunks_of(CountOf count_of, const char* operation) {
     chunks_.counts.resize(static_cast<std::size_t>(size_));
     chunks_.offsets.resize(static_cast<std::size_t>(size_));
-    int offset = 0;
+    std::size_t offset = 0;
     for (int r = 0; r < size_; ++r) {
-      const int count = total / size_ + (r < total % size_ ? 1 : 0);
-      chunks_.counts[static_cast<std::size_t>(r)] = count;
-      chunks_.offsets[static_cast<std::size_t>(r)] = offset;
+      const std::size_t count = count_of(r);
+      chunks_.offsets[static_cast<std::size_t>(r)] = checked_count(offset, operation);
+      chunks_.counts[static_cast<std::size_t>(r)] = checked_count(count, operation);
       offset += count;
+      checked_count(offset, operation);
     }
     return chunks_;
+  }
+
+  // Hands rank k chunk k (chunks_) of every rank's input, rank after rank in scratch_,
+  // and folds them into destination (this rank's chunk, chunks_.counts[rank_] elements).
+  // destination may be part of input: the exchange has read input by then.
+  void exchange_and_fold(const void* input, DataType type, ReduceOp op, void* destination, const char* operation) {
+    const int own = chunks_.counts[static_cast<std::size_t>(rank_)];
+    checked_count(static_cast<std::size_t>(own) * static_cast<std::size_t>(size_), operation);
+    scratch_.resize(static_cast<std::size_t>(own) * static_cast<std::size_t>(size_) * data_type_size(type));
+    scratch_counts_.assign(static_cast<std::size_t>(size_), own);
+    scratch_offsets_.resize(static_cast<std::size_t>(size_));
+    for (int r = 0; r < size_; ++r) scratch_offsets_[static_cast<std::size_t>(r)] = r * own;
+    const MPI_Datatype mpi = mpi_type(type);
+    DUFU_MPI_CHECK(this, operation, MPI_Alltoallv, input, chunks_.counts.data(), chunks_.offsets.data(), mpi,
+                   scratch_.data(), scratch_counts_.data(), scratch_offsets_.data(), mpi, comm_);
+    fold(type, op, destination, static_cast<std::size_t>(own));
   }
 
   // destination = scratch block 0 op block 1 op ... op block size_-1, left to right.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -65,7 +66,110 @@ TEST(SingleProcessCommunicator, EmptyBuffersAreFine) {
   comm->all_reduce(empty);
   comm->all_gather(empty, empty);
   comm->reduce_scatter(empty, empty);
+  comm->reduce_scatter_v(empty, empty, std::vector<std::size_t>{0});
   comm->broadcast(empty, 0);
+}
+
+TEST(SingleProcessCommunicator, ReduceScatterVKeepsTheWholeInput) {
+  auto comm = make_single_process_communicator();
+  const std::vector<double> input{1.5, -2.25, 1e300};
+  std::vector<double> output(3);
+  comm->reduce_scatter_v(input, output, std::vector<std::size_t>{3});
+  EXPECT_EQ(output, input);
+  std::vector<float> in_place{4.0f, 5.0f};
+  comm->reduce_scatter_v(std::span<const float>(in_place), in_place, std::vector<std::size_t>{2});
+  EXPECT_EQ(in_place, (std::vector<float>{4.0f, 5.0f}));
+  // One rank sends nothing: the operation is counted, no bytes.
+  EXPECT_EQ(comm->traffic().reduce_scatter_bytes, 0u);
+  EXPECT_EQ(comm->traffic().operations, 2u);
+}
+
+TEST(SingleProcessCommunicator, ReduceScatterVRefusesBadArguments) {
+  auto comm = make_single_process_communicator();
+  std::vector<float> three(3), two(2);
+  const std::string where = "reduce_scatter_v on single-process communicator 'world'";
+  expect_error([&] { comm->reduce_scatter_v(three, three, std::vector<std::size_t>{3, 0}); },
+               {where, "counts has 2 entries but the group has 1 ranks"});
+  expect_error([&] { comm->reduce_scatter_v(three, three, std::vector<std::size_t>{}); }, {"counts has 0 entries"});
+  expect_error([&] { comm->reduce_scatter_v(three, two, std::vector<std::size_t>{2}); },
+               {where, "input has 3 elements but counts sum to 2"});
+  expect_error([&] { comm->reduce_scatter_v(two, three, std::vector<std::size_t>{2}); },
+               {where, "output has 3 elements but counts[0] is 2"});
+  std::vector<double> doubles(3);
+  expect_error([&] {
+    comm->reduce_scatter_v_buffer(ConstCommBuffer{three.data(), 3, DataType::kFloat32},
+                                  CommBuffer{doubles.data(), 3, DataType::kFloat64}, std::vector<std::size_t>{3});
+  }, {where, "input is float32 but output is float64"});
+  EXPECT_EQ(comm->traffic().operations, 0u);
+}
+
+// Rank 2 of a group of 4 that records what reaches the reduce_scatter_v hook, for the
+// checks and the traffic count of the shared entry point at a size above one.
+class ReduceScatterVRecorder final : public Communicator {
+ public:
+  ReduceScatterVRecorder() : Communicator("recorder") {}
+  int rank() const override { return 2; }
+  int size() const override { return 4; }
+  std::string describe() const override { return "recorder (rank 2 of 4)"; }
+
+  std::vector<std::size_t> counts_seen;
+  std::size_t calls = 0;
+
+ protected:
+  void do_reduce_scatter_v(ConstCommBuffer, CommBuffer, std::span<const std::size_t> counts) override {
+    counts_seen.assign(counts.begin(), counts.end());
+    ++calls;
+  }
+  // Nothing else may be reached.
+  void do_all_reduce(CommBuffer, ReduceOp) override { unexpected(); }
+  void do_all_gather(ConstCommBuffer, CommBuffer) override { unexpected(); }
+  void do_reduce_scatter(ConstCommBuffer, CommBuffer) override { unexpected(); }
+  void do_broadcast(CommBuffer, int) override { unexpected(); }
+  void do_send(ConstCommBuffer, int, int) override { unexpected(); }
+  void do_recv(CommBuffer, int, int) override { unexpected(); }
+  void do_send_recv(ConstCommBuffer, int, CommBuffer, int, int) override { unexpected(); }
+  void do_barrier() override { unexpected(); }
+  std::unique_ptr<Communicator> do_split(int, int, std::string) override {
+    unexpected();
+    return nullptr;
+  }
+
+ private:
+  static void unexpected() { ADD_FAILURE() << "a hook other than do_reduce_scatter_v was called"; }
+};
+
+TEST(Communicator, ReduceScatterVChecksAndCountsWhatThisRankSends) {
+  ReduceScatterVRecorder comm;
+  const std::vector<std::size_t> counts{0, 5, 3, 0};
+  std::vector<double> input(8), output(3);
+  comm.reduce_scatter_v(input, output, counts);
+  EXPECT_EQ(comm.calls, 1u);
+  EXPECT_EQ(comm.counts_seen, counts);
+  // Chunks 0, 1 and 3 leave this rank: 5 doubles.
+  EXPECT_EQ(comm.traffic().reduce_scatter_bytes, 5 * sizeof(double));
+  EXPECT_EQ(comm.traffic().operations, 1u);
+
+  // A rank that keeps nothing still sends its chunks of others' shards.
+  std::vector<float> four(4), none;
+  comm.reduce_scatter_v(four, none, std::vector<std::size_t>{1, 3, 0, 0});
+  EXPECT_EQ(comm.calls, 2u);
+  EXPECT_EQ(comm.traffic().reduce_scatter_bytes, 5 * sizeof(double) + 4 * sizeof(float));
+
+  // All counts zero: nothing to do on any rank, nothing counted.
+  comm.reduce_scatter_v(none, none, std::vector<std::size_t>(4, 0));
+  EXPECT_EQ(comm.calls, 2u);
+  EXPECT_EQ(comm.traffic().operations, 2u);
+
+  expect_error([&] { comm.reduce_scatter_v(input, output, std::vector<std::size_t>{0, 5, 3}); },
+               {"reduce_scatter_v on recorder (rank 2 of 4): counts has 3 entries but the group has 4 ranks"});
+  expect_error([&] { comm.reduce_scatter_v(input, output, std::vector<std::size_t>{1, 5, 3, 0}); },
+               {"input has 8 elements but counts sum to 9"});
+  expect_error([&] { comm.reduce_scatter_v(input, output, std::vector<std::size_t>{0, 3, 5, 0}); },
+               {"output has 3 elements but counts[2] is 5"});
+  const std::size_t huge = std::numeric_limits<std::size_t>::max();
+  expect_error([&] { comm.reduce_scatter_v(input, output, std::vector<std::size_t>{huge, 5, 3, 0}); },
+               {"counts overflow std::size_t when summed"});
+  EXPECT_EQ(comm.calls, 2u);
 }
 
 TEST(SingleProcessCommunicator, SplitAndSubgroup) {

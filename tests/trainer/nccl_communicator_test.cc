@@ -112,6 +112,34 @@ TEST_F(NcclCommunicatorTest, ReduceScatterAndAllGatherMatchMpi) {
   expect_bitwise(gathered.to_host(), expected_gathered);
 }
 
+TEST_F(NcclCommunicatorTest, ReduceScatterVMatchesMpi) {
+  const std::size_t ranks = static_cast<std::size_t>(world().size());
+  const std::size_t own_index = static_cast<std::size_t>(world().rank());
+  std::vector<std::size_t> zeros_between{0, 5, 0, 3};
+  zeros_between.resize(ranks, 2);
+  std::vector<std::size_t> growing(ranks);
+  for (std::size_t k = 0; k < ranks; ++k) growing[k] = 1000 + 37 * k;
+  std::vector<std::size_t> last_owner(ranks, 0);
+  last_owner.back() = 4099;
+  for (const std::vector<std::size_t>& counts : {zeros_between, growing, last_owner}) {
+    SCOPED_TRACE(::testing::PrintToString(counts));
+    std::size_t total = 0;
+    for (const std::size_t count : counts) total += count;
+    const std::vector<float> input = rank_floats(total, false);
+    DeviceBuffer<float> gpu_input = on_gpu(input);
+    // A rank that gets nothing passes an empty device buffer.
+    DeviceBuffer<float> gpu_output(gpu(), counts[own_index]);
+    nccl_->reduce_scatter_v(gpu_input.span(), gpu_output.span(), counts);
+    std::vector<float> expected(counts[own_index]);
+    world().reduce_scatter_v(input, expected, counts);
+    expect_bitwise(gpu_output.to_host(), expected);
+    // Host buffers go through the control plane.
+    std::vector<float> host_output(counts[own_index]);
+    nccl_->reduce_scatter_v(input, host_output, counts);
+    expect_bitwise(host_output, expected);
+  }
+}
+
 TEST_F(NcclCommunicatorTest, BroadcastAndSendRecvMatchMpi) {
   std::vector<float> expected = rank_floats(513, false);
   DeviceBuffer<float> data = on_gpu(expected);

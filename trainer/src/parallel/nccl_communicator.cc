@@ -6,7 +6,8 @@
 // MPI backend does (common/src/mpi_communicator.cc): an all-to-all (grouped ncclSend /
 // ncclRecv) hands rank k chunk k of every rank's data, a device kernel folds those
 // blocks in rank order (collective_fold.h), and ncclAllGather shares the folded
-// chunks: the bytes per rank of a ring all-reduce. reduce_scatter stops after the fold.
+// chunks: the bytes per rank of a ring all-reduce. reduce_scatter and reduce_scatter_v
+// (chunks of the caller's sizes) stop after the fold.
 // NCCL has no tags: messages between two ranks arrive in the order they were sent,
 // which is what the callers' tags would give. NCCL cannot tell how much a receive got,
 // so a count mismatch is the caller's to avoid (the host backends detect it).
@@ -21,6 +22,7 @@
 #include "dufu/trainer/parallel/nccl_communicator.h"
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,20 +91,29 @@ class NcclCommunicator final : public Communicator {
     // folded chunks of every rank, gathered.
     unsigned char* blocks = scratch(2 * stride * static_cast<std::size_t>(size()) * element);
     unsigned char* gathered = blocks + stride * static_cast<std::size_t>(size()) * element;
-    all_to_all(static_cast<const unsigned char*>(data.data), data.count, stride, data.type, blocks);
-    const FoldChunk own = fold_chunk(data.count, size(), rank());
+    // fold_chunk's chunks lie one after another, so their counts place them.
+    lay_out_chunks([&](int r) { return fold_chunk(data.count, size(), r).count; });
+    all_to_all(static_cast<const unsigned char*>(data.data), stride, data.type, blocks);
     unsigned char* own_slot = gathered + static_cast<std::size_t>(rank()) * stride * element;
-    nccl_.fold(own_slot, blocks, stride, own.count, size(), data.type, op);
+    nccl_.fold(own_slot, blocks, stride, chunks_[static_cast<std::size_t>(rank())].count, size(), data.type, op);
     nccl_.all_gather(comm_, own_slot, gathered, stride, data.type);
     device_.copy(data.data, gathered, data.count * element);
   }
 
   void do_reduce_scatter(ConstCommBuffer input, CommBuffer output) override {
     if (on_host(input.data, output.data, "reduce_scatter")) return host_->reduce_scatter_buffer(input, output);
-    const std::size_t element = data_type_size(input.type);
-    unsigned char* blocks = scratch(input.count * element);
-    all_to_all(static_cast<const unsigned char*>(input.data), input.count, output.count, input.type, blocks);
-    nccl_.fold(output.data, blocks, output.count, output.count, size(), output.type, ReduceOp::kSum);
+    lay_out_chunks([&](int) { return output.count; });
+    scatter_and_fold(input, output);
+  }
+
+  void do_reduce_scatter_v(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t> counts) override {
+    // A rank that gets nothing may pass an empty output without an address; the input
+    // (never empty here) then says where the data lives.
+    if (on_host(input.data, output.count == 0 ? input.data : output.data, "reduce_scatter_v")) {
+      return host_->reduce_scatter_v_buffer(input, output, counts);
+    }
+    lay_out_chunks([&](int r) { return counts[static_cast<std::size_t>(r)]; });
+    scatter_and_fold(input, output);
   }
 
   void do_all_gather(ConstCommBuffer input, CommBuffer output) override {
@@ -162,19 +173,36 @@ class NcclCommunicator final : public Communicator {
     return first_on_host;
   }
 
-  // Chunk k (fold_chunk) of every rank's `count` elements goes to rank k, which puts
-  // rank r's into block r of `blocks` (blocks `stride` elements apart).
-  void all_to_all(const unsigned char* data, std::size_t count, std::size_t stride, DataType type,
-                  unsigned char* blocks) {
+  // chunks_ = the counts count_of(r) of ranks r = 0, 1, ..., size()-1, one after another.
+  template <typename CountOf>
+  void lay_out_chunks(CountOf count_of) {
+    chunks_.resize(static_cast<std::size_t>(size()));
+    std::size_t begin = 0;
+    for (int r = 0; r < size(); ++r) {
+      chunks_[static_cast<std::size_t>(r)] = FoldChunk{begin, count_of(r)};
+      begin += chunks_[static_cast<std::size_t>(r)].count;
+    }
+  }
+
+  // Chunk k (chunks_[k]) of every rank's data goes to rank k, which puts rank r's into
+  // block r of `blocks` (blocks `stride` elements apart).
+  void all_to_all(const unsigned char* data, std::size_t stride, DataType type, unsigned char* blocks) {
     const std::size_t element = data_type_size(type);
-    const std::size_t own = fold_chunk(count, size(), rank()).count;
+    const std::size_t own = chunks_[static_cast<std::size_t>(rank())].count;
     nccl_.group_start();
     for (int peer = 0; peer < size(); ++peer) {
-      const FoldChunk chunk = fold_chunk(count, size(), peer);
+      const FoldChunk chunk = chunks_[static_cast<std::size_t>(peer)];
       if (chunk.count > 0) nccl_.send(comm_, data + chunk.begin * element, chunk.count, type, peer);
       if (own > 0) nccl_.recv(comm_, blocks + static_cast<std::size_t>(peer) * stride * element, own, type, peer);
     }
     nccl_.group_end();
+  }
+
+  // output = the sum over ranks of every rank's chunk rank() (chunks_) of input.
+  void scatter_and_fold(ConstCommBuffer input, CommBuffer output) {
+    unsigned char* blocks = scratch(output.count * static_cast<std::size_t>(size()) * data_type_size(input.type));
+    all_to_all(static_cast<const unsigned char*>(input.data), output.count, input.type, blocks);
+    nccl_.fold(output.data, blocks, output.count, output.count, size(), output.type, ReduceOp::kSum);
   }
 
   // Device scratch of at least `bytes`, kept between calls and grown, never shrunk, so
@@ -190,6 +218,7 @@ class NcclCommunicator final : public Communicator {
   Device& device_;
   void* comm_ = nullptr;  // ncclComm_t
   DeviceBuffer<unsigned char> scratch_;
+  std::vector<FoldChunk> chunks_;  // of the running collective, kept so a step does not allocate
 };
 
 }  // namespace

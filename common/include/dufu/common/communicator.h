@@ -7,10 +7,10 @@
 // Rules every backend keeps:
 // - Collectives are called by every rank of the group, in the same order, with the
 //   same element counts (all_reduce, broadcast) or counts that the documented size
-//   relation ties together (all_gather, reduce_scatter). Arguments are checked before
+//   relation ties together (all_gather, reduce_scatter, reduce_scatter_v). Arguments are checked before
 //   any data moves, and the checks only involve values every rank agrees on, so a bad
 //   call throws on every rank rather than leaving some waiting.
-// - Deterministic sums: every element of an all_reduce or reduce_scatter sum is the
+// - Deterministic sums: every element of an all_reduce or reduce_scatter(_v) sum is the
 //   left fold over group ranks in rank order, ((x0 + x1) + x2) + ..., computed by one
 //   rank and copied to the others. The result is bitwise identical on every rank,
 //   independent of timing and of the MPI library's algorithm choice, and equal to the
@@ -85,8 +85,9 @@ struct ConstCommBuffer {
 // What this rank handed to other ranks through one communicator, for measuring
 // communication volume: the payload each operation's algorithm must move out of this
 // rank, which ring and tree implementations share - all-reduce 2(n-1)/n of the buffer,
-// all-gather (n-1) inputs, reduce-scatter (n-1)/n of the input, a broadcast's root
-// (n-1) copies, a send its bytes - not headers or what intermediate ranks forward.
+// all-gather (n-1) inputs, reduce-scatter the input less this rank's own chunk ((n-1)/n
+// of it when the chunks are equal), a broadcast's root (n-1) copies, a send its bytes -
+// not headers or what intermediate ranks forward.
 // Seconds are wall time inside the operations (waiting for slower ranks included).
 struct CommunicationTraffic {
   std::uint64_t all_reduce_bytes = 0;
@@ -144,6 +145,17 @@ class Communicator {
   void reduce_scatter(In&& input, Out&& output) {
     reduce_scatter_buffer(input_buffer(input), output_buffer(output));
   }
+  // Uneven reduce_scatter (ZeRO-2's gradient shards): input holds sum(counts)
+  // elements, chunk r (counts[r] elements) after chunks 0..r-1; output (counts[rank()]
+  // elements) on rank r = the sum over the group of every rank's chunk r, the same
+  // rank-ordered left fold as all_reduce and reduce_scatter (bitwise equal to them for
+  // the same elements). counts has size() entries, the same on every rank; zeros are
+  // allowed (that rank gets nothing).
+  template <CommInput In, CommOutput Out>
+    requires std::same_as<std::ranges::range_value_t<In>, std::ranges::range_value_t<Out>>
+  void reduce_scatter_v(In&& input, Out&& output, std::span<const std::size_t> counts) {
+    reduce_scatter_v_buffer(input_buffer(input), output_buffer(output), counts);
+  }
   // Every rank ends with root's data.
   template <CommOutput R>
   void broadcast(R&& data, int root) {
@@ -186,6 +198,7 @@ class Communicator {
   void all_reduce_buffer(CommBuffer data, ReduceOp op);
   void all_gather_buffer(ConstCommBuffer input, CommBuffer output);
   void reduce_scatter_buffer(ConstCommBuffer input, CommBuffer output);
+  void reduce_scatter_v_buffer(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t> counts);
   void broadcast_buffer(CommBuffer data, int root);
   void send_buffer(ConstCommBuffer data, int peer, int tag);
   void recv_buffer(CommBuffer data, int peer, int tag);
@@ -205,6 +218,7 @@ class Communicator {
   virtual void do_all_reduce(CommBuffer data, ReduceOp op) = 0;
   virtual void do_all_gather(ConstCommBuffer input, CommBuffer output) = 0;
   virtual void do_reduce_scatter(ConstCommBuffer input, CommBuffer output) = 0;
+  virtual void do_reduce_scatter_v(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t> counts) = 0;
   virtual void do_broadcast(CommBuffer data, int root) = 0;
   virtual void do_send(ConstCommBuffer data, int peer, int tag) = 0;
   virtual void do_recv(CommBuffer data, int peer, int tag) = 0;
