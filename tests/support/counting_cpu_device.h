@@ -17,6 +17,7 @@ class CountingCpuDevice final : public ForwardingCpuDevice {
     void* memory = cpu().allocate(bytes);
     sizes_[memory] = bytes;
     live_ += bytes;
+    peak_ = live_ > peak_ ? live_ : peak_;
     return memory;
   }
   void release(void* memory) noexcept override {
@@ -28,10 +29,12 @@ class CountingCpuDevice final : public ForwardingCpuDevice {
     cpu().release(memory);
   }
   std::size_t live_bytes() const { return live_; }
+  std::size_t peak_bytes() const { return peak_; }
 
  private:
   std::map<void*, std::size_t> sizes_;
   std::size_t live_ = 0;
+  std::size_t peak_ = 0;
 };
 
 }  // namespace dufu::testing

@@ -2,8 +2,8 @@
 // backend's sums and maxima against collective_fold.h's fold (the NCCL backend's
 // per-element math), bit for bit, and training steps with buckets that cut tensors
 // unevenly against one bucket, replicated and ZeRO-1: the parameters must not differ
-// in a single bit, on any rank; and the optimizer offloaded to the host, against the
-// run that keeps it on the device. (rank_groups_test.cc, in the same program, checks the
+// in a single bit, on any rank; the optimizer offloaded to the host, against the
+// run that keeps it on the device; and ZeRO-2 against stage 0. (rank_groups_test.cc, in the same program, checks the
 // rank groups the trainer makes for a device.)
 #include <gtest/gtest.h>
 
@@ -92,35 +92,67 @@ TEST(FoldAgainstMpiTest, ReduceScatterIsTheFoldOfThisRanksChunk) {
   expect_same_bits(output, blocks, n, rank * m, false);
 }
 
-// Parameters after a few steps of a small GPT with `bucket_elements` floats per
-// collective; each rank trains on its own batches. The device is a counting CPU
-// device: the CPU's kernels (the same bits), and a device that is not the host's for
-// the model, as optim.offload = cpu asks, whose memory MPI moves.
-std::vector<float> train(bool zero1, std::size_t bucket_elements, Precision precision = Precision::kFp32,
-                         bool offload = false) {
+// A run of train() below.
+struct TrainingRun {
+  int zero_stage = 0;
+  std::size_t bucket_elements = std::size_t{1} << 30;
+  Precision precision = Precision::kFp32;
+  bool offload = false;
+  int micro_batches = 1;  // per step, each rank
+  bool reduce_each_micro_batch = false;
+  int n_layer = 2;
+};
+
+struct Trained {
+  std::vector<float> params;
+  std::size_t peak_device_bytes = 0;  // the model's and the optimizer's, at most at once
+};
+
+// Parameters after a few steps of a small GPT; each rank trains on its own batches.
+// The device is a counting CPU device: the CPU's kernels (the same bits), and a device
+// that is not the host's for the model, as optim.offload = cpu asks, whose memory MPI
+// moves.
+Trained train(const TrainingRun& run) {
   constexpr int kB = 2;
   constexpr int kT = 8;
   constexpr int kVocab = 97;
   dufu::testing::CountingCpuDevice device;
-  GPT model(dufu::testing::small_gpt_config(
-                {.n_layer = 2, .n_head = 2, .d_model = 32, .vocab_size = kVocab, .vocab_multiple = 8, .seq_length = kT}),
+  GPT model(dufu::testing::small_gpt_config({.n_layer = run.n_layer,
+                                             .n_head = 2,
+                                             .d_model = 32,
+                                             .vocab_size = kVocab,
+                                             .vocab_multiple = 8,
+                                             .seq_length = kT}),
             nullptr, {}, &device);
-  model.set_precision(precision);
-  model.set_optimizer_offload(offload);
+  model.set_precision(run.precision);
+  model.set_optimizer_offload(run.offload);
   model.init_gpt2(5);
-  DataParallelOptimizer optimizer(model, AdamWOptions{}, world(), zero1, nullptr, nullptr, bucket_elements);
+  DataParallelOptimizer optimizer(model, AdamWOptions{}, world(), run.zero_stage, nullptr, nullptr,
+                                  run.bucket_elements, run.reduce_each_micro_batch);
   for (int step = 0; step < 3; ++step) {
-    const auto batch = dufu::testing::next_token_batch(
-        kB, kT, kVocab, static_cast<std::uint32_t>(100 + 10 * step + world().rank()), {});
     model.zero_grad();
-    model.forward(batch.tokens, batch.targets, kB, kT);
-    model.backward();
+    for (int micro = 0; micro < run.micro_batches; ++micro) {
+      const auto batch = dufu::testing::next_token_batch(
+          kB, kT, kVocab, static_cast<std::uint32_t>(100 + 10 * step + micro + 1000 * world().rank()), {});
+      model.forward(batch.tokens, batch.targets, kB, kT, 1.0f / static_cast<float>(kB * kT * run.micro_batches));
+      model.backward();
+    }
     optimizer.reduce_gradients_and_clip(0.5);  // clipping on: the norm goes into the update
     optimizer.step(1e-2f);
   }
-  std::vector<float> params(model.num_parameters());
-  model.parameter_device().download(params.data(), model.params().data(), params.size() * sizeof(float));
-  return params;
+  Trained trained{std::vector<float>(model.num_parameters()), device.peak_bytes()};
+  model.parameter_device().download(trained.params.data(), model.params().data(),
+                                    trained.params.size() * sizeof(float));
+  return trained;
+}
+
+std::vector<float> train(bool zero1, std::size_t bucket_elements, Precision precision = Precision::kFp32,
+                         bool offload = false) {
+  return train({.zero_stage = zero1 ? 1 : 0,
+                .bucket_elements = bucket_elements,
+                .precision = precision,
+                .offload = offload})
+      .params;
 }
 
 void expect_bitwise_equal(const std::vector<float>& got, const std::vector<float>& expected, const char* what) {
@@ -156,6 +188,62 @@ TEST(OffloadedOptimizerTest, ReplicatedAndZero1GiveTheDeviceRunsBits) {
     expect_bitwise_equal(train(zero1, 1000, Precision::kBf16, true), train(zero1, 1000, Precision::kBf16, false),
                          zero1 ? "ZeRO-1, offloaded against on the device" : "offloaded against on the device");
   }
+}
+
+// ZeRO-2: each layer's gradient reduce-scattered as the backward makes it. One
+// micro-batch per step: stage 0's bits. Several: the bits of stage 0 reducing each
+// micro-batch's layer gradients (the sums ZeRO-2 makes; data_parallel_optimizer.h
+// says why no scheme that frees them can give plain stage 0's). Buckets that cut
+// layers and shards unevenly, fp32 and bf16, and offloaded.
+TEST(ZeroStage2Test, GivesStageZerosBitsForTheSameSums) {
+  const std::size_t whole = std::size_t{1} << 30;
+  const std::vector<float> stage0 = train({.zero_stage = 0}).params;
+  expect_bitwise_equal(train({.zero_stage = 2}).params, stage0, "ZeRO-2 against stage 0, one micro-batch");
+  expect_bitwise_equal(train({.zero_stage = 2, .bucket_elements = 1000}).params, stage0,
+                       "ZeRO-2 in buckets of 1000, one micro-batch");
+  for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+    SCOPED_TRACE(precision_name(precision));
+    const TrainingRun reference{.precision = precision, .micro_batches = 3, .reduce_each_micro_batch = true};
+    const std::vector<float> expected = train(reference).params;
+    for (const std::size_t bucket : {whole, std::size_t{777}}) {
+      TrainingRun zero2 = reference;
+      zero2.zero_stage = 2;
+      zero2.reduce_each_micro_batch = false;
+      zero2.bucket_elements = bucket;
+      expect_bitwise_equal(train(zero2).params, expected, "ZeRO-2 against stage 0 reducing each micro-batch");
+    }
+    // The same sums in the other order differ (or this test could not tell them apart).
+    TrainingRun plain = reference;
+    plain.reduce_each_micro_batch = false;
+    EXPECT_NE(train(plain).params, expected) << "stage 0 summing over ranks once gave the same bits";
+  }
+  const TrainingRun offloaded{.zero_stage = 2, .bucket_elements = 1000, .precision = Precision::kBf16, .micro_batches = 2};
+  TrainingRun host = offloaded;
+  host.offload = true;
+  expect_bitwise_equal(train(host).params, train(offloaded).params, "ZeRO-2 offloaded against on the device");
+  // Every rank ends with the same parameters.
+  std::vector<float> mine = train({.zero_stage = 2, .micro_batches = 2}).params;
+  std::vector<float> rank0 = mine;
+  world().broadcast(rank0, 0);
+  expect_bitwise_equal(mine, rank0, "ZeRO-2: this rank against rank 0");
+}
+
+// What ZeRO-2 saves, measured on the counting device: the layers' gradients but one,
+// on a model of 6 layers; stage 1 keeps the whole gradient.
+TEST(ZeroStage2Test, KeepsOneLayersGradientInsteadOfAll) {
+  GPT shape(dufu::testing::small_gpt_config(
+      {.n_layer = 6, .n_head = 2, .d_model = 32, .vocab_size = 97, .vocab_multiple = 8, .seq_length = 8}));
+  const std::size_t layer_bytes = shape.layer_gradient_range(0).second * sizeof(float);
+  const std::size_t bucket = 4096;
+  const std::size_t stage1 =
+      train({.zero_stage = 1, .bucket_elements = bucket, .n_layer = 6}).peak_device_bytes;
+  const std::size_t stage2 =
+      train({.zero_stage = 2, .bucket_elements = bucket, .n_layer = 6}).peak_device_bytes;
+  // Five layers' gradients fewer, less the bucket-sized piece the reduction lands in.
+  ASSERT_GT(stage1, stage2);
+  EXPECT_GE(stage1 - stage2, 5 * layer_bytes - bucket * sizeof(float))
+      << "stage 1 " << stage1 << " bytes, stage 2 " << stage2 << ", a layer's gradient " << layer_bytes;
+  EXPECT_LE(stage1 - stage2, 5 * layer_bytes);
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ namespace {
 TEST(DeviceMemoryPlanTest, APlanThatDoesNotFitIsRefusedNamingTheKnobs) {
   // 1000 parameters: 4000 bytes each of weights and gradients, 8000 of moments, plus
   // 10000 of activations = 26000 bytes.
-  const MemoryPlan plan = memory_plan(1000.0, 1, false, false, 10000.0);
+  const MemoryPlan plan = memory_plan(1000.0, 1, 0, false, 10000.0);
   EXPECT_DOUBLE_EQ(plan.total(), 26000.0);
   EXPECT_NO_THROW(check_plan_fits_device(plan, 26000.0, "test device"));
   try {
@@ -60,7 +60,7 @@ GPTConfig plan_model() {
 
 TEST(DeviceMemoryPlanTest, ThePlanHoldsTheScratchTheDeviceReports) {
   ScratchReportingDevice device(1e6);
-  const MemoryPlan plan = rank_memory_plan(plan_model(), 4, 8, 2, 1, {}, 1, 0, Precision::kBf16, false, device);
+  const MemoryPlan plan = rank_memory_plan(plan_model(), 4, 8, 2, 1, {}, 1, 0, Precision::kBf16, 0, device);
   EXPECT_DOUBLE_EQ(plan.scratch, 1e6);
   EXPECT_DOUBLE_EQ(plan.total(), plan.model() + plan.activations + 1e6);
   EXPECT_NE(plan.describe(1e9).find(", device scratch 1.00 MB: "), std::string::npos) << plan.describe(1e9);

@@ -52,7 +52,7 @@ void run(const std::string& checkpoint, const std::string& batch_path, int B, in
   const RankCoordinates at = topology.coordinates();
   const PipelineStage stage = pipeline_stage(pipeline_layer_split(config.n_layer, pp, layout.pipeline_layers), at.pp_rank);
   GPT model(config, tensor.get(), stage);
-  DataParallelOptimizer optimizer(model, AdamWOptions{}, *data, false, pipeline.get(), tensor.get());
+  DataParallelOptimizer optimizer(model, AdamWOptions{}, *data, 0, pipeline.get(), tensor.get());
   load_parallel_checkpoint(checkpoint, saved, RankPlace{at.tp_rank, at.pp_rank, at.dp_rank}, 1, model, optimizer);
 
   const std::size_t count = static_cast<std::size_t>(B) * static_cast<std::size_t>(T);

@@ -169,7 +169,7 @@ ParallelRun parallel_run(Device& device, const std::string& run_dir) {
   const std::unique_ptr<Communicator> world = make_single_process_communicator();
   GPT model(small_config(), nullptr, {}, &device);
   model.init_gpt2(5);
-  DataParallelOptimizer optimizer(model, AdamWOptions{}, *world, false);
+  DataParallelOptimizer optimizer(model, AdamWOptions{}, *world, 0);
   for (int step = 0; step < 2; ++step) {
     const auto batch = dufu::testing::next_token_batch(kB, kT, 37, static_cast<std::uint32_t>(step), {});
     model.zero_grad();
@@ -186,7 +186,7 @@ ParallelRun parallel_run(Device& device, const std::string& run_dir) {
 
   const TrainingState saved = read_checkpoint_state(dir);
   GPT resumed(small_config(), nullptr, {}, &device);
-  DataParallelOptimizer resumed_optimizer(resumed, AdamWOptions{}, *world, false);
+  DataParallelOptimizer resumed_optimizer(resumed, AdamWOptions{}, *world, 0);
   load_parallel_checkpoint(dir, saved, RankPlace{}, 1, resumed, resumed_optimizer);
   const auto batch = dufu::testing::next_token_batch(kB, kT, 37, 9, {});
   resumed.zero_grad();
@@ -198,7 +198,7 @@ ParallelRun parallel_run(Device& device, const std::string& run_dir) {
 
   const PipelineStage stage = pipeline_stage(pipeline_layer_split(2, 2, {}), 0);
   GPT piece(small_config(), nullptr, stage, &device);
-  DataParallelOptimizer piece_optimizer(piece, AdamWOptions{}, *world, false);
+  DataParallelOptimizer piece_optimizer(piece, AdamWOptions{}, *world, 0);
   load_parallel_checkpoint(dir, saved, RankPlace{}, 1, piece, piece_optimizer);
   run.stage_params = host_copy(piece);
   const AdamW& moments = piece_optimizer.local_state();
@@ -247,7 +247,7 @@ TEST(DeviceAllocationTest, StepsAfterTheFirstAllocateNothing) {
     GPT model(small_config(), nullptr, {}, &guarded_device());
     model.set_precision(bf16 ? Precision::kBf16 : Precision::kFp32);
     model.init_gpt2(1);
-    DataParallelOptimizer optimizer(model, AdamWOptions{}, *world, false);
+    DataParallelOptimizer optimizer(model, AdamWOptions{}, *world, 0);
     const auto step = [&](std::uint32_t seed) {
       const auto batch = dufu::testing::next_token_batch(kB, kT, 37, seed, {});
       model.zero_grad();

@@ -134,9 +134,12 @@ TEST_P(LlamaShapeTest, ParameterCountIsLlamasAndThePlans) {
       }
     }
   }
-  // The weights and gradients the model allocates on construction: 2 floats a parameter.
+  // The weights the model allocates on construction, and its gradient on first use:
+  // a float a parameter each.
   dufu::testing::CountingCpuDevice device;
-  const GPT counted(config, nullptr, {}, &device);
+  GPT counted(config, nullptr, {}, &device);
+  EXPECT_EQ(static_cast<double>(device.live_bytes()), 4.0 * by_hand);
+  counted.zero_grad();
   EXPECT_EQ(static_cast<double>(device.live_bytes()), 8.0 * by_hand);
 }
 
@@ -148,6 +151,7 @@ double measured_activation_bytes(const GPTConfig& config, Precision precision, R
   model.set_recompute(recompute);
   model.init_gpt2(3);
   const auto batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 9, {});
+  model.zero_grad();  // the gradient is the model's, not the activations'
   const std::size_t before = device.live_bytes();
   model.forward(batch.tokens, batch.targets, kB, kT);
   model.backward();

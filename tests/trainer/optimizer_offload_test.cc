@@ -81,7 +81,7 @@ TrainingRun run_on_guarded_device(bool offload, Architecture arch, const std::st
   const std::unique_ptr<Communicator> world = make_single_process_communicator();
   auto model = make_model(guarded_device(), offload, arch);
   model->init_gpt2(5);
-  DataParallelOptimizer optimizer(*model, AdamWOptions{}, *world, false);
+  DataParallelOptimizer optimizer(*model, AdamWOptions{}, *world, 0);
   run.losses = train_steps(*model, optimizer, 0, 3);
   TrainingState state;
   state.step = 3;
@@ -92,7 +92,7 @@ TrainingRun run_on_guarded_device(bool offload, Architecture arch, const std::st
   run.optimizer_file = dufu::testing::read_all(dir + "/optimizer.safetensors");
 
   auto resumed = make_model(guarded_device(), offload, arch);
-  DataParallelOptimizer resumed_optimizer(*resumed, AdamWOptions{}, *world, false);
+  DataParallelOptimizer resumed_optimizer(*resumed, AdamWOptions{}, *world, 0);
   load_parallel_checkpoint(dir, read_checkpoint_state(dir), RankPlace{}, 1, *resumed, resumed_optimizer);
   const std::vector<float> more = train_steps(*resumed, resumed_optimizer, 3, 5);
   run.losses.insert(run.losses.end(), more.begin(), more.end());
@@ -131,7 +131,7 @@ TEST(OptimizerOffloadMemoryTest, TheMastersAndMomentsLeaveTheDevice) {
     dufu::testing::CountingCpuDevice device;
     auto model = make_model(device, offload, Architecture::kGpt2);
     model->init_gpt2(5);
-    DataParallelOptimizer optimizer(*model, AdamWOptions{}, *world, false);
+    DataParallelOptimizer optimizer(*model, AdamWOptions{}, *world, 0);
     train_steps(*model, optimizer, 0, 1);
     EXPECT_EQ(model->optimizer_offloaded(), offload);
     EXPECT_EQ(&optimizer.local_state().device(), &model->parameter_device());

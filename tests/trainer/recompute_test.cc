@@ -194,6 +194,7 @@ double measured_activation_bytes(Precision precision, Recompute recompute) {
   model.set_recompute(recompute);
   model.init_gpt2(3);
   const auto batch = dufu::testing::next_token_batch(kB, kT, recompute_model().vocab_size, 9, {});
+  model.zero_grad();  // the gradient is the model's, not the activations'
   const std::size_t before = device.live_bytes();
   model.forward(batch.tokens, batch.targets, kB, kT);
   model.backward();

@@ -80,7 +80,7 @@ TEST_F(TrainPlanTest, RowsAreTheRankMemoryPlanOfEachStage) {
       const int slots = 2 - stage;  // 1F1B: the first stage holds both micro-batches in flight
       const trainer::MemoryPlan expected =
           trainer::rank_memory_plan(model, 4, 32, 2, 2, trainer::pipeline_stage(split, stage), slots, 4,
-                                    trainer::Precision::kFp32, true, trainer::cpu_device(), recompute);
+                                    trainer::Precision::kFp32, 1, trainer::cpu_device(), recompute);
       EXPECT_TRUE(has_in_order(row(result.output, stage),
                                {std::to_string(split[static_cast<std::size_t>(stage)]), human_bytes(expected.weights),
                                 human_bytes(expected.gradients), human_bytes(expected.moments),

@@ -452,21 +452,29 @@ TEST(TrainingMemory, CountsTheModelAndRefusesWhatCannotFit) {
     }
   }
   // 16 bytes per parameter: weights, gradients and both moments; ZeRO-1 divides the
-  // moments.
-  EXPECT_DOUBLE_EQ(model_state_bytes(1000, 1, false), 16000);
-  EXPECT_DOUBLE_EQ(model_state_bytes(1000, 4, true), 10000);
+  // moments and adds the rank's reduced gradient shard, ZeRO-2 keeps only a window of
+  // the model's own gradient (here 100 floats).
+  EXPECT_DOUBLE_EQ(model_state_bytes(1000, 1, 0), 16000);
+  EXPECT_DOUBLE_EQ(model_state_bytes(1000, 4, 1), 11000);
+  EXPECT_DOUBLE_EQ(model_state_bytes(1000, 1, 1), 16000);  // one rank: nothing to shard
+  EXPECT_DOUBLE_EQ(memory_plan(1000, 4, 2, false, 0.0, 100).model(), 7400);
   // The plan by kind: 4 bytes per float, the moments two floats per parameter (a
   // quarter of them on each of 4 ZeRO-1 ranks), the bf16 working copy half a float.
-  const MemoryPlan plan = memory_plan(1000, 4, true, true, 5000);
+  const MemoryPlan plan = memory_plan(1000, 4, 1, true, 5000);
   EXPECT_DOUBLE_EQ(plan.weights, 4000);
-  EXPECT_DOUBLE_EQ(plan.gradients, 4000);
+  EXPECT_DOUBLE_EQ(plan.gradients, 5000);
   EXPECT_DOUBLE_EQ(plan.moments, 2000);
   EXPECT_DOUBLE_EQ(plan.working_copy, 2000);
-  EXPECT_DOUBLE_EQ(plan.total(), 17000);
+  EXPECT_DOUBLE_EQ(plan.total(), 18000);
   EXPECT_EQ(plan.describe(1e9),
-            "weights 4.00 kB, gradients 4.00 kB, AdamW moments 2.00 kB, bf16 working copy 2.00 kB, activations "
-            "5.00 kB: 17.0 kB of at most 1.00 GB");
-  EXPECT_EQ(memory_plan(1000, 1, false, false, 0).describe(1e9).find("working copy"), std::string::npos);
+            "weights 4.00 kB, gradients 5.00 kB, AdamW moments 2.00 kB, bf16 working copy 2.00 kB, activations "
+            "5.00 kB: 18.0 kB of at most 1.00 GB");
+  // ZeRO-2's window: the edges and one layer of the stage's.
+  const auto pieces = dufu::trainer::rank_parameters(gpt2, 1, whole);
+  EXPECT_DOUBLE_EQ(rank_gradient_floats(gpt2, 1, whole, 2, 2), pieces.layer + pieces.edges);
+  EXPECT_DOUBLE_EQ(rank_gradient_floats(gpt2, 1, whole, 1, 2), rank_parameter_count(gpt2, 1, whole));
+  EXPECT_DOUBLE_EQ(rank_gradient_floats(gpt2, 1, whole, 2, 1), rank_parameter_count(gpt2, 1, whole));
+  EXPECT_EQ(memory_plan(1000, 1, 0, false, 0).describe(1e9).find("working copy"), std::string::npos);
   // Activations grow with the tokens of a micro-batch, and pipeline slots.
   const double one = activation_bytes(gpt2, 8, 1024, 1, whole, 1, 4, Precision::kFp32);
   EXPECT_GT(one, 8.0 * 1024 * 768 * 4 * 12);

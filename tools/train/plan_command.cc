@@ -90,17 +90,17 @@ void run(const PlanFlags& flags) {
     const trainer::PipelineStage stage = pp > 1 ? trainer::pipeline_stage(split, index) : trainer::PipelineStage{};
     const int slots = trainer::pipeline_slots(stage);
     const double parameters = trainer::rank_parameter_count(options.model, tp, stage);
-    const bool sharded = options.zero_stage == 1;
     trainer::MemoryPlan plan;
     if (device != nullptr) {
       plan = trainer::rank_memory_plan(options.model, options.micro_batch, options.model.seq_length, tp, dp, stage,
-                                       slots, options.prefetch_batches, options.precision, sharded, *device,
+                                       slots, options.prefetch_batches, options.precision, options.zero_stage, *device,
                                        options.recompute);
     } else {
       plan = trainer::memory_plan(
-          parameters, dp, sharded, options.precision == trainer::Precision::kBf16,
+          parameters, dp, options.zero_stage, options.precision == trainer::Precision::kBf16,
           trainer::activation_bytes(options.model, options.micro_batch, options.model.seq_length, tp, stage, slots,
-                                    options.prefetch_batches, options.precision, options.recompute));
+                                    options.prefetch_batches, options.precision, options.recompute),
+          trainer::rank_gradient_floats(options.model, tp, stage, dp, options.zero_stage));
     }
     if (options.optimizer_offload) trainer::offload_to_host(plan);
     std::string verdict;
@@ -128,7 +128,7 @@ void run(const PlanFlags& flags) {
     for (const int index : refused) stages += (stages.empty() ? "" : ", ") + std::to_string(index);
     DUFU_FAIL("the memory plan of pipeline stage", refused.size() > 1 ? "s " : " ", stages, " does not fit ",
               human_bytes(*cap), " (", cap_source, "); HINT: lower train.micro_batch or model.seq_length, set "
-              "train.recompute=full or dist.zero_stage=1, or raise dist.tensor_parallel_size, "
+              "train.recompute=full or dist.zero_stage=1 or 2, or raise dist.tensor_parallel_size, "
               "dist.pipeline_parallel_size or --ranks");
   }
 }

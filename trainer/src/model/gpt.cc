@@ -40,9 +40,7 @@ GPT::GPT(const GPTConfig& config, Communicator* tensor_group, const PipelineStag
       full_layout_(tp_ > 1 ? gpt_stage_layout(config, gpt_parameter_layout(config), stage_) : layout_),
       parameter_device_(device_),
       params_(*device_, gpt_layout_size(layout_)),
-      grads_(*device_, params_.size()),
-      p_(tensors(params_.span())),
-      g_(tensors(grads_.span())) {
+      p_(tensors(params_.span())) {
   if (tensor_group_ != nullptr && tensor_group_->memory_space() != device_->memory_space()) {
     DUFU_FAIL("GPT: the tensor group ", tensor_group_->describe(), " moves ",
               memory_space_name(tensor_group_->memory_space()), " but the model's device ", device_->describe(),

@@ -11,7 +11,10 @@
 
 namespace dufu::trainer {
 
-void GPT::zero_grad() { device_->fill(grads_.data(), 0.0f, grads_.size()); }
+void GPT::zero_grad() {
+  ensure_gradients();
+  device_->fill(grads_.data(), 0.0f, grads_.size());
+}
 
 void GPT::backward() {
   require_whole_model("GPT::backward");
@@ -40,6 +43,11 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
               " floats of output gradient; it needs ", stage_.is_last() ? std::size_t{0} : stream,
               " (the last stage starts from its loss)");
   }
+  if (gradients_windowed_ && !layer_gradient_sink_) {
+    DUFU_FAIL("GPT::backward: the layers' gradients are windowed but nothing takes them (the optimizer that did is "
+              "gone)");
+  }
+  ensure_gradients();
   slot.backward_pending = false;
   ensure_activation_grads(B, T);
   const Activations& acts = slot.acts;
@@ -132,6 +140,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
     norm_backward(d.residual, dw.ln_1_weight, dw.ln_1_bias, d.ln, residual_in, w.ln_1_weight, a.ln_1_mean,
                   a.ln_1_rstd, N, C);
     round_if_bf16(d.residual, stream);
+    if (layer_gradient_sink_) hand_off_layer_gradient(l);
   }
   if (!stage_.is_first()) return {d.residual, stream};  // the previous stage's output gradient
   embed_backward(d.residual, slot.tokens.data(), B, T, C);

@@ -45,25 +45,55 @@ std::vector<std::pair<std::size_t, std::size_t>> gradient_buckets(std::size_t n,
 }
 
 DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group,
-                                             bool shard_optimizer_state, Communicator* pipeline_group,
-                                             Communicator* tensor_group, std::size_t bucket_elements)
+                                             int zero_stage, Communicator* pipeline_group, Communicator* tensor_group,
+                                             std::size_t bucket_elements, bool reduce_each_micro_batch)
     : model_(model),
       options_(options),
       group_(data_group),
       pipeline_group_(pipeline_group != nullptr && pipeline_group->size() > 1 ? pipeline_group : nullptr),
       tensor_group_(tensor_group != nullptr && tensor_group->size() > 1 ? tensor_group : nullptr),
-      sharded_(shard_optimizer_state && data_group.size() > 1),
+      sharded_(zero_stage >= 1 && data_group.size() > 1),
+      zero_stage_(zero_stage),
+      layers_each_micro_batch_(data_group.size() > 1 && (zero_stage == 2 || reduce_each_micro_batch)),
       bucket_elements_(bucket_elements),
       optimizer_(make_optimizer(model, options, data_group, sharded_)) {
+  DUFU_CHECK(zero_stage >= 0 && zero_stage <= 2, "DataParallelOptimizer: ZeRO stage ", zero_stage,
+             "; stages 0, 1 and 2 exist");
+  DUFU_CHECK(!reduce_each_micro_batch || zero_stage != 1,
+             "DataParallelOptimizer: reducing each micro-batch is stage 0's option (stage 2 always does)");
   DUFU_CHECK(bucket_elements_ >= 1, "DataParallelOptimizer: a bucket of 0 elements");
+  Device& device = model.device();
+  if (layers_each_micro_batch_) {
+    // Before anything else is allocated: under ZeRO-2 the model's whole gradient is
+    // never held.
+    model.set_layer_gradient_sink(
+        [this](int local_layer, std::span<float> gradient) { reduce_layer_gradient(local_layer, gradient); },
+        zero_stage == 2);
+  }
   if (sharded_) {
     shard_size_ = shard_size_for(model.num_parameters(), group_.size());
-    Device& device = model.device();
-    padded_ = DeviceBuffer<float>(device, shard_size_ * static_cast<std::size_t>(group_.size()));
     grad_shard_ = DeviceBuffer<float>(device, shard_size_);
-    param_shard_ = DeviceBuffer<float>(device, shard_size_);
     staging_ = DeviceBuffer<float>(device, std::min(zero_bucket_slice(), shard_size_) *
                                                static_cast<std::size_t>(group_.size()));
+  }
+  if (layers_each_micro_batch_) {
+    if (zero_stage == 2) {
+      reduced_piece_ = DeviceBuffer<float>(device, std::min(bucket_elements_, shard_size_));
+    } else {
+      const auto [first, layer_size] = model.layer_gradient_range(0);
+      layer_sums_ = DeviceBuffer<float>(device, layer_size * static_cast<std::size_t>(model.pipeline_stage().num_layers));
+    }
+  }
+  model.zero_grad();  // the gradient's memory now, with the rest of the model's
+}
+
+DataParallelOptimizer::~DataParallelOptimizer() {
+  if (!layers_each_micro_batch_) return;
+  try {
+    model_.set_layer_gradient_sink({}, false);
+  } catch (...) {
+    // A failed fill on a device in error: the model is left without a sink, and its
+    // next backward refuses to run (GPT::backward_stage).
   }
 }
 
@@ -101,9 +131,82 @@ void DataParallelOptimizer::reduce_scatter_in_buckets() {
   }
 }
 
+void DataParallelOptimizer::start_accumulation() {
+  Device& device = model_.device();
+  if (zero_stage_ == 2) {
+    device.fill(grad_shard_.data(), 0.0f, grad_shard_.size());
+  } else {
+    device.fill(layer_sums_.data(), 0.0f, layer_sums_.size());
+  }
+  accumulation_fresh_ = false;
+}
+
+void DataParallelOptimizer::reduce_layer_gradient(int local_layer, std::span<float> gradient) {
+  if (accumulation_fresh_) start_accumulation();
+  const auto [offset, size] = model_.layer_gradient_range(local_layer);
+  DUFU_CHECK(gradient.size() == size);
+  if (zero_stage_ == 2) {
+    reduce_scatter_into_shard(offset, gradient);
+    return;
+  }
+  for (const auto& [begin, end] : gradient_buckets(size, bucket_elements_)) {
+    group_.all_reduce(gradient.subspan(begin, end - begin), ReduceOp::kSum);
+  }
+  float* sums = layer_sums_.data() + (offset - model_.layer_gradient_range(0).first);
+  model_.device().kernels().add(sums, sums, gradient.data(), size);
+}
+
+void DataParallelOptimizer::reduce_scatter_into_shard(std::size_t offset, std::span<const float> gradient) {
+  // The flat range's pieces in the ranks' shards follow each other in rank order, so
+  // one uneven reduce-scatter per bucket gives each rank the sum of its piece.
+  const std::size_t n = model_.num_parameters();
+  const int ranks = group_.size();
+  const std::size_t shard_begin = optimizer_.shard_begin();
+  std::vector<std::size_t> counts(static_cast<std::size_t>(ranks));
+  const KernelTable& kernels = model_.device().kernels();
+  for (const auto& [a, b] : gradient_buckets(gradient.size(), bucket_elements_)) {
+    const std::size_t low = offset + a;
+    const std::size_t high = offset + b;
+    for (int r = 0; r < ranks; ++r) {
+      const auto [begin, end] = zero_shard_range(n, ranks, r);
+      counts[static_cast<std::size_t>(r)] = std::min(high, end) > std::max(low, begin)
+                                                ? std::min(high, end) - std::max(low, begin)
+                                                : 0;
+    }
+    const std::size_t own = counts[static_cast<std::size_t>(group_.rank())];
+    group_.reduce_scatter_v(gradient.subspan(a, b - a), std::span<float>(reduced_piece_.data(), own), counts);
+    if (own == 0) continue;
+    float* destination = grad_shard_.data() + (std::max(low, shard_begin) - shard_begin);
+    kernels.add(destination, destination, reduced_piece_.data(), own);
+  }
+}
+
+void DataParallelOptimizer::reduce_edges_and_layers() {
+  // After the last micro-batch: the layers are reduced already; the edges, whole on
+  // every rank (and the tied wte's two stages summed by the pipeline schedule), now.
+  if (accumulation_fresh_) start_accumulation();
+  accumulation_fresh_ = true;
+  if (zero_stage_ == 2) {
+    for (const GPT::EdgeGradient& edge : model_.edge_gradients()) reduce_scatter_into_shard(edge.offset, edge.gradient);
+    return;
+  }
+  for (const GPT::EdgeGradient& edge : model_.edge_gradients()) {
+    for (const auto& [begin, end] : gradient_buckets(edge.gradient.size(), bucket_elements_)) {
+      group_.all_reduce(edge.gradient.subspan(begin, end - begin), ReduceOp::kSum);
+    }
+  }
+  const std::size_t first = model_.layer_gradient_range(0).first;
+  model_.device().copy(model_.grads().data() + first, layer_sums_.data(), layer_sums_.size() * sizeof(float));
+}
+
 double DataParallelOptimizer::reduce_gradients_and_clip(double max_norm) {
+  if (layers_each_micro_batch_) {
+    reduce_edges_and_layers();
+  } else if (sharded_) {
+    reduce_scatter_in_buckets();
+  }
   if (!sharded_) {
-    if (group_.size() > 1) all_reduce_in_buckets();
+    if (group_.size() > 1 && !layers_each_micro_batch_) all_reduce_in_buckets();
     double norm = 0.0;
     if (model_.tensor_parallel_size() == 1 && pipeline_group_ == nullptr) {
       norm = gradient_norm(model_.grads(), model_.device());
@@ -118,7 +221,6 @@ double DataParallelOptimizer::reduce_gradients_and_clip(double max_norm) {
     grad_scale_ = gradient_clip_scale(norm, max_norm);
     return norm;
   }
-  reduce_scatter_in_buckets();
   const double norm = std::sqrt(sharded_sum_of_squares());
   grad_scale_ = gradient_clip_scale(norm, max_norm);
   return norm;
@@ -165,27 +267,57 @@ void DataParallelOptimizer::step(float lr) {
     optimizer_.step(model_.params(), model_.grads(), lr, grad_scale_);
     return;
   }
-  Device& device = model_.device();
   const auto params = model_.params();
   const std::size_t begin = optimizer_.shard_begin();
   const std::size_t count = optimizer_.num_parameters();
   if (model_.optimizer_offloaded()) {
-    // The host updates its shard of the masters from the reduced gradient shard; the
-    // updated shards meet on the device (its communicator moves device memory) and
-    // come back to the host whole.
+    // The host updates its shard of the masters from the reduced gradient shard.
     host_grads_.resize(count);
-    device.download(host_grads_.data(), grad_shard_.data(), count * sizeof(float));
+    model_.device().download(host_grads_.data(), grad_shard_.data(), count * sizeof(float));
     optimizer_.step(params.subspan(begin, count), host_grads_, lr, grad_scale_);
-    device.upload(param_shard_.data(), params.data() + begin, count * sizeof(float));
-    group_.all_gather(param_shard_.span(), padded_.span());
-    device.download(params.data(), padded_.data(), params.size_bytes());
-    return;
+  } else {
+    optimizer_.step(params.subspan(begin, count), std::span<const float>(grad_shard_.data(), count), lr, grad_scale_);
   }
-  device.copy(param_shard_.data(), params.data() + begin, count * sizeof(float));
-  optimizer_.step(std::span<float>(param_shard_.data(), count), std::span<const float>(grad_shard_.data(), count), lr,
-                  grad_scale_);
-  group_.all_gather(param_shard_.span(), padded_.span());
-  device.copy(params.data(), padded_.data(), params.size_bytes());
+  all_gather_parameters_in_buckets();
+}
+
+void DataParallelOptimizer::all_gather_parameters_in_buckets() {
+  // The reduce-scatter's buckets backwards: slice [a, b) of every rank's shard meets in
+  // the staging buffer (each rank's own slice placed in it, zeros past the end of the
+  // parameters) and goes to its place in the parameters. Under offload the parameters
+  // are in host memory and the staging buffer is the device's, which the
+  // communicator moves.
+  Device& device = model_.device();
+  const bool offloaded = model_.optimizer_offloaded();
+  const auto params = model_.params();
+  const std::size_t n = params.size();
+  const auto ranks = static_cast<std::size_t>(group_.size());
+  const auto me = static_cast<std::size_t>(group_.rank());
+  // Floats of rank r's slice [a, a + slice) that are parameters, not padding.
+  const auto present = [&](std::size_t r, std::size_t a, std::size_t slice) {
+    const std::size_t source = r * shard_size_ + a;
+    return source >= n ? std::size_t{0} : std::min(slice, n - source);
+  };
+  for (const auto& [a, b] : gradient_buckets(shard_size_, zero_bucket_slice())) {
+    const std::size_t slice = b - a;
+    float* own = staging_.data() + me * slice;
+    const std::size_t mine = present(me, a, slice);
+    const float* source = params.data() + me * shard_size_ + a;
+    if (mine > 0) {
+      offloaded ? device.upload(own, source, mine * sizeof(float)) : device.copy(own, source, mine * sizeof(float));
+    }
+    if (mine < slice) device.zero(own + mine, (slice - mine) * sizeof(float));
+    const std::span<float> gathered(staging_.data(), slice * ranks);
+    group_.all_gather(std::span<const float>(own, slice), gathered);
+    for (std::size_t r = 0; r < ranks; ++r) {
+      const std::size_t count = present(r, a, slice);
+      if (count == 0 || r == me) continue;
+      float* destination = params.data() + r * shard_size_ + a;
+      const float* piece = staging_.data() + r * slice;
+      offloaded ? device.download(destination, piece, count * sizeof(float))
+                : device.copy(destination, piece, count * sizeof(float));
+    }
+  }
 }
 
 AdamW DataParallelOptimizer::make_full_state() const { return AdamW(model_, options_); }

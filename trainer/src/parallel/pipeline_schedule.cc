@@ -34,7 +34,7 @@ void all_reduce_tied_embedding_gradient(GPT& model, Communicator* embedding_grou
   if (!stage.shares_wte_gradient()) return;
   DUFU_CHECK(embedding_group != nullptr && embedding_group->size() == 2);
   const ParamTensor& wte = model.tensor("wte.weight");
-  embedding_group->all_reduce(model.grads().subspan(wte.offset, wte.size()));
+  embedding_group->all_reduce(model.tensor_gradient(wte));
 }
 
 double pipeline_train_step(GPT& model, Communicator& pipeline_group, Communicator* embedding_group,

@@ -184,7 +184,7 @@ Trainer::State::MemoryNeed Trainer::State::check_memory_plan() {
   activations_what = str_cat("the activations of ", slots, " micro-batch", slots > 1 ? "es" : "", " of ",
                              options.micro_batch, " x ", T, " tokens (train.micro_batch x model.seq_length)");
   MemoryPlan plan = rank_memory_plan(options.model, options.micro_batch, T, tp, dp, stage, slots,
-                                     options.prefetch_batches, options.precision, options.zero_stage == 1, *device,
+                                     options.prefetch_batches, options.precision, options.zero_stage, *device,
                                      options.recompute);
   if (options.optimizer_offload) {
     offload_to_host(plan);
@@ -254,9 +254,10 @@ void Trainer::State::build_model(const MemoryNeed& model_memory) {
     model->set_precision(options.precision);
     model->set_recompute(options.recompute);
     model->set_optimizer_offload(options.optimizer_offload);
-    optimizer = std::make_unique<DataParallelOptimizer>(*model, options.adamw, *groups.data, options.zero_stage == 1,
+    optimizer = std::make_unique<DataParallelOptimizer>(*model, options.adamw, *groups.data, options.zero_stage,
                                                         groups.pipeline.get(), groups.tensor.get(),
-                                                        bucket_elements_for(options.dp_bucket_mb));
+                                                        bucket_elements_for(options.dp_bucket_mb),
+                                                        options.reduce_each_micro_batch);
   } catch (const std::bad_alloc&) {
     fail_out_of_memory(model_memory.what, model_memory.bytes);
   }

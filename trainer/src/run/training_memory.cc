@@ -5,6 +5,7 @@
 #include "dufu/trainer/run/training_memory.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <new>
 
@@ -38,6 +39,19 @@ RankWidths rank_widths(const GPTConfig& config, int tensor_parallel_size) {
 }  // namespace
 
 double rank_parameter_count(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage) {
+  const RankParameters counts = rank_parameters(config, tensor_parallel_size, stage);
+  return counts.layers * counts.layer + counts.edges;
+}
+
+double rank_gradient_floats(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage,
+                            int data_parallel_size, int zero_stage) {
+  const RankParameters counts = rank_parameters(config, tensor_parallel_size, stage);
+  // ZeRO-2 keeps one layer's window and the edges (GPT::set_layer_gradient_sink).
+  if (zero_stage == 2 && data_parallel_size > 1) return counts.layer + counts.edges;
+  return counts.layers * counts.layer + counts.edges;
+}
+
+RankParameters rank_parameters(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage) {
   const double C = config.d_model;
   const double tp = tensor_parallel_size;
   const double vocab = static_cast<double>(config.vocab_size) + config.vocab_multiple * tp;  // padded, at most
@@ -47,27 +61,30 @@ double rank_parameter_count(const GPTConfig& config, int tensor_parallel_size, c
   // matrices of 4C, Llama's three of F (its mlp_pre is gate and up).
   const double matrices = C * (widths.qkv + widths.attn + widths.mlp_pre + widths.mlp_hidden);
   const double layer = config.is_llama() ? matrices + 2.0 * C : matrices + (7.0 * C) / tp + 6.0 * C;
-  double count = stage_layers(config, stage) * layer;
+  double edges = 0.0;
   const double table = vocab * C / tp;  // wte's (or lm_head's) rows on this rank
-  if (stage.is_first()) count += table + (config.is_llama() ? 0.0 : static_cast<double>(config.seq_length) * C);
+  if (stage.is_first()) edges += table + (config.is_llama() ? 0.0 : static_cast<double>(config.seq_length) * C);
   if (stage.is_last()) {
-    count += (config.is_llama() ? 1.0 : 2.0) * C;
-    if (!config.tie_embeddings || !stage.is_first()) count += table;  // lm_head, or the tied head's copy of wte
+    edges += (config.is_llama() ? 1.0 : 2.0) * C;
+    if (!config.tie_embeddings || !stage.is_first()) edges += table;  // lm_head, or the tied head's copy of wte
   }
-  return count;
+  return {.layer = layer, .layers = static_cast<double>(stage_layers(config, stage)), .edges = edges};
 }
 
-double model_state_bytes(double parameters, int data_parallel_size, bool moments_sharded) {
-  return memory_plan(parameters, data_parallel_size, moments_sharded, false, 0.0).model();
+double model_state_bytes(double parameters, int data_parallel_size, int zero_stage) {
+  return memory_plan(parameters, data_parallel_size, zero_stage, false, 0.0).model();
 }
 
-MemoryPlan memory_plan(double parameters, int data_parallel_size, bool moments_sharded, bool bf16_working_copy,
-                       double activation_bytes) {
+MemoryPlan memory_plan(double parameters, int data_parallel_size, int zero_stage, bool bf16_working_copy,
+                       double activation_bytes, double gradient_floats) {
   constexpr double kFloat = sizeof(float);
+  const bool sharded = zero_stage >= 1 && data_parallel_size > 1;
   MemoryPlan plan;
   plan.weights = kFloat * parameters;
-  plan.gradients = kFloat * parameters;
-  plan.moments = kFloat * 2.0 * parameters / (moments_sharded ? data_parallel_size : 1);
+  plan.gradients = kFloat * (gradient_floats >= 0.0 ? gradient_floats : parameters);
+  // ZeRO-1 and 2 add the rank's reduced gradient shard (DataParallelOptimizer).
+  if (sharded) plan.gradients += kFloat * std::ceil(parameters / data_parallel_size);
+  plan.moments = kFloat * 2.0 * parameters / (sharded ? data_parallel_size : 1);
   // bf16 bits of every parameter (its biases and LayerNorm parameters also as floats,
   // a fraction of a percent of a GPT, left out).
   plan.working_copy = bf16_working_copy ? 2.0 * parameters : 0.0;
@@ -118,11 +135,12 @@ StepShapes training_step_shapes(const GPTConfig& config, int B, int T, int tenso
 
 MemoryPlan rank_memory_plan(const GPTConfig& config, int B, int T, int tensor_parallel_size, int data_parallel_size,
                             const PipelineStage& stage, int slots, int prefetch, Precision precision,
-                            bool moments_sharded, const Device& device, Recompute recompute) {
+                            int zero_stage, const Device& device, Recompute recompute) {
   const double parameters = rank_parameter_count(config, tensor_parallel_size, stage);
   MemoryPlan plan =
-      memory_plan(parameters, data_parallel_size, moments_sharded, precision == Precision::kBf16,
-                  activation_bytes(config, B, T, tensor_parallel_size, stage, slots, prefetch, precision, recompute));
+      memory_plan(parameters, data_parallel_size, zero_stage, precision == Precision::kBf16,
+                  activation_bytes(config, B, T, tensor_parallel_size, stage, slots, prefetch, precision, recompute),
+                  rank_gradient_floats(config, tensor_parallel_size, stage, data_parallel_size, zero_stage));
   plan.scratch = device.scratch_bytes(training_step_shapes(config, B, T, tensor_parallel_size, stage, precision,
                                                            parameters));
   return plan;
@@ -184,7 +202,7 @@ void check_plan_fits_device(const MemoryPlan& plan, double capacity_bytes, const
   if (plan.total() <= capacity_bytes) return;
   DUFU_FAIL("the memory plan of this rank does not fit ", device, ": ", plan.describe(capacity_bytes),
             "; HINT: lower train.micro_batch or model.seq_length (activations), set dist.zero_stage=1 (shards the "
-            "AdamW moments), or raise dist.tensor_parallel_size or dist.pipeline_parallel_size (each rank's share of "
+            "AdamW moments) or 2 (and the gradients), or raise dist.tensor_parallel_size or dist.pipeline_parallel_size (each rank's share of "
             "the model)");
 }
 

@@ -23,9 +23,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dufu/trainer/device/device.h"
@@ -174,7 +176,10 @@ class GPT {
   // The same for the parameters and gradients, read from the device; and this rank's
   // piece of full-layout parameters, written to it.
   std::vector<float> gather_full_parameters() const { return gather_full(params_.to_host()); }
-  std::vector<float> gather_full_gradients() const { return gather_full(grads_.to_host()); }
+  std::vector<float> gather_full_gradients() const {
+    require_whole_gradients("GPT::gather_full_gradients");
+    return gather_full(grads_.to_host());
+  }
   void load_full_parameters(std::span<const float> full);
   // Collective over the tensor group: the sum of squares of the full-layout buffer
   // that `local` is this rank's piece of (e.g. grads(), for the gradient norm),
@@ -190,8 +195,19 @@ class GPT {
     return params_.span();
   }
   std::span<const float> params() const { return params_.span(); }
-  std::span<float> grads() { return grads_.span(); }
-  std::span<const float> grads() const { return grads_.span(); }
+  // The gradient is allocated by its first use (zero_grad, backward, grads()), so a
+  // model that only runs forward never holds one. grads() throws while the layers'
+  // gradients are windowed (set_layer_gradient_sink), the const one also before the
+  // gradient exists.
+  std::span<float> grads() {
+    ensure_gradients();
+    require_whole_gradients("GPT::grads");
+    return grads_.span();
+  }
+  std::span<const float> grads() const {
+    require_whole_gradients("GPT::grads");
+    return grads_.span();
+  }
   // Throws dufu::Error for a name that is not in parameter_tensors().
   const ParamTensor& tensor(std::string_view name) const;
   // Named views into another buffer of num_parameters() floats (e.g. Adam moments).
@@ -254,6 +270,30 @@ class GPT {
   // once per forward.
   void backward();
   void zero_grad();
+
+  // ---- ZeRO-2: each layer's gradient handed off as soon as it is made ----
+  // With a sink, every backward calls sink(l, gradient) once local layer l's gradient
+  // of that micro-batch is complete (`gradient`: the layer's range of the flat
+  // gradient, layer_gradient_range(l)), and zeroes it when the sink returns: the
+  // layers' gradients no longer accumulate over micro-batches here, the sink
+  // accumulates what it makes of them (dist.zero_stage = 2: this rank's shard of their
+  // sum over the data-parallel ranks). `windowed` also stops keeping the layers'
+  // gradients whole: every layer reuses one layer's worth of memory, grads() throws,
+  // and only the edge tensors (wte, wpe, ln_f, lm_head) keep whole gradients, which
+  // accumulate as before (edge_gradients()). An empty sink restores the whole
+  // gradient. A change of layout drops the gradient; the next use allocates it zeroed.
+  using LayerGradientSink = std::function<void(int local_layer, std::span<float> gradient)>;
+  void set_layer_gradient_sink(LayerGradientSink sink, bool windowed);
+  // {offset, size} of local layer l's tensors in the flat layout (of params()).
+  std::pair<std::size_t, std::size_t> layer_gradient_range(int local_layer) const;
+  // The edge tensors' gradients, each run with its offset in the flat layout.
+  struct EdgeGradient {
+    std::size_t offset;
+    std::span<float> gradient;
+  };
+  std::vector<EdgeGradient> edge_gradients();
+  // One tensor's gradient: any tensor's while whole, an edge tensor's always.
+  std::span<float> tensor_gradient(const ParamTensor& tensor);
 
   // ---- pipeline stages ----
   // forward and backward above are for the whole model (they throw on a stage of
@@ -462,6 +502,17 @@ class GPT {
   void check_batch(std::span<const std::int32_t> tokens, std::span<const float> input,
                    std::span<const std::int32_t> targets, int B, int T) const;
   void require_whole_model(const char* operation) const;
+  void require_whole_gradients(const char* operation) const;  // and allocated
+  // Allocates the gradient (whole or windowed), zeroed, if it is not yet.
+  void ensure_gradients();
+  // The stage's layers in the flat layout: {first offset, floats per layer}.
+  std::pair<std::size_t, std::size_t> layers_extent() const;
+  // Where the gradient of flat offset `offset` lives in grads_ (windowed or whole).
+  std::size_t gradient_position(std::size_t offset) const;
+  // g_ for grads_ as it is laid out now.
+  GPTTensors gradient_views();
+  // After layer l's backward: the sink gets its gradient, which is then zeroed.
+  void hand_off_layer_gradient(int local_layer);
   // Under bf16: rounds `count` values to bf16 where the recipe stores bf16, and keeps
   // their bf16 copy in `stored` unless it is null (gpt_precision.cc).
   void round_if_bf16(float* values, std::size_t count, std::uint16_t* stored = nullptr) const;
@@ -538,6 +589,8 @@ class GPT {
   std::vector<VectorRun> vector_runs_;
   bool working_weights_stale_ = true;
   GPTTensors g_;  // views into grads_
+  LayerGradientSink layer_gradient_sink_;
+  bool gradients_windowed_ = false;  // grads_: the edges whole and one layer's window
 
   std::vector<ActivationSlot> slots_;
   // Activation gradients are shared by the slots: one backward runs at a time.

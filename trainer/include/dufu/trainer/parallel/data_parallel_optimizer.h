@@ -5,8 +5,23 @@
 //   ZeRO-1      the gradient is reduce-scattered, each rank updates only its shard of
 //               the parameters with only its shard's moments (1/dp of the optimizer
 //               memory), and the updated parameters are all-gathered.
-// Both give every rank the same parameters after each step; with one rank both are
+//   ZeRO-2      as ZeRO-1, and the gradient is not kept whole either: the backward
+//               hands each layer's gradient over as soon as it is made (every micro-
+//               batch), it is reduce-scattered into this rank's shard of the sum and
+//               its memory reused by the next layer (GPT::set_layer_gradient_sink);
+//               the edge tensors (wte, wpe, ln_f, lm_head) accumulate whole and are
+//               reduced after the last micro-batch, as before.
+// All give every rank the same parameters after each step; with one rank all are
 // plain AdamW. The sums are the communicator's rank-ordered, deterministic ones.
+//
+// With gradient accumulation ZeRO-2 sums differently: a layer's gradient is the sum
+// over micro-batches of each micro-batch's sum over ranks, where stages 0 and 1 sum
+// over ranks once, the micro-batches' sum on each rank. Floating-point addition is not
+// associative, so the bits differ, and no order that frees the layer gradients can
+// give stage 0's (rank r's whole local sum would have to wait for the last micro-batch).
+// `reduce_each_micro_batch` makes stage 0 sum as ZeRO-2 does (the layers' gradients
+// all-reduced each micro-batch and accumulated): ZeRO-2 equals that bit for bit, and
+// equals plain stage 0 at one micro-batch per step.
 //
 // The reduction runs in buckets of train.dp_bucket_mb (PyTorch DDP's bucket_cap_mb):
 // one collective per bucket of the flat gradient, cut without regard to tensor
@@ -21,6 +36,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -49,9 +65,17 @@ class DataParallelOptimizer {
   // object. The gradient norm is the whole model's:
   // summed over tensor-parallel shards (GPT::full_sum_of_squares) and stages.
   // bucket_elements: floats of gradient per collective (>= 1; bucket_elements_for).
-  DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group, bool shard_optimizer_state,
+  // zero_stage: 0, 1 or 2 (1 and 2 shard only with more than one data-parallel rank).
+  // reduce_each_micro_batch: stage 0 only (stage 2 always does), see above.
+  // Under ZeRO-2 (and reduce_each_micro_batch) the model's gradient sink is this
+  // object's until it is destroyed.
+  DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group, int zero_stage,
                         Communicator* pipeline_group = nullptr, Communicator* tensor_group = nullptr,
-                        std::size_t bucket_elements = bucket_elements_for(kDefaultBucketMegabytes));
+                        std::size_t bucket_elements = bucket_elements_for(kDefaultBucketMegabytes),
+                        bool reduce_each_micro_batch = false);
+  ~DataParallelOptimizer();
+  DataParallelOptimizer(const DataParallelOptimizer&) = delete;
+  DataParallelOptimizer& operator=(const DataParallelOptimizer&) = delete;
 
   // Sums model.grads() over the data-parallel ranks (under ZeRO-1 only this rank's
   // shard ends up summed), and clips the global gradient norm to max_norm (0 = no
@@ -81,6 +105,15 @@ class DataParallelOptimizer {
   void all_reduce_in_buckets();
   std::size_t zero_bucket_slice() const;  // floats of each rank's shard per ZeRO-1 bucket
   void reduce_scatter_in_buckets();
+  // After the update: every rank's updated shard into every rank's parameters.
+  void all_gather_parameters_in_buckets();
+  // Per micro-batch (ZeRO-2 or reduce_each_micro_batch): the sink's work for one
+  // layer's gradient, the start of a step's sums, and the reduction of the flat range
+  // [offset, offset + gradient.size()) into this rank's shard (ZeRO-2).
+  void reduce_layer_gradient(int local_layer, std::span<float> gradient);
+  void start_accumulation();
+  void reduce_scatter_into_shard(std::size_t offset, std::span<const float> gradient);
+  void reduce_edges_and_layers();
 
   GPT& model_;
   AdamWOptions options_;
@@ -88,20 +121,24 @@ class DataParallelOptimizer {
   Communicator* pipeline_group_;
   Communicator* tensor_group_;
   bool sharded_;
+  int zero_stage_;
+  bool layers_each_micro_batch_;  // ZeRO-2, or stage 0's reduce_each_micro_batch, over > 1 rank
+  bool accumulation_fresh_ = true;  // the next layer gradient starts a step's sums
   std::size_t shard_size_ = 0;  // elements per rank, the parameters padded to a multiple of dp
   // reduce_gradients_and_clip's factor for step(): one pass over the gradients fewer
   // than scaling them in place, and the same bits.
   float grad_scale_ = 1.0f;
   std::size_t bucket_elements_;
   AdamW optimizer_;             // full, or this rank's shard
-  // ZeRO-1 buffers: the padded parameters (all-gathered after the update), this rank's
-  // summed gradient shard and its parameter shard.
+  // ZeRO-1 and 2: this rank's summed gradient shard, and one bucket's slices of every
+  // rank's shard side by side (the reduce-scatter's input, the all-gather's output).
   // On the model's device, like the gradients they are cut from.
-  DeviceBuffer<float> padded_;
   DeviceBuffer<float> grad_shard_;
-  DeviceBuffer<float> param_shard_;
-  // ZeRO-1: one bucket's slices of every rank's shard, side by side.
   DeviceBuffer<float> staging_;
+  // Stage 0's reduce_each_micro_batch: the stage's layers' reduced gradients, summed
+  // over the micro-batches. ZeRO-2: one bucket's piece of the shard, as reduced.
+  DeviceBuffer<float> layer_sums_;
+  DeviceBuffer<float> reduced_piece_;
   // optim.offload = cpu: the reduced gradients, downloaded for the host's AdamW.
   std::vector<float> host_grads_;
 };

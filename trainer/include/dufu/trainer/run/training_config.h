@@ -67,7 +67,8 @@ struct TrainingOptions {
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
   std::vector<int> pipeline_num_layers;  // layers per stage; empty = an even split
-  int zero_stage = 0;  // 1: AdamW moments sharded over the data-parallel ranks
+  int zero_stage = 0;  // 1: AdamW moments sharded over the data-parallel ranks; 2: gradients too
+  bool reduce_each_micro_batch = false;  // stage 0 summing as ZeRO-2 does (DataParallelOptimizer)
   // optim.offload = cpu: fp32 masters and AdamW moments in host memory, the update on
   // the host (GPT::set_optimizer_offload); false = none.
   bool optimizer_offload = false;

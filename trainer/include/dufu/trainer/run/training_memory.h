@@ -17,10 +17,20 @@ namespace dufu::trainer {
 // This rank's parameters: its tensor-parallel share of the stage's layers and the
 // embeddings and head the stage holds.
 double rank_parameter_count(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage);
+// The same in pieces: one layer's parameters, the stage's layer count, and the edge
+// tensors (embeddings, final norm, head) it holds.
+struct RankParameters {
+  double layer, layers, edges;
+};
+RankParameters rank_parameters(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage);
+// The gradient floats the model keeps: all of them, or under ZeRO-2 over more than one
+// data-parallel rank the edges and one layer's window.
+double rank_gradient_floats(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage,
+                            int data_parallel_size, int zero_stage);
 
-// Bytes of weights, gradients and both AdamW moments for `parameters` (the moments
-// divided over `data_parallel_size` ranks when sharded, ZeRO-1).
-double model_state_bytes(double parameters, int data_parallel_size, bool moments_sharded);
+// Bytes of weights, gradients and both AdamW moments for `parameters` under ZeRO
+// stage `zero_stage` (0, 1 or 2; see memory_plan).
+double model_state_bytes(double parameters, int data_parallel_size, int zero_stage);
 
 // Bytes of the activations and their gradients for `slots` micro-batches of B x T
 // tokens in flight on this rank's stage (1 unless pipelined), plus the loader's
@@ -39,8 +49,8 @@ StepShapes training_step_shapes(const GPTConfig& config, int B, int T, int tenso
 // of the model) so a user sees where the memory goes before the first step.
 struct MemoryPlan {
   double weights = 0.0;       // fp32 parameters (the masters under bf16)
-  double gradients = 0.0;     // fp32
-  double moments = 0.0;       // AdamW m and v (this rank's shard under ZeRO-1)
+  double gradients = 0.0;     // fp32 (under ZeRO-1 and 2 with the reduced shard)
+  double moments = 0.0;       // AdamW m and v (this rank's shard under ZeRO-1 and 2)
   double working_copy = 0.0;  // the bf16 recipe's working copy of the weights
   double activations = 0.0;   // activations, their gradients, the loader's batches
   double scratch = 0.0;       // the device's own (Device::scratch_bytes), e.g. cuBLASLt's workspace
@@ -53,8 +63,12 @@ struct MemoryPlan {
   // scratch only when there are any).
   std::string describe(double limit_bytes) const;
 };
-MemoryPlan memory_plan(double parameters, int data_parallel_size, bool moments_sharded, bool bf16_working_copy,
-                       double activation_bytes);
+// ZeRO stages 1 and 2 over more than one data-parallel rank divide the moments over the
+// ranks and add the rank's reduced gradient shard to the gradients; gradient_floats is
+// what the model keeps of its own gradient (rank_gradient_floats; negative: all
+// `parameters`).
+MemoryPlan memory_plan(double parameters, int data_parallel_size, int zero_stage, bool bf16_working_copy,
+                       double activation_bytes, double gradient_floats = -1.0);
 // optim.offload = cpu: the fp32 masters and the moments move from the device's plan to
 // host memory (GPT::set_optimizer_offload).
 void offload_to_host(MemoryPlan& plan);
@@ -70,7 +84,7 @@ inline int pipeline_slots(const PipelineStage& stage) { return stage.num_stages 
 // that fits leaves room for what the device allocates at the first backward.
 MemoryPlan rank_memory_plan(const GPTConfig& config, int B, int T, int tensor_parallel_size, int data_parallel_size,
                             const PipelineStage& stage, int slots, int prefetch, Precision precision,
-                            bool moments_sharded, const Device& device, Recompute recompute = Recompute::kNone);
+                            int zero_stage, const Device& device, Recompute recompute = Recompute::kNone);
 
 // Throws dufu::Error when `plan` needs more than `capacity_bytes` of `device` (its
 // Device::describe()), naming the plan and the knobs that shrink it: train.micro_batch

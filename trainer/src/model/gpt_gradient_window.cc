@@ -1,0 +1,107 @@
+// ZeRO-2's side of the model: the layers' gradients handed to a sink as the backward
+// makes them, and optionally kept in one layer's window instead of whole.
+//
+// The layout puts the stage's layers side by side between the edge tensors (wte and
+// wpe before them, ln_f and lm_head after), every layer the same size. Windowed,
+// grads_ holds the edges before, one layer, and the edges after: a flat offset inside
+// the layers maps to the window by its place within its layer.
+#include <algorithm>
+#include <cstddef>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "dufu/common/error.h"
+#include "dufu/trainer/model/gpt.h"
+#include "gpt_tensor_views.h"
+
+namespace dufu::trainer {
+
+std::pair<std::size_t, std::size_t> GPT::layers_extent() const {
+  std::size_t begin = params_.size();
+  std::size_t end = 0;
+  for (const ParamTensor& tensor : layout_) {
+    if (!tensor.name.starts_with("h.")) continue;
+    begin = std::min(begin, tensor.offset);
+    end = std::max(end, tensor.offset + tensor.size());
+  }
+  const auto layers = static_cast<std::size_t>(stage_.num_layers);
+  DUFU_CHECK(layers >= 1 && end > begin && (end - begin) % layers == 0, "GPT: the stage's ", layers,
+             " layers do not fill [", begin, ", ", end, ") evenly");
+  return {begin, (end - begin) / layers};
+}
+
+std::pair<std::size_t, std::size_t> GPT::layer_gradient_range(int local_layer) const {
+  DUFU_CHECK(local_layer >= 0 && local_layer < stage_.num_layers, "GPT: no local layer ", local_layer, " of ",
+             stage_.num_layers);
+  const auto [begin, size] = layers_extent();
+  return {begin + static_cast<std::size_t>(local_layer) * size, size};
+}
+
+std::size_t GPT::gradient_position(std::size_t offset) const {
+  if (!gradients_windowed_) return offset;
+  const auto [begin, size] = layers_extent();
+  const std::size_t end = begin + size * static_cast<std::size_t>(stage_.num_layers);
+  if (offset < begin) return offset;
+  if (offset >= end) return begin + size + (offset - end);
+  return begin + (offset - begin) % size;
+}
+
+GPTTensors GPT::gradient_views() {
+  return tensor_views<float>([&](const ParamTensor& tensor) { return grads_.data() + gradient_position(tensor.offset); });
+}
+
+void GPT::require_whole_gradients(const char* operation) const {
+  if (grads_.size() == 0) DUFU_FAIL(operation, ": no gradient yet (zero_grad or backward makes it)");
+  if (gradients_windowed_) {
+    DUFU_FAIL(operation, ": the layers' gradients are not kept whole (dist.zero_stage = 2 reduces each layer's as the "
+              "backward makes it); read edge_gradients() or the optimizer's shard");
+  }
+}
+
+void GPT::set_layer_gradient_sink(LayerGradientSink sink, bool windowed) {
+  DUFU_CHECK(sink || !windowed, "GPT::set_layer_gradient_sink: a window needs a sink to take each layer's gradient");
+  layer_gradient_sink_ = std::move(sink);
+  if (windowed != gradients_windowed_) {
+    // Dropped now and allocated by the next use: the old and the new are never held
+    // at once (ZeRO-2 is for a gradient that does not fit whole).
+    g_ = {};
+    grads_ = DeviceBuffer<float>();
+    gradients_windowed_ = windowed;
+  } else if (grads_.size() > 0) {
+    zero_grad();
+  }
+}
+
+void GPT::ensure_gradients() {
+  if (grads_.size() > 0) return;
+  const auto [begin, size] = layers_extent();
+  const std::size_t layers = size * static_cast<std::size_t>(stage_.num_layers);
+  grads_ = DeviceBuffer<float>(*device_, gradients_windowed_ ? params_.size() - layers + size : params_.size());
+  g_ = gradient_views();
+}
+
+std::vector<GPT::EdgeGradient> GPT::edge_gradients() {
+  ensure_gradients();
+  const auto [begin, size] = layers_extent();
+  const std::size_t end = begin + size * static_cast<std::size_t>(stage_.num_layers);
+  std::vector<EdgeGradient> edges;
+  if (begin > 0) edges.push_back({0, {grads_.data(), begin}});
+  if (end < params_.size()) edges.push_back({end, {grads_.data() + gradient_position(end), params_.size() - end}});
+  return edges;
+}
+
+std::span<float> GPT::tensor_gradient(const ParamTensor& tensor) {
+  ensure_gradients();
+  if (tensor.name.starts_with("h.")) require_whole_gradients("GPT::tensor_gradient");
+  return {grads_.data() + gradient_position(tensor.offset), tensor.size()};
+}
+
+void GPT::hand_off_layer_gradient(int local_layer) {
+  const auto [offset, size] = layer_gradient_range(local_layer);
+  const std::span<float> gradient(grads_.data() + gradient_position(offset), size);
+  layer_gradient_sink_(local_layer, gradient);
+  device_->fill(gradient.data(), 0.0f, gradient.size());
+}
+
+}  // namespace dufu::trainer
