@@ -72,6 +72,10 @@ class SingleProcessCommunicator final : public Communicator {
   void do_reduce_scatter_v(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t>) override {
     do_reduce_scatter(input, output);
   }
+  // One rank's only chunk is the whole output, as in all_gather.
+  void do_all_gather_v(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t>) override {
+    do_all_gather(input, output);
+  }
   void do_broadcast(CommBuffer, int) override {}
   // check_peer refuses every peer of a group of one before these are reached.
   void do_send(ConstCommBuffer, int, int) override { DUFU_CHECK(false, "send in a group of one"); }
@@ -179,6 +183,48 @@ void check_same_type(ConstCommBuffer input, CommBuffer output, const char* opera
   }
 }
 
+// An uneven collective's counts: one per rank of the group, summing to the count of
+// the whole buffer (whole: "input" or "output"), and counts[rank()] the count of the
+// other (part). Returns the offset of this rank's chunk in the whole.
+std::size_t check_uneven_counts(std::span<const std::size_t> counts, const char* whole, std::size_t whole_count,
+                                const char* part, std::size_t part_count, const char* operation,
+                                const Communicator& group) {
+  if (counts.size() != static_cast<std::size_t>(group.size())) {
+    DUFU_FAIL(operation, " on ", group.describe(), ": counts has ", counts.size(), " entries but the group has ",
+              group.size(), " ranks");
+  }
+  std::size_t total = 0;
+  std::size_t own_offset = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    if (counts[r] > std::numeric_limits<std::size_t>::max() - total) {
+      DUFU_FAIL(operation, " on ", group.describe(), ": counts overflow std::size_t when summed");
+    }
+    if (r == static_cast<std::size_t>(group.rank())) own_offset = total;
+    total += counts[r];
+  }
+  if (whole_count != total) {
+    DUFU_FAIL(operation, " on ", group.describe(), ": ", whole, " has ", whole_count, " elements but counts sum to ",
+              total);
+  }
+  const std::size_t own = counts[static_cast<std::size_t>(group.rank())];
+  if (part_count != own) {
+    DUFU_FAIL(operation, " on ", group.describe(), ": ", part, " has ", part_count, " elements but counts[",
+              group.rank(), "] is ", own);
+  }
+  return own_offset;
+}
+
+// A gather's input may be the output's chunk of this rank (own_offset elements in), and
+// must not overlap the output otherwise.
+void check_gather_overlap(ConstCommBuffer input, CommBuffer output, std::size_t own_offset, const char* operation,
+                          const Communicator& group) {
+  const std::size_t element = data_type_size(input.type);
+  const void* own_chunk = static_cast<const unsigned char*>(output.data) + own_offset * element;
+  if (input.data != own_chunk && overlaps(input.data, input.count * element, output.data, output.count * element)) {
+    DUFU_FAIL(operation, " on ", group.describe(), ": input overlaps output other than as this rank's chunk");
+  }
+}
+
 }  // namespace
 
 void Communicator::all_reduce_buffer(CommBuffer data, ReduceOp op) {
@@ -194,15 +240,22 @@ void Communicator::all_gather_buffer(ConstCommBuffer input, CommBuffer output) {
     DUFU_FAIL("all_gather on ", describe(), ": output has ", output.count, " elements but ", size(),
               " ranks x ", input.count, " input elements need ", input.count * static_cast<std::size_t>(size()));
   }
-  const std::size_t element = data_type_size(input.type);
-  const void* own_slice = static_cast<const unsigned char*>(output.data) +
-                          static_cast<std::size_t>(rank()) * input.count * element;
-  if (input.data != own_slice && overlaps(input.data, input.count * element, output.data, output.count * element)) {
-    DUFU_FAIL("all_gather on ", describe(), ": input overlaps output other than as this rank's slice");
-  }
+  check_gather_overlap(input, output, static_cast<std::size_t>(rank()) * input.count, "all_gather", *this);
   if (output.count == 0) return;
   TrafficScope scope(*this, &CommunicationTraffic::all_gather_bytes, (size() - 1) * bytes_of(input.count, input.type));
   do_all_gather(input, output);
+}
+
+void Communicator::all_gather_v_buffer(ConstCommBuffer input, CommBuffer output,
+                                       std::span<const std::size_t> counts) {
+  check_same_type(input, output, "all_gather_v", *this);
+  const std::size_t own_offset =
+      check_uneven_counts(counts, "output", output.count, "input", input.count, "all_gather_v", *this);
+  check_gather_overlap(input, output, own_offset, "all_gather_v", *this);
+  if (output.count == 0) return;
+  // This rank's input goes to every other rank, as in all_gather (where it is equal).
+  TrafficScope scope(*this, &CommunicationTraffic::all_gather_bytes, (size() - 1) * bytes_of(input.count, input.type));
+  do_all_gather_v(input, output, counts);
 }
 
 void Communicator::reduce_scatter_buffer(ConstCommBuffer input, CommBuffer output) {
@@ -220,27 +273,10 @@ void Communicator::reduce_scatter_buffer(ConstCommBuffer input, CommBuffer outpu
 void Communicator::reduce_scatter_v_buffer(ConstCommBuffer input, CommBuffer output,
                                            std::span<const std::size_t> counts) {
   check_same_type(input, output, "reduce_scatter_v", *this);
-  if (counts.size() != static_cast<std::size_t>(size())) {
-    DUFU_FAIL("reduce_scatter_v on ", describe(), ": counts has ", counts.size(), " entries but the group has ",
-              size(), " ranks");
-  }
-  std::size_t total = 0;
-  for (const std::size_t count : counts) {
-    if (count > std::numeric_limits<std::size_t>::max() - total) {
-      DUFU_FAIL("reduce_scatter_v on ", describe(), ": counts overflow std::size_t when summed");
-    }
-    total += count;
-  }
-  if (input.count != total) {
-    DUFU_FAIL("reduce_scatter_v on ", describe(), ": input has ", input.count, " elements but counts sum to ", total);
-  }
-  const std::size_t own = counts[static_cast<std::size_t>(rank())];
-  if (output.count != own) {
-    DUFU_FAIL("reduce_scatter_v on ", describe(), ": output has ", output.count, " elements but counts[", rank(),
-              "] is ", own);
-  }
+  check_uneven_counts(counts, "input", input.count, "output", output.count, "reduce_scatter_v", *this);
   if (input.count == 0) return;
-  TrafficScope scope(*this, &CommunicationTraffic::reduce_scatter_bytes, reduce_scatter_sent_bytes(input, own));
+  TrafficScope scope(*this, &CommunicationTraffic::reduce_scatter_bytes,
+                     reduce_scatter_sent_bytes(input, output.count));
   do_reduce_scatter_v(input, output, counts);
 }
 

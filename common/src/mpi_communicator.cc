@@ -7,7 +7,9 @@
 // rank order on rank k, and an Allgatherv of the folded chunks: the same amount of
 // data per rank as a ring all-reduce, and results that are a fixed function of the
 // inputs (see communicator.h). reduce_scatter_v is the first two of those steps with
-// the caller's chunks, and reduce_scatter is reduce_scatter_v with equal chunks.
+// the caller's chunks, and reduce_scatter is reduce_scatter_v with equal chunks;
+// all_gather_v is the Allgatherv with the caller's chunks, and all_gather it with equal
+// ones (the same data as MPI_Allgather moves).
 
 // The C API only: included from C++, mpi.h otherwise pulls in the deprecated C++
 // bindings, which live in a library MPI::MPI_C does not link.
@@ -181,14 +183,13 @@ class MpiCommunicator final : public Communicator {
   }
 
   void do_all_gather(ConstCommBuffer input, CommBuffer output) override {
-    const int count = checked_count(input.count, "all_gather");
-    checked_count(output.count, "all_gather");
-    const MPI_Datatype type = mpi_type(input.type);
-    const void* own_slice =
-        static_cast<unsigned char*>(output.data) + static_cast<std::size_t>(rank_) * input.count * data_type_size(input.type);
-    const bool in_place = input.data == own_slice;
-    DUFU_MPI_CHECK(this, "all_gather", MPI_Allgather, in_place ? MPI_IN_PLACE : input.data, count, type, output.data,
-                   count, type, comm_);
+    chunks_of([&](int) { return input.count; }, "all_gather");
+    gather_chunks(input, output, "all_gather");
+  }
+
+  void do_all_gather_v(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t> counts) override {
+    chunks_of([&](int r) { return counts[static_cast<std::size_t>(r)]; }, "all_gather_v");
+    gather_chunks(input, output, "all_gather_v");
   }
 
   void do_reduce_scatter(ConstCommBuffer input, CommBuffer output) override {
@@ -272,6 +273,17 @@ class MpiCommunicator final : public Communicator {
       checked_count(offset, operation);
     }
     return chunks_;
+  }
+
+  // output's chunk r (chunks_) = rank r's input; in place when input is this rank's chunk.
+  void gather_chunks(ConstCommBuffer input, CommBuffer output, const char* operation) {
+    const std::size_t own_offset = static_cast<std::size_t>(chunks_.offsets[static_cast<std::size_t>(rank_)]);
+    const bool in_place =
+        input.data == static_cast<const unsigned char*>(output.data) + own_offset * data_type_size(input.type);
+    const MPI_Datatype type = mpi_type(input.type);
+    DUFU_MPI_CHECK(this, operation, MPI_Allgatherv, in_place ? MPI_IN_PLACE : input.data,
+                   chunks_.counts[static_cast<std::size_t>(rank_)], type, output.data, chunks_.counts.data(),
+                   chunks_.offsets.data(), type, comm_);
   }
 
   // Hands rank k chunk k (chunks_) of every rank's input, rank after rank in scratch_,

@@ -84,6 +84,44 @@ TEST(SingleProcessCommunicator, ReduceScatterVKeepsTheWholeInput) {
   EXPECT_EQ(comm->traffic().operations, 2u);
 }
 
+TEST(SingleProcessCommunicator, AllGatherVCopiesTheInput) {
+  auto comm = make_single_process_communicator();
+  const std::vector<std::int64_t> input{7, -3, std::int64_t{1} << 60};
+  std::vector<std::int64_t> output(3, -1);
+  comm->all_gather_v(input, output, std::vector<std::size_t>{3});
+  EXPECT_EQ(output, input);
+  std::vector<float> in_place{4.0f, 5.0f};
+  comm->all_gather_v(std::span<const float>(in_place), in_place, std::vector<std::size_t>{2});
+  EXPECT_EQ(in_place, (std::vector<float>{4.0f, 5.0f}));
+  std::vector<float> empty;
+  comm->all_gather_v(empty, empty, std::vector<std::size_t>{0});
+  // One rank sends nothing: the operations are counted, no bytes; the empty one not at all.
+  EXPECT_EQ(comm->traffic().all_gather_bytes, 0u);
+  EXPECT_EQ(comm->traffic().operations, 2u);
+}
+
+TEST(SingleProcessCommunicator, AllGatherVRefusesBadArguments) {
+  auto comm = make_single_process_communicator();
+  std::vector<float> three(3), two(2), four(4);
+  const std::string where = "all_gather_v on single-process communicator 'world'";
+  expect_error([&] { comm->all_gather_v(three, three, std::vector<std::size_t>{3, 0}); },
+               {where, "counts has 2 entries but the group has 1 ranks"});
+  expect_error([&] { comm->all_gather_v(three, three, std::vector<std::size_t>{}); }, {"counts has 0 entries"});
+  expect_error([&] { comm->all_gather_v(two, three, std::vector<std::size_t>{2}); },
+               {where, "output has 3 elements but counts sum to 2"});
+  expect_error([&] { comm->all_gather_v(three, two, std::vector<std::size_t>{2}); },
+               {where, "input has 3 elements but counts[0] is 2"});
+  expect_error([&] { comm->all_gather_v(std::span<const float>(four.data() + 1, 3), std::span<float>(four.data(), 3),
+                                        std::vector<std::size_t>{3}); },
+               {where, "input overlaps output other than as this rank's chunk"});
+  std::vector<double> doubles(3);
+  expect_error([&] {
+    comm->all_gather_v_buffer(ConstCommBuffer{three.data(), 3, DataType::kFloat32},
+                              CommBuffer{doubles.data(), 3, DataType::kFloat64}, std::vector<std::size_t>{3});
+  }, {where, "input is float32 but output is float64"});
+  EXPECT_EQ(comm->traffic().operations, 0u);
+}
+
 TEST(SingleProcessCommunicator, ReduceScatterVRefusesBadArguments) {
   auto comm = make_single_process_communicator();
   std::vector<float> three(3), two(2);
@@ -103,22 +141,27 @@ TEST(SingleProcessCommunicator, ReduceScatterVRefusesBadArguments) {
   EXPECT_EQ(comm->traffic().operations, 0u);
 }
 
-// Rank 2 of a group of 4 that records what reaches the reduce_scatter_v hook, for the
-// checks and the traffic count of the shared entry point at a size above one.
-class ReduceScatterVRecorder final : public Communicator {
+// Rank 2 of a group of 4 that records what reaches the uneven collectives' hooks, for
+// the checks and the traffic counts of the shared entry points at a size above one.
+class UnevenCollectiveRecorder final : public Communicator {
  public:
-  ReduceScatterVRecorder() : Communicator("recorder") {}
+  UnevenCollectiveRecorder() : Communicator("recorder") {}
   int rank() const override { return 2; }
   int size() const override { return 4; }
   std::string describe() const override { return "recorder (rank 2 of 4)"; }
 
   std::vector<std::size_t> counts_seen;
-  std::size_t calls = 0;
+  std::size_t reduce_scatter_v_calls = 0;
+  std::size_t all_gather_v_calls = 0;
 
  protected:
   void do_reduce_scatter_v(ConstCommBuffer, CommBuffer, std::span<const std::size_t> counts) override {
     counts_seen.assign(counts.begin(), counts.end());
-    ++calls;
+    ++reduce_scatter_v_calls;
+  }
+  void do_all_gather_v(ConstCommBuffer, CommBuffer, std::span<const std::size_t> counts) override {
+    counts_seen.assign(counts.begin(), counts.end());
+    ++all_gather_v_calls;
   }
   // Nothing else may be reached.
   void do_all_reduce(CommBuffer, ReduceOp) override { unexpected(); }
@@ -135,15 +178,15 @@ class ReduceScatterVRecorder final : public Communicator {
   }
 
  private:
-  static void unexpected() { ADD_FAILURE() << "a hook other than do_reduce_scatter_v was called"; }
+  static void unexpected() { ADD_FAILURE() << "a hook other than the uneven collectives' was called"; }
 };
 
 TEST(Communicator, ReduceScatterVChecksAndCountsWhatThisRankSends) {
-  ReduceScatterVRecorder comm;
+  UnevenCollectiveRecorder comm;
   const std::vector<std::size_t> counts{0, 5, 3, 0};
   std::vector<double> input(8), output(3);
   comm.reduce_scatter_v(input, output, counts);
-  EXPECT_EQ(comm.calls, 1u);
+  EXPECT_EQ(comm.reduce_scatter_v_calls, 1u);
   EXPECT_EQ(comm.counts_seen, counts);
   // Chunks 0, 1 and 3 leave this rank: 5 doubles.
   EXPECT_EQ(comm.traffic().reduce_scatter_bytes, 5 * sizeof(double));
@@ -152,12 +195,12 @@ TEST(Communicator, ReduceScatterVChecksAndCountsWhatThisRankSends) {
   // A rank that keeps nothing still sends its chunks of others' shards.
   std::vector<float> four(4), none;
   comm.reduce_scatter_v(four, none, std::vector<std::size_t>{1, 3, 0, 0});
-  EXPECT_EQ(comm.calls, 2u);
+  EXPECT_EQ(comm.reduce_scatter_v_calls, 2u);
   EXPECT_EQ(comm.traffic().reduce_scatter_bytes, 5 * sizeof(double) + 4 * sizeof(float));
 
   // All counts zero: nothing to do on any rank, nothing counted.
   comm.reduce_scatter_v(none, none, std::vector<std::size_t>(4, 0));
-  EXPECT_EQ(comm.calls, 2u);
+  EXPECT_EQ(comm.reduce_scatter_v_calls, 2u);
   EXPECT_EQ(comm.traffic().operations, 2u);
 
   expect_error([&] { comm.reduce_scatter_v(input, output, std::vector<std::size_t>{0, 5, 3}); },
@@ -169,7 +212,65 @@ TEST(Communicator, ReduceScatterVChecksAndCountsWhatThisRankSends) {
   const std::size_t huge = std::numeric_limits<std::size_t>::max();
   expect_error([&] { comm.reduce_scatter_v(input, output, std::vector<std::size_t>{huge, 5, 3, 0}); },
                {"counts overflow std::size_t when summed"});
-  EXPECT_EQ(comm.calls, 2u);
+  EXPECT_EQ(comm.reduce_scatter_v_calls, 2u);
+}
+
+TEST(Communicator, AllGatherVChecksAndCountsWhatThisRankSends) {
+  UnevenCollectiveRecorder comm;
+  const std::vector<std::size_t> counts{0, 5, 3, 0};
+  std::vector<double> input(3), output(8);
+  comm.all_gather_v(input, output, counts);
+  EXPECT_EQ(comm.all_gather_v_calls, 1u);
+  EXPECT_EQ(comm.counts_seen, counts);
+  // This rank's 3 doubles go to each of the 3 others, as all_gather counts its input.
+  EXPECT_EQ(comm.traffic().all_gather_bytes, 3 * 3 * sizeof(double));
+  EXPECT_EQ(comm.traffic().operations, 1u);
+  // In place: the input is chunk 2 of the output, 5 elements in.
+  comm.all_gather_v(std::span<const double>(output.data() + 5, 3), output, counts);
+  EXPECT_EQ(comm.all_gather_v_calls, 2u);
+
+  // A rank that gives nothing still receives the others' chunks; it sends nothing.
+  std::vector<float> none, four(4);
+  comm.reset_traffic();
+  comm.all_gather_v(none, four, std::vector<std::size_t>{1, 3, 0, 0});
+  EXPECT_EQ(comm.all_gather_v_calls, 3u);
+  EXPECT_EQ(comm.traffic().all_gather_bytes, 0u);
+  EXPECT_EQ(comm.traffic().operations, 1u);
+
+  // Equal counts: exactly all_gather's count, (n - 1) inputs.
+  comm.reset_traffic();
+  std::vector<float> two(2), eight(8);
+  comm.all_gather_v(two, eight, std::vector<std::size_t>(4, 2));
+  EXPECT_EQ(comm.traffic().all_gather_bytes, 3 * 2 * sizeof(float));
+
+  // All counts zero: nothing to do on any rank, nothing counted.
+  comm.reset_traffic();
+  comm.all_gather_v(none, none, std::vector<std::size_t>(4, 0));
+  EXPECT_EQ(comm.all_gather_v_calls, 4u);
+  EXPECT_EQ(comm.traffic().operations, 0u);
+
+  const std::string where = "all_gather_v on recorder (rank 2 of 4)";
+  expect_error([&] { comm.all_gather_v(input, output, std::vector<std::size_t>{0, 5, 3}); },
+               {where, "counts has 3 entries but the group has 4 ranks"});
+  expect_error([&] { comm.all_gather_v(input, output, std::vector<std::size_t>{1, 5, 3, 0}); },
+               {where, "output has 8 elements but counts sum to 9"});
+  expect_error([&] { comm.all_gather_v(input, output, std::vector<std::size_t>{0, 3, 5, 0}); },
+               {where, "input has 3 elements but counts[2] is 5"});
+  const std::size_t huge = std::numeric_limits<std::size_t>::max();
+  expect_error([&] { comm.all_gather_v(input, output, std::vector<std::size_t>{huge, 5, 3, 0}); },
+               {where, "counts overflow std::size_t when summed"});
+  // Overlaps other than the own chunk: another rank's chunk, or straddling two.
+  expect_error([&] { comm.all_gather_v(std::span<const double>(output.data(), 3), output, counts); },
+               {where, "input overlaps output other than as this rank's chunk"});
+  expect_error([&] { comm.all_gather_v(std::span<const double>(output.data() + 4, 3), output, counts); },
+               {where, "input overlaps output"});
+  std::vector<std::int32_t> ints(3);
+  expect_error([&] {
+    comm.all_gather_v_buffer(ConstCommBuffer{ints.data(), 3, DataType::kInt32},
+                             CommBuffer{output.data(), 8, DataType::kFloat64}, counts);
+  }, {where, "input is int32 but output is float64"});
+  EXPECT_EQ(comm.all_gather_v_calls, 4u);
+  EXPECT_EQ(comm.reduce_scatter_v_calls, 0u);
 }
 
 TEST(SingleProcessCommunicator, SplitAndSubgroup) {

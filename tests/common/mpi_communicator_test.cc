@@ -33,11 +33,14 @@
 #include "dufu/common/launch_environment.h"
 #include "dufu/common/topology.h"
 #include "support/expect_error.h"
+#include "common/mpi_uneven_collectives.h"
 #include "support/mpi_world.h"
 
 namespace dufu {
 namespace {
 
+using dufu::testing::check_all_gather_v;
+using dufu::testing::check_reduce_scatter_v;
 using dufu::testing::expect_error;
 
 Communicator& world() { return dufu::testing::mpi_world(); }
@@ -117,63 +120,6 @@ void check_reduce_scatter(Communicator& c) {
   }
 }
 
-// Rank `rank`'s element i for the reduce_scatter_v checks: magnitudes from 0.01 to 100,
-// so that adding in another order than the left fold shows in the last bits.
-template <typename T>
-T varied(int rank, std::size_t i) {
-  return static_cast<T>(std::sin(0.5 + rank * 3.1 + static_cast<double>(i) * 0.73) *
-                        std::pow(10.0, static_cast<double>(i % 5) - 2.0));
-}
-
-// reduce_scatter_v against the serial left fold ((x0 + x1) + x2) ... in T, bit for bit;
-// returns this rank's output.
-template <typename T>
-std::vector<T> check_reduce_scatter_v_counts(Communicator& c, const std::vector<std::size_t>& counts) {
-  const std::size_t own = counts[static_cast<std::size_t>(c.rank())];
-  const std::size_t begin = std::accumulate(counts.begin(), counts.begin() + c.rank(), std::size_t{0});
-  std::vector<T> input(std::accumulate(counts.begin(), counts.end(), std::size_t{0}));
-  for (std::size_t i = 0; i < input.size(); ++i) input[i] = varied<T>(c.rank(), i);
-  std::vector<T> output(own, T(-1));
-  c.reduce_scatter_v(input, output, counts);
-  std::size_t mismatches = 0;
-  for (std::size_t i = 0; i < own; ++i) {
-    T expected = varied<T>(0, begin + i);
-    for (int k = 1; k < c.size(); ++k) expected += varied<T>(k, begin + i);
-    if (std::memcmp(&expected, &output[i], sizeof(T)) != 0) ++mismatches;
-  }
-  EXPECT_EQ(mismatches, 0u) << "counts " << ::testing::PrintToString(counts) << ", " << sizeof(T) << "-byte elements";
-  return output;
-}
-
-template <typename T>
-void check_reduce_scatter_v_typed(Communicator& c) {
-  const std::size_t n = static_cast<std::size_t>(c.size());
-  std::vector<std::size_t> zeros_between{0, 5, 0, 3};  // the pattern of ZeRO-2's layer ranges
-  zeros_between.resize(n, 2);
-  check_reduce_scatter_v_counts<T>(c, zeros_between);
-  for (std::size_t owner = 0; owner < n; ++owner) {  // the whole range in one rank's shard
-    std::vector<std::size_t> one_owner(n, 0);
-    one_owner[owner] = 7;
-    check_reduce_scatter_v_counts<T>(c, one_owner);
-  }
-  std::vector<std::size_t> growing(n);
-  for (std::size_t k = 0; k < n; ++k) growing[k] = 1000 + 37 * k;
-  check_reduce_scatter_v_counts<T>(c, growing);
-  check_reduce_scatter_v_counts<T>(c, std::vector<std::size_t>(n, 0));  // nothing at all
-  // Equal counts: bitwise what reduce_scatter gives for the same input.
-  const std::vector<T> uneven = check_reduce_scatter_v_counts<T>(c, std::vector<std::size_t>(n, 129));
-  std::vector<T> input(129 * n);
-  for (std::size_t i = 0; i < input.size(); ++i) input[i] = varied<T>(c.rank(), i);
-  std::vector<T> equal(129);
-  c.reduce_scatter(input, equal);
-  EXPECT_EQ(std::memcmp(uneven.data(), equal.data(), equal.size() * sizeof(T)), 0);
-}
-
-void check_reduce_scatter_v(Communicator& c) {
-  check_reduce_scatter_v_typed<float>(c);
-  check_reduce_scatter_v_typed<double>(c);
-}
-
 void check_broadcast(Communicator& c) {
   const int r = c.rank();
   for (int root = 0; root < c.size(); ++root) {
@@ -216,6 +162,7 @@ void check_collectives(Communicator& c) {
   check_all_gather(c);
   check_reduce_scatter(c);
   check_reduce_scatter_v(c);
+  check_all_gather_v(c);
   check_broadcast(c);
   check_point_to_point(c);
 }
@@ -355,55 +302,6 @@ TEST(Mpi, BadArgumentsThrowOnEveryRankAndLeaveTheGroupUsable) {
   expect_error([&] { world().reduce_scatter(wrong, data); }, {"reduce_scatter", "input has"});
   expect_error([&] { world().send(data, n); }, {"send", "destination rank"});
   EXPECT_EQ(world().all_reduce_value(1), n);
-}
-
-TEST(Mpi, ReduceScatterVCountsWhatThisRankSends) {
-  const int n = world().size();
-  const int r = world().rank();
-  std::vector<std::size_t> counts{0, 5, 0, 3};
-  counts.resize(static_cast<std::size_t>(n), 4);
-  if (n == 1) counts[0] = 6;  // {0} would move nothing and count nothing
-  const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-  std::vector<double> input(total, 1.0);
-  std::vector<double> output(counts[static_cast<std::size_t>(r)]);
-  world().reset_traffic();
-  world().reduce_scatter_v(input, output, counts);
-  EXPECT_EQ(world().traffic().reduce_scatter_bytes, (total - output.size()) * sizeof(double));
-  EXPECT_EQ(world().traffic().operations, 1u);
-  EXPECT_EQ(world().traffic().total_bytes(), world().traffic().reduce_scatter_bytes);
-  // Equal chunks: the same count as reduce_scatter's.
-  std::vector<float> equal_input(static_cast<std::size_t>(3 * n), 1.0f);
-  std::vector<float> equal_output(3);
-  world().reset_traffic();
-  world().reduce_scatter(equal_input, equal_output);
-  const std::uint64_t reduce_scatter_bytes = world().traffic().reduce_scatter_bytes;
-  world().reset_traffic();
-  world().reduce_scatter_v(equal_input, equal_output, std::vector<std::size_t>(static_cast<std::size_t>(n), 3));
-  EXPECT_EQ(world().traffic().reduce_scatter_bytes, reduce_scatter_bytes);
-  world().reset_traffic();
-}
-
-TEST(Mpi, ReduceScatterVRefusesBadArgumentsOnEveryRank) {
-  const int n = world().size();
-  const int r = world().rank();
-  const std::size_t ranks = static_cast<std::size_t>(n);
-  std::vector<float> input(2 * ranks), output(2);
-  const std::vector<std::size_t> twos(ranks, 2);
-  const std::string where = "reduce_scatter_v on MPI communicator 'world'";
-  expect_error([&] { world().reduce_scatter_v(input, output, std::vector<std::size_t>(ranks + 1, 2)); },
-               {where, str_cat("counts has ", n + 1, " entries but the group has ", n, " ranks")});
-  std::vector<float> longer(2 * ranks + 1);
-  expect_error([&] { world().reduce_scatter_v(longer, output, twos); },
-               {where, str_cat("input has ", 2 * n + 1, " elements but counts sum to ", 2 * n)});
-  std::vector<float> shorter(1);
-  expect_error([&] { world().reduce_scatter_v(input, shorter, twos); },
-               {where, str_cat("output has 1 elements but counts[", r, "] is 2")});
-  std::vector<double> doubles(2);
-  expect_error([&] {
-    world().reduce_scatter_v_buffer(ConstCommBuffer{input.data(), input.size(), DataType::kFloat32},
-                                    CommBuffer{doubles.data(), doubles.size(), DataType::kFloat64}, twos);
-  }, {where, "input is float32 but output is float64"});
-  EXPECT_EQ(world().all_reduce_value(1), n);  // nothing was left waiting
 }
 
 TEST(Mpi, MpiFailuresBecomeErrorsNamingTheOperationAndRank) {

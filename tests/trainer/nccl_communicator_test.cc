@@ -6,8 +6,10 @@
 // broadcast) and ctest reports it skipped.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -112,16 +114,21 @@ TEST_F(NcclCommunicatorTest, ReduceScatterAndAllGatherMatchMpi) {
   expect_bitwise(gathered.to_host(), expected_gathered);
 }
 
-TEST_F(NcclCommunicatorTest, ReduceScatterVMatchesMpi) {
+// The uneven collectives' counts: zeros between shards, growing, all on the last rank.
+std::vector<std::vector<std::size_t>> uneven_counts() {
   const std::size_t ranks = static_cast<std::size_t>(world().size());
-  const std::size_t own_index = static_cast<std::size_t>(world().rank());
   std::vector<std::size_t> zeros_between{0, 5, 0, 3};
   zeros_between.resize(ranks, 2);
   std::vector<std::size_t> growing(ranks);
   for (std::size_t k = 0; k < ranks; ++k) growing[k] = 1000 + 37 * k;
-  std::vector<std::size_t> last_owner(ranks, 0);
-  last_owner.back() = 4099;
-  for (const std::vector<std::size_t>& counts : {zeros_between, growing, last_owner}) {
+  std::vector<std::size_t> last_owner(ranks - 1, 0);
+  last_owner.push_back(4099);
+  return {zeros_between, growing, last_owner};
+}
+
+TEST_F(NcclCommunicatorTest, ReduceScatterVMatchesMpi) {
+  const std::size_t own_index = static_cast<std::size_t>(world().rank());
+  for (const std::vector<std::size_t>& counts : uneven_counts()) {
     SCOPED_TRACE(::testing::PrintToString(counts));
     std::size_t total = 0;
     for (const std::size_t count : counts) total += count;
@@ -136,6 +143,40 @@ TEST_F(NcclCommunicatorTest, ReduceScatterVMatchesMpi) {
     // Host buffers go through the control plane.
     std::vector<float> host_output(counts[own_index]);
     nccl_->reduce_scatter_v(input, host_output, counts);
+    expect_bitwise(host_output, expected);
+  }
+}
+
+TEST_F(NcclCommunicatorTest, AllGatherVMatchesMpi) {
+  const std::size_t ranks = static_cast<std::size_t>(world().size());
+  const std::size_t own_index = static_cast<std::size_t>(world().rank());
+  std::vector<std::vector<std::size_t>> patterns = uneven_counts();
+  patterns.push_back(std::vector<std::size_t>(ranks, 129));  // equal: ncclAllGather's path
+  for (const std::vector<std::size_t>& counts : patterns) {
+    SCOPED_TRACE(::testing::PrintToString(counts));
+    std::size_t total = 0;
+    std::size_t begin = 0;
+    for (std::size_t k = 0; k < ranks; ++k) {
+      if (k == own_index) begin = total;
+      total += counts[k];
+    }
+    const std::vector<float> input = rank_floats(counts[own_index], false);
+    std::vector<float> expected(total);
+    world().all_gather_v(input, expected, counts);
+    // A rank that gives nothing passes an empty device buffer.
+    DeviceBuffer<float> gpu_input = on_gpu(input);
+    DeviceBuffer<float> gpu_output(gpu(), total);
+    nccl_->all_gather_v(gpu_input.span(), gpu_output.span(), counts);
+    expect_bitwise(gpu_output.to_host(), expected);
+    // In place: the input is this rank's chunk of the output.
+    std::vector<float> staged(total, -1.0f);
+    std::copy(input.begin(), input.end(), staged.begin() + static_cast<std::ptrdiff_t>(begin));
+    DeviceBuffer<float> in_place = on_gpu(staged);
+    nccl_->all_gather_v(std::span<const float>(in_place.data() + begin, input.size()), in_place.span(), counts);
+    expect_bitwise(in_place.to_host(), expected);
+    // Host buffers go through the control plane.
+    std::vector<float> host_output(total);
+    nccl_->all_gather_v(input, host_output, counts);
     expect_bitwise(host_output, expected);
   }
 }

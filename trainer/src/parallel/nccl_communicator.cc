@@ -7,7 +7,9 @@
 // ncclRecv) hands rank k chunk k of every rank's data, a device kernel folds those
 // blocks in rank order (collective_fold.h), and ncclAllGather shares the folded
 // chunks: the bytes per rank of a ring all-reduce. reduce_scatter and reduce_scatter_v
-// (chunks of the caller's sizes) stop after the fold.
+// (chunks of the caller's sizes) stop after the fold. all_gather_v is ncclAllGather
+// when the chunks are equal, and otherwise grouped ncclSend / ncclRecv of each rank's
+// chunk (ncclAllGather wants equal ones).
 // NCCL has no tags: messages between two ranks arrive in the order they were sent,
 // which is what the callers' tags would give. NCCL cannot tell how much a receive got,
 // so a count mismatch is the caller's to avoid (the host backends detect it).
@@ -21,6 +23,7 @@
 // measure the enqueueing, not the transfer.
 #include "dufu/trainer/parallel/nccl_communicator.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -119,6 +122,30 @@ class NcclCommunicator final : public Communicator {
   void do_all_gather(ConstCommBuffer input, CommBuffer output) override {
     if (on_host(input.data, output.data, "all_gather")) return host_->all_gather_buffer(input, output);
     nccl_.all_gather(comm_, input.data, output.data, input.count, input.type);
+  }
+
+  void do_all_gather_v(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t> counts) override {
+    // A rank that gives nothing may pass an empty input without an address; the output
+    // (never empty here) then says where the data lives.
+    if (on_host(input.count == 0 ? output.data : input.data, output.data, "all_gather_v")) {
+      return host_->all_gather_v_buffer(input, output, counts);
+    }
+    if (std::all_of(counts.begin(), counts.end(), [&](std::size_t count) { return count == counts[0]; })) {
+      return nccl_.all_gather(comm_, input.data, output.data, input.count, input.type);  // NCCL's own algorithm
+    }
+    lay_out_chunks([&](int r) { return counts[static_cast<std::size_t>(r)]; });
+    const std::size_t element = data_type_size(input.type);
+    auto* gathered = static_cast<unsigned char*>(output.data);
+    unsigned char* own_chunk = gathered + chunks_[static_cast<std::size_t>(rank())].begin * element;
+    if (input.data != own_chunk && input.count > 0) device_.copy(own_chunk, input.data, input.count * element);
+    nccl_.group_start();
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == rank()) continue;
+      const FoldChunk chunk = chunks_[static_cast<std::size_t>(peer)];
+      if (input.count > 0) nccl_.send(comm_, input.data, input.count, input.type, peer);
+      if (chunk.count > 0) nccl_.recv(comm_, gathered + chunk.begin * element, chunk.count, input.type, peer);
+    }
+    nccl_.group_end();
   }
 
   void do_broadcast(CommBuffer data, int root) override {

@@ -7,7 +7,7 @@
 // Rules every backend keeps:
 // - Collectives are called by every rank of the group, in the same order, with the
 //   same element counts (all_reduce, broadcast) or counts that the documented size
-//   relation ties together (all_gather, reduce_scatter, reduce_scatter_v). Arguments are checked before
+//   relation ties together (all_gather(_v), reduce_scatter(_v)). Arguments are checked before
 //   any data moves, and the checks only involve values every rank agrees on, so a bad
 //   call throws on every rank rather than leaving some waiting.
 // - Deterministic sums: every element of an all_reduce or reduce_scatter(_v) sum is the
@@ -85,9 +85,10 @@ struct ConstCommBuffer {
 // What this rank handed to other ranks through one communicator, for measuring
 // communication volume: the payload each operation's algorithm must move out of this
 // rank, which ring and tree implementations share - all-reduce 2(n-1)/n of the buffer,
-// all-gather (n-1) inputs, reduce-scatter the input less this rank's own chunk ((n-1)/n
-// of it when the chunks are equal), a broadcast's root (n-1) copies, a send its bytes -
-// not headers or what intermediate ranks forward.
+// all-gather (n-1) copies of the input (this rank's chunk, equal or not), reduce-scatter
+// the input less this rank's own chunk ((n-1)/n of it when the chunks are equal), a
+// broadcast's root (n-1) copies, a send its bytes - not headers or what intermediate
+// ranks forward.
 // Seconds are wall time inside the operations (waiting for slower ranks included).
 struct CommunicationTraffic {
   std::uint64_t all_reduce_bytes = 0;
@@ -156,6 +157,17 @@ class Communicator {
   void reduce_scatter_v(In&& input, Out&& output, std::span<const std::size_t> counts) {
     reduce_scatter_v_buffer(input_buffer(input), output_buffer(output), counts);
   }
+  // Uneven all_gather (ZeRO's parameter shards), the counterpart of reduce_scatter_v:
+  // output holds sum(counts) elements, chunk r (counts[r] elements) after chunks
+  // 0..r-1; every rank ends with every rank's input (counts[rank()] elements) in its
+  // chunk. counts has size() entries, the same on every rank; zeros are allowed (that
+  // rank gives nothing). The input may be output's own chunk (in place: input ==
+  // output + the offset of chunk rank()); other overlaps are refused.
+  template <CommInput In, CommOutput Out>
+    requires std::same_as<std::ranges::range_value_t<In>, std::ranges::range_value_t<Out>>
+  void all_gather_v(In&& input, Out&& output, std::span<const std::size_t> counts) {
+    all_gather_v_buffer(input_buffer(input), output_buffer(output), counts);
+  }
   // Every rank ends with root's data.
   template <CommOutput R>
   void broadcast(R&& data, int root) {
@@ -197,6 +209,7 @@ class Communicator {
   // The untyped entry points behind the templates, checked the same way.
   void all_reduce_buffer(CommBuffer data, ReduceOp op);
   void all_gather_buffer(ConstCommBuffer input, CommBuffer output);
+  void all_gather_v_buffer(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t> counts);
   void reduce_scatter_buffer(ConstCommBuffer input, CommBuffer output);
   void reduce_scatter_v_buffer(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t> counts);
   void broadcast_buffer(CommBuffer data, int root);
@@ -217,6 +230,7 @@ class Communicator {
   // range, and not a no-op on one rank where that is obvious).
   virtual void do_all_reduce(CommBuffer data, ReduceOp op) = 0;
   virtual void do_all_gather(ConstCommBuffer input, CommBuffer output) = 0;
+  virtual void do_all_gather_v(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t> counts) = 0;
   virtual void do_reduce_scatter(ConstCommBuffer input, CommBuffer output) = 0;
   virtual void do_reduce_scatter_v(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t> counts) = 0;
   virtual void do_broadcast(CommBuffer data, int root) = 0;
