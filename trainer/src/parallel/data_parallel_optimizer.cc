@@ -73,8 +73,11 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
   if (sharded_) {
     shard_size_ = shard_size_for(model.num_parameters(), group_.size());
     grad_shard_ = DeviceBuffer<float>(device, shard_size_);
-    staging_ = DeviceBuffer<float>(device, std::min(zero_bucket_slice(), shard_size_) *
-                                               static_cast<std::size_t>(group_.size()));
+    // Under offload the parameters are host memory, which the communicator does not
+    // move: each bucket meets in a device buffer first.
+    if (model.optimizer_offloaded()) {
+      staging_ = DeviceBuffer<float>(device, std::min(bucket_elements_, model.num_parameters()));
+    }
   }
   if (layers_each_micro_batch_) {
     if (zero_stage == 2) {
@@ -97,37 +100,10 @@ DataParallelOptimizer::~DataParallelOptimizer() {
   }
 }
 
-std::size_t DataParallelOptimizer::zero_bucket_slice() const {
-  // A bucket holds bucket_elements_ floats in all, one slice of each rank's shard.
-  return std::max<std::size_t>(1, bucket_elements_ / static_cast<std::size_t>(group_.size()));
-}
-
 void DataParallelOptimizer::all_reduce_in_buckets() {
   const auto grads = model_.grads();
   for (const auto& [begin, end] : gradient_buckets(grads.size(), bucket_elements_)) {
     group_.all_reduce(grads.subspan(begin, end - begin), ReduceOp::kSum);
-  }
-}
-
-void DataParallelOptimizer::reduce_scatter_in_buckets() {
-  // Rank r's shard is [r * S, (r + 1) * S) of the gradient padded with zeros to
-  // dp * S; the bucket [a, b) of shard offsets takes [r * S + a, r * S + b) from every
-  // rank r, so reduce-scattering the staged slices gives each rank the sum of its own.
-  const auto grads = model_.grads();
-  const std::size_t n = grads.size();
-  Device& device = model_.device();
-  const auto ranks = static_cast<std::size_t>(group_.size());
-  for (const auto& [a, b] : gradient_buckets(shard_size_, zero_bucket_slice())) {
-    const std::size_t slice = b - a;
-    for (std::size_t r = 0; r < ranks; ++r) {
-      float* destination = staging_.data() + r * slice;
-      const std::size_t source = r * shard_size_ + a;
-      const std::size_t present = source >= n ? 0 : std::min(slice, n - source);
-      if (present > 0) device.copy(destination, grads.data() + source, present * sizeof(float));
-      if (present < slice) device.zero(destination + present, (slice - present) * sizeof(float));
-    }
-    group_.reduce_scatter(std::span<const float>(staging_.data(), slice * ranks),
-                          std::span<float>(grad_shard_.data() + a, slice));
   }
 }
 
@@ -146,7 +122,7 @@ void DataParallelOptimizer::reduce_layer_gradient(int local_layer, std::span<flo
   const auto [offset, size] = model_.layer_gradient_range(local_layer);
   DUFU_CHECK(gradient.size() == size);
   if (zero_stage_ == 2) {
-    reduce_scatter_into_shard(offset, gradient);
+    reduce_scatter_into_shard(offset, gradient, true);
     return;
   }
   for (const auto& [begin, end] : gradient_buckets(size, bucket_elements_)) {
@@ -156,28 +132,37 @@ void DataParallelOptimizer::reduce_layer_gradient(int local_layer, std::span<flo
   model_.device().kernels().add(sums, sums, gradient.data(), size);
 }
 
-void DataParallelOptimizer::reduce_scatter_into_shard(std::size_t offset, std::span<const float> gradient) {
-  // The flat range's pieces in the ranks' shards follow each other in rank order, so
-  // one uneven reduce-scatter per bucket gives each rank the sum of its piece.
+std::span<const std::size_t> DataParallelOptimizer::shard_pieces(std::size_t low, std::size_t high) {
+  // The flat range's pieces in the ranks' shards follow each other in rank order.
   const std::size_t n = model_.num_parameters();
   const int ranks = group_.size();
+  piece_counts_.resize(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    const auto [begin, end] = zero_shard_range(n, ranks, r);
+    piece_counts_[static_cast<std::size_t>(r)] =
+        std::min(high, end) > std::max(low, begin) ? std::min(high, end) - std::max(low, begin) : 0;
+  }
+  return piece_counts_;
+}
+
+void DataParallelOptimizer::reduce_scatter_into_shard(std::size_t offset, std::span<const float> gradient,
+                                                      bool accumulate) {
+  // One uneven reduce-scatter per bucket of the flat range gives each rank the sum of
+  // its piece: written into the shard, or added to what it holds.
   const std::size_t shard_begin = optimizer_.shard_begin();
-  std::vector<std::size_t> counts(static_cast<std::size_t>(ranks));
   const KernelTable& kernels = model_.device().kernels();
   for (const auto& [a, b] : gradient_buckets(gradient.size(), bucket_elements_)) {
     const std::size_t low = offset + a;
-    const std::size_t high = offset + b;
-    for (int r = 0; r < ranks; ++r) {
-      const auto [begin, end] = zero_shard_range(n, ranks, r);
-      counts[static_cast<std::size_t>(r)] = std::min(high, end) > std::max(low, begin)
-                                                ? std::min(high, end) - std::max(low, begin)
-                                                : 0;
-    }
+    const std::span<const std::size_t> counts = shard_pieces(low, offset + b);
     const std::size_t own = counts[static_cast<std::size_t>(group_.rank())];
-    group_.reduce_scatter_v(gradient.subspan(a, b - a), std::span<float>(reduced_piece_.data(), own), counts);
-    if (own == 0) continue;
+    if (own == 0) {
+      group_.reduce_scatter_v(gradient.subspan(a, b - a), std::span<float>(), counts);
+      continue;
+    }
     float* destination = grad_shard_.data() + (std::max(low, shard_begin) - shard_begin);
-    kernels.add(destination, destination, reduced_piece_.data(), own);
+    float* reduced = accumulate ? reduced_piece_.data() : destination;
+    group_.reduce_scatter_v(gradient.subspan(a, b - a), std::span<float>(reduced, own), counts);
+    if (accumulate) kernels.add(destination, destination, reduced, own);
   }
 }
 
@@ -187,7 +172,9 @@ void DataParallelOptimizer::reduce_edges_and_layers() {
   if (accumulation_fresh_) start_accumulation();
   accumulation_fresh_ = true;
   if (zero_stage_ == 2) {
-    for (const GPT::EdgeGradient& edge : model_.edge_gradients()) reduce_scatter_into_shard(edge.offset, edge.gradient);
+    for (const GPT::EdgeGradient& edge : model_.edge_gradients()) {
+      reduce_scatter_into_shard(edge.offset, edge.gradient, true);
+    }
     return;
   }
   for (const GPT::EdgeGradient& edge : model_.edge_gradients()) {
@@ -203,7 +190,7 @@ double DataParallelOptimizer::reduce_gradients_and_clip(double max_norm) {
   if (layers_each_micro_batch_) {
     reduce_edges_and_layers();
   } else if (sharded_) {
-    reduce_scatter_in_buckets();
+    reduce_scatter_into_shard(0, model_.grads(), false);
   }
   if (!sharded_) {
     if (group_.size() > 1 && !layers_each_micro_batch_) all_reduce_in_buckets();
@@ -282,40 +269,31 @@ void DataParallelOptimizer::step(float lr) {
 }
 
 void DataParallelOptimizer::all_gather_parameters_in_buckets() {
-  // The reduce-scatter's buckets backwards: slice [a, b) of every rank's shard meets in
-  // the staging buffer (each rank's own slice placed in it, zeros past the end of the
-  // parameters) and goes to its place in the parameters. Under offload the parameters
-  // are in host memory and the staging buffer is the device's, which the
-  // communicator moves.
+  // The reduce-scatter's buckets backwards: each bucket of the flat parameters is
+  // gathered in place from the ranks whose shards it crosses. Under offload the
+  // parameters are host memory and the bucket meets in the device's staging buffer.
   Device& device = model_.device();
   const bool offloaded = model_.optimizer_offloaded();
   const auto params = model_.params();
-  const std::size_t n = params.size();
-  const auto ranks = static_cast<std::size_t>(group_.size());
-  const auto me = static_cast<std::size_t>(group_.rank());
-  // Floats of rank r's slice [a, a + slice) that are parameters, not padding.
-  const auto present = [&](std::size_t r, std::size_t a, std::size_t slice) {
-    const std::size_t source = r * shard_size_ + a;
-    return source >= n ? std::size_t{0} : std::min(slice, n - source);
-  };
-  for (const auto& [a, b] : gradient_buckets(shard_size_, zero_bucket_slice())) {
-    const std::size_t slice = b - a;
-    float* own = staging_.data() + me * slice;
-    const std::size_t mine = present(me, a, slice);
-    const float* source = params.data() + me * shard_size_ + a;
-    if (mine > 0) {
-      offloaded ? device.upload(own, source, mine * sizeof(float)) : device.copy(own, source, mine * sizeof(float));
+  for (const auto& [low, high] : gradient_buckets(params.size(), bucket_elements_)) {
+    const std::span<const std::size_t> counts = shard_pieces(low, high);
+    const auto me = static_cast<std::size_t>(group_.rank());
+    const std::size_t own = counts[me];
+    std::size_t own_offset = 0;  // this rank's chunk in the bucket: the pieces before it
+    for (std::size_t r = 0; r < me; ++r) own_offset += counts[r];
+    if (!offloaded) {
+      const std::span<float> bucket = params.subspan(low, high - low);
+      group_.all_gather_v(std::span<const float>(bucket.data() + own_offset, own), bucket, counts);
+      continue;
     }
-    if (mine < slice) device.zero(own + mine, (slice - mine) * sizeof(float));
-    const std::span<float> gathered(staging_.data(), slice * ranks);
-    group_.all_gather(std::span<const float>(own, slice), gathered);
-    for (std::size_t r = 0; r < ranks; ++r) {
-      const std::size_t count = present(r, a, slice);
-      if (count == 0 || r == me) continue;
-      float* destination = params.data() + r * shard_size_ + a;
-      const float* piece = staging_.data() + r * slice;
-      offloaded ? device.download(destination, piece, count * sizeof(float))
-                : device.copy(destination, piece, count * sizeof(float));
+    const std::span<float> staged(staging_.data(), high - low);
+    if (own > 0) device.upload(staged.data() + own_offset, params.data() + low + own_offset, own * sizeof(float));
+    group_.all_gather_v(std::span<const float>(staged.data() + own_offset, own), staged, counts);
+    // Back to the host around this rank's own piece, which is there already.
+    if (own_offset > 0) device.download(params.data() + low, staged.data(), own_offset * sizeof(float));
+    const std::size_t after = own_offset + own;
+    if (after < staged.size()) {
+      device.download(params.data() + low + after, staged.data() + after, (staged.size() - after) * sizeof(float));
     }
   }
 }

@@ -28,10 +28,11 @@
 // boundaries. Every element is still the rank-ordered fold of the same values, so the
 // bucket size cannot change a bit; what it bounds is the collectives' scratch memory
 // (the NCCL backend's all-to-all needs one bucket of it, not one gradient) and, with
-// backward overlap later, how soon the first bucket can leave. Under ZeRO-1 a bucket
-// is the same slice [a, b) of every rank's shard: those slices are copied side by side
-// into a staging buffer and reduce-scattered, so each rank's slice of the sum lands
-// in its own shard, as the unbucketed reduce-scatter would put it.
+// backward overlap later, how soon the first bucket can leave. Under ZeRO a bucket
+// [low, high) of the flat gradient crosses one or a few ranks' shards, which follow
+// each other in rank order: one uneven reduce-scatter (Communicator::reduce_scatter_v)
+// lands each rank's piece of the sum in its shard, and after the update one uneven
+// all-gather puts every piece back into every rank's parameters, in place.
 #pragma once
 
 #include <cstdint>
@@ -103,8 +104,9 @@ class DataParallelOptimizer {
   // ZeRO-1: the squared norm of the whole model's gradient from the reduced shards.
   double sharded_sum_of_squares();
   void all_reduce_in_buckets();
-  std::size_t zero_bucket_slice() const;  // floats of each rank's shard per ZeRO-1 bucket
-  void reduce_scatter_in_buckets();
+  // The floats of the flat range [low, high) in each rank's shard (consecutive in rank
+  // order): the counts of its reduce-scatter and all-gather.
+  std::span<const std::size_t> shard_pieces(std::size_t low, std::size_t high);
   // After the update: every rank's updated shard into every rank's parameters.
   void all_gather_parameters_in_buckets();
   // Per micro-batch (ZeRO-2 or reduce_each_micro_batch): the sink's work for one
@@ -112,7 +114,7 @@ class DataParallelOptimizer {
   // [offset, offset + gradient.size()) into this rank's shard (ZeRO-2).
   void reduce_layer_gradient(int local_layer, std::span<float> gradient);
   void start_accumulation();
-  void reduce_scatter_into_shard(std::size_t offset, std::span<const float> gradient);
+  void reduce_scatter_into_shard(std::size_t offset, std::span<const float> gradient, bool accumulate);
   void reduce_edges_and_layers();
 
   GPT& model_;
@@ -130,11 +132,11 @@ class DataParallelOptimizer {
   float grad_scale_ = 1.0f;
   std::size_t bucket_elements_;
   AdamW optimizer_;             // full, or this rank's shard
-  // ZeRO-1 and 2: this rank's summed gradient shard, and one bucket's slices of every
-  // rank's shard side by side (the reduce-scatter's input, the all-gather's output).
-  // On the model's device, like the gradients they are cut from.
+  // ZeRO-1 and 2: this rank's summed gradient shard, on the model's device like the
+  // gradients it is cut from; under offload, one bucket of parameters on the device.
   DeviceBuffer<float> grad_shard_;
   DeviceBuffer<float> staging_;
+  std::vector<std::size_t> piece_counts_;  // shard_pieces' answer
   // Stage 0's reduce_each_micro_batch: the stage's layers' reduced gradients, summed
   // over the micro-batches. ZeRO-2: one bucket's piece of the shard, as reduced.
   DeviceBuffer<float> layer_sums_;

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# ZeRO stages side by side: `train` under mpirun at data parallel 2 with two
+# micro-batches a step, stage 0 (replicated AdamW), stage 0 reducing each micro-batch
+# (dist.reduce_each_micro_batch, the sums stage 2 makes), ZeRO-1 and ZeRO-2, on a
+# 12-layer model whose gradient is most of its memory. Per stage: the memory plan's
+# gradients and model state (`train plan`, what the trainer checks at start), rank 0's
+# measured peak resident memory, its bytes sent per step, and its median step time,
+# each as a ratio to stage 0 measured in the same run. The machines are shared and
+# noisy: read the times as rough; the memory is what the stages are for. A program for
+# humans; nothing here runs as a test. About 4 minutes on 2 cores.
+#
+#   benchmarks/zero_benchmark.sh [BUILD_DIR]        (default: build-bench)
+#
+# Environment: DUFU_BENCH_WORK (corpus, tokenizer, shard, runs; default
+# build-bench-work), DUFU_BENCH_NO_BUILD=1 (use BUILD_DIR as it is).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+bench_name=zero_benchmark
+source "$root/benchmarks/bench_lib.sh"
+build=${1:-$root/build-bench}
+work=${DUFU_BENCH_WORK:-$root/build-bench-work}/zero
+python=/usr/bin/python3
+mpirun=(mpirun --allow-run-as-root --oversubscribe)
+
+command -v mpirun >/dev/null || fail "mpirun not found. HINT: run scripts/setup.sh (openmpi-bin)"
+
+bench_build "$root" "$build" dataprep train
+dataprep=$build/tools/dataprep/dataprep
+train=$build/tools/train/train
+[[ -x $dataprep && -x $train ]] || fail "$dataprep or $train missing"
+
+# --- data: Debian's fortunes, a 8k BPE, one shard (cached) ----------------------
+mkdir -p "$work"
+: > "$work/empty.toml"  # every setting is on the command line
+if [[ ! -f $work/fortunes.idx ]]; then
+  echo "== data: fortunes -> $work/fortunes"
+  "$python" "$root/scripts/corpus/fortunes_to_jsonl.py" > "$work/fortunes.jsonl"
+  "$dataprep" train-tokenizer --input "$work/fortunes.jsonl" --model-prefix "$work/tokenizer" \
+    --vocab-size 8000 --model-type bpe >/dev/null
+  "$dataprep" preprocess -q --input "$work/fortunes.jsonl" --output-prefix "$work/fortunes" \
+    --tokenizer-model "$work/tokenizer.model" --append-eod
+fi
+
+# 12 layers of 384: 21M of the 24.5M parameters are in the layers, whose gradients
+# ZeRO-2 does not keep. One thread per rank.
+model="model.n_layer=12 model.n_head=6 model.d_model=384 model.vocab_size=8000 model.seq_length=128"
+common="$model data.blend=$work/fortunes data.cache_dir=$work/index-cache train.micro_batch=2 train.global_batch=8
+  train.steps=6 train.threads=1 optim.warmup_steps=1 eval.interval=0 checkpoint.interval=0 run.log_interval=100"
+
+printf '\n%-28s %12s %12s %14s %10s %12s %10s\n' stage "plan: grads" "plan: total" "peak RSS" "vs 0" "bytes/step" "step time"
+for stage in "0" "0 dist.reduce_each_micro_batch=true" "1" "2"; do
+  read -r zero extra <<<"$stage"
+  name="ZeRO-$zero${extra:+ (each micro-batch)}"
+  run=$work/run-zero$zero${extra:+-each}
+  rm -rf "$run"
+  # shellcheck disable=SC2086
+  plan=$("$train" plan "$work/empty.toml" $common dist.zero_stage=$zero $extra --ranks 2 2>&1) ||
+    { echo "$plan"; fail "train plan failed for $name"; }
+  # shellcheck disable=SC2086
+  "${mpirun[@]}" -np 2 "$train" $common dist.zero_stage=$zero $extra run.dir="$run" >"$run.log" 2>&1 ||
+    { cat "$run.log"; fail "the $name run failed"; }
+  echo "$plan" >"$run.plan"
+  "$python" - "$run/metrics.jsonl" "$name" "$work/stage0.json" "$run.plan" <<'PY'
+import json, statistics, sys
+metrics, name, baseline_path, plan_path = sys.argv[1:5]
+plan_text = open(plan_path, encoding="utf-8").read()
+records = [json.loads(line) for line in open(metrics, encoding="utf-8") if '"type":"train"' in line]
+steps = records[1:]  # the first step also warms caches and threads
+row = {"rss": max(r["peak_rss_bytes"] for r in records),
+       "bytes": statistics.mean(r["comm_bytes"] for r in steps),
+       "ms": statistics.median(r["ms_per_step"] for r in steps)}
+# The plan's row of stage 0 of the pipeline (the only one here): its gradients and the
+# model state (weights + gradients + moments), as printed.
+line = next(l for l in plan_text.splitlines() if l.startswith("0 "))
+cells = line.split()
+row["plan_grads"] = " ".join(cells[5:7])
+row["plan_total"] = " ".join(cells[-3:-1])  # before the verdict, "fits"
+if name == "ZeRO-0":
+    json.dump(row, open(baseline_path, "w"))
+base = json.load(open(baseline_path))
+print(f"{name:<28} {row['plan_grads']:>12} {row['plan_total']:>12} {row['rss'] / 2**20:11.0f} MiB"
+      f" {row['rss'] / base['rss']:9.3f}x {row['bytes'] / 2**20:9.2f} MiB {row['ms'] / base['ms']:9.2f}x")
+PY
+done
+echo
+echo "plan: the memory plan's gradients (ZeRO-1/2: with the rank's reduced shard; ZeRO-2: the edges and one"
+echo "layer's window) and total columns, as \`train plan\` prints them. peak RSS: rank 0's resident peak"
+echo "(everything the process touched), and its ratio to stage 0's. bytes/step: what rank 0 sends per step"
+echo "(ZeRO-2 reduces the layers' gradients every micro-batch: more bytes with accumulation). step time:"
+echo "median step, as a ratio to stage 0's in this run (2 ranks on the machine's cores; other load shows)."
