@@ -457,7 +457,9 @@ TEST(TrainingMemory, CountsTheModelAndRefusesWhatCannotFit) {
   EXPECT_DOUBLE_EQ(model_state_bytes(1000, 1, 0), 16000);
   EXPECT_DOUBLE_EQ(model_state_bytes(1000, 4, 1), 11000);
   EXPECT_DOUBLE_EQ(model_state_bytes(1000, 1, 1), 16000);  // one rank: nothing to shard
-  EXPECT_DOUBLE_EQ(memory_plan(1000, 4, 2, false, 0.0, 100).model(), 7400);
+  // (and the piece one bucket of 50 floats is reduced into before it is added)
+  EXPECT_DOUBLE_EQ(memory_plan(1000, 4, 2, false, 0.0, 100, 50).model(), 7600);
+  EXPECT_DOUBLE_EQ(memory_plan(1000, 4, 2, false, 0.0, 100, 1e6).model(), 8400);  // at most a shard
   // The plan by kind: 4 bytes per float, the moments two floats per parameter (a
   // quarter of them on each of 4 ZeRO-1 ranks), the bf16 working copy half a float.
   const MemoryPlan plan = memory_plan(1000, 4, 1, true, 5000);

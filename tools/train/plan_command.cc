@@ -94,13 +94,15 @@ void run(const PlanFlags& flags) {
     if (device != nullptr) {
       plan = trainer::rank_memory_plan(options.model, options.micro_batch, options.model.seq_length, tp, dp, stage,
                                        slots, options.prefetch_batches, options.precision, options.zero_stage, *device,
-                                       options.recompute);
+                                       options.recompute,
+                                       static_cast<double>(trainer::bucket_elements_for(options.dp_bucket_mb)));
     } else {
       plan = trainer::memory_plan(
           parameters, dp, options.zero_stage, options.precision == trainer::Precision::kBf16,
           trainer::activation_bytes(options.model, options.micro_batch, options.model.seq_length, tp, stage, slots,
                                     options.prefetch_batches, options.precision, options.recompute),
-          trainer::rank_gradient_floats(options.model, tp, stage, dp, options.zero_stage));
+          trainer::rank_gradient_floats(options.model, tp, stage, dp, options.zero_stage),
+          static_cast<double>(trainer::bucket_elements_for(options.dp_bucket_mb)));
     }
     if (options.optimizer_offload) trainer::offload_to_host(plan);
     std::string verdict;

@@ -185,7 +185,7 @@ Trainer::State::MemoryNeed Trainer::State::check_memory_plan() {
                              options.micro_batch, " x ", T, " tokens (train.micro_batch x model.seq_length)");
   MemoryPlan plan = rank_memory_plan(options.model, options.micro_batch, T, tp, dp, stage, slots,
                                      options.prefetch_batches, options.precision, options.zero_stage, *device,
-                                     options.recompute);
+                                     options.recompute, static_cast<double>(bucket_elements_for(options.dp_bucket_mb)));
   if (options.optimizer_offload) {
     offload_to_host(plan);
     check_memory("the offloaded fp32 master weights and AdamW moments (optim.offload = cpu)", plan.host);

@@ -76,14 +76,16 @@ double model_state_bytes(double parameters, int data_parallel_size, int zero_sta
 }
 
 MemoryPlan memory_plan(double parameters, int data_parallel_size, int zero_stage, bool bf16_working_copy,
-                       double activation_bytes, double gradient_floats) {
+                       double activation_bytes, double gradient_floats, double bucket_floats) {
   constexpr double kFloat = sizeof(float);
   const bool sharded = zero_stage >= 1 && data_parallel_size > 1;
   MemoryPlan plan;
   plan.weights = kFloat * parameters;
   plan.gradients = kFloat * (gradient_floats >= 0.0 ? gradient_floats : parameters);
   // ZeRO-1 and 2 add the rank's reduced gradient shard (DataParallelOptimizer).
-  if (sharded) plan.gradients += kFloat * std::ceil(parameters / data_parallel_size);
+  const double shard = std::ceil(parameters / data_parallel_size);
+  if (sharded) plan.gradients += kFloat * shard;
+  if (sharded && zero_stage == 2) plan.gradients += kFloat * std::min(bucket_floats, shard);
   plan.moments = kFloat * 2.0 * parameters / (sharded ? data_parallel_size : 1);
   // bf16 bits of every parameter (its biases and LayerNorm parameters also as floats,
   // a fraction of a percent of a GPT, left out).
@@ -135,12 +137,13 @@ StepShapes training_step_shapes(const GPTConfig& config, int B, int T, int tenso
 
 MemoryPlan rank_memory_plan(const GPTConfig& config, int B, int T, int tensor_parallel_size, int data_parallel_size,
                             const PipelineStage& stage, int slots, int prefetch, Precision precision,
-                            int zero_stage, const Device& device, Recompute recompute) {
+                            int zero_stage, const Device& device, Recompute recompute, double bucket_floats) {
   const double parameters = rank_parameter_count(config, tensor_parallel_size, stage);
   MemoryPlan plan =
       memory_plan(parameters, data_parallel_size, zero_stage, precision == Precision::kBf16,
                   activation_bytes(config, B, T, tensor_parallel_size, stage, slots, prefetch, precision, recompute),
-                  rank_gradient_floats(config, tensor_parallel_size, stage, data_parallel_size, zero_stage));
+                  rank_gradient_floats(config, tensor_parallel_size, stage, data_parallel_size, zero_stage),
+                  bucket_floats);
   plan.scratch = device.scratch_bytes(training_step_shapes(config, B, T, tensor_parallel_size, stage, precision,
                                                            parameters));
   return plan;

@@ -11,6 +11,7 @@
 #include "dufu/trainer/device/device.h"
 #include "dufu/trainer/device/memory_limit.h"  // memory_limit_bytes, which check_memory compares with
 #include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/parallel/data_parallel_optimizer.h"  // kDefaultBucketMegabytes
 
 namespace dufu::trainer {
 
@@ -64,11 +65,13 @@ struct MemoryPlan {
   std::string describe(double limit_bytes) const;
 };
 // ZeRO stages 1 and 2 over more than one data-parallel rank divide the moments over the
-// ranks and add the rank's reduced gradient shard to the gradients; gradient_floats is
-// what the model keeps of its own gradient (rank_gradient_floats; negative: all
-// `parameters`).
+// ranks and add the rank's reduced gradient shard to the gradients, and stage 2 the
+// piece of one bucket (`bucket_floats`, train.dp_bucket_mb) each reduction lands in
+// before it is added to the shard; gradient_floats is what the model keeps of its own
+// gradient (rank_gradient_floats; negative: all `parameters`).
 MemoryPlan memory_plan(double parameters, int data_parallel_size, int zero_stage, bool bf16_working_copy,
-                       double activation_bytes, double gradient_floats = -1.0);
+                       double activation_bytes, double gradient_floats = -1.0,
+                       double bucket_floats = kDefaultBucketMegabytes * 1024 * 1024 / sizeof(float));
 // optim.offload = cpu: the fp32 masters and the moments move from the device's plan to
 // host memory (GPT::set_optimizer_offload).
 void offload_to_host(MemoryPlan& plan);
@@ -84,7 +87,8 @@ inline int pipeline_slots(const PipelineStage& stage) { return stage.num_stages 
 // that fits leaves room for what the device allocates at the first backward.
 MemoryPlan rank_memory_plan(const GPTConfig& config, int B, int T, int tensor_parallel_size, int data_parallel_size,
                             const PipelineStage& stage, int slots, int prefetch, Precision precision,
-                            int zero_stage, const Device& device, Recompute recompute = Recompute::kNone);
+                            int zero_stage, const Device& device, Recompute recompute = Recompute::kNone,
+                            double bucket_floats = kDefaultBucketMegabytes * 1024 * 1024 / sizeof(float));
 
 // Throws dufu::Error when `plan` needs more than `capacity_bytes` of `device` (its
 // Device::describe()), naming the plan and the knobs that shrink it: train.micro_batch
