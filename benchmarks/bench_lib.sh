@@ -40,3 +40,27 @@ others_cores() {
 own_cpu() { awk -F': ' '/User time|System time/ { s += $2 } END { print s }' "$1"; }
 # field KEY LINE: the value of " KEY=VALUE" in LINE.
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+# --- the fortunes shard the mpirun training benchmarks share ------------------------
+# mpi_training_setup ROOT BUILD_DIR WORK_DIR: checks mpirun, builds dataprep and train
+# (bench_build), sets `dataprep`, `train` and the array `mpirun` (as root, oversubscribed),
+# and makes WORK_DIR/fortunes.{bin,idx}: Debian's fortunes tokenized with an 8k BPE
+# trained on them (once; later runs reuse it).
+mpi_training_setup() {
+  local root=$1 build=$2 work=$3
+  command -v mpirun >/dev/null || fail "mpirun not found. HINT: run scripts/setup.sh (openmpi-bin)"
+  mpirun=(mpirun --allow-run-as-root --oversubscribe)
+  bench_build "$root" "$build" dataprep train
+  dataprep=$build/tools/dataprep/dataprep
+  train=$build/tools/train/train
+  [[ -x $dataprep && -x $train ]] || fail "$dataprep or $train missing"
+  mkdir -p "$work"
+  if [[ ! -f $work/fortunes.idx ]]; then
+    echo "== data: fortunes -> $work/fortunes"
+    /usr/bin/python3 "$root/scripts/corpus/fortunes_to_jsonl.py" > "$work/fortunes.jsonl"
+    "$dataprep" train-tokenizer --input "$work/fortunes.jsonl" --model-prefix "$work/tokenizer" \
+      --vocab-size 8000 --model-type bpe >/dev/null
+    "$dataprep" preprocess -q --input "$work/fortunes.jsonl" --output-prefix "$work/fortunes" \
+      --tokenizer-model "$work/tokenizer.model" --append-eod
+  fi
+}

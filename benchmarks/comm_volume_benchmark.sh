@@ -20,25 +20,7 @@ source "$root/benchmarks/bench_lib.sh"
 build=${1:-$root/build-bench}
 work=${DUFU_BENCH_WORK:-$root/build-bench-work}/comm
 python=/usr/bin/python3
-mpirun=(mpirun --allow-run-as-root --oversubscribe)
-
-command -v mpirun >/dev/null || fail "mpirun not found. HINT: run scripts/setup.sh (openmpi-bin)"
-
-bench_build "$root" "$build" dataprep train
-dataprep=$build/tools/dataprep/dataprep
-train=$build/tools/train/train
-[[ -x $dataprep && -x $train ]] || fail "$dataprep or $train missing"
-
-# --- data: Debian's fortunes, a 8k BPE, one shard (cached) ----------------------
-mkdir -p "$work"
-if [[ ! -f $work/fortunes.idx ]]; then
-  echo "== data: fortunes -> $work/fortunes"
-  "$python" "$root/scripts/corpus/fortunes_to_jsonl.py" > "$work/fortunes.jsonl"
-  "$dataprep" train-tokenizer --input "$work/fortunes.jsonl" --model-prefix "$work/tokenizer" \
-    --vocab-size 8000 --model-type bpe >/dev/null
-  "$dataprep" preprocess -q --input "$work/fortunes.jsonl" --output-prefix "$work/fortunes" \
-    --tokenizer-model "$work/tokenizer.model" --append-eod
-fi
+mpi_training_setup "$root" "$build" "$work"
 
 # The "small" shapes of the training benchmark, one thread per rank.
 model="model.n_layer=4 model.n_head=4 model.d_model=256 model.vocab_size=8000 model.seq_length=128"

@@ -20,26 +20,8 @@ source "$root/benchmarks/bench_lib.sh"
 build=${1:-$root/build-bench}
 work=${DUFU_BENCH_WORK:-$root/build-bench-work}/zero
 python=/usr/bin/python3
-mpirun=(mpirun --allow-run-as-root --oversubscribe)
-
-command -v mpirun >/dev/null || fail "mpirun not found. HINT: run scripts/setup.sh (openmpi-bin)"
-
-bench_build "$root" "$build" dataprep train
-dataprep=$build/tools/dataprep/dataprep
-train=$build/tools/train/train
-[[ -x $dataprep && -x $train ]] || fail "$dataprep or $train missing"
-
-# --- data: Debian's fortunes, a 8k BPE, one shard (cached) ----------------------
-mkdir -p "$work"
-: > "$work/empty.toml"  # every setting is on the command line
-if [[ ! -f $work/fortunes.idx ]]; then
-  echo "== data: fortunes -> $work/fortunes"
-  "$python" "$root/scripts/corpus/fortunes_to_jsonl.py" > "$work/fortunes.jsonl"
-  "$dataprep" train-tokenizer --input "$work/fortunes.jsonl" --model-prefix "$work/tokenizer" \
-    --vocab-size 8000 --model-type bpe >/dev/null
-  "$dataprep" preprocess -q --input "$work/fortunes.jsonl" --output-prefix "$work/fortunes" \
-    --tokenizer-model "$work/tokenizer.model" --append-eod
-fi
+mpi_training_setup "$root" "$build" "$work"
+: > "$work/empty.toml"  # train plan's config: every setting is on the command line
 
 # 12 layers of 384: 21M of the 24.5M parameters are in the layers, whose gradients
 # ZeRO-2 does not keep. One thread per rank.
