@@ -17,6 +17,7 @@
 #include "dufu/trainer/model/gpt_layout.h"
 #include "dufu/trainer/model/gpt_pieces.h"
 #include "dufu/trainer/run/training_memory.h"
+#include "support/activation_bytes.h"
 #include "support/counting_cpu_device.h"
 #include "support/gpt_fixture.h"
 
@@ -36,18 +37,8 @@ GPTConfig storage_model() {
 constexpr int kB = 4;
 constexpr int kT = 16;
 
-// Bytes a forward and backward allocate on a model that has its weights already.
 double measured_activation_bytes(Precision precision) {
-  dufu::testing::CountingCpuDevice device;
-  GPT model(storage_model(), nullptr, {}, &device);
-  model.set_precision(precision);
-  model.init_gpt2(3);
-  const auto batch = dufu::testing::next_token_batch(kB, kT, storage_model().vocab_size, 9, {});
-  model.zero_grad();  // the gradient is the model's, not the activations'
-  const std::size_t before = device.live_bytes();
-  model.forward(batch.tokens, batch.targets, kB, kT);
-  model.backward();
-  return static_cast<double>(device.live_bytes() - before);
+  return dufu::testing::measured_activation_bytes(storage_model(), precision, dufu::trainer::Recompute::kNone, kB, kT);
 }
 
 TEST(Bf16Storage, ActivationMemoryIsWhatThePlanSays) {

@@ -16,6 +16,7 @@
 #include "dufu/trainer/model/gpt_layout.h"
 #include "dufu/trainer/model/optimizer.h"
 #include "dufu/trainer/run/training_memory.h"
+#include "support/activation_bytes.h"
 #include "support/counting_cpu_device.h"
 #include "support/gpt_fixture.h"
 
@@ -143,20 +144,6 @@ TEST_P(LlamaShapeTest, ParameterCountIsLlamasAndThePlans) {
   EXPECT_EQ(static_cast<double>(device.live_bytes()), 8.0 * by_hand);
 }
 
-// Bytes one forward and backward allocate on a model that has its weights already.
-double measured_activation_bytes(const GPTConfig& config, Precision precision, Recompute recompute) {
-  dufu::testing::CountingCpuDevice device;
-  GPT model(config, nullptr, {}, &device);
-  model.set_precision(precision);
-  model.set_recompute(recompute);
-  model.init_gpt2(3);
-  const auto batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 9, {});
-  model.zero_grad();  // the gradient is the model's, not the activations'
-  const std::size_t before = device.live_bytes();
-  model.forward(batch.tokens, batch.targets, kB, kT);
-  model.backward();
-  return static_cast<double>(device.live_bytes() - before);
-}
 
 TEST_P(LlamaShapeTest, WhatTheModelAllocatesIsWhatThePlanSays) {
   const GPTConfig config = this->config();
@@ -168,7 +155,8 @@ TEST_P(LlamaShapeTest, WhatTheModelAllocatesIsWhatThePlanSays) {
       SCOPED_TRACE(std::string(dufu::trainer::precision_name(precision)) + ", recompute " +
                    dufu::trainer::recompute_name(recompute));
       const double planned = dufu::trainer::activation_bytes(config, kB, kT, 1, {}, 1, 0, precision, recompute);
-      EXPECT_EQ(measured_activation_bytes(config, precision, recompute), planned - padding + 4.0);
+      EXPECT_EQ(dufu::testing::measured_activation_bytes(config, precision, recompute, kB, kT),
+                planned - padding + 4.0);
     }
   }
 }

@@ -23,6 +23,7 @@
 #include "dufu/trainer/model/gpt_pieces.h"
 #include "dufu/trainer/model/optimizer.h"
 #include "dufu/trainer/run/training_memory.h"
+#include "support/activation_bytes.h"
 #include "support/counting_cpu_device.h"
 #include "support/gpt_fixture.h"
 
@@ -188,17 +189,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, RecomputeTest,
                          });
 
 double measured_activation_bytes(Precision precision, Recompute recompute) {
-  dufu::testing::CountingCpuDevice device;
-  GPT model(recompute_model(), nullptr, {}, &device);
-  model.set_precision(precision);
-  model.set_recompute(recompute);
-  model.init_gpt2(3);
-  const auto batch = dufu::testing::next_token_batch(kB, kT, recompute_model().vocab_size, 9, {});
-  model.zero_grad();  // the gradient is the model's, not the activations'
-  const std::size_t before = device.live_bytes();
-  model.forward(batch.tokens, batch.targets, kB, kT);
-  model.backward();
-  return static_cast<double>(device.live_bytes() - before);
+  return dufu::testing::measured_activation_bytes(recompute_model(), precision, recompute, kB, kT);
 }
 
 TEST(RecomputeMemory, WhatTheModelAllocatesIsWhatThePlanSays) {
