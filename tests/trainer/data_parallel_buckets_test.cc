@@ -217,7 +217,8 @@ TEST(ZeroStage2Test, GivesStageZerosBitsForTheSameSums) {
     plain.reduce_each_micro_batch = false;
     EXPECT_NE(train(plain).params, expected) << "stage 0 summing over ranks once gave the same bits";
   }
-  const TrainingRun offloaded{.zero_stage = 2, .bucket_elements = 1000, .precision = Precision::kBf16, .micro_batches = 2};
+  const TrainingRun offloaded{
+      .zero_stage = 2, .bucket_elements = 1000, .precision = Precision::kBf16, .micro_batches = 2};
   TrainingRun host = offloaded;
   host.offload = true;
   expect_bitwise_equal(train(host).params, train(offloaded).params, "ZeRO-2 offloaded against on the device");

@@ -322,8 +322,9 @@ TEST_F(DataParallelTest, ZeroStage2GivesStageZerosBitsForTheSameSums) {
   const std::string one_micro = " train.global_batch=4 dist.zero_stage=2";
   const std::string whole = dir_.file("stage2-whole");
   const std::string as_stage1 = dir_.file("stage2-as-stage1");
-  for (const auto& [dir, arguments] : {std::pair{whole, one_micro}, std::pair{as_stage1, one_micro + " train.exit_at_step=3"},
-                                       std::pair{as_stage1, std::string(" train.global_batch=4 dist.zero_stage=1")}}) {
+  for (const auto& [dir, arguments] :
+       {std::pair{whole, one_micro}, std::pair{as_stage1, one_micro + " train.exit_at_step=3"},
+        std::pair{as_stage1, std::string(" train.global_batch=4 dist.zero_stage=1")}}) {
     const CommandResult run = mpirun(2, config() + arguments + " run.dir=" + dir);
     ASSERT_EQ(run.exit_code, 0) << run.output;
   }

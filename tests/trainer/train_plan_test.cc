@@ -1,7 +1,7 @@
 // `train plan`: the table of each pipeline stage's memory against rank_memory_plan
 // computed here for the same layout (stages, slots and data-parallel size worked out
-// by hand), under recompute none and full, and the exit status under a cap that is
-// too small. The layout (8 ranks) is larger than this machine: plan starts no ranks.
+// by hand), under ZeRO-1 with recompute none and full and under ZeRO-2, and the exit
+// status under a cap that is too small. The layout (8 ranks) is larger than this machine: plan starts no ranks.
 #include <gtest/gtest.h>
 
 #include <sstream>
@@ -71,24 +71,40 @@ TEST_F(TrainPlanTest, RowsAreTheRankMemoryPlanOfEachStage) {
   model.seq_length = 32;
   const std::vector<int> split = {2, 1};
   double stage0_activations[2] = {0.0, 0.0};
-  for (const trainer::Recompute recompute : {trainer::Recompute::kNone, trainer::Recompute::kFull}) {
-    const CommandResult result =
-        plan(std::string("train.memory_limit=100GB train.recompute=") + trainer::recompute_name(recompute));
+  double gradients[3][2] = {};  // by ZeRO stage and pipeline stage
+  struct Case {
+    int zero_stage;
+    trainer::Recompute recompute;
+  };
+  for (const auto [zero_stage, recompute] : {Case{1, trainer::Recompute::kNone}, Case{1, trainer::Recompute::kFull},
+                                             Case{2, trainer::Recompute::kNone}}) {
+    SCOPED_TRACE("ZeRO " + std::to_string(zero_stage));
+    const CommandResult result = plan(std::string("train.memory_limit=100GB train.recompute=") +
+                                      trainer::recompute_name(recompute) +
+                                      " dist.zero_stage=" + std::to_string(zero_stage) + " train.dp_bucket_mb=0.01");
     ASSERT_EQ(result.exit_code, 0) << result.output;
     EXPECT_NE(result.output.find("8 ranks (dp 2 x tp 2 x pp 2)"), std::string::npos) << result.output;
     for (int stage = 0; stage < 2; ++stage) {
       const int slots = 2 - stage;  // 1F1B: the first stage holds both micro-batches in flight
       const trainer::MemoryPlan expected =
           trainer::rank_memory_plan(model, 4, 32, 2, 2, trainer::pipeline_stage(split, stage), slots, 4,
-                                    trainer::Precision::kFp32, 1, trainer::cpu_device(), recompute);
+                                    trainer::Precision::kFp32, zero_stage, trainer::cpu_device(), recompute,
+                                    static_cast<double>(trainer::bucket_elements_for(0.01)));
       EXPECT_TRUE(has_in_order(row(result.output, stage),
                                {std::to_string(split[static_cast<std::size_t>(stage)]), human_bytes(expected.weights),
                                 human_bytes(expected.gradients), human_bytes(expected.moments),
                                 human_bytes(expected.activations), human_bytes(expected.total()), "fits"}));
-      if (stage == 0) stage0_activations[recompute == trainer::Recompute::kFull] = expected.activations;
+      if (stage == 0 && zero_stage == 1) {
+        stage0_activations[recompute == trainer::Recompute::kFull] = expected.activations;
+      }
+      gradients[zero_stage][stage] = expected.gradients;
     }
   }
   EXPECT_LT(stage0_activations[1], stage0_activations[0]);  // the two runs planned different things
+  // ZeRO-2 keeps one layer's gradient of the first stage's two (and adds a bucket of
+  // 0.01 MB that each reduction lands in): less on the first stage; the second has
+  // one layer only.
+  EXPECT_LT(gradients[2][0], gradients[1][0]);
 }
 
 TEST_F(TrainPlanTest, AStageOverTheCapFailsNamingNeedAndCap) {

@@ -48,7 +48,8 @@ std::size_t GPT::gradient_position(std::size_t offset) const {
 }
 
 GPTTensors GPT::gradient_views() {
-  return tensor_views<float>([&](const ParamTensor& tensor) { return grads_.data() + gradient_position(tensor.offset); });
+  return tensor_views<float>(
+      [&](const ParamTensor& tensor) { return grads_.data() + gradient_position(tensor.offset); });
 }
 
 void GPT::require_whole_gradients(const char* operation) const {

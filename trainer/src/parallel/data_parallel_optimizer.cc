@@ -84,7 +84,8 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
       reduced_piece_ = DeviceBuffer<float>(device, std::min(bucket_elements_, shard_size_));
     } else {
       const auto [first, layer_size] = model.layer_gradient_range(0);
-      layer_sums_ = DeviceBuffer<float>(device, layer_size * static_cast<std::size_t>(model.pipeline_stage().num_layers));
+      const auto layers = static_cast<std::size_t>(model.pipeline_stage().num_layers);
+      layer_sums_ = DeviceBuffer<float>(device, layer_size * layers);
     }
   }
   model.zero_grad();  // the gradient's memory now, with the rest of the model's

@@ -205,8 +205,8 @@ void check_plan_fits_device(const MemoryPlan& plan, double capacity_bytes, const
   if (plan.total() <= capacity_bytes) return;
   DUFU_FAIL("the memory plan of this rank does not fit ", device, ": ", plan.describe(capacity_bytes),
             "; HINT: lower train.micro_batch or model.seq_length (activations), set dist.zero_stage=1 (shards the "
-            "AdamW moments) or 2 (and the gradients), or raise dist.tensor_parallel_size or dist.pipeline_parallel_size (each rank's share of "
-            "the model)");
+            "AdamW moments) or 2 (and the gradients), or raise dist.tensor_parallel_size or "
+            "dist.pipeline_parallel_size (each rank's share of the model)");
 }
 
 void fail_out_of_memory(const std::string& what, double bytes) {
