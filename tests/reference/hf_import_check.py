@@ -23,18 +23,17 @@ over Debian's torch).
       bit for bit, under GPT2Model names, and nothing else (the tied lm_head aside).
 """
 import argparse
-import json
 import os
 import sys
 
-LOSS_REL_TOLERANCE = 1e-5
-GRAD_TOLERANCE = 1e-4
-B, T = 2, 16
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_check_common import (add_commands, finish, gradient_error, loss_and_backward,  # noqa: E402
+                             loss_failures, same_tensor_failures, save_with_batch, tensors_of)
+
 CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
 
 
 def make(args):
-    import numpy as np
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -47,40 +46,20 @@ def make(args):
             scale = 0.2 if name.endswith(".weight") and parameter.dim() == 2 else 0.1
             offset = 1.0 if (".ln_" in name or "ln_f" in name) and name.endswith(".weight") else 0.0
             parameter.copy_(offset + scale * torch.randn_like(parameter))
-    model = model.to(getattr(torch, args.dtype))
-    kwargs = {"safe_serialization": True}
-    if args.max_shard_size:
-        kwargs["max_shard_size"] = args.max_shard_size
-    model.save_pretrained(args.out, **kwargs)
-    rng = np.random.default_rng(args.seed)
-    tokens = rng.integers(0, config.vocab_size, size=(B, T), dtype=np.int32)
-    targets = np.concatenate([tokens[:, 1:], rng.integers(0, config.vocab_size, size=(B, 1), dtype=np.int32)], 1)
-    targets[1, -1] = -1
-    np.concatenate([tokens.ravel(), targets.ravel()]).astype("<i4").tofile(os.path.join(args.out, "batch.bin"))
-    files = sorted(f for f in os.listdir(args.out) if f.endswith(".safetensors"))
+    files = save_with_batch(model, args, config.vocab_size)
     print(f"saved {args.dtype} GPT2LMHeadModel to {args.out}: {', '.join(files)}")
 
 
 def compare(args):
-    import numpy as np
     import torch
     from safetensors.numpy import load_file
     from transformers import GPT2LMHeadModel
 
     model = GPT2LMHeadModel.from_pretrained(args.hf, torch_dtype=torch.float32).eval()
-    batch = np.fromfile(os.path.join(args.hf, "batch.bin"), dtype="<i4")
-    tokens = torch.tensor(batch[:B * T].reshape(B, T), dtype=torch.long)
-    targets = torch.tensor(batch[B * T:].reshape(B, T), dtype=torch.long)
-    logits = model(tokens).logits
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                             ignore_index=-1)
-    loss.backward()
+    hf_loss = loss_and_backward(model, args.hf)
     dufu = load_file(args.dufu)
-    failures = []
     dufu_loss = float(dufu.pop("loss"))
-    relative = abs(loss.item() - dufu_loss) / abs(loss.item())
-    if not relative <= LOSS_REL_TOLERANCE:
-        failures.append(f"loss: transformers {loss.item():.8f}, dufu {dufu_loss:.8f} (relative {relative:.2e})")
+    failures, relative = loss_failures(hf_loss, dufu_loss)
     vocab = model.config.vocab_size
     worst = 0.0
     seen = set()
@@ -91,84 +70,29 @@ def compare(args):
         if name not in dufu:
             failures.append(f"dufu has no gradient of {name}")
             continue
-        got = dufu[name]
         seen.add(name)
-        if name == "wte.weight":
-            if np.any(got[vocab:] != 0):
-                failures.append("the padding rows of dufu's wte gradient are not 0")
-            got = got[:vocab]
-        if got.shape != expected.shape:
-            failures.append(f"{name}: dufu's gradient has shape {got.shape}, transformers' {expected.shape}")
-            continue
-        error = float(np.max(np.abs(got - expected)) / max(float(np.max(np.abs(expected))), 1e-30))
+        error = gradient_error(name, name, dufu[name], expected, vocab, name == "wte.weight", failures)
         worst = max(worst, error)
-        if not error <= GRAD_TOLERANCE:
-            failures.append(f"{name}: gradient differs by {error:.2e} of its largest value")
     for name in sorted(set(dufu) - seen):
         failures.append(f"dufu has a gradient of {name}, which transformers' model does not have")
-    print(f"loss transformers {loss.item():.8f} dufu {dufu_loss:.8f} (relative {relative:.2e}); "
+    print(f"loss transformers {hf_loss:.8f} dufu {dufu_loss:.8f} (relative {relative:.2e}); "
           f"largest gradient difference {worst:.2e} of the tensor's largest value")
-    for line in failures:
-        print("FAIL:", line)
-    sys.exit(1 if failures else 0)
-
-
-def tensors_of(directory):
-    from safetensors.torch import load_file  # numpy has no bfloat16
-
-    index = os.path.join(directory, "model.safetensors.index.json")
-    files = ["model.safetensors"]
-    if not os.path.exists(os.path.join(directory, files[0])):
-        with open(index, encoding="utf-8") as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-    tensors = {}
-    for name in files:
-        for key, value in load_file(os.path.join(directory, name)).items():
-            tensors[key.removeprefix("transformer.")] = value
-    return tensors
+    finish(failures)
 
 
 def same_tensors(args):
-    original = tensors_of(args.hf)
+    original = tensors_of(args.hf, strip_prefix="transformer.")
     original.pop("lm_head.weight", None)
-    exported = tensors_of(args.export)
-    failures = []
-    for name in sorted(set(original) | set(exported)):
-        if name not in exported:
-            failures.append(f"the export has no {name}")
-        elif name not in original:
-            failures.append(f"the export has {name}, the original not")
-        else:
-            a, b = original[name], exported[name]
-            # The export is fp32; an fp32 original must match bit for bit, a BF16 or
-            # F16 one widened exactly (torch's widening is exact).
-            if a.dtype != b.dtype:
-                a = a.to(b.dtype)
-            if a.shape != b.shape or a.numpy().tobytes() != b.numpy().tobytes():
-                failures.append(f"{name} differs ({a.dtype}{list(a.shape)} against {b.dtype}{list(b.shape)})")
+    exported = tensors_of(args.export, strip_prefix="transformer.")
+    failures = same_tensor_failures(original, exported)
     print(f"{len(exported)} tensors compared")
-    for line in failures:
-        print("FAIL:", line)
-    sys.exit(1 if failures else 0)
+    finish(failures)
 
 
 def main():
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    make_parser = commands.add_parser("make")
-    make_parser.add_argument("--out", required=True)
-    make_parser.add_argument("--max-shard-size")
-    make_parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    make_parser.add_argument("--seed", type=int, default=3)
-    compare_parser = commands.add_parser("compare")
-    compare_parser.add_argument("--hf", required=True)
+    _, compare_parser = add_commands(parser, "same-tensors")
     compare_parser.add_argument("--dufu", required=True)
-    same_parser = commands.add_parser("same-tensors")
-    same_parser.add_argument("--hf", required=True)
-    same_parser.add_argument("--export", required=True)
     args = parser.parse_args()
     {"make": make, "compare": compare, "same-tensors": same_tensors}[args.command](args)
 

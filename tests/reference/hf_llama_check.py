@@ -28,13 +28,13 @@ over Debian's torch).
       DIR/batch.bin exactly; fails otherwise.
 """
 import argparse
-import json
 import os
 import sys
 
-LOSS_REL_TOLERANCE = 1e-5
-GRAD_TOLERANCE = 1e-4
-B, T = 2, 16
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_check_common import (add_commands, batch_of, finish, gradient_error, loss_and_backward,  # noqa: E402
+                             loss_failures, same_tensor_failures, save_with_batch, tensors_of)
+
 VOCAB = 300
 
 
@@ -54,7 +54,6 @@ def dufu_to_hf(name):
 
 
 def make(args):
-    import numpy as np
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -70,29 +69,9 @@ def make(args):
                 parameter.copy_(1.0 + 0.1 * torch.randn_like(parameter))
             else:
                 parameter.copy_(0.05 * torch.randn_like(parameter))
-    model = model.to(getattr(torch, args.dtype))
-    kwargs = {"safe_serialization": True}
-    if args.max_shard_size:
-        kwargs["max_shard_size"] = args.max_shard_size
-    model.save_pretrained(args.out, **kwargs)
-    rng = np.random.default_rng(args.seed)
-    tokens = rng.integers(0, VOCAB, size=(B, T), dtype=np.int32)
-    targets = np.concatenate([tokens[:, 1:], rng.integers(0, VOCAB, size=(B, 1), dtype=np.int32)], 1)
-    targets[1, -1] = -1
-    np.concatenate([tokens.ravel(), targets.ravel()]).astype("<i4").tofile(os.path.join(args.out, "batch.bin"))
-    files = sorted(f for f in os.listdir(args.out) if f.endswith(".safetensors"))
+    files = save_with_batch(model, args, VOCAB)
     print(f"saved {args.dtype} LlamaForCausalLM ({args.kv_heads} K/V heads, "
           f"{'tied' if args.tie else 'untied'} head) to {args.out}: {', '.join(files)}")
-
-
-def batch_of(directory):
-    import numpy as np
-    import torch
-
-    batch = np.fromfile(os.path.join(directory, "batch.bin"), dtype="<i4")
-    tokens = torch.tensor(batch[:B * T].reshape(B, T), dtype=torch.long)
-    targets = torch.tensor(batch[B * T:].reshape(B, T), dtype=torch.long)
-    return tokens, targets
 
 
 def load(directory):
@@ -105,33 +84,21 @@ def load(directory):
 
 
 def compare(args):
-    import torch
-
     model, _ = load(args.hf)
     model.eval()
-    tokens, targets = batch_of(args.hf)
-    logits = model(tokens).logits
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                             ignore_index=-1)
-    loss.backward()
+    hf_loss = loss_and_backward(model, args.hf)
     failures = []
     for path in args.dufu:
-        failures += compare_one(model, loss.item(), path)
-    for line in failures:
-        print("FAIL:", line)
-    sys.exit(1 if failures else 0)
+        failures += compare_one(model, hf_loss, path)
+    finish(failures)
 
 
 def compare_one(model, hf_loss, path):
-    import numpy as np
     from safetensors.numpy import load_file
 
     dufu = load_file(path)
-    failures = []
     dufu_loss = float(dufu.pop("loss"))
-    relative = abs(hf_loss - dufu_loss) / abs(hf_loss)
-    if not relative <= LOSS_REL_TOLERANCE:
-        failures.append(f"loss: transformers {hf_loss:.8f}, dufu {dufu_loss:.8f} (relative {relative:.2e})")
+    failures, relative = loss_failures(hf_loss, dufu_loss)
     expected_by_name = {name: p.grad.numpy() for name, p in model.named_parameters()}
     worst, worst_name = 0.0, ""
     for dufu_name in sorted(dufu):
@@ -141,18 +108,10 @@ def compare_one(model, hf_loss, path):
             failures.append(f"dufu has a gradient of {dufu_name} ({name}), which transformers' model does not have")
             continue
         expected = expected_by_name.pop(name)
-        if dufu_name in ("wte.weight", "lm_head.weight"):
-            if np.any(got[VOCAB:] != 0):
-                failures.append(f"the padding rows of dufu's {dufu_name} gradient are not 0")
-            got = got[:VOCAB]
-        if got.shape != expected.shape:
-            failures.append(f"{name}: dufu's gradient has shape {got.shape}, transformers' {expected.shape}")
-            continue
-        error = float(np.max(np.abs(got - expected)) / max(float(np.max(np.abs(expected))), 1e-30))
+        padded = dufu_name in ("wte.weight", "lm_head.weight")
+        error = gradient_error(name, dufu_name, got, expected, VOCAB, padded, failures)
         if error > worst:
             worst, worst_name = error, name
-        if not error <= GRAD_TOLERANCE:
-            failures.append(f"{name}: gradient differs by {error:.2e} of its largest value")
     for name in sorted(expected_by_name):
         failures.append(f"dufu has no gradient of {name}")
     print(f"{os.path.basename(path)}: loss transformers {hf_loss:.8f} dufu {dufu_loss:.8f} (relative "
@@ -182,62 +141,22 @@ def export(args):
     if difference != 0.0:
         failures.append(f"the logits differ by up to {difference:.3e}")
     print(f"from_pretrained of {os.path.basename(args.export)}: logits differ by {difference:.1e}")
-    for line in failures:
-        print("FAIL:", line)
-    sys.exit(1 if failures else 0)
-
-
-def tensors_of(directory):
-    from safetensors.torch import load_file  # numpy has no bfloat16
-
-    files = ["model.safetensors"]
-    if not os.path.exists(os.path.join(directory, files[0])):
-        with open(os.path.join(directory, "model.safetensors.index.json"), encoding="utf-8") as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-    tensors = {}
-    for name in files:
-        tensors.update(load_file(os.path.join(directory, name)))
-    return tensors
+    finish(failures)
 
 
 def same_tensors(hf, export):
-    original = tensors_of(hf)
     exported = tensors_of(export)
-    failures = []
-    for name in sorted(set(original) | set(exported)):
-        if name not in exported:
-            failures.append(f"the export has no {name}")
-        elif name not in original:
-            failures.append(f"the export has {name}, the original not")
-        else:
-            a, b = original[name], exported[name]
-            if a.dtype != b.dtype:  # the export is fp32; torch widens BF16 and F16 exactly
-                a = a.to(b.dtype)
-            if a.shape != b.shape or a.numpy().tobytes() != b.numpy().tobytes():
-                failures.append(f"{name} differs ({a.dtype}{list(a.shape)} against {b.dtype}{list(b.shape)})")
+    failures = same_tensor_failures(tensors_of(hf), exported)
     print(f"{os.path.basename(export)}: {len(exported)} tensors compared bit for bit")
     return failures
 
 
 def main():
-    from transformers.utils import logging as transformers_logging
-
-    transformers_logging.disable_progress_bar()
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    make_parser = commands.add_parser("make")
-    make_parser.add_argument("--out", required=True)
+    make_parser, compare_parser = add_commands(parser, "export")
     make_parser.add_argument("--kv-heads", type=int, required=True)
     make_parser.add_argument("--tie", action="store_true")
-    make_parser.add_argument("--max-shard-size")
-    make_parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    make_parser.add_argument("--seed", type=int, default=3)
-    compare_parser = commands.add_parser("compare")
-    compare_parser.add_argument("--hf", required=True)
     compare_parser.add_argument("--dufu", required=True, nargs="+")
-    export_parser = commands.add_parser("export")
-    export_parser.add_argument("--hf", required=True)
-    export_parser.add_argument("--export", required=True)
     args = parser.parse_args()
     {"make": make, "compare": compare, "export": export}[args.command](args)
 

@@ -20,18 +20,7 @@
 
 namespace {
 
-using dufu::testing::checkpoint_dir;
-using dufu::testing::CommandResult;
-using dufu::testing::fortunes_shard;
-using dufu::testing::fortunes_shard_dir;
-using dufu::testing::metric_fields;
-using dufu::testing::metric_values;
-using dufu::testing::read_all;
-using dufu::testing::run_command;
-using dufu::testing::shell_quote;
-using dufu::testing::TempDir;
-using dufu::testing::train_tool;
-using dufu::testing::write_all;
+using namespace dufu::testing;  // the tool runner, run-directory and fixture-shard helpers of tests/support
 
 class Bf16TrainingTest : public ::testing::Test {
  protected:

@@ -7,11 +7,9 @@
 // the refusals name the key and leave nothing behind.
 #include <gtest/gtest.h>
 
-#include <bit>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -19,29 +17,28 @@
 #include "dufu/trainer/checkpoint/hf_import.h"
 #include "dufu/trainer/checkpoint/safetensors.h"
 #include "dufu/trainer/model/gpt.h"
-#include "support/expect_error.h"
+#include "hf_import_test_support.h"
+#include "support/gpt_fixture.h"
 #include "support/temp_dir.h"
 
 namespace dufu::trainer {
 namespace {
 
-namespace fs = std::filesystem;
-using dufu::testing::expect_error;
 using dufu::testing::TempDir;
+using hf_import_testing::expect_refused;
+using hf_import_testing::HfWeightFiles;
+using hf_import_testing::import_in_layout;
+using hf_import_testing::loaded_params;
+using hf_import_testing::values_of;
 
 // 4 query heads of size 4 over 2 K/V heads, SwiGLU width 12 (not Llama's rule's 256),
 // vocab 10 padded to 16 (x tp 2).
 GPTConfig llama_config(bool tied) {
-  GPTConfig config;
+  GPTConfig config = dufu::testing::small_gpt_config(
+      {.n_layer = 2, .n_head = 4, .d_model = 16, .vocab_size = 10, .vocab_multiple = 4, .seq_length = 8});
   config.arch = Architecture::kLlama;
-  config.n_layer = 2;
-  config.n_head = 4;
   config.n_kv_head = 2;
-  config.d_model = 16;
   config.ffn_hidden = 12;
-  config.vocab_size = 10;
-  config.vocab_multiple = 4;
-  config.seq_length = 8;
   config.rope_theta = 500000.0f;
   config.norm_eps = 1e-6f;
   config.tie_embeddings = tied;
@@ -61,13 +58,7 @@ std::vector<HfTensor> hf_tensors(const GPTConfig& config) {
   const std::uint64_t C = 16, q = 16, kv = 8, F = 12, V = 10;
   std::vector<HfTensor> tensors;
   const auto add = [&](const std::string& hf, const std::string& dufu, std::vector<std::uint64_t> shape) {
-    std::uint64_t count = 1;
-    for (const std::uint64_t d : shape) count *= d;
-    HfTensor tensor{hf, dufu, shape, std::vector<float>(count)};
-    for (std::size_t j = 0; j < count; ++j) {
-      tensor.values[j] = static_cast<float>(static_cast<int>((tensors.size() * 37 + j * 11) % 64)) / 16.0f - 2.0f;
-    }
-    tensors.push_back(std::move(tensor));
+    tensors.push_back({hf, dufu, shape, values_of(tensors.size(), shape)});
   };
   add("model.embed_tokens.weight", "wte.weight", {V, C});
   for (int l = 0; l < config.n_layer; ++l) {
@@ -91,41 +82,16 @@ std::vector<HfTensor> hf_tensors(const GPTConfig& config) {
 // buffer as older transformers saved it, and config.json (plus `extra_config`).
 void write_hf_dir(const std::string& dir, const GPTConfig& config, int files, const std::string& extra_config = "",
                   const std::vector<HfTensor>& extra_tensors = {}) {
-  fs::create_directories(dir);
+  std::filesystem::create_directories(dir);
   std::vector<HfTensor> tensors = hf_tensors(config);
   tensors.insert(tensors.end(), extra_tensors.begin(), extra_tensors.end());
   tensors.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", "", {2}, {1.0f, 0.5f}});
-  std::vector<std::vector<std::uint16_t>> halves(tensors.size());
-  std::vector<std::vector<safetensors::TensorRef>> refs(static_cast<std::size_t>(files));
-  std::map<std::string, std::string> weight_map;
-  const auto file_name = [&](int f) {
-    return files == 1 ? std::string("model.safetensors")
-                      : "model-0000" + std::to_string(f + 1) + "-of-0000" + std::to_string(files) + ".safetensors";
-  };
+  HfWeightFiles weights(files);
   for (std::size_t k = 0; k < tensors.size(); ++k) {
-    const HfTensor& tensor = tensors[k];
-    const int f = static_cast<int>(k % static_cast<std::size_t>(files));
-    safetensors::TensorRef ref{tensor.hf_name, safetensors::Dtype::kF32, tensor.shape, tensor.values.data()};
-    if (k % 2 == 1) {
-      for (const float v : tensor.values) {
-        halves[k].push_back(static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v) >> 16));
-      }
-      ref = {tensor.hf_name, safetensors::Dtype::kBF16, tensor.shape, halves[k].data()};
-    }
-    refs[static_cast<std::size_t>(f)].push_back(ref);
-    weight_map[tensor.hf_name] = file_name(f);
+    const safetensors::Dtype dtype = k % 2 == 1 ? safetensors::Dtype::kBF16 : safetensors::Dtype::kF32;
+    weights.add(tensors[k].hf_name, tensors[k].shape, tensors[k].values, dtype);
   }
-  for (int f = 0; f < files; ++f) safetensors::write(dir + "/" + file_name(f), refs[static_cast<std::size_t>(f)]);
-  if (files > 1) {
-    std::ofstream index(dir + "/model.safetensors.index.json");
-    index << "{\"metadata\": {}, \"weight_map\": {";
-    bool first = true;
-    for (const auto& [name, file] : weight_map) {
-      index << (first ? "" : ", ") << '"' << name << "\": \"" << file << '"';
-      first = false;
-    }
-    index << "}}";
-  }
+  weights.write(dir);
   std::ofstream(dir + "/config.json")
       << "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"num_hidden_layers\": "
       << config.n_layer << ", \"num_attention_heads\": " << config.n_head << ", \"num_key_value_heads\": "
@@ -148,12 +114,6 @@ std::vector<float> expected_params(const GPTConfig& config) {
   return params;
 }
 
-std::vector<float> loaded_params(const std::string& checkpoint, const GPTConfig& config) {
-  GPT model(config);
-  load_checkpoint(checkpoint, model, nullptr);
-  return std::vector<float>(model.params().begin(), model.params().end());
-}
-
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -171,11 +131,7 @@ TEST(ImportHfLlama, EveryTensorLandsInEveryLayoutAndMergesUnderHfNames) {
         SCOPED_TRACE(::testing::Message() << (tied ? "tied, " : "untied, ") << files << " files, tp " << tp
                                           << ", pp " << pp);
         const std::string out = temp.file(str_cat("ckpt", tied, files, tp, pp));
-        HfImportOptions options;
-        options.tensor_parallel_size = tp;
-        options.pipeline_parallel_size = pp;
-        options.vocab_multiple = config.vocab_multiple;
-        const HfImport imported = import_hf(hf, out, options);
+        const HfImport imported = import_in_layout(hf, out, tp, pp, config.vocab_multiple);
         EXPECT_EQ(imported.architecture, "LlamaForCausalLM");
         EXPECT_EQ(imported.model.arch, Architecture::kLlama);
         EXPECT_EQ(imported.model.n_kv_head, 2);
@@ -183,10 +139,6 @@ TEST(ImportHfLlama, EveryTensorLandsInEveryLayoutAndMergesUnderHfNames) {
         EXPECT_EQ(imported.model.rope_theta, 500000.0f);
         EXPECT_EQ(imported.model.norm_eps, 1e-6f);
         EXPECT_EQ(imported.model.tie_embeddings, tied);
-        const TrainingState state = read_checkpoint_state(out);
-        EXPECT_EQ(state.step, 0);
-        EXPECT_EQ(state.layout.tensor_parallel_size, tp);
-        EXPECT_EQ(state.layout.pipeline_parallel_size, pp);
         const std::string toml = read_text(out + "/config.toml");
         for (const std::string& line : std::vector<std::string>{"arch = \"llama\"\n", "n_kv_head = 2\n", "ffn_hidden = 12\n",
                                        "rope_theta = 500000\n", "norm_eps = 1e-06\n",
@@ -225,13 +177,7 @@ TEST(ImportHfLlama, RefusalsNameTheKeyAndLeaveNothing) {
                            const std::vector<HfTensor>& extra_tensors = {}, const GPTConfig& shape = llama_config(false)) {
     const std::string hf = temp.file(str_cat("hf", ++dirs));
     write_hf_dir(hf, shape, 1, extra_config, extra_tensors);
-    HfImportOptions options;
-    options.vocab_multiple = config.vocab_multiple;
-    expect_error([&] { import_hf(hf, out, options); }, needles);
-    EXPECT_FALSE(fs::exists(out));
-    for (const auto& entry : fs::directory_iterator(temp.path())) {
-      EXPECT_EQ(entry.path().filename().string().find("out.partial"), std::string::npos);
-    }
+    expect_refused(temp, hf, out, config.vocab_multiple, needles);
   };
   // Keys write_hf_dir leaves out (a key given twice would be ambiguous JSON), and
   // tensors no LlamaForCausalLM of the config has.

@@ -9,18 +9,8 @@
 # (model.init_from) at step 0 with the loss falling; bad inputs are one-line errors.
 #   hf_import_test.sh TRAIN HF_IMPORT_BATCH SOURCE_DIR DATAPREP FIXTURE_DIR MPIRUN...
 set -euo pipefail
-train=$1 batch_tool=$2 source=$3 dataprep=$4 fixtures=$5
-shift 5
-mpirun=("$@")
-if ! python=$("$source/scripts/setup_reference_venv.sh" --transformers 2>/dev/null | tail -n 1) ||
-   [[ ! -x $python ]]; then
-  echo "SKIP: the transformers reference venv (scripts/setup_reference_venv.sh --transformers) cannot be made"
-  exit 77
-fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-reference() { "$python" "$source/tests/reference/hf_import_check.py" "$@"; }
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=tests/trainer/hf_test_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/hf_test_common.sh" hf_import_check.py "$@"
 
 reference make --out "$work/single"
 "$python" "$source/tests/reference/hf_export_check.py" make-bytelevel "$work/single" >/dev/null
@@ -30,16 +20,12 @@ reference make --out "$work/f16" --dtype float16
 
 # Loss and gradients against transformers: serial, and tp 2 x pp 2 under mpirun.
 for model in single sharded bf16 f16; do
-  "$train" import-hf "$work/$model" "$work/ckpt-$model" >"$work/import.log" 2>&1 || { cat "$work/import.log"; exit 1; }
-  "$batch_tool" "$work/ckpt-$model" "$work/$model/batch.bin" 2 16 "$work/grads-$model.safetensors"
+  serial_gradients "$model"
   reference compare --hf "$work/$model" --dufu "$work/grads-$model.safetensors"
 done
 for model in single sharded; do
-  "$train" import-hf "$work/$model" "$work/ckpt-$model-tp2pp2" --tensor-parallel-size 2 --pipeline-parallel-size 2 \
-    >"$work/import.log" 2>&1 || { cat "$work/import.log"; exit 1; }
+  tp2pp2_gradients "$model"
   ls "$work/ckpt-$model-tp2pp2" | grep -q '^model-tp01-pp001.safetensors$' || fail "no tp 2 x pp 2 piece files"
-  OMP_NUM_THREADS=1 "${mpirun[@]}" -np 4 "$batch_tool" "$work/ckpt-$model-tp2pp2" "$work/$model/batch.bin" 2 16 \
-    "$work/grads-$model-tp2pp2.safetensors"
   reference compare --hf "$work/$model" --dufu "$work/grads-$model-tp2pp2.safetensors"
 done
 
@@ -65,49 +51,22 @@ done
 # into tp 2 x pp 2 (both resharded on load) start from the same weights, so their
 # first losses agree, unlike a run from fresh weights; the loss falls; the run starts
 # at step 1 with its own optimizer.
-"$dataprep" preprocess -q --append-eod -i "$fixtures/fortunes.jsonl" -m "$work/single/tokenizer.json" \
-  -o "$work/shard" >/dev/null
-cat >"$work/finetune.toml" <<TOML
+finetune_setup "$work/single/tokenizer.json" 8 <<'TOML'
 [model]
 n_layer = 2
 n_head = 4
 d_model = 64
 vocab_size = 300
 seq_length = 32
-[data]
-blend = "$work/shard"
-cache_dir = "$work/cache"
-split = "90,10,0"
-workers = 1
-[train]
-micro_batch = 2
-global_batch = 4
-steps = 8
-threads = 1
-[optim]
-lr = 1e-3
-min_lr = 1e-4
-warmup_steps = 0
-[eval]
-interval = 0
-[checkpoint]
-interval = 0
 TOML
-"$train" "$work/finetune.toml" model.init_from="$work/ckpt-single-tp2pp2" run.dir="$work/ft-serial" \
-  >"$work/ft.log" 2>&1 || { cat "$work/ft.log"; exit 1; }
+logged "$work/ft.log" "$train" "$work/finetune.toml" model.init_from="$work/ckpt-single-tp2pp2" \
+  run.dir="$work/ft-serial"
 grep -q "initialized the weights from" "$work/ft.log" || fail "the run did not start from model.init_from"
-OMP_NUM_THREADS=1 "${mpirun[@]}" -np 4 "$train" "$work/finetune.toml" model.init_from="$work/ckpt-single" \
-  dist.tensor_parallel_size=2 dist.pipeline_parallel_size=2 run.dir="$work/ft-tp2pp2" >"$work/ft.log" 2>&1 ||
-  { cat "$work/ft.log"; exit 1; }
-"$train" "$work/finetune.toml" train.steps=1 run.dir="$work/ft-fresh" >"$work/ft.log" 2>&1 ||
-  { cat "$work/ft.log"; exit 1; }
-python3 - "$work" <<'PY'
-import json, sys
-def losses(run):
-    lines = [json.loads(l) for l in open(f"{sys.argv[1]}/{run}/metrics.jsonl")]
-    train = [l for l in lines if l["type"] == "train"]
-    assert [l["step"] for l in train] == list(range(1, len(train) + 1)), f"{run}: steps {[l['step'] for l in train]}"
-    return [l["loss"] for l in train]
+logged "$work/ft.log" env OMP_NUM_THREADS=1 "${mpirun[@]}" -np 4 "$train" "$work/finetune.toml" \
+  model.init_from="$work/ckpt-single" dist.tensor_parallel_size=2 dist.pipeline_parallel_size=2 \
+  run.dir="$work/ft-tp2pp2"
+logged "$work/ft.log" "$train" "$work/finetune.toml" train.steps=1 run.dir="$work/ft-fresh"
+check_losses <<'PY'
 serial, parallel, fresh = losses("ft-serial"), losses("ft-tp2pp2"), losses("ft-fresh")
 print(f"fine-tune losses: serial {serial[0]:.6f} -> {serial[-1]:.6f}, tp 2 x pp 2 {parallel[0]:.6f} -> "
       f"{parallel[-1]:.6f}, fresh weights {fresh[0]:.6f}")
@@ -123,14 +82,6 @@ if "$train" "$work/finetune.toml" model.init_from="$work/ckpt-single" model.d_mo
 grep -q "model.d_model = 64" "$work/ft.log" || { cat "$work/ft.log"; fail "no model.d_model in the error"; }
 
 # Bad inputs: one line each, naming the key, tensor or file, and nothing written.
-expect_error() {  # expect_error WANTED DIR [flags...]
-  local wanted=$1 dir=$2
-  shift 2
-  if "$train" import-hf "$dir" "$work/refused" "$@" >"$work/out.log" 2>&1; then fail "imported $dir"; fi
-  grep -qF -- "$wanted" "$work/out.log" || { cat "$work/out.log"; fail "no '$wanted' in the error"; }
-  [[ $(grep -c . "$work/out.log") -eq 1 ]] || { cat "$work/out.log"; fail "the error is not one line"; }
-  [[ ! -e $work/refused ]] || fail "a refused import left $work/refused"
-}
 edit_config() {  # edit_config NAME PYTHON_STATEMENT: a copy of single with config.json edited
   rm -rf "$work/$1"
   cp -r "$work/single" "$work/$1"
@@ -167,13 +118,7 @@ json.dump(index, open(p, "w"))
 PY
 expect_error 'the model has no tensor "transformer.h.1.' "$work/missing"
 # A dtype dufu does not take: F64.
-rm -rf "$work/f64" && mkdir "$work/f64" && cp "$work/single/config.json" "$work/f64/"
-"$python" - "$work/single" "$work/f64" <<'PY'
-import sys
-from safetensors.numpy import load_file, save_file
-tensors = load_file(sys.argv[1] + "/model.safetensors")
-tensors["transformer.h.0.ln_1.bias"] = tensors["transformer.h.0.ln_1.bias"].astype("float64")
-save_file(tensors, sys.argv[2] + "/model.safetensors", metadata={"format": "pt"})
-PY
+edit_tensors f64 "$work/single" \
+  'tensors["transformer.h.0.ln_1.bias"] = tensors["transformer.h.0.ln_1.bias"].astype("float64")'
 expect_error 'tensor "transformer.h.0.ln_1.bias" has dtype F64; dufu imports F32, BF16 and F16' "$work/f64"
 echo "import-hf against transformers: OK"

@@ -6,12 +6,10 @@
 // what is wrong and leave nothing behind.
 #include <gtest/gtest.h>
 
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -19,8 +17,10 @@
 #include "dufu/trainer/checkpoint/hf_import.h"
 #include "dufu/trainer/checkpoint/safetensors.h"
 #include "dufu/trainer/model/gpt.h"
+#include "hf_import_test_support.h"
 #include "hf_weights.h"
 #include "support/expect_error.h"
+#include "support/gpt_fixture.h"
 #include "support/temp_dir.h"
 
 namespace dufu::trainer {
@@ -29,6 +29,11 @@ namespace {
 namespace fs = std::filesystem;
 using dufu::testing::expect_error;
 using dufu::testing::TempDir;
+using hf_import_testing::expect_refused;
+using hf_import_testing::HfWeightFiles;
+using hf_import_testing::import_in_layout;
+using hf_import_testing::loaded_params;
+using hf_import_testing::values_of;
 
 TEST(HalfToFloat, EveryBitPatternIsTheIeeeValue) {
   for (std::uint32_t bits = 0; bits < 0x10000; ++bits) {
@@ -61,27 +66,8 @@ bool is_conv1d(const std::string& name) {
 }
 
 GPTConfig tiny_config() {
-  GPTConfig config;
-  config.n_layer = 2;
-  config.n_head = 2;
-  config.d_model = 8;
-  config.vocab_size = 10;
-  config.vocab_multiple = 4;
-  config.seq_length = 4;
-  return config;
-}
-
-// Multiples of 1/16 in [-2, 2): exact in F32, BF16 and F16 alike.
-float value_of(std::size_t tensor, std::size_t element) {
-  return static_cast<float>(static_cast<int>((tensor * 37 + element * 11) % 64)) / 16.0f - 2.0f;
-}
-
-// The F16 bits of a value_of: normal numbers and zero only.
-std::uint16_t to_half(float value) {
-  if (value == 0.0f) return 0;
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
-  const std::uint32_t exponent = ((bits >> 23) & 0xff) - 127 + 15;
-  return static_cast<std::uint16_t>(((bits >> 16) & 0x8000) | (exponent << 10) | ((bits >> 13) & 0x3ff));
+  return dufu::testing::small_gpt_config(
+      {.n_layer = 2, .n_head = 2, .d_model = 8, .vocab_size = 10, .vocab_multiple = 4, .seq_length = 4});
 }
 
 struct HfTensor {
@@ -95,11 +81,7 @@ std::vector<HfTensor> hf_tensors(const GPTConfig& config) {
   const std::uint64_t C = static_cast<std::uint64_t>(config.d_model);
   std::vector<HfTensor> tensors;
   const auto add = [&](const std::string& name, std::vector<std::uint64_t> shape) {
-    std::uint64_t count = 1;
-    for (const std::uint64_t d : shape) count *= d;
-    HfTensor tensor{"transformer." + name, shape, std::vector<float>(count)};
-    for (std::size_t j = 0; j < count; ++j) tensor.values[j] = value_of(tensors.size(), j);
-    tensors.push_back(std::move(tensor));
+    tensors.push_back({"transformer." + name, shape, values_of(tensors.size(), shape)});
   };
   add("wte.weight", {static_cast<std::uint64_t>(config.vocab_size), C});
   add("wpe.weight", {static_cast<std::uint64_t>(config.seq_length), C});
@@ -128,43 +110,16 @@ std::vector<HfTensor> hf_tensors(const GPTConfig& config) {
 void write_hf_dir(const std::string& dir, const GPTConfig& config, int files, const std::string& extra_config = "") {
   fs::create_directories(dir);
   const std::vector<HfTensor> tensors = hf_tensors(config);
-  std::vector<std::vector<std::uint16_t>> halves(tensors.size());
-  std::vector<std::vector<safetensors::TensorRef>> refs(static_cast<std::size_t>(files));
-  std::map<std::string, std::string> weight_map;
-  const auto file_name = [&](int f) {
-    return files == 1 ? std::string("model.safetensors")
-                      : "model-0000" + std::to_string(f + 1) + "-of-0000" + std::to_string(files) + ".safetensors";
-  };
+  constexpr safetensors::Dtype kDtypes[] = {safetensors::Dtype::kF32, safetensors::Dtype::kBF16,
+                                           safetensors::Dtype::kF16};
+  HfWeightFiles weights(files);
   for (std::size_t k = 0; k < tensors.size(); ++k) {
-    const HfTensor& tensor = tensors[k];
-    const int f = static_cast<int>(k % static_cast<std::size_t>(files));
-    safetensors::TensorRef ref{tensor.name, safetensors::Dtype::kF32, tensor.shape, tensor.values.data()};
-    if (k % 3 == 1) {
-      for (const float v : tensor.values) halves[k].push_back(static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v) >> 16));
-      ref = {tensor.name, safetensors::Dtype::kBF16, tensor.shape, halves[k].data()};
-    } else if (k % 3 == 2) {
-      for (const float v : tensor.values) halves[k].push_back(to_half(v));
-      ref = {tensor.name, safetensors::Dtype::kF16, tensor.shape, halves[k].data()};
-    }
-    refs[static_cast<std::size_t>(f)].push_back(ref);
-    weight_map[tensor.name] = file_name(f);
+    weights.add(tensors[k].name, tensors[k].shape, tensors[k].values, kDtypes[k % 3]);
   }
-  refs[0].push_back({"lm_head.weight", safetensors::Dtype::kF32, tensors[0].shape, tensors[0].values.data()});
-  weight_map["lm_head.weight"] = file_name(0);
+  weights.add_to(0, "lm_head.weight", tensors[0].shape, tensors[0].values, safetensors::Dtype::kF32);
   const std::vector<float> mask(16, 1.0f);
-  refs[0].push_back({"transformer.h.0.attn.bias", safetensors::Dtype::kF32, {1, 1, 4, 4}, mask.data()});
-  weight_map["transformer.h.0.attn.bias"] = file_name(0);
-  for (int f = 0; f < files; ++f) safetensors::write(dir + "/" + file_name(f), refs[static_cast<std::size_t>(f)]);
-  if (files > 1) {
-    std::ofstream index(dir + "/model.safetensors.index.json");
-    index << "{\"metadata\": {}, \"weight_map\": {";
-    bool first = true;
-    for (const auto& [name, file] : weight_map) {
-      index << (first ? "" : ", ") << '"' << name << "\": \"" << file << '"';
-      first = false;
-    }
-    index << "}}";
-  }
+  weights.add_to(0, "transformer.h.0.attn.bias", {1, 1, 4, 4}, mask, safetensors::Dtype::kF32);
+  weights.write(dir);
   std::ofstream(dir + "/config.json") << "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", "
                                       << "\"n_layer\": " << config.n_layer << ", \"n_head\": " << config.n_head
                                       << ", \"n_embd\": " << config.d_model << ", \"vocab_size\": "
@@ -190,12 +145,6 @@ std::vector<float> expected_params(const GPTConfig& config) {
   return params;
 }
 
-std::vector<float> loaded_params(const std::string& checkpoint, const GPTConfig& config) {
-  GPT model(config);
-  load_checkpoint(checkpoint, model, nullptr);
-  return std::vector<float>(model.params().begin(), model.params().end());
-}
-
 TEST(ImportHf, EveryTensorLandsInEveryLayout) {
   const TempDir temp;
   const GPTConfig config = tiny_config();
@@ -206,18 +155,10 @@ TEST(ImportHf, EveryTensorLandsInEveryLayout) {
     for (const auto& [tp, pp] : {std::pair{1, 1}, {2, 2}, {2, 1}}) {
       SCOPED_TRACE(::testing::Message() << files << " files, tp " << tp << ", pp " << pp);
       const std::string out = temp.file("ckpt-" + std::to_string(files) + std::to_string(tp) + std::to_string(pp));
-      HfImportOptions options;
-      options.tensor_parallel_size = tp;
-      options.pipeline_parallel_size = pp;
-      options.vocab_multiple = config.vocab_multiple;
-      const HfImport imported = import_hf(hf, out, options);
+      const HfImport imported = import_in_layout(hf, out, tp, pp, config.vocab_multiple);
       EXPECT_EQ(imported.architecture, "GPT2LMHeadModel");
       EXPECT_EQ(imported.weight_files.size(), static_cast<std::size_t>(files));
-      const TrainingState state = read_checkpoint_state(out);
-      EXPECT_EQ(state.step, 0);
-      EXPECT_EQ(state.layout.tensor_parallel_size, tp);
-      EXPECT_EQ(state.layout.pipeline_parallel_size, pp);
-      EXPECT_FALSE(state.tokenizer.has_value());
+      EXPECT_FALSE(read_checkpoint_state(out).tokenizer.has_value());
       EXPECT_EQ(loaded_params(out, config), expected);
       // The moments are zero and the step count 0.
       GPT model(config);
@@ -234,13 +175,7 @@ TEST(ImportHf, RefusalsNameTheCauseAndLeaveNothing) {
   const GPTConfig config = tiny_config();
   const std::string out = temp.file("out");
   const auto refused = [&](const std::string& hf, const std::vector<std::string>& needles) {
-    HfImportOptions options;
-    options.vocab_multiple = config.vocab_multiple;
-    expect_error([&] { import_hf(hf, out, options); }, needles);
-    EXPECT_FALSE(fs::exists(out));
-    for (const auto& entry : fs::directory_iterator(temp.path())) {
-      EXPECT_EQ(entry.path().filename().string().find("out.partial"), std::string::npos);
-    }
+    expect_refused(temp, hf, out, config.vocab_multiple, needles);
   };
   write_hf_dir(temp.file("llama"), config, 1);
   std::ofstream(temp.file("llama") + "/config.json")

@@ -13,18 +13,8 @@
 # are one-line errors naming them.
 #   hf_llama_test.sh TRAIN HF_IMPORT_BATCH SOURCE_DIR DATAPREP FIXTURE_DIR MPIRUN...
 set -euo pipefail
-train=$1 batch_tool=$2 source=$3 dataprep=$4 fixtures=$5
-shift 5
-mpirun=("$@")
-if ! python=$("$source/scripts/setup_reference_venv.sh" --transformers 2>/dev/null | tail -n 1) ||
-   [[ ! -x $python ]]; then
-  echo "SKIP: the transformers reference venv (scripts/setup_reference_venv.sh --transformers) cannot be made"
-  exit 77
-fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-reference() { "$python" "$source/tests/reference/hf_llama_check.py" "$@"; }
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=tests/trainer/hf_test_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/hf_test_common.sh" hf_llama_check.py "$@"
 models=(mha gqa tied)
 
 reference make --out "$work/mha" --kv-heads 8
@@ -34,12 +24,8 @@ reference make --out "$work/tied" --kv-heads 8 --tie --dtype bfloat16 --max-shar
 
 # Loss and gradients against transformers: serial, and tp 2 x pp 2 under mpirun.
 for model in "${models[@]}"; do
-  "$train" import-hf "$work/$model" "$work/ckpt-$model" >"$work/import.log" 2>&1 || { cat "$work/import.log"; exit 1; }
-  "$batch_tool" "$work/ckpt-$model" "$work/$model/batch.bin" 2 16 "$work/grads-$model.safetensors"
-  "$train" import-hf "$work/$model" "$work/ckpt-$model-tp2pp2" --tensor-parallel-size 2 --pipeline-parallel-size 2 \
-    >"$work/import.log" 2>&1 || { cat "$work/import.log"; exit 1; }
-  OMP_NUM_THREADS=1 "${mpirun[@]}" -np 4 "$batch_tool" "$work/ckpt-$model-tp2pp2" "$work/$model/batch.bin" 2 16 \
-    "$work/grads-$model-tp2pp2.safetensors"
+  serial_gradients "$model"
+  tp2pp2_gradients "$model"
   reference compare --hf "$work/$model" --dufu "$work/grads-$model.safetensors" "$work/grads-$model-tp2pp2.safetensors"
 done
 grep -q '^arch = "llama"$' "$work/ckpt-gqa/config.toml" && grep -q '^n_kv_head = 2$' "$work/ckpt-gqa/config.toml" ||
@@ -65,9 +51,7 @@ done
 # Fine-tuning from the tp 2 x pp 2 GQA import in one process (resharded on load): the
 # run starts at step 1 from the imported weights, whose loss is not a fresh model's,
 # and the loss falls.
-"$dataprep" preprocess -q --append-eod -i "$fixtures/fortunes.jsonl" -m "$work/mha/tokenizer.json" \
-  -o "$work/shard" >/dev/null
-cat >"$work/finetune.toml" <<TOML
+finetune_setup "$work/mha/tokenizer.json" 6 <<'TOML'
 [model]
 arch = "llama"
 n_layer = 2
@@ -79,37 +63,11 @@ rope_theta = 500000
 norm_eps = 1e-5
 vocab_size = 300
 seq_length = 32
-[data]
-blend = "$work/shard"
-cache_dir = "$work/cache"
-split = "90,10,0"
-workers = 1
-[train]
-micro_batch = 2
-global_batch = 4
-steps = 6
-threads = 1
-[optim]
-lr = 1e-3
-min_lr = 1e-4
-warmup_steps = 0
-[eval]
-interval = 0
-[checkpoint]
-interval = 0
 TOML
-"$train" "$work/finetune.toml" model.init_from="$work/ckpt-gqa-tp2pp2" run.dir="$work/ft" >"$work/ft.log" 2>&1 ||
-  { cat "$work/ft.log"; exit 1; }
+logged "$work/ft.log" "$train" "$work/finetune.toml" model.init_from="$work/ckpt-gqa-tp2pp2" run.dir="$work/ft"
 grep -q "initialized the weights from" "$work/ft.log" || fail "the run did not start from model.init_from"
-"$train" "$work/finetune.toml" train.steps=1 run.dir="$work/ft-fresh" >"$work/ft.log" 2>&1 ||
-  { cat "$work/ft.log"; exit 1; }
-python3 - "$work" <<'PY'
-import json, sys
-def losses(run):
-    lines = [json.loads(l) for l in open(f"{sys.argv[1]}/{run}/metrics.jsonl")]
-    train = [l for l in lines if l["type"] == "train"]
-    assert [l["step"] for l in train] == list(range(1, len(train) + 1)), f"{run}: steps {[l['step'] for l in train]}"
-    return [l["loss"] for l in train]
+logged "$work/ft.log" "$train" "$work/finetune.toml" train.steps=1 run.dir="$work/ft-fresh"
+check_losses <<'PY'
 tuned, fresh = losses("ft"), losses("ft-fresh")
 print(f"fine-tune losses: {tuned[0]:.6f} -> {tuned[-1]:.6f}, fresh weights {fresh[0]:.6f}")
 assert len(tuned) == 6, "not 6 steps from step 0"
@@ -122,14 +80,6 @@ if "$train" "$work/finetune.toml" model.init_from="$work/ckpt-gqa" model.n_kv_he
 grep -q "n_kv_head" "$work/ft.log" || { cat "$work/ft.log"; fail "no n_kv_head in the error"; }
 
 # What dufu's llama cannot compute: one line each, naming the key, and nothing written.
-expect_error() {  # expect_error WANTED DIR [flags...]
-  local wanted=$1 dir=$2
-  shift 2
-  if "$train" import-hf "$dir" "$work/refused" "$@" >"$work/out.log" 2>&1; then fail "imported $dir"; fi
-  grep -qF -- "$wanted" "$work/out.log" || { cat "$work/out.log"; fail "no '$wanted' in the error"; }
-  [[ $(grep -c . "$work/out.log") -eq 1 ]] || { cat "$work/out.log"; fail "the error is not one line"; }
-  [[ ! -e $work/refused ]] || fail "a refused import left $work/refused"
-}
 edit_config() {  # edit_config NAME PYTHON_STATEMENT: a copy of mha with config.json edited
   rm -rf "$work/$1"
   mkdir "$work/$1"
@@ -163,13 +113,7 @@ expect_error 'n_kv_head 2 is not divisible by the tensor parallel size 4' "$work
 edit_config mistral 'c["architectures"] = ["MistralForCausalLM"]; c["model_type"] = "mistral"; c["sliding_window"] = 32'
 "$train" import-hf "$work/mistral" "$work/ckpt-mistral" --no-tokenizer >/dev/null 2>&1 || fail "refused a Mistral without a sliding window"
 # Biases as Qwen2 saves them, with a config that does not say so: the tensor is named.
-rm -rf "$work/bias" && mkdir "$work/bias" && cp "$work/mha/config.json" "$work/bias/"
-"$python" - "$work/mha" "$work/bias" <<'PY'
-import sys
-from safetensors.numpy import load_file, save_file
-tensors = load_file(sys.argv[1] + "/model.safetensors")
-tensors["model.layers.0.self_attn.q_proj.bias"] = tensors["model.layers.0.input_layernorm.weight"].copy()
-save_file(tensors, sys.argv[2] + "/model.safetensors", metadata={"format": "pt"})
-PY
+edit_tensors bias "$work/mha" \
+  'tensors["model.layers.0.self_attn.q_proj.bias"] = tensors["model.layers.0.input_layernorm.weight"].copy()'
 expect_error 'unexpected tensor "model.layers.0.self_attn.q_proj.bias"' "$work/bias"
 echo "import-hf and export-hf of LlamaForCausalLM against transformers: OK"

@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -28,13 +27,18 @@
 #include "support/float_compare.h"
 #include "support/gpt_fixture.h"
 #include "support/mpi_world.h"
+#include "support/parallel_gradient_check.h"
 
 namespace dufu::trainer {
 namespace {
 
 using dufu::testing::bitwise_equal;
+using dufu::testing::expect_gradients_near_serial;
+using dufu::testing::expect_replicated_gradients_equal_across;
+using dufu::testing::MicroBatches;
+using dufu::testing::pipeline_full_gradients;
 using dufu::testing::relative_error;
-using dufu::testing::scaled_error;
+using dufu::testing::serial_accumulated_loss;
 
 Communicator& world() { return dufu::testing::mpi_world(); }
 
@@ -113,24 +117,14 @@ TEST_P(LlamaParallelTest, TensorParallelMatchesTheSerialModel) {
       loss_error = std::max(loss_error, error);
       const std::vector<float> grads = parallel.gather_full_gradients();
       ASSERT_EQ(grads.size(), serial.num_parameters());
-      for (const ParamTensor& tensor : serial.parameter_tensors()) {
-        const double e = scaled_error(std::span<const float>(grads).subspan(tensor.offset, tensor.size()),
-                                      serial.grads().subspan(tensor.offset, tensor.size()));
-        EXPECT_LE(e, kTolerance) << "step " << step << " " << tensor.name;
-        grad_error = std::max(grad_error, e);
-      }
+      const std::string context = "step " + std::to_string(step) + " ";
+      grad_error = std::max(grad_error, expect_gradients_near_serial(serial, grads, kTolerance, context));
       if (tp == 1) {
         EXPECT_EQ(parallel_loss, serial_loss);
         EXPECT_TRUE(bitwise_equal(parallel.grads(), serial.grads()));
       }
       // Replicated tensors (the RMSNorm weights) get the same bits on every rank.
-      for (const ParamTensor& tensor : parallel.parameter_tensors()) {
-        if (tensor.split != TensorSplit::kReplicated) continue;
-        const std::span<const float> mine = parallel.grads().subspan(tensor.offset, tensor.size());
-        std::vector<float> rank0(mine.begin(), mine.end());
-        group->broadcast(rank0, 0);
-        EXPECT_TRUE(bitwise_equal(mine, rank0)) << tensor.name;
-      }
+      expect_replicated_gradients_equal_across(parallel, *group);
       serial_optimizer.step(serial.params(), serial.grads(), 3e-3f);
       parallel_optimizer.step(parallel.params(), parallel.grads(), 3e-3f);
     }
@@ -161,44 +155,20 @@ TEST_P(LlamaParallelTest, PipelineMatchesTheSerialModel) {
     double loss_error = 0.0;
     double grad_error = 0.0;
     for (int step = 0; step < 2; ++step) {
-      std::vector<Batch> batches;
-      std::vector<PipelineMicroBatch> pipeline_batches;
-      std::size_t counted = 0;
-      for (int i = 0; i < kMicroBatches; ++i) {
-        batches.push_back(make_batch(static_cast<std::uint32_t>(100 * step + i + 1)));
-        counted += static_cast<std::size_t>(std::count_if(batches.back().targets.begin(), batches.back().targets.end(),
-                                                          [](std::int32_t t) { return t != -1; }));
-      }
-      for (const Batch& batch : batches) pipeline_batches.push_back({batch.tokens, batch.targets});
-      const float scale = 1.0f / static_cast<float>(counted);
-      serial.zero_grad();
-      double serial_loss = 0.0;
-      for (const Batch& batch : batches) {
-        serial_loss += serial.forward(batch.tokens, batch.targets, kB, kT, scale);
-        serial.backward();
-      }
+      const MicroBatches micro(kMicroBatches,
+                               [step](int i) { return make_batch(static_cast<std::uint32_t>(100 * step + i + 1)); });
+      const double serial_loss = serial_accumulated_loss(serial, micro, kB, kT);
       model.zero_grad();
-      const double loss = pipeline_train_step(model, *pipeline, embedding.get(), pipeline_batches, kB, kT, scale);
+      const double loss = pipeline_train_step(model, *pipeline, embedding.get(), micro.pipeline, kB, kT, micro.scale);
       const double error = relative_error(loss, serial_loss);
       EXPECT_LE(error, kTolerance) << "step " << step << ": " << loss << " vs " << serial_loss;
       loss_error = std::max(loss_error, error);
 
       // Every gradient in the full layout, summed over the stages (a tied head's copy
       // of wte on the last stage left out: it holds the same sum as the first's).
-      const std::vector<float> staged = model.gather_full_gradients();
-      std::vector<float> full(serial.num_parameters(), 0.0f);
-      unstage_gpt_buffer(config, model.pipeline_stage(), staged, full);
-      const ParamTensor& wte = serial.tensor("wte.weight");
-      if (model.pipeline_stage().holds_wte_copy()) {
-        std::fill_n(full.begin() + static_cast<std::ptrdiff_t>(wte.offset), wte.size(), 0.0f);
-      }
-      pipeline->all_reduce(full);
-      for (const ParamTensor& tensor_info : serial.parameter_tensors()) {
-        const double e = scaled_error(std::span<const float>(full).subspan(tensor_info.offset, tensor_info.size()),
-                                      serial.grads().subspan(tensor_info.offset, tensor_info.size()));
-        EXPECT_LE(e, kTolerance) << "step " << step << " " << tensor_info.name;
-        grad_error = std::max(grad_error, e);
-      }
+      const std::vector<float> full = pipeline_full_gradients(serial, model, model.gather_full_gradients(), *pipeline);
+      const std::string context = "step " + std::to_string(step) + " ";
+      grad_error = std::max(grad_error, expect_gradients_near_serial(serial, full, kTolerance, context));
       // The next step from the serial model's updated weights.
       serial_optimizer.step(serial.params(), serial.grads(), 3e-3f);
       std::vector<float> staged_weights(model.num_full_parameters());

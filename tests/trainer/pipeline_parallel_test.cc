@@ -33,6 +33,7 @@
 #include "support/float_compare.h"
 #include "support/gpt_fixture.h"
 #include "support/mpi_world.h"
+#include "support/parallel_gradient_check.h"
 
 namespace dufu::trainer {
 namespace {
@@ -80,7 +81,6 @@ Batch make_batch(std::uint32_t seed) {
 
 using dufu::testing::bitwise_equal;
 using dufu::testing::relative_error;
-using dufu::testing::scaled_error;
 
 template <typename... Args>
 void report(const char* format, Args... args) {
@@ -214,26 +214,11 @@ TEST(PipelineParallelGPT, MatchesTheSerialModel) {
           stage_gpt_buffer(config, stage, serial.params(), staged);
           model.load_full_parameters(staged);
         }
-        std::vector<Batch> batches;
-        std::vector<PipelineMicroBatch> pipeline_batches;
-        std::size_t counted = 0;
-        for (int i = 0; i < micro_batches; ++i) {
-          batches.push_back(make_batch(static_cast<std::uint32_t>(1000 * step + i + 1)));
-          counted += static_cast<std::size_t>(
-              std::count_if(batches.back().targets.begin(), batches.back().targets.end(),
-                            [](std::int32_t t) { return t != -1; }));
-        }
-        for (const Batch& batch : batches) pipeline_batches.push_back({batch.tokens, batch.targets});
-        const float scale = 1.0f / static_cast<float>(counted);
-
-        serial.zero_grad();
-        double serial_loss = 0.0;
-        for (const Batch& batch : batches) {
-          serial_loss += serial.forward(batch.tokens, batch.targets, kB, kT, scale);
-          serial.backward();
-        }
+        const dufu::testing::MicroBatches micro(
+            micro_batches, [step](int i) { return make_batch(static_cast<std::uint32_t>(1000 * step + i + 1)); });
+        const double serial_loss = dufu::testing::serial_accumulated_loss(serial, micro, kB, kT);
         model.zero_grad();
-        const double loss = pipeline_train_step(model, *pipeline, embedding.get(), pipeline_batches, kB, kT, scale);
+        const double loss = pipeline_train_step(model, *pipeline, embedding.get(), micro.pipeline, kB, kT, micro.scale);
         const double error = relative_error(loss / micro_batches, serial_loss / micro_batches);
         EXPECT_LE(error, kTolerance) << "step " << step << ": " << loss << " vs " << serial_loss;
         loss_error = std::max(loss_error, error);
@@ -241,19 +226,13 @@ TEST(PipelineParallelGPT, MatchesTheSerialModel) {
         // Every gradient, assembled to the full layout: each stage's own tensors (the
         // last stage's wte copy left out), summed over the pipeline group.
         const std::vector<float> staged = model.gather_full_gradients();
-        std::vector<float> full(serial.num_parameters(), 0.0f);
-        unstage_gpt_buffer(config, stage, staged, full);
-        const ParamTensor& wte = serial.tensor("wte.weight");
-        if (stage.holds_wte_copy()) std::fill_n(full.begin() + static_cast<std::ptrdiff_t>(wte.offset), wte.size(), 0.0f);
-        pipeline->all_reduce(full);
-        for (const ParamTensor& tensor_info : serial.parameter_tensors()) {
-          const double e = scaled_error(std::span<const float>(full).subspan(tensor_info.offset, tensor_info.size()),
-                                        serial.grads().subspan(tensor_info.offset, tensor_info.size()));
-          EXPECT_LE(e, kTolerance) << "step " << step << " " << tensor_info.name;
-          grad_error = std::max(grad_error, e);
-        }
+        const std::vector<float> full = dufu::testing::pipeline_full_gradients(serial, model, staged, *pipeline);
+        const std::string context = "step " + std::to_string(step) + " ";
+        grad_error =
+            std::max(grad_error, dufu::testing::expect_gradients_near_serial(serial, full, kTolerance, context));
         // The last stage's copy of wte got the same summed gradient.
         if (stage.holds_wte_copy()) {
+          const ParamTensor& wte = serial.tensor("wte.weight");
           EXPECT_TRUE(bitwise_equal(
               std::span<const float>(staged).subspan(model.full_parameter_tensors().front().offset, wte.size()),
               std::span<const float>(full).subspan(wte.offset, wte.size())));

@@ -7,7 +7,6 @@
 // says, and the plan of GPT-2 124M at T = 1024 falls more than 5x.
 #include <gtest/gtest.h>
 
-#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -15,17 +14,16 @@
 #include <span>
 #include <string>
 #include <tuple>
-#include <vector>
 
 #include "dufu/trainer/device/device.h"
 #include "dufu/trainer/model/gpt.h"
 #include "dufu/trainer/model/gpt_layout.h"
-#include "dufu/trainer/model/gpt_pieces.h"
 #include "dufu/trainer/model/optimizer.h"
 #include "dufu/trainer/run/training_memory.h"
 #include "support/activation_bytes.h"
 #include "support/counting_cpu_device.h"
 #include "support/gpt_fixture.h"
+#include "support/pipeline_stage_check.h"
 
 namespace {
 
@@ -112,70 +110,16 @@ TEST_P(RecomputeTest, RecomputationGivesTheSameBits) {
   EXPECT_TRUE(same_bits(recomputed.params(), stored.params()));
 }
 
-// Gradients of every parameter a stage holds but wte, in the serial layout (0 where
-// the stage does not hold the tensor).
-std::vector<float> full_gradients(const GPT& model) {
-  std::vector<float> full(dufu::trainer::gpt_layout_size(dufu::trainer::gpt_parameter_layout(model.config())), 0.0f);
-  const std::vector<float> grads(model.grads().begin(), model.grads().end());
-  dufu::trainer::unstage_gpt_buffer(model.config(), model.pipeline_stage(), grads, full);
-  return full;
-}
-
 TEST_P(RecomputeTest, PipelineSlotsRecomputeTheirOwnMicroBatch) {
-  // Both micro-batches go through the first stage before either comes back, so the
-  // working layer holds the second one's layers when the first one's backward starts.
-  const GPTConfig config = this->config();
-  const auto first_batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 31, {2});
-  const auto second_batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 32, {});
-  const float scale = 1.0f / static_cast<float>(2 * kB * kT - 1);
-
-  GPT whole(config);
-  whole.set_precision(precision());
-  whole.init_gpt2(5);
-  whole.zero_grad();
-  const float whole_first = whole.forward(first_batch.tokens, first_batch.targets, kB, kT, scale);
-  whole.backward();
-  const float whole_second = whole.forward(second_batch.tokens, second_batch.targets, kB, kT, scale);
-  whole.backward();
-
-  const std::vector<int> split = dufu::trainer::pipeline_layer_split(config.n_layer, 2);
-  GPT head(config, nullptr, dufu::trainer::pipeline_stage(split, 0));
-  GPT tail(config, nullptr, dufu::trainer::pipeline_stage(split, 1));
-  for (GPT* stage : {&head, &tail}) {
-    stage->set_precision(precision());
-    stage->set_recompute(recompute());
-    stage->init_gpt2(5);
-    stage->zero_grad();
-  }
-  head.forward_stage(0, first_batch.tokens, {}, {}, kB, kT, scale);
-  head.forward_stage(1, second_batch.tokens, {}, {}, kB, kT, scale);
-  const std::vector<float> first_output(head.stage_output(0).begin(), head.stage_output(0).end());
-  const std::vector<float> second_output(head.stage_output(1).begin(), head.stage_output(1).end());
-  const float tail_first = tail.forward_stage(0, {}, first_output, first_batch.targets, kB, kT, scale);
-  const float tail_second = tail.forward_stage(1, {}, second_output, second_batch.targets, kB, kT, scale);
-  const std::span<const float> first_grad = tail.backward_stage(0, {});
-  const std::vector<float> first_d_output(first_grad.begin(), first_grad.end());
-  const std::span<const float> second_grad = tail.backward_stage(1, {});
-  const std::vector<float> second_d_output(second_grad.begin(), second_grad.end());
-  head.backward_stage(0, first_d_output);
-  head.backward_stage(1, second_d_output);
-
-  EXPECT_EQ(tail_first, whole_first);
-  EXPECT_EQ(tail_second, whole_second);
-  // The serial model sums a tied wte's two gradients in one buffer, the stages in two:
-  // every other gradient (an untied wte and lm_head included) is the serial model's.
-  const std::vector<float> expected = full_gradients(whole);
-  const std::vector<float> head_grads = full_gradients(head);
-  const std::vector<float> tail_grads = full_gradients(tail);
-  int compared = 0;
-  for (const auto& tensor : whole.parameter_tensors()) {
-    if (tensor.name == "wte.weight" && config.tie_embeddings) continue;
-    for (std::size_t i = tensor.offset; i < tensor.offset + tensor.size(); ++i) {
-      ASSERT_EQ(head_grads[i] + tail_grads[i], expected[i]) << tensor.name << " [" << i - tensor.offset << "]";
-      ++compared;
-    }
-  }
-  EXPECT_GT(compared, 10000);
+  // Both micro-batches go through each stage before either comes back, so the working
+  // layer holds the second one's layers when the first one's backward starts.
+  dufu::testing::expect_pipeline_stages_match_whole_model(config(), {.precision = precision(),
+                                                                     .recompute = recompute(),
+                                                                     .B = kB,
+                                                                     .T = kT,
+                                                                     .first_seed = 31,
+                                                                     .first_ignored = 2,
+                                                                     .tail_forwards_first = true});
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, RecomputeTest,

@@ -33,6 +33,7 @@
 #include "support/float_compare.h"
 #include "support/gpt_fixture.h"
 #include "support/mpi_world.h"
+#include "support/parallel_gradient_check.h"
 
 namespace dufu::trainer {
 namespace {
@@ -397,14 +398,7 @@ TEST_P(TensorParallelGPT, MatchesTheSerialModel) {
     parallel.backward();
     const std::vector<float> grads = parallel.gather_full_gradients();
     ASSERT_EQ(grads.size(), serial.num_parameters());
-    double grad_error = 0.0;
-    for (const ParamTensor& tensor : serial.parameter_tensors()) {
-      const std::span<const float> mine(grads.data() + tensor.offset, tensor.size());
-      const std::span<const float> reference = serial.grads().subspan(tensor.offset, tensor.size());
-      const double error = scaled_error(mine, reference);
-      EXPECT_LE(error, kTolerance) << tensor.name;
-      grad_error = std::max(grad_error, error);
-    }
+    const double grad_error = dufu::testing::expect_gradients_near_serial(serial, grads, kTolerance, "");
     if (tp == 1) {
       // A group of one is the serial model, bit for bit.
       EXPECT_EQ(parallel_loss, serial_loss);
@@ -412,13 +406,7 @@ TEST_P(TensorParallelGPT, MatchesTheSerialModel) {
     }
     // Replicated parameters get bitwise the same gradient on every rank (gpt.cc's
     // backward relies on it instead of reducing them): compare with rank 0's.
-    for (const ParamTensor& tensor : parallel.parameter_tensors()) {
-      if (tensor.split != TensorSplit::kReplicated) continue;
-      const std::span<const float> mine = parallel.grads().subspan(tensor.offset, tensor.size());
-      std::vector<float> rank0(mine.begin(), mine.end());
-      group->broadcast(rank0, 0);
-      EXPECT_TRUE(bitwise_equal(mine, rank0)) << tensor.name;
-    }
+    dufu::testing::expect_replicated_gradients_equal_across(parallel, *group);
     // The gradient norm over the group counts every element once.
     const double norm_squared = parallel.full_sum_of_squares(parallel.grads());
     EXPECT_LE(relative_error(norm_squared, cpu_device().kernels().sum_of_squares(grads.data(), grads.size())), 1e-12);
