@@ -64,8 +64,8 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
   DUFU_CHECK(bucket_elements_ >= 1, "DataParallelOptimizer: a bucket of 0 elements");
   Device& device = model.device();
   if (layers_each_micro_batch_) {
-    // Before anything else is allocated: under ZeRO-2 the model's whole gradient is
-    // never held.
+    // Before the model's gradient is allocated (its first use, below): under ZeRO-2
+    // the whole gradient is never held.
     model.set_layer_gradient_sink(
         [this](int local_layer, std::span<float> gradient) { reduce_layer_gradient(local_layer, gradient); },
         zero_stage == 2);
@@ -101,10 +101,9 @@ DataParallelOptimizer::~DataParallelOptimizer() {
   }
 }
 
-void DataParallelOptimizer::all_reduce_in_buckets() {
-  const auto grads = model_.grads();
-  for (const auto& [begin, end] : gradient_buckets(grads.size(), bucket_elements_)) {
-    group_.all_reduce(grads.subspan(begin, end - begin), ReduceOp::kSum);
+void DataParallelOptimizer::all_reduce_in_buckets(std::span<float> gradient) {
+  for (const auto& [begin, end] : gradient_buckets(gradient.size(), bucket_elements_)) {
+    group_.all_reduce(gradient.subspan(begin, end - begin), ReduceOp::kSum);
   }
 }
 
@@ -126,9 +125,7 @@ void DataParallelOptimizer::reduce_layer_gradient(int local_layer, std::span<flo
     reduce_scatter_into_shard(offset, gradient, true);
     return;
   }
-  for (const auto& [begin, end] : gradient_buckets(size, bucket_elements_)) {
-    group_.all_reduce(gradient.subspan(begin, end - begin), ReduceOp::kSum);
-  }
+  all_reduce_in_buckets(gradient);
   float* sums = layer_sums_.data() + (offset - model_.layer_gradient_range(0).first);
   model_.device().kernels().add(sums, sums, gradient.data(), size);
 }
@@ -178,11 +175,7 @@ void DataParallelOptimizer::reduce_edges_and_layers() {
     }
     return;
   }
-  for (const GPT::EdgeGradient& edge : model_.edge_gradients()) {
-    for (const auto& [begin, end] : gradient_buckets(edge.gradient.size(), bucket_elements_)) {
-      group_.all_reduce(edge.gradient.subspan(begin, end - begin), ReduceOp::kSum);
-    }
-  }
+  for (const GPT::EdgeGradient& edge : model_.edge_gradients()) all_reduce_in_buckets(edge.gradient);
   const std::size_t first = model_.layer_gradient_range(0).first;
   model_.device().copy(model_.grads().data() + first, layer_sums_.data(), layer_sums_.size() * sizeof(float));
 }
@@ -194,7 +187,7 @@ double DataParallelOptimizer::reduce_gradients_and_clip(double max_norm) {
     reduce_scatter_into_shard(0, model_.grads(), false);
   }
   if (!sharded_) {
-    if (group_.size() > 1 && !layers_each_micro_batch_) all_reduce_in_buckets();
+    if (group_.size() > 1 && !layers_each_micro_batch_) all_reduce_in_buckets(model_.grads());
     double norm = 0.0;
     if (model_.tensor_parallel_size() == 1 && pipeline_group_ == nullptr) {
       norm = gradient_norm(model_.grads(), model_.device());

@@ -103,7 +103,7 @@ class DataParallelOptimizer {
  private:
   // ZeRO-1: the squared norm of the whole model's gradient from the reduced shards.
   double sharded_sum_of_squares();
-  void all_reduce_in_buckets();
+  void all_reduce_in_buckets(std::span<float> gradient);
   // The floats of the flat range [low, high) in each rank's shard (consecutive in rank
   // order): the counts of its reduce-scatter and all-gather.
   std::span<const std::size_t> shard_pieces(std::size_t low, std::size_t high);
