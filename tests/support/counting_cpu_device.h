@@ -30,6 +30,8 @@ class CountingCpuDevice final : public ForwardingCpuDevice {
   }
   std::size_t live_bytes() const { return live_; }
   std::size_t peak_bytes() const { return peak_; }
+  // From now on the peak counts from what is live now (after a set-up to leave out).
+  void reset_peak() { peak_ = live_; }
 
  private:
   std::map<void*, std::size_t> sizes_;

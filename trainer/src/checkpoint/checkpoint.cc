@@ -165,7 +165,7 @@ void load_checkpoint(const std::string& checkpoint_dir, GPT& model, AdamW* optim
     }
   }
   // Everything was read and checked on the host; now it goes to the device in one go.
-  host_staging::upload(model.parameter_device(), model.params(), params);
+  model.upload_parameters(params);
   if (optimizer != nullptr) {
     host_staging::upload(optimizer->device(), optimizer->m(), m);
     host_staging::upload(optimizer->device(), optimizer->v(), v);

@@ -1,6 +1,9 @@
 // Host staging of a rank's training state (see host_staging.h).
 #include "host_staging.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "dufu/common/error.h"
 
 namespace dufu::trainer::host_staging {
@@ -22,7 +25,14 @@ StagedState::StagedState(const GPT& model, const AdamW* optimizer, bool with_par
   buffer_.resize(params_count_ + 2 * moments_count_);
   const std::span<float> all(buffer_);
   Device& device = model.parameter_device();
-  if (with_params) download_into(device, all.first(params_count_), model.params());
+  if (model.parameters_sharded()) {
+    // ZeRO-3: the piece is gathered from the data-parallel ranks' shards, collective,
+    // so every rank of the group gathers, whether it keeps the result or not.
+    const std::vector<float> gathered = model.download_parameters();
+    if (with_params) std::copy(gathered.begin(), gathered.end(), buffer_.begin());
+  } else if (with_params) {
+    download_into(device, all.first(params_count_), model.params());
+  }
   if (optimizer != nullptr) {
     download_into(device, all.subspan(params_count_, moments_count_), optimizer->m());
     download_into(device, all.subspan(params_count_ + moments_count_, moments_count_), optimizer->v());

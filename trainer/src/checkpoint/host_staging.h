@@ -22,6 +22,8 @@ namespace dufu::trainer::host_staging {
 class StagedState {
  public:
   // with_params false leaves the parameters out (a rank that writes only moments).
+  // Collective over the data-parallel group while the model's parameters are sharded
+  // (ZeRO-3): every rank of it must construct one.
   StagedState(const GPT& model, const AdamW* optimizer, bool with_params = true);
   std::span<const float> params() const { return std::span<const float>(buffer_).first(params_count_); }
   std::span<const float> m() const { return std::span<const float>(buffer_).subspan(params_count_, moments_count_); }

@@ -215,7 +215,7 @@ void load_parallel_checkpoint(const std::string& checkpoint_dir, const TrainingS
     load_checkpoint(checkpoint_dir, full_model, &full_state);
     std::vector<float> host(model.num_parameters());
     shard_gpt_piece(config, piece.tp, piece.tp_rank, piece.stage, full_model.params(), host);
-    host_staging::upload(device, model.params(), host);
+    model.upload_parameters(host);
     AdamW piece_state = optimizer.make_full_state();
     shard_gpt_piece(config, piece.tp, piece.tp_rank, piece.stage, full_state.m(), host);
     host_staging::upload(device, piece_state.m(), host);
@@ -233,7 +233,7 @@ void load_parallel_checkpoint(const std::string& checkpoint_dir, const TrainingS
     std::vector<float> m(moments.num_parameters()), v(moments.num_parameters());
     const std::int64_t step_count =
         checkpoint_files::read_optimizer_shard(path(name), piece, moments.shard_begin(), m, v);
-    host_staging::upload(device, model.params(), host_params);
+    model.upload_parameters(host_params);
     host_staging::upload(device, moments.m(), m);
     host_staging::upload(device, moments.v(), v);
     moments.set_step_count(step_count);
@@ -259,7 +259,7 @@ void load_parallel_checkpoint(const std::string& checkpoint_dir, const TrainingS
       step_count = shard_step_count;
     }
   }
-  host_staging::upload(device, model.params(), host_params);
+  model.upload_parameters(host_params);
   AdamW piece_state = optimizer.make_full_state();
   host_staging::upload(device, piece_state.m(), m);
   host_staging::upload(device, piece_state.v(), v);

@@ -39,7 +39,8 @@ GPT::GPT(const GPTConfig& config, Communicator* tensor_group, const PipelineStag
       layout_(gpt_stage_layout(config, gpt_parameter_layout(config, tp_), stage_)),
       full_layout_(tp_ > 1 ? gpt_stage_layout(config, gpt_parameter_layout(config), stage_) : layout_),
       parameter_device_(device_),
-      params_(*device_, gpt_layout_size(layout_)),
+      num_parameters_(gpt_layout_size(layout_)),
+      params_(*device_, num_parameters_),
       p_(tensors(params_.span())) {
   if (tensor_group_ != nullptr && tensor_group_->memory_space() != device_->memory_space()) {
     DUFU_FAIL("GPT: the tensor group ", tensor_group_->describe(), " moves ",
@@ -61,7 +62,7 @@ std::size_t GPT::num_full_parameters() const { return gpt_layout_size(full_layou
 
 std::vector<float> GPT::gather_full(std::span<const float> local) const {
   std::vector<float> full(num_full_parameters(), 0.0f);
-  check_buffer_sizes("GPT::gather_full", full.size(), full.size(), local.size(), params_.size());
+  check_buffer_sizes("GPT::gather_full", full.size(), full.size(), local.size(), num_parameters_);
   std::vector<float> pieces;  // one tensor's pieces from every rank, in rank order
   for (std::size_t i = 0; i < layout_.size(); ++i) {
     const ParamTensor& piece = layout_[i];
@@ -86,13 +87,13 @@ std::vector<float> GPT::gather_full(std::span<const float> local) const {
 
 void GPT::shard_full(std::span<const float> full, std::span<float> local) const {
   if (tp_ == 1) {
-    check_buffer_sizes("GPT::shard_full", full.size(), params_.size(), local.size(), params_.size());
+    check_buffer_sizes("GPT::shard_full", full.size(), num_parameters_, local.size(), num_parameters_);
     std::copy(full.begin(), full.end(), local.begin());
     return;
   }
   // full_layout_ is the stage's part of the serial layout, tensor for tensor with
   // layout_.
-  check_buffer_sizes("GPT::shard_full", full.size(), num_full_parameters(), local.size(), params_.size());
+  check_buffer_sizes("GPT::shard_full", full.size(), num_full_parameters(), local.size(), num_parameters_);
   std::fill(local.begin(), local.end(), 0.0f);  // wte's padding rows
   for (std::size_t i = 0; i < layout_.size(); ++i) {
     const ParamTensor& piece = layout_[i];
@@ -108,13 +109,12 @@ void GPT::shard_full(std::span<const float> full, std::span<float> local) const 
 void GPT::load_full_parameters(std::span<const float> full) {
   std::vector<float> host(num_parameters());
   shard_full(full, host);
-  params_.upload(host);
-  working_weights_stale_ = true;
+  upload_parameters(host);
 }
 
 double GPT::full_sum_of_squares(std::span<const float> local) const {
-  if (local.size() != params_.size()) {
-    DUFU_FAIL("GPT::full_sum_of_squares: buffer of ", local.size(), " floats, the parameters need ", params_.size());
+  if (local.size() != num_parameters_) {
+    DUFU_FAIL("GPT::full_sum_of_squares: buffer of ", local.size(), " floats, the parameters need ", num_parameters_);
   }
   if (tp_ == 1 && !stage_.holds_wte_copy()) return kernels_->sum_of_squares(local.data(), local.size());
   // Replicated tensors are identical on every rank, so each rank adds them up alone
@@ -142,8 +142,8 @@ const ParamTensor& GPT::tensor(std::string_view name) const {
 }
 
 GPTTensors GPT::tensors(std::span<float> buffer) const {
-  if (buffer.size() != params_.size()) {
-    DUFU_FAIL("GPT::tensors: buffer of ", buffer.size(), " floats, the parameters need ", params_.size());
+  if (buffer.size() != num_parameters_) {
+    DUFU_FAIL("GPT::tensors: buffer of ", buffer.size(), " floats, the parameters need ", num_parameters_);
   }
   return tensor_views<float>([&](const ParamTensor& tensor) { return buffer.data() + tensor.offset; });
 }
@@ -352,6 +352,7 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
   // Under bf16 each activation is rounded where a GPU would store it in bf16 (the
   // table in docs/architecture.md); round_if_bf16 does nothing under fp32.
   round_if_bf16(acts.encoded, stream);
+  ensure_layer_parameters(0);  // ZeRO-3 gathers each layer's before its first use
   const LayerActivations first = layer_activations(slot, 0);
   norm_forward(first.ln_1, first.ln_1_mean, first.ln_1_rstd, acts.encoded, p_.h[0].ln_1_weight, p_.h[0].ln_1_bias,
                N, C);
@@ -362,6 +363,9 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
         p16_.h.empty() ? BasicGPTLayerTensors<std::uint16_t>{} : p16_.h[static_cast<std::size_t>(l)];
     const LayerActivations a = layer_activations(slot, l);
     const StoredLayerActivations stored = stored_activations(slot, l);
+    // The next layer's too: its LayerNorm is fused into this layer's last add.
+    ensure_layer_parameters(l);
+    if (l + 1 < L) ensure_layer_parameters(l + 1);
 
     forward_layer_body(slot, l);
     linear_forward(acts.branch, {a.fc_gelu, stored.fc_gelu}, {w.mlp_c_proj_weight, w16.mlp_c_proj_weight},

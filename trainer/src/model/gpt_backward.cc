@@ -90,6 +90,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
   for (int l = stage_.num_layers - 1; l >= 0; --l) {
     const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
     const GPTLayerTensors& dw = g_.h[static_cast<std::size_t>(l)];
+    ensure_layer_parameters(l);
     // Under bf16 the layer's activations that fp32 kernels read come back from their
     // bf16 copies first; the matmuls read the copies themselves. Under recomputation
     // what the forward dropped is made again.

@@ -18,7 +18,7 @@
 namespace dufu::trainer {
 
 std::pair<std::size_t, std::size_t> GPT::layers_extent() const {
-  std::size_t begin = params_.size();
+  std::size_t begin = num_parameters_;
   std::size_t end = 0;
   for (const ParamTensor& tensor : layout_) {
     if (!tensor.name.starts_with("h.")) continue;
@@ -78,7 +78,7 @@ void GPT::ensure_gradients() {
   if (grads_.size() > 0) return;
   const auto [begin, size] = layers_extent();
   const std::size_t layers = size * static_cast<std::size_t>(stage_.num_layers);
-  grads_ = DeviceBuffer<float>(*device_, gradients_windowed_ ? params_.size() - layers + size : params_.size());
+  grads_ = DeviceBuffer<float>(*device_, gradients_windowed_ ? num_parameters_ - layers + size : num_parameters_);
   g_ = gradient_views();
 }
 
@@ -88,7 +88,9 @@ std::vector<GPT::EdgeGradient> GPT::edge_gradients() {
   const std::size_t end = begin + size * static_cast<std::size_t>(stage_.num_layers);
   std::vector<EdgeGradient> edges;
   if (begin > 0) edges.push_back({0, {grads_.data(), begin}});
-  if (end < params_.size()) edges.push_back({end, {grads_.data() + gradient_position(end), params_.size() - end}});
+  if (end < num_parameters_) {
+    edges.push_back({end, {grads_.data() + gradient_position(end), num_parameters_ - end}});
+  }
   return edges;
 }
 

@@ -91,8 +91,7 @@ void GPT::init_gpt2(std::uint32_t seed) {
     }
     shard_full(full, host);
   }
-  params_.upload(host);
-  working_weights_stale_ = true;
+  upload_parameters(host);
 }
 
 }  // namespace dufu::trainer

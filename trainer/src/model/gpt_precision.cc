@@ -3,6 +3,7 @@
 // points gpt.cc calls and the bf16 storage of the activations kept for the backward.
 // Under fp32 every function here leaves the model's arithmetic exactly as it was.
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -78,26 +79,35 @@ void GPT::set_precision(Precision precision) {
     }
   }
   precision_ = precision;
-  if (precision == Precision::kFp32) {
+  make_parameter_views();
+  working_weights_stale_ = true;
+}
+
+void GPT::make_parameter_views() {
+  if (precision_ == Precision::kFp32) {
     working_bits_.reset();
     working_vectors_.reset();
     vector_runs_.clear();
     p16_ = {};
-    p_ = tensors(params_.span());
+    p_ = tensor_views<float>([&](const ParamTensor& tensor) { return params_.data() + parameter_position(tensor.offset); });
     return;
   }
   if (working_bits_.size() != params_.size()) working_bits_ = DeviceBuffer<std::uint16_t>(*device_, params_.size());
-  p16_ = tensor_views<std::uint16_t>([&](const ParamTensor& tensor) { return working_bits_.data() + tensor.offset; });
+  p16_ = tensor_views<std::uint16_t>(
+      [&](const ParamTensor& tensor) { return working_bits_.data() + parameter_position(tensor.offset); });
   // The biases and LayerNorm parameters, packed in layout order, for the kernels that
-  // take them as floats; a run joins the tensors that follow each other in the layout.
+  // take them as floats; a run joins the tensors that follow each other in the layout
+  // within one part of it (the edges, or one layer: ZeRO-3 gathers a layer at a time).
   vector_runs_.clear();
   std::size_t vector_count = 0;
   for (const ParamTensor& tensor : layout_) {
     if (tensor.is_matrix) continue;
-    if (!vector_runs_.empty() && vector_runs_.back().offset + vector_runs_.back().count == tensor.offset) {
+    const int part = layout_part(tensor.offset);
+    if (!vector_runs_.empty() && vector_runs_.back().offset + vector_runs_.back().count == tensor.offset &&
+        vector_runs_.back().part == part) {
       vector_runs_.back().count += tensor.size();
     } else {
-      vector_runs_.push_back({tensor.offset, vector_count, tensor.size()});
+      vector_runs_.push_back({part, tensor.offset, vector_count, tensor.size()});
     }
     vector_count += tensor.size();
   }
@@ -109,7 +119,6 @@ void GPT::set_precision(Precision precision) {
     next_vector += tensor.size();
     return vector;
   });
-  working_weights_stale_ = true;
 }
 
 void GPT::set_optimizer_offload(bool offload) {
@@ -117,6 +126,10 @@ void GPT::set_optimizer_offload(bool offload) {
   if (offload && precision_ != Precision::kBf16) {
     DUFU_FAIL("optim.offload = cpu needs train.precision = bf16: under fp32 the device would need the fp32 weights, ",
               "which are what offload moves to the host; HINT: set train.precision = bf16");
+  }
+  if (offload && parameters_sharded()) {
+    DUFU_FAIL("optim.offload = cpu with dist.zero_stage = 3 is not supported yet: the offloaded masters would be ",
+              "the shard's; HINT: use dist.zero_stage = 2 with offload, or stage 3 without");
   }
   if (offload && device_ == &cpu_device()) {
     DUFU_FAIL("optim.offload = cpu on the cpu device: its memory is the host's already, there is nothing to move; ",
@@ -151,13 +164,25 @@ void GPT::refresh_working_weights() {
     host_working_bits_.resize(params_.size());
     parameter_device_->kernels().to_bf16(host_working_bits_.data(), params_.data(), params_.size());
     device_->upload(working_bits_.data(), host_working_bits_.data(), params_.size() * sizeof(std::uint16_t));
+    for (const VectorRun& run : vector_runs_) {
+      k.load_bf16(working_vectors_.data() + run.vector_offset, working_bits_.data() + run.offset, run.count);
+    }
   } else {
-    k.to_bf16(working_bits_.data(), params_.data(), params_.size());
-  }
-  for (const VectorRun& run : vector_runs_) {
-    k.load_bf16(working_vectors_.data() + run.vector_offset, working_bits_.data() + run.offset, run.count);
+    // Sharded, the windows may hold no layer yet: their copy is remade when one is
+    // gathered (refresh_working_range), and so are their runs.
+    refresh_working_range(0, params_.size(), INT_MIN);
   }
   working_weights_stale_ = false;
+}
+
+void GPT::refresh_working_range(std::size_t position, std::size_t count, int part) {
+  const KernelTable& k = *kernels_;
+  k.to_bf16(working_bits_.data() + position, params_.data() + position, count);
+  for (const VectorRun& run : vector_runs_) {
+    if (part != INT_MIN && run.part != part) continue;
+    k.load_bf16(working_vectors_.data() + run.vector_offset, working_bits_.data() + parameter_position(run.offset),
+                run.count);
+  }
 }
 
 void GPT::residual_layernorm(float* residual_out, float* norm_out, float* mean, float* rstd, const float* residual,

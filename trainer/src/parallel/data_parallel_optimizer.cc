@@ -54,13 +54,13 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
       tensor_group_(tensor_group != nullptr && tensor_group->size() > 1 ? tensor_group : nullptr),
       sharded_(zero_stage >= 1 && data_group.size() > 1),
       zero_stage_(zero_stage),
-      layers_each_micro_batch_(data_group.size() > 1 && (zero_stage == 2 || reduce_each_micro_batch)),
+      layers_each_micro_batch_(data_group.size() > 1 && (zero_stage >= 2 || reduce_each_micro_batch)),
       bucket_elements_(bucket_elements),
       optimizer_(make_optimizer(model, options, data_group, sharded_)) {
-  DUFU_CHECK(zero_stage >= 0 && zero_stage <= 2, "DataParallelOptimizer: ZeRO stage ", zero_stage,
-             "; stages 0, 1 and 2 exist");
-  DUFU_CHECK(!reduce_each_micro_batch || zero_stage != 1,
-             "DataParallelOptimizer: reducing each micro-batch is stage 0's option (stage 2 always does)");
+  DUFU_CHECK(zero_stage >= 0 && zero_stage <= 3, "DataParallelOptimizer: ZeRO stage ", zero_stage,
+             "; stages 0 to 3 exist");
+  DUFU_CHECK(!reduce_each_micro_batch || zero_stage == 0,
+             "DataParallelOptimizer: reducing each micro-batch is stage 0's option (stages 2 and 3 always do)");
   DUFU_CHECK(bucket_elements_ >= 1, "DataParallelOptimizer: a bucket of 0 elements");
   Device& device = model.device();
   if (layers_each_micro_batch_) {
@@ -68,8 +68,11 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
     // the whole gradient is never held.
     model.set_layer_gradient_sink(
         [this](int local_layer, std::span<float> gradient) { reduce_layer_gradient(local_layer, gradient); },
-        zero_stage == 2);
+        zero_stage >= 2);
   }
+  // ZeRO-3: the model keeps only this rank's shard of the parameters, the masters
+  // step() updates (the same range as the moments' and the gradient's shard).
+  if (sharded_ && zero_stage == 3) model.shard_parameters(&data_group, bucket_elements_);
   if (sharded_) {
     shard_size_ = shard_size_for(model.num_parameters(), group_.size());
     grad_shard_ = DeviceBuffer<float>(device, shard_size_);
@@ -80,7 +83,7 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
     }
   }
   if (layers_each_micro_batch_) {
-    if (zero_stage == 2) {
+    if (zero_stage >= 2) {
       reduced_piece_ = DeviceBuffer<float>(device, std::min(bucket_elements_, shard_size_));
     } else {
       const auto [first, layer_size] = model.layer_gradient_range(0);
@@ -109,7 +112,7 @@ void DataParallelOptimizer::all_reduce_in_buckets(std::span<float> gradient) {
 
 void DataParallelOptimizer::start_accumulation() {
   Device& device = model_.device();
-  if (zero_stage_ == 2) {
+  if (zero_stage_ >= 2) {
     device.fill(grad_shard_.data(), 0.0f, grad_shard_.size());
   } else {
     device.fill(layer_sums_.data(), 0.0f, layer_sums_.size());
@@ -121,7 +124,7 @@ void DataParallelOptimizer::reduce_layer_gradient(int local_layer, std::span<flo
   if (accumulation_fresh_) start_accumulation();
   const auto [offset, size] = model_.layer_gradient_range(local_layer);
   DUFU_CHECK(gradient.size() == size);
-  if (zero_stage_ == 2) {
+  if (zero_stage_ >= 2) {
     reduce_scatter_into_shard(offset, gradient, true);
     return;
   }
@@ -169,7 +172,7 @@ void DataParallelOptimizer::reduce_edges_and_layers() {
   // every rank (and the tied wte's two stages summed by the pipeline schedule), now.
   if (accumulation_fresh_) start_accumulation();
   accumulation_fresh_ = true;
-  if (zero_stage_ == 2) {
+  if (zero_stage_ >= 2) {
     for (const GPT::EdgeGradient& edge : model_.edge_gradients()) {
       reduce_scatter_into_shard(edge.offset, edge.gradient, true);
     }
@@ -248,16 +251,23 @@ void DataParallelOptimizer::step(float lr) {
     optimizer_.step(model_.params(), model_.grads(), lr, grad_scale_);
     return;
   }
-  const auto params = model_.params();
   const std::size_t begin = optimizer_.shard_begin();
   const std::size_t count = optimizer_.num_parameters();
+  const std::span<const float> gradient_shard(grad_shard_.data(), count);
+  if (model_.parameters_sharded()) {
+    // ZeRO-3: the model's shard is the masters; the layers are gathered at their use.
+    optimizer_.step(model_.parameter_shard().first(count), gradient_shard, lr, grad_scale_);
+    model_.parameter_shard_updated();
+    return;
+  }
+  const auto params = model_.params();
   if (model_.optimizer_offloaded()) {
     // The host updates its shard of the masters from the reduced gradient shard.
     host_grads_.resize(count);
     model_.device().download(host_grads_.data(), grad_shard_.data(), count * sizeof(float));
     optimizer_.step(params.subspan(begin, count), host_grads_, lr, grad_scale_);
   } else {
-    optimizer_.step(params.subspan(begin, count), std::span<const float>(grad_shard_.data(), count), lr, grad_scale_);
+    optimizer_.step(params.subspan(begin, count), gradient_shard, lr, grad_scale_);
   }
   all_gather_parameters_in_buckets();
 }

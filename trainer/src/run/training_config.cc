@@ -112,7 +112,7 @@ ConfigSchema training_config_schema() {
       .add_int("dist.zero_stage", defaults.zero_stage,
                "1: shard the AdamW moments over the data-parallel ranks (ZeRO-1: reduce-scatter, update, "
                "all-gather); 2: the gradients too (each layer's reduce-scattered as the backward makes it); "
-               "0: every rank keeps them all")
+               "3: the parameters too (each layer's gathered just before use); 0: every rank keeps them all")
       .add_bool("dist.reduce_each_micro_batch", defaults.reduce_each_micro_batch,
                 "Stage 0: all-reduce each micro-batch's layer gradients and sum those, as ZeRO-2 does (its "
                 "results bit for bit; to compare the two)");
@@ -321,11 +321,15 @@ TrainingOptions training_options(const Config& config) {
   }
   // The split is checked here so a bad one fails before any rank starts.
   (void)pipeline_layer_split(options.model.n_layer, options.pipeline_parallel_size, options.pipeline_num_layers);
-  options.zero_stage = static_cast<int>(int_in_range(config, "dist.zero_stage", 0, 2));
+  options.zero_stage = static_cast<int>(int_in_range(config, "dist.zero_stage", 0, 3));
   options.reduce_each_micro_batch = config.get_bool("dist.reduce_each_micro_batch");
   if (options.reduce_each_micro_batch && options.zero_stage != 0) {
-    DUFU_FAIL("dist.reduce_each_micro_batch is stage 0's option (dist.zero_stage = 2 always reduces each micro-batch, "
-              "and stage 1 reduce-scatters the whole gradient once); HINT: set dist.zero_stage = 0");
+    DUFU_FAIL("dist.reduce_each_micro_batch is stage 0's option (dist.zero_stage = 2 and 3 always reduce each "
+              "micro-batch, and stage 1 reduce-scatters the whole gradient once); HINT: set dist.zero_stage = 0");
+  }
+  if (options.optimizer_offload && options.zero_stage == 3) {
+    DUFU_FAIL("optim.offload = cpu with dist.zero_stage = 3 is not supported yet: the offloaded masters would be the "
+              "parameter shard's; HINT: use dist.zero_stage = 2 with offload, or stage 3 without");
   }
   if (options.optimizer_offload) {
     // Refused here, before any rank starts, in the words the model would use.

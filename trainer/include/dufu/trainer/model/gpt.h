@@ -151,7 +151,7 @@ class GPT {
   const PipelineStage& pipeline_stage() const { return stage_; }
   // This rank's tensors and their count (the whole model when serial).
   const std::vector<ParamTensor>& parameter_tensors() const { return layout_; }
-  std::size_t num_parameters() const { return params_.size(); }
+  std::size_t num_parameters() const { return num_parameters_; }
 
   // Tensor parallelism: the group's size (1 when serial) and this rank's place in it;
   // this rank's columns of the logits are the vocabulary ids
@@ -190,11 +190,16 @@ class GPT {
   // The parameters and their gradients, in device memory (device.h says who may
   // read it directly). Under bf16 these are the fp32 masters; taking them writable
   // marks the bf16 working copy stale, and the next forward remakes it from them.
+  // Both throw while the parameters are sharded (shard_parameters).
   std::span<float> params() {
+    require_whole_parameters("GPT::params");
     working_weights_stale_ = true;
     return params_.span();
   }
-  std::span<const float> params() const { return params_.span(); }
+  std::span<const float> params() const {
+    require_whole_parameters("GPT::params");
+    return params_.span();
+  }
   // The gradient is allocated by its first use (zero_grad, backward, grads()), so a
   // model that only runs forward never holds one. grads() throws while the layers'
   // gradients are windowed (set_layer_gradient_sink), the const one also before the
@@ -294,6 +299,36 @@ class GPT {
   std::vector<EdgeGradient> edge_gradients();
   // One tensor's gradient: any tensor's while whole, an edge tensor's always.
   std::span<float> tensor_gradient(const ParamTensor& tensor);
+
+  // ---- ZeRO-3: the parameters sharded over the data-parallel ranks ----
+  // Collective over `data_group` (the ranks that hold this same piece of the model,
+  // each calling with the same arguments): this rank keeps only its shard of the flat
+  // parameters, zero_shard_range(num_parameters(), size, rank) (data_parallel_
+  // optimizer.h), the fp32 masters its optimizer updates. The layers' parameters are
+  // gathered from every rank's shard (Communicator::all_gather_v, in buckets of
+  // bucket_elements floats) into one of two layer windows just before a forward or
+  // backward uses them (the next layer's while the current one runs, the forward's
+  // fused residual add needing the next LayerNorm), and the edge tensors (wte, wpe,
+  // ln_f, lm_head) are kept whole, gathered after each update. The gathered values are
+  // the masters' bits, so the arithmetic is unchanged. Every forward and backward is
+  // then collective over the group, as the gradient sink of ZeRO-2 makes backward.
+  // params() throws; download_parameters and upload_parameters move the whole piece.
+  // A null group, or one of one rank, makes the parameters whole again (collective
+  // over the old group). The group must outlive the sharding. Refused under offload.
+  void shard_parameters(Communicator* data_group, std::size_t bucket_elements);
+  bool parameters_sharded() const { return parameter_group_ != nullptr; }
+  // This rank's shard: its first flat offset and its masters (device memory), which an
+  // optimizer may update; parameter_shard_updated() (collective) then refreshes the
+  // edges and drops the gathered layers, to be gathered again at their next use.
+  std::size_t parameter_shard_begin() const { return parameter_shard_begin_; }
+  std::span<float> parameter_shard();
+  void parameter_shard_updated();
+  // This rank's whole piece of the parameters (num_parameters() floats), in host
+  // memory: collective over the data group while sharded (in buckets through one
+  // bucket of device memory). upload_parameters takes the same from the host, keeping
+  // only the shard and the edges when sharded (no communication).
+  std::vector<float> download_parameters() const;
+  void upload_parameters(std::span<const float> host);
 
   // ---- pipeline stages ----
   // forward and backward above are for the whole model (they throw on a stage of
@@ -503,6 +538,23 @@ class GPT {
                    std::span<const std::int32_t> targets, int B, int T) const;
   void require_whole_model(const char* operation) const;
   void require_whole_gradients(const char* operation) const;  // and allocated
+  void require_whole_parameters(const char* operation) const;
+  // ZeRO-3 (gpt_parameter_shard.cc): where flat offset `offset` of the parameters lives
+  // in params_ (and working_bits_): whole, or the edges and two layer windows; the
+  // windows in use; local layer l's parameters into its window, if not there yet; the
+  // flat range [offset, offset + count) gathered from the shards into `destination`.
+  std::size_t parameter_position(std::size_t offset) const;
+  int parameter_windows() const;
+  void ensure_layer_parameters(int local_layer);
+  void gather_parameters(std::size_t offset, std::size_t count, float* destination) const;
+  // p_ (and under bf16 p16_ and the vector runs) for params_ as it is laid out now.
+  void make_parameter_views();
+  // Which part of the layout a flat offset is in: -1 the edges before the layers, the
+  // local layer, or num_layers the edges after (vector runs do not cross parts).
+  int layout_part(std::size_t offset) const;
+  // Under bf16: the working copy of `count` parameters at params_ position `position`,
+  // and of the vector runs in layout part `part` (all parts when part is INT_MIN).
+  void refresh_working_range(std::size_t position, std::size_t count, int part);
   // Allocates the gradient (whole or windowed), zeroed, if it is not yet.
   void ensure_gradients();
   // The stage's layers in the flat layout: {first offset, floats per layer}.
@@ -567,8 +619,18 @@ class GPT {
   std::vector<ParamTensor> layout_;
   std::vector<ParamTensor> full_layout_;
   Device* parameter_device_;  // params_'s: device_, or the CPU device under offload
+  std::size_t num_parameters_;
   DeviceBuffer<float> params_;
   DeviceBuffer<float> grads_;
+  // ZeRO-3: the data group the parameters are sharded over (null: whole), the masters
+  // of this rank's shard, and which local layer each window of params_ holds (-1: none).
+  Communicator* parameter_group_ = nullptr;
+  std::size_t parameter_bucket_elements_ = 0;
+  std::size_t parameter_shard_begin_ = 0;
+  std::size_t parameter_shard_size_ = 0;
+  DeviceBuffer<float> parameter_shard_;
+  int window_layer_[2] = {-1, -1};
+  mutable std::vector<std::size_t> gather_counts_;
   // The weights forward and backward read: params_ under fp32; under bf16 the
   // working copy, p16_ for every tensor and p_ for the biases and LayerNorm parameters
   // (null for the matrices, which only the *_bf16 kernels read).
@@ -582,6 +644,7 @@ class GPT {
   // bf16: where each run of biases and LayerNorm parameters sits in the layout and in
   // working_vectors_.
   struct VectorRun {
+    int part;  // layout_part of every offset in the run
     std::size_t offset;
     std::size_t vector_offset;
     std::size_t count;

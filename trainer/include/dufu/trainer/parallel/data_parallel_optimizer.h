@@ -11,6 +11,11 @@
 //               its memory reused by the next layer (GPT::set_layer_gradient_sink);
 //               the edge tensors (wte, wpe, ln_f, lm_head) accumulate whole and are
 //               reduced after the last micro-batch, as before.
+//   ZeRO-3      as ZeRO-2, and the parameters are sharded too: the model keeps only
+//               this rank's shard (GPT::shard_parameters), which AdamW updates in
+//               place; each layer's are gathered just before the forward or backward
+//               uses them, the edge tensors' after each update. Its sums are ZeRO-2's,
+//               and so are its bits.
 // All give every rank the same parameters after each step; with one rank all are
 // plain AdamW. The sums are the communicator's rank-ordered, deterministic ones.
 //
@@ -66,10 +71,11 @@ class DataParallelOptimizer {
   // object. The gradient norm is the whole model's:
   // summed over tensor-parallel shards (GPT::full_sum_of_squares) and stages.
   // bucket_elements: floats of gradient per collective (>= 1; bucket_elements_for).
-  // zero_stage: 0, 1 or 2 (1 and 2 shard only with more than one data-parallel rank).
-  // reduce_each_micro_batch: stage 0 only (stage 2 always does), see above.
-  // Under ZeRO-2 (and reduce_each_micro_batch) the model's gradient sink is this
-  // object's until it is destroyed.
+  // zero_stage: 0 to 3 (1 to 3 shard only with more than one data-parallel rank).
+  // reduce_each_micro_batch: stage 0 only (stages 2 and 3 always do), see above.
+  // Under ZeRO-2 and 3 (and reduce_each_micro_batch) the model's gradient sink is this
+  // object's until it is destroyed. ZeRO-3 leaves the model sharded when destroyed
+  // (unsharding is collective; GPT::shard_parameters(nullptr, ...) does it).
   DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group, int zero_stage,
                         Communicator* pipeline_group = nullptr, Communicator* tensor_group = nullptr,
                         std::size_t bucket_elements = bucket_elements_for(kDefaultBucketMegabytes),
