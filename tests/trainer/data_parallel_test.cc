@@ -272,13 +272,14 @@ TEST_F(DataParallelTest, ResumeIsBitwiseForAFixedLayout) {
 
 }
 
-// ZeRO-2 under mpirun. With two micro-batches a step (dp 2 of global batch 8), the
+// ZeRO-2 and 3 reduce each layer's gradient as the backward makes it (stage 3 also
+// gathers each layer's parameters before use). With several micro-batches a step:
 // losses and every weight bit for bit those of stage 0 reducing each micro-batch's
 // layer gradients (data_parallel_optimizer.h says why no scheme that frees them gives
 // plain stage 0's bits); with one (dp 4), plain stage 0's; fp32 and bf16, and dp 2 x
-// tp 2 x pp 2 with uneven stages. A stage-2 run stopped and resumed gives the same
-// bits, and its checkpoint resumes as stage 1.
-TEST_F(DataParallelTest, ZeroStage2GivesStageZerosBitsForTheSameSums) {
+// tp 2 x pp 2 with uneven stages. A run stopped and resumed gives the same bits, and
+// its checkpoint resumes as stage 1.
+TEST_F(DataParallelTest, ZeroStages2And3GiveStageZerosBitsForTheSameSums) {
   const auto same_files = [](const std::string& got, const std::string& expected, const std::string& kind) {
     const std::vector<std::string> names = files(expected, kind);
     EXPECT_EQ(files(got, kind), names);
@@ -298,43 +299,54 @@ TEST_F(DataParallelTest, ZeroStage2GivesStageZerosBitsForTheSameSums) {
                                Layout{8, three_d, false}}) {
     SCOPED_TRACE(std::to_string(layout.ranks) + " ranks," + layout.overrides);
     const std::string reference = dir_.file("stage0-" + std::to_string(index));
-    const std::string zero2 = dir_.file("stage2-" + std::to_string(index++));
     const std::string stage0 =
         layout.one_micro_batch ? " dist.zero_stage=0" : " dist.zero_stage=0 dist.reduce_each_micro_batch=true";
     const CommandResult expected = mpirun(layout.ranks, config() + layout.overrides + stage0 + " run.dir=" + reference);
     ASSERT_EQ(expected.exit_code, 0) << expected.output;
-    const CommandResult got = mpirun(layout.ranks, config() + layout.overrides + " dist.zero_stage=2 run.dir=" + zero2);
-    ASSERT_EQ(got.exit_code, 0) << got.output;
-    EXPECT_EQ(metric_fields(zero2, {"loss", "val_loss"}), metric_fields(reference, {"loss", "val_loss"}));
-    same_files(checkpoint_dir(zero2, 6), checkpoint_dir(reference, 6), "model");
+    for (const int zero_stage : {2, 3}) {
+      SCOPED_TRACE("stage " + std::to_string(zero_stage));
+      const std::string zero = dir_.file("stage" + std::to_string(zero_stage) + "-" + std::to_string(index));
+      const CommandResult got = mpirun(layout.ranks, config() + layout.overrides + " dist.zero_stage=" +
+                                                         std::to_string(zero_stage) + " run.dir=" + zero);
+      ASSERT_EQ(got.exit_code, 0) << got.output;
+      EXPECT_EQ(metric_fields(zero, {"loss", "val_loss"}), metric_fields(reference, {"loss", "val_loss"}));
+      same_files(checkpoint_dir(zero, 6), checkpoint_dir(reference, 6), "model");
+    }
+    ++index;
   }
-  // Stopped at step 4 and resumed: every file of the last checkpoint, the optimizer's
-  // shards too, as the uninterrupted dp 2 run above wrote them.
-  const std::string split = dir_.file("stage2-split");
-  for (const char* stop : {" train.exit_at_step=4", ""}) {
-    const CommandResult run = mpirun(2, config() + " dist.zero_stage=2 run.dir=" + split + stop);
-    ASSERT_EQ(run.exit_code, 0) << run.output;
+  for (const int zero_stage : {2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(zero_stage));
+    const std::string stage = " dist.zero_stage=" + std::to_string(zero_stage);
+    const std::string name = "stage" + std::to_string(zero_stage);
+    // Stopped at step 4 and resumed: every file of the last checkpoint, the optimizer's
+    // shards too, as the uninterrupted dp 2 run above wrote them.
+    const std::string split = dir_.file(name + "-split");
+    for (const char* stop : {" train.exit_at_step=4", ""}) {
+      const CommandResult run = mpirun(2, config() + stage + " run.dir=" + split + stop);
+      ASSERT_EQ(run.exit_code, 0) << run.output;
+    }
+    EXPECT_EQ(metric_fields(split, {"loss"}), metric_fields(dir_.file(name + "-0"), {"loss"}));
+    same_files(checkpoint_dir(split, 6), checkpoint_dir(dir_.file(name + "-0"), 6), "");
+    // At one micro-batch a step stages 1 to 3 make the same sums: the checkpoint
+    // continues as stage 1 with the bits the stage would have made.
+    const std::string one_micro = " train.global_batch=4" + stage;
+    const std::string whole = dir_.file(name + "-whole");
+    const std::string as_stage1 = dir_.file(name + "-as-stage1");
+    for (const auto& [dir, arguments] :
+         {std::pair{whole, one_micro}, std::pair{as_stage1, one_micro + " train.exit_at_step=3"},
+          std::pair{as_stage1, std::string(" train.global_batch=4 dist.zero_stage=1")}}) {
+      const CommandResult run = mpirun(2, config() + arguments + " run.dir=" + dir);
+      ASSERT_EQ(run.exit_code, 0) << run.output;
+    }
+    EXPECT_EQ(metric_fields(as_stage1, {"loss"}), metric_fields(whole, {"loss"}));
+    same_files(checkpoint_dir(as_stage1, 6), checkpoint_dir(whole, 6), "model");
   }
-  EXPECT_EQ(metric_fields(split, {"loss"}), metric_fields(dir_.file("stage2-0"), {"loss"}));
-  same_files(checkpoint_dir(split, 6), checkpoint_dir(dir_.file("stage2-0"), 6), "");
-  // At one micro-batch a step stages 1 and 2 make the same sums: a stage-2 checkpoint
-  // continues as stage 1 with the bits stage 2 would have made.
-  const std::string one_micro = " train.global_batch=4 dist.zero_stage=2";
-  const std::string whole = dir_.file("stage2-whole");
-  const std::string as_stage1 = dir_.file("stage2-as-stage1");
-  for (const auto& [dir, arguments] :
-       {std::pair{whole, one_micro}, std::pair{as_stage1, one_micro + " train.exit_at_step=3"},
-        std::pair{as_stage1, std::string(" train.global_batch=4 dist.zero_stage=1")}}) {
-    const CommandResult run = mpirun(2, config() + arguments + " run.dir=" + dir);
-    ASSERT_EQ(run.exit_code, 0) << run.output;
-  }
-  EXPECT_EQ(metric_fields(as_stage1, {"loss"}), metric_fields(whole, {"loss"}));
-  same_files(checkpoint_dir(as_stage1, 6), checkpoint_dir(whole, 6), "model");
 }
 
 // A (dp 2, tp 2, pp 2) checkpoint, merged, equals the single-process weights, and
 // continues under (1, 2, 1) and (2, 1, 2) with the single-process losses; a ZeRO-1
-// checkpoint of 2 shards continues with 4 shards, and in one process.
+// checkpoint of 2 shards continues with 4 shards, and in one process; a ZeRO-3 one
+// (the same files) under dp 2 x tp 2 at stage 3.
 TEST_F(DataParallelTest, CheckpointsReshardOnLoad) {
   const std::string single = dir_.file("single");
   const CommandResult reference = run_command(shell_quote(train_tool()) + " " + config() + " run.dir=" + single);
@@ -352,7 +364,9 @@ TEST_F(DataParallelTest, CheckpointsReshardOnLoad) {
   for (const Resumed& resumed : {Resumed{"as-1-2-1", 8, three_d, 2, " dist.tensor_parallel_size=2"},
                                  Resumed{"as-2-1-2", 8, three_d, 4, " dist.pipeline_parallel_size=2"},
                                  Resumed{"zero-2-as-zero-4", 2, zero_2, 4, " dist.zero_stage=1"},
-                                 Resumed{"zero-2-as-single", 2, zero_2, 1, ""}}) {
+                                 Resumed{"zero-2-as-single", 2, zero_2, 1, ""},
+                                 Resumed{"zero3-2-as-zero3-tp2", 2, " dist.zero_stage=3", 4,
+                                         " dist.zero_stage=3 dist.tensor_parallel_size=2"}}) {
     SCOPED_TRACE(resumed.name);
     const std::string dir = dir_.file(resumed.name);
     const CommandResult first =

@@ -477,6 +477,33 @@ TEST(TrainingMemory, CountsTheModelAndRefusesWhatCannotFit) {
   EXPECT_DOUBLE_EQ(rank_gradient_floats(gpt2, 1, whole, 1, 2), rank_parameter_count(gpt2, 1, whole));
   EXPECT_DOUBLE_EQ(rank_gradient_floats(gpt2, 1, whole, 2, 1), rank_parameter_count(gpt2, 1, whole));
   EXPECT_EQ(memory_plan(1000, 1, 0, false, 0).describe(1e9).find("working copy"), std::string::npos);
+  // ZeRO-3 divides the weights too, keeping 120 floats whole (the edges and two layer
+  // windows) beside a shard of 250, with a bf16 copy of those 120:
+  // weights 4 (250 + 120), gradients 4 (100 + 250 + 50), moments 8 x 250, copy 2 x 120.
+  EXPECT_DOUBLE_EQ(memory_plan(1000, 4, 3, true, 0.0, 100, 50, 120).model(), 1480 + 1600 + 2000 + 240);
+  EXPECT_DOUBLE_EQ(memory_plan(1000, 1, 3, false, 0.0, -1, 50, 120).model(), 16000);  // one rank: nothing to shard
+  EXPECT_DOUBLE_EQ(rank_weight_floats(gpt2, 1, whole, 2, 3), 2 * pieces.layer + pieces.edges);
+  EXPECT_DOUBLE_EQ(rank_weight_floats(gpt2, 1, whole, 2, 2), rank_parameter_count(gpt2, 1, whole));
+  EXPECT_DOUBLE_EQ(rank_gradient_floats(gpt2, 1, whole, 2, 3), pieces.layer + pieces.edges);
+  // GPT-2 XL (1.5B) at dp 8 under ZeRO-3, fp32: the model state is 1/8 of stage 0's
+  // plus what is held whole: the edges' weights and gradients (wte, wpe, ln_f; 82M
+  // floats each), two layers of weights and one of gradients (31M floats each) and one
+  // 25 MB bucket.
+  GPTConfig xl = gpt2;
+  xl.n_layer = 48;
+  xl.n_head = 25;
+  xl.d_model = 1600;
+  PipelineStage xl_whole;
+  xl_whole.num_layers = xl.n_layer;
+  const double xl_parameters = rank_parameter_count(xl, 1, xl_whole);
+  EXPECT_NEAR(xl_parameters, 1.558e9, 0.01e9);
+  const auto xl_pieces = dufu::trainer::rank_parameters(xl, 1, xl_whole);
+  const double bucket = kDefaultBucketMegabytes * 1024 * 1024 / 4;
+  const double stage3 = memory_plan(xl_parameters, 8, 3, false, 0.0, rank_gradient_floats(xl, 1, xl_whole, 8, 3),
+                                    bucket, rank_weight_floats(xl, 1, xl_whole, 8, 3))
+                            .model();
+  const double stage0 = memory_plan(xl_parameters, 8, 0, false, 0.0).model();
+  EXPECT_NEAR(stage3, stage0 / 8 + 4 * (2 * xl_pieces.edges + 3 * xl_pieces.layer + bucket), 16.0);
   // Activations grow with the tokens of a micro-batch, and pipeline slots.
   const double one = activation_bytes(gpt2, 8, 1024, 1, whole, 1, 4, Precision::kFp32);
   EXPECT_GT(one, 8.0 * 1024 * 768 * 4 * 12);

@@ -102,7 +102,8 @@ void run(const PlanFlags& flags) {
           trainer::activation_bytes(options.model, options.micro_batch, options.model.seq_length, tp, stage, slots,
                                     options.prefetch_batches, options.precision, options.recompute),
           trainer::rank_gradient_floats(options.model, tp, stage, dp, options.zero_stage),
-          static_cast<double>(trainer::bucket_elements_for(options.dp_bucket_mb)));
+          static_cast<double>(trainer::bucket_elements_for(options.dp_bucket_mb)),
+          trainer::rank_weight_floats(options.model, tp, stage, dp, options.zero_stage));
     }
     if (options.optimizer_offload) trainer::offload_to_host(plan);
     std::string verdict;
@@ -130,7 +131,7 @@ void run(const PlanFlags& flags) {
     for (const int index : refused) stages += (stages.empty() ? "" : ", ") + std::to_string(index);
     DUFU_FAIL("the memory plan of pipeline stage", refused.size() > 1 ? "s " : " ", stages, " does not fit ",
               human_bytes(*cap), " (", cap_source, "); HINT: lower train.micro_batch or model.seq_length, set "
-              "train.recompute=full or dist.zero_stage=1 or 2, or raise dist.tensor_parallel_size, "
+              "train.recompute=full or dist.zero_stage=1, 2 or 3, or raise dist.tensor_parallel_size, "
               "dist.pipeline_parallel_size or --ranks");
   }
 }

@@ -47,7 +47,14 @@ double rank_gradient_floats(const GPTConfig& config, int tensor_parallel_size, c
                             int data_parallel_size, int zero_stage) {
   const RankParameters counts = rank_parameters(config, tensor_parallel_size, stage);
   // ZeRO-2 keeps one layer's window and the edges (GPT::set_layer_gradient_sink).
-  if (zero_stage == 2 && data_parallel_size > 1) return counts.layer + counts.edges;
+  if (zero_stage >= 2 && data_parallel_size > 1) return counts.layer + counts.edges;
+  return counts.layers * counts.layer + counts.edges;
+}
+
+double rank_weight_floats(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage,
+                          int data_parallel_size, int zero_stage) {
+  const RankParameters counts = rank_parameters(config, tensor_parallel_size, stage);
+  if (zero_stage == 3 && data_parallel_size > 1) return std::min(counts.layers, 2.0) * counts.layer + counts.edges;
   return counts.layers * counts.layer + counts.edges;
 }
 
@@ -76,20 +83,22 @@ double model_state_bytes(double parameters, int data_parallel_size, int zero_sta
 }
 
 MemoryPlan memory_plan(double parameters, int data_parallel_size, int zero_stage, bool bf16_working_copy,
-                       double activation_bytes, double gradient_floats, double bucket_floats) {
+                       double activation_bytes, double gradient_floats, double bucket_floats, double weight_floats) {
   constexpr double kFloat = sizeof(float);
   const bool sharded = zero_stage >= 1 && data_parallel_size > 1;
-  MemoryPlan plan;
-  plan.weights = kFloat * parameters;
-  plan.gradients = kFloat * (gradient_floats >= 0.0 ? gradient_floats : parameters);
-  // ZeRO-1 and 2 add the rank's reduced gradient shard (DataParallelOptimizer).
   const double shard = std::ceil(parameters / data_parallel_size);
+  // ZeRO-3: the shard of masters and what the model holds whole (GPT::shard_parameters).
+  const double whole_weights = sharded && zero_stage == 3 && weight_floats >= 0.0 ? weight_floats : parameters;
+  MemoryPlan plan;
+  plan.weights = kFloat * (sharded && zero_stage == 3 ? shard + whole_weights : parameters);
+  plan.gradients = kFloat * (gradient_floats >= 0.0 ? gradient_floats : parameters);
+  // ZeRO-1 to 3 add the rank's reduced gradient shard (DataParallelOptimizer).
   if (sharded) plan.gradients += kFloat * shard;
-  if (sharded && zero_stage == 2) plan.gradients += kFloat * std::min(bucket_floats, shard);
+  if (sharded && zero_stage >= 2) plan.gradients += kFloat * std::min(bucket_floats, shard);
   plan.moments = kFloat * 2.0 * parameters / (sharded ? data_parallel_size : 1);
-  // bf16 bits of every parameter (its biases and LayerNorm parameters also as floats,
-  // a fraction of a percent of a GPT, left out).
-  plan.working_copy = bf16_working_copy ? 2.0 * parameters : 0.0;
+  // bf16 bits of every parameter held whole (its biases and LayerNorm parameters also
+  // as floats, a fraction of a percent of a GPT, left out).
+  plan.working_copy = bf16_working_copy ? 2.0 * whole_weights : 0.0;
   plan.activations = activation_bytes;
   return plan;
 }
@@ -143,7 +152,7 @@ MemoryPlan rank_memory_plan(const GPTConfig& config, int B, int T, int tensor_pa
       memory_plan(parameters, data_parallel_size, zero_stage, precision == Precision::kBf16,
                   activation_bytes(config, B, T, tensor_parallel_size, stage, slots, prefetch, precision, recompute),
                   rank_gradient_floats(config, tensor_parallel_size, stage, data_parallel_size, zero_stage),
-                  bucket_floats);
+                  bucket_floats, rank_weight_floats(config, tensor_parallel_size, stage, data_parallel_size, zero_stage));
   plan.scratch = device.scratch_bytes(training_step_shapes(config, B, T, tensor_parallel_size, stage, precision,
                                                            parameters));
   return plan;
@@ -205,7 +214,7 @@ void check_plan_fits_device(const MemoryPlan& plan, double capacity_bytes, const
   if (plan.total() <= capacity_bytes) return;
   DUFU_FAIL("the memory plan of this rank does not fit ", device, ": ", plan.describe(capacity_bytes),
             "; HINT: lower train.micro_batch or model.seq_length (activations), set dist.zero_stage=1 (shards the "
-            "AdamW moments) or 2 (and the gradients), or raise dist.tensor_parallel_size or "
+            "AdamW moments), 2 (and the gradients) or 3 (and the weights), or raise dist.tensor_parallel_size or "
             "dist.pipeline_parallel_size (each rank's share of the model)");
 }
 

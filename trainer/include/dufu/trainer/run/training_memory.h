@@ -29,8 +29,14 @@ RankParameters rank_parameters(const GPTConfig& config, int tensor_parallel_size
 double rank_gradient_floats(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage,
                             int data_parallel_size, int zero_stage);
 
+// The parameter floats the model keeps whole beside its shard: under ZeRO-3 over more
+// than one data-parallel rank the edges and two layer windows (GPT::shard_parameters),
+// otherwise all of them.
+double rank_weight_floats(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage,
+                          int data_parallel_size, int zero_stage);
+
 // Bytes of weights, gradients and both AdamW moments for `parameters` under ZeRO
-// stage `zero_stage` (0, 1 or 2; see memory_plan).
+// stage `zero_stage` (0 to 3; see memory_plan).
 double model_state_bytes(double parameters, int data_parallel_size, int zero_stage);
 
 // Bytes of the activations and their gradients for `slots` micro-batches of B x T
@@ -49,9 +55,9 @@ StepShapes training_step_shapes(const GPTConfig& config, int B, int T, int tenso
 // What this rank will allocate, by kind, printed at start (one line per distinct piece
 // of the model) so a user sees where the memory goes before the first step.
 struct MemoryPlan {
-  double weights = 0.0;       // fp32 parameters (the masters under bf16)
-  double gradients = 0.0;     // fp32 (under ZeRO-1 and 2 with the reduced shard)
-  double moments = 0.0;       // AdamW m and v (this rank's shard under ZeRO-1 and 2)
+  double weights = 0.0;       // fp32 parameters (the masters under bf16; under ZeRO-3 the shard and what is gathered)
+  double gradients = 0.0;     // fp32 (under ZeRO-1 to 3 with the reduced shard)
+  double moments = 0.0;       // AdamW m and v (this rank's shard under ZeRO-1 to 3)
   double working_copy = 0.0;  // the bf16 recipe's working copy of the weights
   double activations = 0.0;   // activations, their gradients, the loader's batches
   double scratch = 0.0;       // the device's own (Device::scratch_bytes), e.g. cuBLASLt's workspace
@@ -68,10 +74,13 @@ struct MemoryPlan {
 // ranks and add the rank's reduced gradient shard to the gradients, and stage 2 the
 // piece of one bucket (`bucket_floats`, train.dp_bucket_mb) each reduction lands in
 // before it is added to the shard; gradient_floats is what the model keeps of its own
-// gradient (rank_gradient_floats; negative: all `parameters`).
+// gradient (rank_gradient_floats; negative: all `parameters`). Stage 3 also divides
+// the fp32 weights, keeping weight_floats of them whole beside the shard
+// (rank_weight_floats; negative: all), and the bf16 working copy is of those.
 MemoryPlan memory_plan(double parameters, int data_parallel_size, int zero_stage, bool bf16_working_copy,
                        double activation_bytes, double gradient_floats = -1.0,
-                       double bucket_floats = kDefaultBucketMegabytes * 1024 * 1024 / sizeof(float));
+                       double bucket_floats = kDefaultBucketMegabytes * 1024 * 1024 / sizeof(float),
+                       double weight_floats = -1.0);
 // optim.offload = cpu: the fp32 masters and the moments move from the device's plan to
 // host memory (GPT::set_optimizer_offload).
 void offload_to_host(MemoryPlan& plan);
