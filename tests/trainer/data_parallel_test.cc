@@ -343,6 +343,25 @@ TEST_F(DataParallelTest, ZeroStages2And3GiveStageZerosBitsForTheSameSums) {
   }
 }
 
+// The story of the FSDP guide (GPT-2 XL out of memory under plain data parallelism,
+// trained under ZeRO-3) at a size that runs here: 8 layers on 4 ranks, a memory cap of
+// 9 MB that the plan of stage 0 exceeds (11.5 MB: `train plan` prints it) and stage 3
+// fits (7.3 MB). Stage 0 is refused before anything is allocated, naming the plan;
+// stage 3 trains under the same cap.
+TEST_F(DataParallelTest, ZeroStage3TrainsWhatTheCapRefusesAtStage0) {
+  const std::string model = " model.n_layer=8 train.memory_limit=9MB";
+  const std::string refused = dir_.file("capped-stage0");
+  const CommandResult stage0 = mpirun(4, config() + model + " dist.zero_stage=0 run.dir=" + refused);
+  EXPECT_NE(stage0.exit_code, 0) << stage0.output;
+  EXPECT_NE(stage0.output.find("does not fit"), std::string::npos) << stage0.output;
+  const std::string trained = dir_.file("capped-stage3");
+  const CommandResult stage3 = mpirun(4, config() + model + " dist.zero_stage=3 run.dir=" + trained);
+  ASSERT_EQ(stage3.exit_code, 0) << stage3.output;
+  const auto losses = metric_values(trained, "loss");
+  ASSERT_EQ(losses.size(), 6u);
+  EXPECT_LT(losses.back(), losses.front());
+}
+
 // A (dp 2, tp 2, pp 2) checkpoint, merged, equals the single-process weights, and
 // continues under (1, 2, 1) and (2, 1, 2) with the single-process losses; a ZeRO-1
 // checkpoint of 2 shards continues with 4 shards, and in one process; a ZeRO-3 one
