@@ -185,13 +185,33 @@ TEST_F(DataParallelTest, BytesPerCollectiveKindAreTheZeroVolumes) {
   // The ZeRO paper's volumes for one rank of dp 2: stage 0 all-reduces the gradient
   // (a ring sends 2 (n - 1) / n of it); stages 1 and 2 reduce-scatter it (stage 2 a
   // layer at a time, each micro-batch: two here) and all-gather the updated weights,
-  // (n - 1) / n each, the same total in two kinds. The parameters are
+  // (n - 1) / n each, the same total in two kinds; stage 3 gathers the weights as each
+  // layer is used (below). The parameters are
   // counted by hand (comm_volume_analytic.py's formula): the vocabulary padded to 2048
   // rows, wpe, 4 blocks, ln_f.
   const double C = 64, T = 32, layers = 4, padded_vocab = 2048, n = 2;
   const double parameters = padded_vocab * C + T * C + layers * (12 * C * C + 13 * C) + 2 * C;
   const double gradient_ring = 2 * (n - 1) / n * 4 * parameters;
-  for (const int zero_stage : {0, 1, 2}) {
+  // Stage 3 gathers each layer's weights into one of two windows (layer l in window
+  // l % 2) before use: the forward layer after layer (the next one with it), the
+  // backward back down; a layer still in its window is not gathered again, and the
+  // windows are emptied by each update. The gathers of one step, two micro-batches:
+  std::vector<int> gathered_layers;
+  {
+    int window[2] = {-1, -1};
+    const auto use = [&](int layer) {
+      if (window[layer % 2] != layer) gathered_layers.push_back(window[layer % 2] = layer);
+    };
+    for (int micro_batch = 0; micro_batch < 2; ++micro_batch) {
+      use(0);
+      for (int layer = 0; layer < layers; ++layer) {
+        use(layer);
+        if (layer + 1 < layers) use(layer + 1);
+      }
+      for (int layer = static_cast<int>(layers) - 1; layer >= 0; --layer) use(layer);
+    }
+  }
+  for (const int zero_stage : {0, 1, 2, 3}) {
     SCOPED_TRACE("ZeRO stage " + std::to_string(zero_stage));
     const std::string dir = dir_.file("kinds-zero" + std::to_string(zero_stage));
     const CommandResult result = mpirun(2, config() + " run.dir=" + dir + " train.steps=2 eval.interval=0" +
@@ -216,19 +236,31 @@ TEST_F(DataParallelTest, BytesPerCollectiveKindAreTheZeroVolumes) {
       if (zero_stage == 0) {
         EXPECT_NEAR(all_reduce[step], gradient_ring, 0.05 * gradient_ring);
         EXPECT_EQ(reduce_scatter[step] + all_gather[step], 0.0);
-      } else if (zero_stage == 2) {
+      } else if (zero_stage >= 2) {
         // What rank 0 (whose metrics these are) sends: the part of each reduction outside
         // its shard [0, S). The layers' gradients go once per micro-batch (two here),
         // the edges once: wte and wpe lie before the layers, inside rank 0's shard, and
         // ln_f after them, outside it.
         const double shard = std::ceil(parameters / n);
         const double layers_begin = padded_vocab * C + T * C;
-        const double layers_end = layers_begin + layers * (12 * C * C + 13 * C);
+        const double layer_size = 12 * C * C + 13 * C;
+        const double layers_end = layers_begin + layers * layer_size;
         const double expected =
             4 * (2 * (layers_end - std::max(shard, layers_begin)) + (parameters - std::max(shard, layers_end)));
         EXPECT_EQ(reduce_scatter[step], expected);
-        EXPECT_NEAR(all_gather[step], gradient_ring / 2, 0.05 * gradient_ring / 2);
         EXPECT_LT(all_reduce[step], 64.0);
+        if (zero_stage == 2) {
+          EXPECT_NEAR(all_gather[step], gradient_ring / 2, 0.05 * gradient_ring / 2);
+        } else {
+          // Rank 0 gives its piece of each gather: the edges before the layers (in its
+          // shard) once a step, and its part of every gathered layer (layer 0's here).
+          double gathered = layers_begin;
+          for (const int layer : gathered_layers) {
+            const double begin = layers_begin + layer * layer_size;
+            gathered += std::max(0.0, std::min(shard, begin + layer_size) - begin);
+          }
+          EXPECT_EQ(all_gather[step], 4 * gathered);
+        }
       } else {
         EXPECT_NEAR(reduce_scatter[step], gradient_ring / 2, 0.05 * gradient_ring / 2);
         EXPECT_NEAR(all_gather[step], gradient_ring / 2, 0.05 * gradient_ring / 2);
