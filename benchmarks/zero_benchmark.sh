@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ZeRO stages side by side: `train` under mpirun at data parallel 2 with two
 # micro-batches a step, stage 0 (replicated AdamW), stage 0 reducing each micro-batch
-# (dist.reduce_each_micro_batch, the sums stage 2 makes), ZeRO-1 and ZeRO-2, on a
+# (dist.reduce_each_micro_batch, the sums stages 2 and 3 make), ZeRO-1, 2 and 3, on a
 # 12-layer model whose gradient is most of its memory. Per stage: the memory plan's
 # gradients and model state (`train plan`, what the trainer checks at start), rank 0's
 # measured peak resident memory, its bytes sent per step, and its median step time,
@@ -30,7 +30,7 @@ common="$model data.blend=$work/fortunes data.cache_dir=$work/index-cache train.
   train.steps=6 train.threads=1 optim.warmup_steps=1 eval.interval=0 checkpoint.interval=0 run.log_interval=100"
 
 printf '\n%-28s %12s %12s %14s %10s %12s %10s\n' stage "plan: grads" "plan: total" "peak RSS" "vs 0" "bytes/step" "step time"
-for stage in "0" "0 dist.reduce_each_micro_batch=true" "1" "2"; do
+for stage in "0" "0 dist.reduce_each_micro_batch=true" "1" "2" "3"; do
   read -r zero extra <<<"$stage"
   name="ZeRO-$zero${extra:+ (each micro-batch)}"
   run=$work/run-zero$zero${extra:+-each}
