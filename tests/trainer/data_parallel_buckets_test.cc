@@ -253,7 +253,8 @@ TEST(ZeroStage2Test, KeepsOneLayersGradientInsteadOfAll) {
 TEST(ZeroStage3Test, GivesZeroStage2sBits) {
   const std::size_t whole = std::size_t{1} << 30;
   const std::vector<float> stage0 = train({.zero_stage = 0, .n_layer = 3}).params;
-  expect_bitwise_equal(train({.zero_stage = 3, .n_layer = 3}).params, stage0, "ZeRO-3 against stage 0, one micro-batch");
+  expect_bitwise_equal(train({.zero_stage = 3, .n_layer = 3}).params, stage0,
+                       "ZeRO-3 against stage 0, one micro-batch");
   for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
     SCOPED_TRACE(precision_name(precision));
     const TrainingRun reference{

@@ -134,7 +134,8 @@ void GPT::upload_parameters(std::span<const float> host) {
   const std::size_t end = begin + size * static_cast<std::size_t>(stage_.num_layers);
   if (begin > 0) device_->upload(params_.data(), host.data(), begin * sizeof(float));
   if (end < num_parameters_) {
-    device_->upload(params_.data() + parameter_position(end), host.data() + end, (num_parameters_ - end) * sizeof(float));
+    device_->upload(params_.data() + parameter_position(end), host.data() + end,
+                    (num_parameters_ - end) * sizeof(float));
   }
 }
 

@@ -89,7 +89,8 @@ void GPT::make_parameter_views() {
     working_vectors_.reset();
     vector_runs_.clear();
     p16_ = {};
-    p_ = tensor_views<float>([&](const ParamTensor& tensor) { return params_.data() + parameter_position(tensor.offset); });
+    p_ = tensor_views<float>(
+        [&](const ParamTensor& tensor) { return params_.data() + parameter_position(tensor.offset); });
     return;
   }
   if (working_bits_.size() != params_.size()) working_bits_ = DeviceBuffer<std::uint16_t>(*device_, params_.size());

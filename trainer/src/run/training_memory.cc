@@ -152,7 +152,8 @@ MemoryPlan rank_memory_plan(const GPTConfig& config, int B, int T, int tensor_pa
       memory_plan(parameters, data_parallel_size, zero_stage, precision == Precision::kBf16,
                   activation_bytes(config, B, T, tensor_parallel_size, stage, slots, prefetch, precision, recompute),
                   rank_gradient_floats(config, tensor_parallel_size, stage, data_parallel_size, zero_stage),
-                  bucket_floats, rank_weight_floats(config, tensor_parallel_size, stage, data_parallel_size, zero_stage));
+                  bucket_floats,
+                  rank_weight_floats(config, tensor_parallel_size, stage, data_parallel_size, zero_stage));
   plan.scratch = device.scratch_bytes(training_step_shapes(config, B, T, tensor_parallel_size, stage, precision,
                                                            parameters));
   return plan;
