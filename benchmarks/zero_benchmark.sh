@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# ZeRO stages side by side: `train` under mpirun at data parallel 2 with two
-# micro-batches a step, stage 0 (replicated AdamW), stage 0 reducing each micro-batch
-# (dist.reduce_each_micro_batch, the sums stages 2 and 3 make), ZeRO-1, 2 and 3, on a
-# 12-layer model whose gradient is most of its memory. Per stage: the memory plan's
-# gradients and model state (`train plan`, what the trainer checks at start), rank 0's
-# measured peak resident memory, its bytes sent per step, and its median step time,
-# each as a ratio to stage 0 measured in the same run. The machines are shared and
-# noisy: read the times as rough; the memory is what the stages are for. A program for
-# humans; nothing here runs as a test. About 4 minutes on 2 cores.
+# ZeRO stages side by side: `train` under mpirun at data parallel 2 (two micro-batches
+# a step) and 4 (one), stage 0 (replicated AdamW), stage 0 reducing each micro-batch
+# (dist.reduce_each_micro_batch, the sums stages 2 and 3 make), ZeRO-1, and ZeRO-2 and
+# 3 with each layer's reduction blocking and overlapped with the next layer's backward
+# (dist.overlap_reduction), on a 12-layer model whose gradient is most of its memory.
+# Per stage: the memory plan's gradients and model state (`train plan`, what the
+# trainer checks at start), rank 0's measured peak resident memory, its bytes sent per
+# step, and its median step time, each as a ratio to stage 0 measured in the same run
+# at the same size. The machines are shared and noisy: read the times as rough; the
+# memory is what the stages are for. A program for humans; nothing here runs as a
+# test. About 10 minutes on 2 cores (DUFU_ZERO_RANKS="2" for the first half).
 #
 #   benchmarks/zero_benchmark.sh [BUILD_DIR]        (default: build-bench)
 #
@@ -29,20 +31,29 @@ model="model.n_layer=12 model.n_head=6 model.d_model=384 model.vocab_size=8000 m
 common="$model data.blend=$work/fortunes data.cache_dir=$work/index-cache train.micro_batch=2 train.global_batch=8
   train.steps=6 train.threads=1 optim.warmup_steps=1 eval.interval=0 checkpoint.interval=0 run.log_interval=100"
 
-printf '\n%-28s %12s %12s %14s %10s %12s %10s\n' stage "plan: grads" "plan: total" "peak RSS" "vs 0" "bytes/step" "step time"
-for stage in "0" "0 dist.reduce_each_micro_batch=true" "1" "2" "3"; do
+for ranks in ${DUFU_ZERO_RANKS:-2 4}; do
+printf '\n%d ranks\n%-28s %12s %12s %14s %10s %12s %10s\n' "$ranks" stage "plan: grads" "plan: total" "peak RSS" \
+  "vs 0" "bytes/step" "step time"
+for stage in "0" "0 dist.reduce_each_micro_batch=true" "1" "2 dist.overlap_reduction=false" "2" \
+  "3 dist.overlap_reduction=false" "3"; do
   read -r zero extra <<<"$stage"
-  name="ZeRO-$zero${extra:+ (each micro-batch)}"
-  run=$work/run-zero$zero${extra:+-each}
+  case "$extra" in
+    *reduce_each*) kind=" (each micro-batch)" tag=-each ;;
+    *overlap_reduction=false*) kind=" (blocking)" tag=-blocking ;;
+    *) kind="" tag="" ;;
+  esac
+  [[ $zero -ge 2 && -z $extra ]] && kind=" (overlapped)"
+  name="ZeRO-$zero$kind"
+  run=$work/run-np$ranks-zero$zero$tag
   rm -rf "$run"
   # shellcheck disable=SC2086
-  plan=$("$train" plan "$work/empty.toml" $common dist.zero_stage=$zero $extra --ranks 2 2>&1) ||
+  plan=$("$train" plan "$work/empty.toml" $common dist.zero_stage=$zero $extra --ranks "$ranks" 2>&1) ||
     { echo "$plan"; fail "train plan failed for $name"; }
   # shellcheck disable=SC2086
-  "${mpirun[@]}" -np 2 "$train" $common dist.zero_stage=$zero $extra run.dir="$run" >"$run.log" 2>&1 ||
+  "${mpirun[@]}" -np "$ranks" "$train" $common dist.zero_stage=$zero $extra run.dir="$run" >"$run.log" 2>&1 ||
     { cat "$run.log"; fail "the $name run failed"; }
   echo "$plan" >"$run.plan"
-  "$python" - "$run/metrics.jsonl" "$name" "$work/stage0.json" "$run.plan" <<'PY'
+  "$python" - "$run/metrics.jsonl" "$name" "$work/stage0-np$ranks.json" "$run.plan" <<'PY'
 import json, statistics, sys
 metrics, name, baseline_path, plan_path = sys.argv[1:5]
 plan_text = open(plan_path, encoding="utf-8").read()
@@ -64,9 +75,12 @@ print(f"{name:<28} {row['plan_grads']:>12} {row['plan_total']:>12} {row['rss'] /
       f" {row['rss'] / base['rss']:9.3f}x {row['bytes'] / 2**20:9.2f} MiB {row['ms'] / base['ms']:9.2f}x")
 PY
 done
+done
 echo
 echo "plan: the memory plan's gradients (ZeRO-1/2: with the rank's reduced shard; ZeRO-2: the edges and one"
 echo "layer's window) and total columns, as \`train plan\` prints them. peak RSS: rank 0's resident peak"
 echo "(everything the process touched), and its ratio to stage 0's. bytes/step: what rank 0 sends per step"
 echo "(ZeRO-2 reduces the layers' gradients every micro-batch: more bytes with accumulation). step time:"
-echo "median step, as a ratio to stage 0's in this run (2 ranks on the machine's cores; other load shows)."
+echo "median step, as a ratio to stage 0's of the same size in this run (ranks oversubscribe the machine's"
+echo "cores: other load shows). overlapped: each layer's reduce-scatter started when its backward ends and"
+echo "finished when its window is needed again (MPI's non-blocking Ialltoallv, tested between kernels)."

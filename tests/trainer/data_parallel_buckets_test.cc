@@ -101,6 +101,7 @@ struct TrainingRun {
   int micro_batches = 1;  // per step, each rank
   bool reduce_each_micro_batch = false;
   int n_layer = 2;
+  bool overlap = false;  // overlap_reduction
 };
 
 struct Trained {
@@ -128,7 +129,7 @@ Trained train(const TrainingRun& run) {
   model.set_optimizer_offload(run.offload);
   model.init_gpt2(5);
   DataParallelOptimizer optimizer(model, AdamWOptions{}, world(), run.zero_stage, nullptr, nullptr,
-                                  run.bucket_elements, run.reduce_each_micro_batch);
+                                  run.bucket_elements, run.reduce_each_micro_batch, run.overlap);
   device.reset_peak();  // training's peak, not the set-up's (the model is made whole first)
   for (int step = 0; step < 3; ++step) {
     model.zero_grad();
@@ -289,6 +290,48 @@ TEST(ZeroStage3Test, KeepsTheShardTheEdgesAndTwoLayersOfParameters) {
   const std::size_t kept = std::max<std::size_t>(end - begin, 1) + edges + 2 * layer;
   ASSERT_GT(n, kept);
   EXPECT_EQ(stage2 - stage3, (n - kept) * sizeof(float)) << "stage 2 " << stage2 << " bytes, stage 3 " << stage3;
+}
+
+// The reduction overlapped with the backward: each layer's reduce-scatter started as
+// the model hands the layer over and finished when the model needs its window again
+// (or before the edges are reduced). The same collectives and sums, added in the same
+// order: the bits of the blocking path, stages 2 and 3, fp32 and bf16, three layers
+// (the windows wrap), three micro-batches, buckets that cut layers and shards.
+TEST(OverlappedReductionTest, GivesTheBlockingBits) {
+  for (const int zero_stage : {2, 3}) {
+    for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
+      for (const std::size_t bucket : {std::size_t{1} << 30, std::size_t{777}}) {
+        SCOPED_TRACE("stage " + std::to_string(zero_stage) + ", " + precision_name(precision) + ", buckets of " +
+                     std::to_string(bucket));
+        TrainingRun blocking{.zero_stage = zero_stage,
+                             .bucket_elements = bucket,
+                             .precision = precision,
+                             .micro_batches = 3,
+                             .n_layer = 3};
+        TrainingRun overlapped = blocking;
+        overlapped.overlap = true;
+        expect_bitwise_equal(train(overlapped).params, train(blocking).params, "overlapped against blocking");
+      }
+    }
+  }
+}
+
+// What the overlap costs, measured on the counting device: a second layer window of
+// gradient and, per window, the piece of a layer that its reduction lands in (this
+// rank's part of the layer, at most a layer or a shard).
+TEST(OverlappedReductionTest, HoldsASecondLayerWindowAndTwoReducedPieces) {
+  GPT shape(dufu::testing::small_gpt_config(
+      {.n_layer = 6, .n_head = 2, .d_model = 32, .vocab_size = 97, .vocab_multiple = 8, .seq_length = 8}));
+  const std::size_t layer = shape.layer_gradient_range(0).second;
+  const std::size_t shard = (shape.num_parameters() + world().size() - 1) / world().size();
+  for (const int zero_stage : {2, 3}) {
+    const TrainingRun blocking{.zero_stage = zero_stage, .bucket_elements = 4096, .n_layer = 6};
+    TrainingRun overlapped = blocking;
+    overlapped.overlap = true;
+    const std::size_t without = train(blocking).peak_device_bytes;
+    const std::size_t with = train(overlapped).peak_device_bytes;
+    EXPECT_EQ(with - without, (layer + 2 * std::min(layer, shard)) * sizeof(float)) << "stage " << zero_stage;
+  }
 }
 
 }  // namespace

@@ -90,7 +90,7 @@ TEST_F(TrainPlanTest, RowsAreTheRankMemoryPlanOfEachStage) {
       const trainer::MemoryPlan expected =
           trainer::rank_memory_plan(model, 4, 32, 2, 2, trainer::pipeline_stage(split, stage), slots, 4,
                                     trainer::Precision::kFp32, zero_stage, trainer::cpu_device(), recompute,
-                                    static_cast<double>(trainer::bucket_elements_for(0.01)));
+                                    static_cast<double>(trainer::bucket_elements_for(0.01)), true);
       EXPECT_TRUE(has_in_order(row(result.output, stage),
                                {std::to_string(split[static_cast<std::size_t>(stage)]), human_bytes(expected.weights),
                                 human_bytes(expected.gradients), human_bytes(expected.moments),

@@ -95,13 +95,14 @@ void run(const PlanFlags& flags) {
       plan = trainer::rank_memory_plan(options.model, options.micro_batch, options.model.seq_length, tp, dp, stage,
                                        slots, options.prefetch_batches, options.precision, options.zero_stage, *device,
                                        options.recompute,
-                                       static_cast<double>(trainer::bucket_elements_for(options.dp_bucket_mb)));
+                                       static_cast<double>(trainer::bucket_elements_for(options.dp_bucket_mb)),
+                                       options.overlap_reduction);
     } else {
       plan = trainer::memory_plan(
           parameters, dp, options.zero_stage, options.precision == trainer::Precision::kBf16,
           trainer::activation_bytes(options.model, options.micro_batch, options.model.seq_length, tp, stage, slots,
                                     options.prefetch_batches, options.precision, options.recompute),
-          trainer::rank_gradient_floats(options.model, tp, stage, dp, options.zero_stage),
+          trainer::rank_gradient_floats(options.model, tp, stage, dp, options.zero_stage, options.overlap_reduction),
           static_cast<double>(trainer::bucket_elements_for(options.dp_bucket_mb)),
           trainer::rank_weight_floats(options.model, tp, stage, dp, options.zero_stage));
     }

@@ -13,6 +13,7 @@ namespace dufu::trainer {
 
 void GPT::zero_grad() {
   ensure_gradients();
+  reclaim_gradient_windows();
   device_->fill(grads_.data(), 0.0f, grads_.size());
 }
 
@@ -43,7 +44,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
               " floats of output gradient; it needs ", stage_.is_last() ? std::size_t{0} : stream,
               " (the last stage starts from its loss)");
   }
-  if (gradients_windowed_ && !layer_gradient_sink_) {
+  if (gradients_windowed_ && layer_gradient_sink_ == nullptr) {
     DUFU_FAIL("GPT::backward: the layers' gradients are windowed but nothing takes them (the optimizer that did is "
               "gone)");
   }
@@ -91,6 +92,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
     const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
     const GPTLayerTensors& dw = g_.h[static_cast<std::size_t>(l)];
     ensure_layer_parameters(l);
+    if (layer_gradient_sink_ != nullptr) reclaim_gradient_window(l);
     // Under bf16 the layer's activations that fp32 kernels read come back from their
     // bf16 copies first; the matmuls read the copies themselves. Under recomputation
     // what the forward dropped is made again.
@@ -117,6 +119,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
                            widths.mlp_hidden, C);
     }
     round_if_bf16(d.fc_pre, sizes.mlp_pre);
+    progress_gradient_sink();
     linear_backward(d.ln, dw.mlp_c_fc_weight, dw.mlp_c_fc_bias, d.fc_pre, {a.ln_2, stored.ln_2},
                     {w.mlp_c_fc_weight, w16.mlp_c_fc_weight}, N, C, widths.mlp_pre);
     if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
@@ -128,12 +131,14 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
     linear_backward(d.atty, dw.attn_c_proj_weight, dw.attn_c_proj_bias, d.residual, {a.atty, stored.atty},
                     {w.attn_c_proj_weight, w16.attn_c_proj_weight}, N, widths.attn, C);
     round_if_bf16(d.atty, sizes.attn);
+    progress_gradient_sink();
     k.attention_backward(d.qkv, d.atty, a.qkv, a.atty, a.lse, B, T, widths.heads, widths.kv_heads,
                          widths.head_size);
     if (config_.is_llama()) {
       k.rotary_backward(d.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size, config_.rope_theta);
     }
     round_if_bf16(d.qkv, sizes.qkv);
+    progress_gradient_sink();
     linear_backward(d.ln, dw.attn_c_attn_weight, dw.attn_c_attn_bias, d.qkv, {a.ln_1, stored.ln_1},
                     {w.attn_c_attn_weight, w16.attn_c_attn_weight}, N, C, widths.qkv);
     if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
@@ -141,7 +146,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
     norm_backward(d.residual, dw.ln_1_weight, dw.ln_1_bias, d.ln, residual_in, w.ln_1_weight, a.ln_1_mean,
                   a.ln_1_rstd, N, C);
     round_if_bf16(d.residual, stream);
-    if (layer_gradient_sink_) hand_off_layer_gradient(l);
+    if (layer_gradient_sink_ != nullptr) hand_off_layer_gradient(l);
   }
   if (!stage_.is_first()) return {d.residual, stream};  // the previous stage's output gradient
   embed_backward(d.residual, slot.tokens.data(), B, T, C);

@@ -42,9 +42,10 @@ std::size_t GPT::gradient_position(std::size_t offset) const {
   if (!gradients_windowed_) return offset;
   const auto [begin, size] = layers_extent();
   const std::size_t end = begin + size * static_cast<std::size_t>(stage_.num_layers);
+  const auto windows = static_cast<std::size_t>(gradient_windows_);
   if (offset < begin) return offset;
-  if (offset >= end) return begin + size + (offset - end);
-  return begin + (offset - begin) % size;
+  if (offset >= end) return begin + windows * size + (offset - end);
+  return begin + ((offset - begin) / size % windows) * size + (offset - begin) % size;
 }
 
 GPTTensors GPT::gradient_views() {
@@ -60,15 +61,21 @@ void GPT::require_whole_gradients(const char* operation) const {
   }
 }
 
-void GPT::set_layer_gradient_sink(LayerGradientSink sink, bool windowed) {
-  DUFU_CHECK(sink || !windowed, "GPT::set_layer_gradient_sink: a window needs a sink to take each layer's gradient");
-  layer_gradient_sink_ = std::move(sink);
-  if (windowed != gradients_windowed_) {
+void GPT::set_layer_gradient_sink(LayerGradientSink* sink, bool windowed, int windows) {
+  DUFU_CHECK(sink != nullptr || !windowed,
+             "GPT::set_layer_gradient_sink: a window needs a sink to take each layer's gradient");
+  DUFU_CHECK(windows == 1 || windows == 2, "GPT::set_layer_gradient_sink: ", windows, " windows; 1 or 2");
+  // What the old sink holds goes back to it first.
+  if (grads_.size() > 0) reclaim_gradient_windows();
+  layer_gradient_sink_ = sink;
+  windows = windowed ? std::min(windows, stage_.num_layers) : 1;
+  if (windowed != gradients_windowed_ || windows != gradient_windows_) {
     // Dropped now and allocated by the next use: the old and the new are never held
     // at once (ZeRO-2 is for a gradient that does not fit whole).
     g_ = {};
     grads_ = DeviceBuffer<float>();
     gradients_windowed_ = windowed;
+    gradient_windows_ = windows;
   } else if (grads_.size() > 0) {
     zero_grad();
   }
@@ -78,7 +85,8 @@ void GPT::ensure_gradients() {
   if (grads_.size() > 0) return;
   const auto [begin, size] = layers_extent();
   const std::size_t layers = size * static_cast<std::size_t>(stage_.num_layers);
-  grads_ = DeviceBuffer<float>(*device_, gradients_windowed_ ? num_parameters_ - layers + size : num_parameters_);
+  const std::size_t windows = static_cast<std::size_t>(gradient_windows_) * size;
+  grads_ = DeviceBuffer<float>(*device_, gradients_windowed_ ? num_parameters_ - layers + windows : num_parameters_);
   g_ = gradient_views();
 }
 
@@ -103,8 +111,32 @@ std::span<float> GPT::tensor_gradient(const ParamTensor& tensor) {
 void GPT::hand_off_layer_gradient(int local_layer) {
   const auto [offset, size] = layer_gradient_range(local_layer);
   const std::span<float> gradient(grads_.data() + gradient_position(offset), size);
-  layer_gradient_sink_(local_layer, gradient);
+  layer_gradient_sink_->take(local_layer, gradient);
+  if (gradient_windows_ == 2) {
+    taken_layer_[local_layer % 2] = local_layer;
+    return;
+  }
+  layer_gradient_sink_->release(local_layer);
   device_->fill(gradient.data(), 0.0f, gradient.size());
+}
+
+void GPT::reclaim_gradient_window(int local_layer) {
+  const int window = local_layer % gradient_windows_;
+  if (gradient_windows_ != 2 || taken_layer_[window] < 0) return;
+  const int taken = std::exchange(taken_layer_[window], -1);
+  layer_gradient_sink_->release(taken);
+  const auto [offset, size] = layer_gradient_range(taken);
+  device_->fill(grads_.data() + gradient_position(offset), 0.0f, size);
+}
+
+void GPT::reclaim_gradient_windows() {
+  for (int window = 0; window < 2; ++window) {
+    if (taken_layer_[window] >= 0) reclaim_gradient_window(taken_layer_[window]);
+  }
+}
+
+void GPT::progress_gradient_sink() const {
+  if (taken_layer_[0] >= 0 || taken_layer_[1] >= 0) layer_gradient_sink_->progress();
 }
 
 }  // namespace dufu::trainer

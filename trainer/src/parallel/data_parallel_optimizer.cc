@@ -46,7 +46,8 @@ std::vector<std::pair<std::size_t, std::size_t>> gradient_buckets(std::size_t n,
 
 DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group,
                                              int zero_stage, Communicator* pipeline_group, Communicator* tensor_group,
-                                             std::size_t bucket_elements, bool reduce_each_micro_batch)
+                                             std::size_t bucket_elements, bool reduce_each_micro_batch,
+                                             bool overlap_reduction)
     : model_(model),
       options_(options),
       group_(data_group),
@@ -56,7 +57,8 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
       zero_stage_(zero_stage),
       layers_each_micro_batch_(data_group.size() > 1 && (zero_stage >= 2 || reduce_each_micro_batch)),
       bucket_elements_(bucket_elements),
-      optimizer_(make_optimizer(model, options, data_group, sharded_)) {
+      optimizer_(make_optimizer(model, options, data_group, sharded_)),
+      overlap_(overlap_reduction && zero_stage >= 2 && data_group.size() > 1) {
   DUFU_CHECK(zero_stage >= 0 && zero_stage <= 3, "DataParallelOptimizer: ZeRO stage ", zero_stage,
              "; stages 0 to 3 exist");
   DUFU_CHECK(!reduce_each_micro_batch || zero_stage == 0,
@@ -66,9 +68,7 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
   if (layers_each_micro_batch_) {
     // Before the model's gradient is allocated (its first use, below): under ZeRO-2
     // the whole gradient is never held.
-    model.set_layer_gradient_sink(
-        [this](int local_layer, std::span<float> gradient) { reduce_layer_gradient(local_layer, gradient); },
-        zero_stage >= 2);
+    model.set_layer_gradient_sink(this, zero_stage >= 2, overlap_ ? 2 : 1);
   }
   // ZeRO-3: the model keeps only this rank's shard of the parameters, the masters
   // step() updates (the same range as the moments' and the gradient's shard).
@@ -85,6 +85,10 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
   if (layers_each_micro_batch_) {
     if (zero_stage >= 2) {
       reduced_piece_ = DeviceBuffer<float>(device, std::min(bucket_elements_, shard_size_));
+      const std::size_t layer_size = model.layer_gradient_range(0).second;
+      for (int window = 0; window < (overlap_ ? 2 : 0); ++window) {
+        reduced_windows_[window] = DeviceBuffer<float>(device, std::min(layer_size, shard_size_));
+      }
     } else {
       const auto [first, layer_size] = model.layer_gradient_range(0);
       const auto layers = static_cast<std::size_t>(model.pipeline_stage().num_layers);
@@ -97,7 +101,7 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
 DataParallelOptimizer::~DataParallelOptimizer() {
   if (!layers_each_micro_batch_) return;
   try {
-    model_.set_layer_gradient_sink({}, false);
+    model_.set_layer_gradient_sink(nullptr, false);
   } catch (...) {
     // A failed fill on a device in error: the model is left without a sink, and its
     // next backward refuses to run (GPT::backward_stage).
@@ -120,10 +124,14 @@ void DataParallelOptimizer::start_accumulation() {
   accumulation_fresh_ = false;
 }
 
-void DataParallelOptimizer::reduce_layer_gradient(int local_layer, std::span<float> gradient) {
+void DataParallelOptimizer::take(int local_layer, std::span<float> gradient) {
   if (accumulation_fresh_) start_accumulation();
   const auto [offset, size] = model_.layer_gradient_range(local_layer);
   DUFU_CHECK(gradient.size() == size);
+  if (overlap_) {
+    start_layer_reduction(local_layer, gradient);
+    return;
+  }
   if (zero_stage_ >= 2) {
     reduce_scatter_into_shard(offset, gradient, true);
     return;
@@ -131,6 +139,50 @@ void DataParallelOptimizer::reduce_layer_gradient(int local_layer, std::span<flo
   all_reduce_in_buckets(gradient);
   float* sums = layer_sums_.data() + (offset - model_.layer_gradient_range(0).first);
   model_.device().kernels().add(sums, sums, gradient.data(), size);
+}
+
+void DataParallelOptimizer::release(int local_layer) {
+  if (overlap_ && pending_layer_[local_layer % 2] == local_layer) finish_layer_reduction(local_layer % 2);
+}
+
+void DataParallelOptimizer::progress() {
+  for (const std::vector<PendingBucket>& window : pending_) {
+    for (const PendingBucket& bucket : window) bucket.collective->test();
+  }
+}
+
+void DataParallelOptimizer::start_layer_reduction(int local_layer, std::span<const float> gradient) {
+  // The blocking path's buckets and pieces (reduce_scatter_into_shard), started now and
+  // added into the shard when finished: the same sums, added in the same order, since
+  // the model releases a window before the layer it next takes in it.
+  const int window = local_layer % 2;
+  DUFU_CHECK(pending_layer_[window] < 0, "DataParallelOptimizer: layer ", local_layer, " taken while layer ",
+             pending_layer_[window], " still reduces in its window");
+  const std::size_t offset = model_.layer_gradient_range(local_layer).first;
+  const std::size_t shard_begin = optimizer_.shard_begin();
+  std::size_t used = 0;
+  for (const auto& [a, b] : gradient_buckets(gradient.size(), bucket_elements_)) {
+    const std::size_t low = offset + a;
+    const std::span<const std::size_t> counts = shard_pieces(low, offset + b);
+    const std::size_t own = counts[static_cast<std::size_t>(group_.rank())];
+    float* reduced = reduced_windows_[window].data() + used;
+    float* destination = own > 0 ? grad_shard_.data() + (std::max(low, shard_begin) - shard_begin) : nullptr;
+    pending_[window].push_back(
+        {group_.start_reduce_scatter_v(gradient.subspan(a, b - a), std::span<float>(reduced, own), counts), reduced,
+         destination, own});
+    used += own;
+  }
+  pending_layer_[window] = local_layer;
+}
+
+void DataParallelOptimizer::finish_layer_reduction(int window) {
+  const KernelTable& kernels = model_.device().kernels();
+  for (PendingBucket& bucket : pending_[window]) {
+    bucket.collective->wait();
+    if (bucket.count > 0) kernels.add(bucket.destination, bucket.destination, bucket.reduced, bucket.count);
+  }
+  pending_[window].clear();
+  pending_layer_[window] = -1;
 }
 
 std::span<const std::size_t> DataParallelOptimizer::shard_pieces(std::size_t low, std::size_t high) {
@@ -172,6 +224,11 @@ void DataParallelOptimizer::reduce_edges_and_layers() {
   // every rank (and the tied wte's two stages summed by the pipeline schedule), now.
   if (accumulation_fresh_) start_accumulation();
   accumulation_fresh_ = true;
+  // The layers' reductions still in flight land first (the model zeroes their windows
+  // when it next needs them).
+  for (int window = 0; window < 2; ++window) {
+    if (pending_layer_[window] >= 0) finish_layer_reduction(window);
+  }
   if (zero_stage_ >= 2) {
     for (const GPT::EdgeGradient& edge : model_.edge_gradients()) {
       reduce_scatter_into_shard(edge.offset, edge.gradient, true);

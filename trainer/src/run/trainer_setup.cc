@@ -185,7 +185,8 @@ Trainer::State::MemoryNeed Trainer::State::check_memory_plan() {
                              options.micro_batch, " x ", T, " tokens (train.micro_batch x model.seq_length)");
   MemoryPlan plan = rank_memory_plan(options.model, options.micro_batch, T, tp, dp, stage, slots,
                                      options.prefetch_batches, options.precision, options.zero_stage, *device,
-                                     options.recompute, static_cast<double>(bucket_elements_for(options.dp_bucket_mb)));
+                                     options.recompute, static_cast<double>(bucket_elements_for(options.dp_bucket_mb)),
+                                     options.overlap_reduction);
   if (options.optimizer_offload) {
     offload_to_host(plan);
     check_memory("the offloaded fp32 master weights and AdamW moments (optim.offload = cpu)", plan.host);
@@ -257,7 +258,7 @@ void Trainer::State::build_model(const MemoryNeed& model_memory) {
     optimizer = std::make_unique<DataParallelOptimizer>(*model, options.adamw, *groups.data, options.zero_stage,
                                                         groups.pipeline.get(), groups.tensor.get(),
                                                         bucket_elements_for(options.dp_bucket_mb),
-                                                        options.reduce_each_micro_batch);
+                                                        options.reduce_each_micro_batch, options.overlap_reduction);
   } catch (const std::bad_alloc&) {
     fail_out_of_memory(model_memory.what, model_memory.bytes);
   }

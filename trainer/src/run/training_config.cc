@@ -113,6 +113,9 @@ ConfigSchema training_config_schema() {
                "1: shard the AdamW moments over the data-parallel ranks (ZeRO-1: reduce-scatter, update, "
                "all-gather); 2: the gradients too (each layer's reduce-scattered as the backward makes it); "
                "3: the parameters too (each layer's gathered just before use); 0: every rank keeps them all")
+      .add_bool("dist.overlap_reduction", defaults.overlap_reduction,
+                "Stages 2 and 3: start each layer's reduce-scatter as its backward ends and finish it during the "
+                "next layer's (one more layer of gradient memory; the same sums and bits)")
       .add_bool("dist.reduce_each_micro_batch", defaults.reduce_each_micro_batch,
                 "Stage 0: all-reduce each micro-batch's layer gradients and sum those, as ZeRO-2 does (its "
                 "results bit for bit; to compare the two)");
@@ -323,6 +326,7 @@ TrainingOptions training_options(const Config& config) {
   (void)pipeline_layer_split(options.model.n_layer, options.pipeline_parallel_size, options.pipeline_num_layers);
   options.zero_stage = static_cast<int>(int_in_range(config, "dist.zero_stage", 0, 3));
   options.reduce_each_micro_batch = config.get_bool("dist.reduce_each_micro_batch");
+  options.overlap_reduction = config.get_bool("dist.overlap_reduction");
   if (options.reduce_each_micro_batch && options.zero_stage != 0) {
     DUFU_FAIL("dist.reduce_each_micro_batch is stage 0's option (dist.zero_stage = 2 and 3 always reduce each "
               "micro-batch, and stage 1 reduce-scatters the whole gradient once); HINT: set dist.zero_stage = 0");

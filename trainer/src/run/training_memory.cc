@@ -44,10 +44,15 @@ double rank_parameter_count(const GPTConfig& config, int tensor_parallel_size, c
 }
 
 double rank_gradient_floats(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage,
-                            int data_parallel_size, int zero_stage) {
+                            int data_parallel_size, int zero_stage, bool overlap_reduction) {
   const RankParameters counts = rank_parameters(config, tensor_parallel_size, stage);
-  // ZeRO-2 keeps one layer's window and the edges (GPT::set_layer_gradient_sink).
-  if (zero_stage >= 2 && data_parallel_size > 1) return counts.layer + counts.edges;
+  // ZeRO-2 keeps one layer's window and the edges (GPT::set_layer_gradient_sink); the
+  // overlap a second window, and two layers' reduced pieces (DataParallelOptimizer).
+  if (zero_stage >= 2 && data_parallel_size > 1) {
+    if (!overlap_reduction || counts.layers < 2) return counts.layer + counts.edges;
+    const double shard = std::ceil((counts.layers * counts.layer + counts.edges) / data_parallel_size);
+    return 2.0 * counts.layer + counts.edges + 2.0 * std::min(counts.layer, shard);
+  }
   return counts.layers * counts.layer + counts.edges;
 }
 
@@ -146,12 +151,14 @@ StepShapes training_step_shapes(const GPTConfig& config, int B, int T, int tenso
 
 MemoryPlan rank_memory_plan(const GPTConfig& config, int B, int T, int tensor_parallel_size, int data_parallel_size,
                             const PipelineStage& stage, int slots, int prefetch, Precision precision,
-                            int zero_stage, const Device& device, Recompute recompute, double bucket_floats) {
+                            int zero_stage, const Device& device, Recompute recompute, double bucket_floats,
+                            bool overlap_reduction) {
   const double parameters = rank_parameter_count(config, tensor_parallel_size, stage);
   MemoryPlan plan =
       memory_plan(parameters, data_parallel_size, zero_stage, precision == Precision::kBf16,
                   activation_bytes(config, B, T, tensor_parallel_size, stage, slots, prefetch, precision, recompute),
-                  rank_gradient_floats(config, tensor_parallel_size, stage, data_parallel_size, zero_stage),
+                  rank_gradient_floats(config, tensor_parallel_size, stage, data_parallel_size, zero_stage,
+                                       overlap_reduction),
                   bucket_floats,
                   rank_weight_floats(config, tensor_parallel_size, stage, data_parallel_size, zero_stage));
   plan.scratch = device.scratch_bytes(training_step_shapes(config, B, T, tensor_parallel_size, stage, precision,

@@ -276,19 +276,32 @@ class GPT {
   void backward();
   void zero_grad();
 
-  // ---- ZeRO-2: each layer's gradient handed off as soon as it is made ----
-  // With a sink, every backward calls sink(l, gradient) once local layer l's gradient
+  // ---- ZeRO-2 and 3: each layer's gradient handed off as soon as it is made ----
+  // With a sink, every backward calls take(l, gradient) once local layer l's gradient
   // of that micro-batch is complete (`gradient`: the layer's range of the flat
-  // gradient, layer_gradient_range(l)), and zeroes it when the sink returns: the
-  // layers' gradients no longer accumulate over micro-batches here, the sink
-  // accumulates what it makes of them (dist.zero_stage = 2: this rank's shard of their
-  // sum over the data-parallel ranks). `windowed` also stops keeping the layers'
-  // gradients whole: every layer reuses one layer's worth of memory, grads() throws,
-  // and only the edge tensors (wte, wpe, ln_f, lm_head) keep whole gradients, which
-  // accumulate as before (edge_gradients()). An empty sink restores the whole
-  // gradient. A change of layout drops the gradient; the next use allocates it zeroed.
-  using LayerGradientSink = std::function<void(int local_layer, std::span<float> gradient)>;
-  void set_layer_gradient_sink(LayerGradientSink sink, bool windowed);
+  // gradient, layer_gradient_range(l)), and later release(l), after which it zeroes
+  // that memory: the layers' gradients no longer accumulate over micro-batches here,
+  // the sink accumulates what it makes of them (dist.zero_stage = 2: this rank's shard
+  // of their sum over the data-parallel ranks). `windowed` also stops keeping the
+  // layers' gradients whole: the layers share `windows` layers' worth of memory (layer
+  // l in window l % windows), grads() throws, and only the edge tensors (wte, wpe,
+  // ln_f, lm_head) keep whole gradients, which accumulate as before (edge_gradients()).
+  // With one window (or whole) release follows take at once; with two, a layer is
+  // released only when its window is needed again (the backward of layer l - 2, or
+  // zero_grad), so the sink can reduce it while the next layer's backward runs, and
+  // between that backward's kernels the model calls progress(). A null sink restores
+  // the whole gradient. A change of layout drops the gradient; the next use allocates
+  // it zeroed. The sink must outlive its use.
+  class LayerGradientSink {
+   public:
+    virtual ~LayerGradientSink() = default;
+    // The model leaves `gradient` alone until release(local_layer).
+    virtual void take(int local_layer, std::span<float> gradient) = 0;
+    // The sink is done reading that layer's gradient when this returns.
+    virtual void release(int local_layer) = 0;
+    virtual void progress() {}
+  };
+  void set_layer_gradient_sink(LayerGradientSink* sink, bool windowed, int windows = 1);
   // {offset, size} of local layer l's tensors in the flat layout (of params()).
   std::pair<std::size_t, std::size_t> layer_gradient_range(int local_layer) const;
   // The edge tensors' gradients, each run with its offset in the flat layout.
@@ -563,8 +576,15 @@ class GPT {
   std::size_t gradient_position(std::size_t offset) const;
   // g_ for grads_ as it is laid out now.
   GPTTensors gradient_views();
-  // After layer l's backward: the sink gets its gradient, which is then zeroed.
+  // After layer l's backward: the sink takes its gradient (and releases it at once
+  // unless it is kept for a second window), which is then zeroed.
   void hand_off_layer_gradient(int local_layer);
+  // Before layer l's backward under two windows: its window back from the sink, zeroed.
+  void reclaim_gradient_window(int local_layer);
+  // Every window the sink holds, back and zeroed (before zero_grad and a change of sink).
+  void reclaim_gradient_windows();
+  // Between the backward's kernels: the sink's chance to progress what it holds.
+  void progress_gradient_sink() const;
   // Under bf16: rounds `count` values to bf16 where the recipe stores bf16, and keeps
   // their bf16 copy in `stored` unless it is null (gpt_precision.cc).
   void round_if_bf16(float* values, std::size_t count, std::uint16_t* stored = nullptr) const;
@@ -652,8 +672,12 @@ class GPT {
   std::vector<VectorRun> vector_runs_;
   bool working_weights_stale_ = true;
   GPTTensors g_;  // views into grads_
-  LayerGradientSink layer_gradient_sink_;
-  bool gradients_windowed_ = false;  // grads_: the edges whole and one layer's window
+  LayerGradientSink* layer_gradient_sink_ = nullptr;
+  bool gradients_windowed_ = false;  // grads_: the edges whole and gradient_windows_ layer windows
+  int gradient_windows_ = 1;
+  // With two windows: the layer each window holds that the sink took and has not
+  // released (-1: none).
+  int taken_layer_[2] = {-1, -1};
 
   std::vector<ActivationSlot> slots_;
   // Activation gradients are shared by the slots: one backward runs at a time.

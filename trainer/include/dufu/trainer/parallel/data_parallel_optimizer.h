@@ -64,7 +64,7 @@ std::size_t bucket_elements_for(double megabytes);
 // the last one shorter; none for n = 0.
 std::vector<std::pair<std::size_t, std::size_t>> gradient_buckets(std::size_t n, std::size_t bucket_elements);
 
-class DataParallelOptimizer {
+class DataParallelOptimizer : private GPT::LayerGradientSink {
  public:
   // `data_group` (and `pipeline_group`, the model's pipeline stages, and
   // `tensor_group`, its tensor-parallel ranks, or nullptr for one) must outlive this
@@ -73,14 +73,19 @@ class DataParallelOptimizer {
   // bucket_elements: floats of gradient per collective (>= 1; bucket_elements_for).
   // zero_stage: 0 to 3 (1 to 3 shard only with more than one data-parallel rank).
   // reduce_each_micro_batch: stage 0 only (stages 2 and 3 always do), see above.
+  // overlap_reduction: stages 2 and 3 (ignored otherwise) start each layer's
+  // reduce-scatter as the backward hands the layer over and finish it when the model
+  // needs the layer's memory again (Communicator::start_reduce_scatter_v; the model
+  // keeps two layer windows of gradient), so the reduction runs while the next layer's
+  // backward does: the same collectives, the same sums and bits.
   // Under ZeRO-2 and 3 (and reduce_each_micro_batch) the model's gradient sink is this
   // object's until it is destroyed. ZeRO-3 leaves the model sharded when destroyed
   // (unsharding is collective; GPT::shard_parameters(nullptr, ...) does it).
   DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group, int zero_stage,
                         Communicator* pipeline_group = nullptr, Communicator* tensor_group = nullptr,
                         std::size_t bucket_elements = bucket_elements_for(kDefaultBucketMegabytes),
-                        bool reduce_each_micro_batch = false);
-  ~DataParallelOptimizer();
+                        bool reduce_each_micro_batch = false, bool overlap_reduction = false);
+  ~DataParallelOptimizer() override;
   DataParallelOptimizer(const DataParallelOptimizer&) = delete;
   DataParallelOptimizer& operator=(const DataParallelOptimizer&) = delete;
 
@@ -118,7 +123,13 @@ class DataParallelOptimizer {
   // Per micro-batch (ZeRO-2 or reduce_each_micro_batch): the sink's work for one
   // layer's gradient, the start of a step's sums, and the reduction of the flat range
   // [offset, offset + gradient.size()) into this rank's shard (ZeRO-2).
-  void reduce_layer_gradient(int local_layer, std::span<float> gradient);
+  void take(int local_layer, std::span<float> gradient) override;
+  void release(int local_layer) override;
+  void progress() override;
+  // Overlapped: layer l's reduce-scatter started, one collective per bucket, into the
+  // reduced window of l % 2; and finished: waited for, and added into the shard.
+  void start_layer_reduction(int local_layer, std::span<const float> gradient);
+  void finish_layer_reduction(int window);
   void start_accumulation();
   void reduce_scatter_into_shard(std::size_t offset, std::span<const float> gradient, bool accumulate);
   void reduce_edges_and_layers();
@@ -147,6 +158,19 @@ class DataParallelOptimizer {
   // over the micro-batches. ZeRO-2: one bucket's piece of the shard, as reduced.
   DeviceBuffer<float> layer_sums_;
   DeviceBuffer<float> reduced_piece_;
+  // overlap_reduction: per gradient window, the layer whose reduction is in flight
+  // (-1: none), its buckets' collectives, and where each lands before it is added to
+  // the shard (this rank's piece of the layer, at most a layer or a shard).
+  bool overlap_ = false;
+  struct PendingBucket {
+    std::unique_ptr<PendingCollective> collective;
+    float* reduced;
+    float* destination;
+    std::size_t count;
+  };
+  int pending_layer_[2] = {-1, -1};
+  std::vector<PendingBucket> pending_[2];
+  DeviceBuffer<float> reduced_windows_[2];
   // optim.offload = cpu: the reduced gradients, downloaded for the host's AdamW.
   std::vector<float> host_grads_;
 };

@@ -24,10 +24,11 @@ struct RankParameters {
   double layer, layers, edges;
 };
 RankParameters rank_parameters(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage);
-// The gradient floats the model keeps: all of them, or under ZeRO-2 over more than one
-// data-parallel rank the edges and one layer's window.
+// The gradient floats the model keeps: all of them, or under ZeRO-2 and 3 over more
+// than one data-parallel rank the edges and one layer's window; with
+// overlap_reduction two windows, and the two layers' pieces their reductions land in.
 double rank_gradient_floats(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage,
-                            int data_parallel_size, int zero_stage);
+                            int data_parallel_size, int zero_stage, bool overlap_reduction = false);
 
 // The parameter floats the model keeps whole beside its shard: under ZeRO-3 over more
 // than one data-parallel rank the edges and two layer windows (GPT::shard_parameters),
@@ -97,7 +98,8 @@ inline int pipeline_slots(const PipelineStage& stage) { return stage.num_stages 
 MemoryPlan rank_memory_plan(const GPTConfig& config, int B, int T, int tensor_parallel_size, int data_parallel_size,
                             const PipelineStage& stage, int slots, int prefetch, Precision precision,
                             int zero_stage, const Device& device, Recompute recompute = Recompute::kNone,
-                            double bucket_floats = kDefaultBucketMegabytes * 1024 * 1024 / sizeof(float));
+                            double bucket_floats = kDefaultBucketMegabytes * 1024 * 1024 / sizeof(float),
+                            bool overlap_reduction = false);
 
 // Throws dufu::Error when `plan` needs more than `capacity_bytes` of `device` (its
 // Device::describe()), naming the plan and the knobs that shrink it: train.micro_batch
