@@ -52,6 +52,13 @@ bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_b
          std::less<>()(b_begin, a_begin + a_bytes);
 }
 
+// What a backend without a non-blocking transport returns: the collective already ran.
+class CompletedCollective final : public PendingCollective {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
 class SingleProcessCommunicator final : public Communicator {
  public:
   explicit SingleProcessCommunicator(std::string name) : Communicator(std::move(name)) {}
@@ -278,6 +285,25 @@ void Communicator::reduce_scatter_v_buffer(ConstCommBuffer input, CommBuffer out
   TrafficScope scope(*this, &CommunicationTraffic::reduce_scatter_bytes,
                      reduce_scatter_sent_bytes(input, output.count));
   do_reduce_scatter_v(input, output, counts);
+}
+
+// The same checks and traffic as reduce_scatter_v_buffer; the checks throw before
+// anything starts, so a bad call leaves nothing outstanding on any rank.
+std::unique_ptr<PendingCollective> Communicator::start_reduce_scatter_v_buffer(ConstCommBuffer input,
+                                                                               CommBuffer output,
+                                                                               std::span<const std::size_t> counts) {
+  check_same_type(input, output, "reduce_scatter_v", *this);
+  check_uneven_counts(counts, "input", input.count, "output", output.count, "reduce_scatter_v", *this);
+  if (input.count == 0) return std::make_unique<CompletedCollective>();
+  TrafficScope scope(*this, &CommunicationTraffic::reduce_scatter_bytes,
+                     reduce_scatter_sent_bytes(input, output.count));
+  return do_start_reduce_scatter_v(input, output, counts);
+}
+
+std::unique_ptr<PendingCollective> Communicator::do_start_reduce_scatter_v(ConstCommBuffer input, CommBuffer output,
+                                                                           std::span<const std::size_t> counts) {
+  do_reduce_scatter_v(input, output, counts);
+  return std::make_unique<CompletedCollective>();
 }
 
 void Communicator::broadcast_buffer(CommBuffer data, int root) {

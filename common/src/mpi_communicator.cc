@@ -9,7 +9,8 @@
 // inputs (see communicator.h). reduce_scatter_v is the first two of those steps with
 // the caller's chunks, and reduce_scatter is reduce_scatter_v with equal chunks;
 // all_gather_v is the Allgatherv with the caller's chunks, and all_gather it with equal
-// ones (the same data as MPI_Allgather moves).
+// ones (the same data as MPI_Allgather moves). start_reduce_scatter_v is reduce_scatter_v
+// with an Ialltoallv, folded by the same code when the request completes.
 
 // The C API only: included from C++, mpi.h otherwise pulls in the deprecated C++
 // bindings, which live in a library MPI::MPI_C does not link.
@@ -22,7 +23,10 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <memory>
 #include <span>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -202,6 +206,12 @@ class MpiCommunicator final : public Communicator {
     exchange_and_fold(input.data, input.type, ReduceOp::kSum, output.data, "reduce_scatter_v");
   }
 
+  std::unique_ptr<PendingCollective> do_start_reduce_scatter_v(ConstCommBuffer input, CommBuffer output,
+                                                               std::span<const std::size_t> counts) override {
+    chunks_of([&](int r) { return counts[static_cast<std::size_t>(r)]; }, "reduce_scatter_v");
+    return std::make_unique<PendingReduceScatter>(*this, input, output, "reduce_scatter_v");
+  }
+
   void do_broadcast(CommBuffer data, int root) override {
     DUFU_MPI_CHECK(this, "broadcast", MPI_Bcast, data.data, checked_count(data.count, "broadcast"), mpi_type(data.type),
                    root, comm_);
@@ -286,31 +296,128 @@ class MpiCommunicator final : public Communicator {
                    chunks_.offsets.data(), type, comm_);
   }
 
+  // The receiving side of the exchange below: this rank's chunk (chunks_.counts[rank_]
+  // elements) from every rank, rank after rank in blocks; returns that count.
+  int plan_receive(DataType type, std::vector<unsigned char>& blocks, std::vector<int>& counts,
+                   std::vector<int>& offsets, const char* operation) const {
+    const int own = chunks_.counts[static_cast<std::size_t>(rank_)];
+    checked_count(static_cast<std::size_t>(own) * static_cast<std::size_t>(size_), operation);
+    blocks.resize(static_cast<std::size_t>(own) * static_cast<std::size_t>(size_) * data_type_size(type));
+    counts.assign(static_cast<std::size_t>(size_), own);
+    offsets.resize(static_cast<std::size_t>(size_));
+    for (int r = 0; r < size_; ++r) offsets[static_cast<std::size_t>(r)] = r * own;
+    return own;
+  }
+
   // Hands rank k chunk k (chunks_) of every rank's input, rank after rank in scratch_,
   // and folds them into destination (this rank's chunk, chunks_.counts[rank_] elements).
   // destination may be part of input: the exchange has read input by then.
   void exchange_and_fold(const void* input, DataType type, ReduceOp op, void* destination, const char* operation) {
-    const int own = chunks_.counts[static_cast<std::size_t>(rank_)];
-    checked_count(static_cast<std::size_t>(own) * static_cast<std::size_t>(size_), operation);
-    scratch_.resize(static_cast<std::size_t>(own) * static_cast<std::size_t>(size_) * data_type_size(type));
-    scratch_counts_.assign(static_cast<std::size_t>(size_), own);
-    scratch_offsets_.resize(static_cast<std::size_t>(size_));
-    for (int r = 0; r < size_; ++r) scratch_offsets_[static_cast<std::size_t>(r)] = r * own;
+    const int own = plan_receive(type, scratch_, scratch_counts_, scratch_offsets_, operation);
     const MPI_Datatype mpi = mpi_type(type);
     DUFU_MPI_CHECK(this, operation, MPI_Alltoallv, input, chunks_.counts.data(), chunks_.offsets.data(), mpi,
                    scratch_.data(), scratch_counts_.data(), scratch_offsets_.data(), mpi, comm_);
-    fold(type, op, destination, static_cast<std::size_t>(own));
+    fold_blocks(type, op, destination, static_cast<std::size_t>(own), scratch_.data(), size_);
   }
 
-  // destination = scratch block 0 op block 1 op ... op block size_-1, left to right.
-  void fold(DataType type, ReduceOp op, void* destination, std::size_t count) const {
+  // destination = block 0 op block 1 op ... op block ranks-1 (count elements each, one
+  // after another in blocks), left to right: the one fold of the blocking and the
+  // non-blocking exchange, so both give the same bits.
+  static void fold_blocks(DataType type, ReduceOp op, void* destination, std::size_t count,
+                          const unsigned char* blocks, int ranks) {
     const std::size_t block_bytes = count * data_type_size(type);
     if (block_bytes == 0) return;
-    std::memcpy(destination, scratch_.data(), block_bytes);
-    for (int r = 1; r < size_; ++r) {
-      reduce_elements(type, op, destination, scratch_.data() + static_cast<std::size_t>(r) * block_bytes, count);
+    std::memcpy(destination, blocks, block_bytes);
+    for (int r = 1; r < ranks; ++r) {
+      reduce_elements(type, op, destination, blocks + static_cast<std::size_t>(r) * block_bytes, count);
     }
   }
+
+  // exchange_and_fold split in two: the constructor starts the exchange (MPI_Ialltoallv
+  // into blocks the handle owns, with its own copies of the counts and offsets, which
+  // MPI reads until completion) and completion folds into the output. Each start
+  // allocates its blocks, as several may be outstanding where the blocking call reuses
+  // scratch_. It keeps the group's description rather than the group, for its messages.
+  class PendingReduceScatter final : public PendingCollective {
+   public:
+    // After chunks_of: chunks_ holds the caller's chunks.
+    PendingReduceScatter(const MpiCommunicator& group, ConstCommBuffer input, CommBuffer output,
+                         const char* operation)
+        : operation_(operation),
+          description_(group.describe()),
+          type_(output.type),
+          destination_(output.data),
+          ranks_(group.size_),
+          send_counts_(group.chunks_.counts),
+          send_offsets_(group.chunks_.offsets) {
+      count_ = static_cast<std::size_t>(
+          group.plan_receive(type_, blocks_, receive_counts_, receive_offsets_, operation));
+      const MPI_Datatype mpi = mpi_type(type_);
+      DUFU_MPI_CHECK(&group, operation, MPI_Ialltoallv, input.data, send_counts_.data(), send_offsets_.data(), mpi,
+                     blocks_.data(), receive_counts_.data(), receive_offsets_.data(), mpi, group.comm_, &request_);
+    }
+
+    // Destructors must not throw: a failure here is logged, and the request is still
+    // never freed while pending (MPI could write blocks_ after they are gone).
+    ~PendingReduceScatter() override {
+      if (complete_) return;
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (finalized != 0) return;  // MPI ended every request with itself
+      try {
+        wait();
+      } catch (const std::exception& error) {
+        log_message(LogLevel::kError, "COMM", str_cat("a reduce-scatter dropped before its wait failed: ",
+                                                      error.what()));
+      }
+    }
+
+    PendingReduceScatter(const PendingReduceScatter&) = delete;
+    PendingReduceScatter& operator=(const PendingReduceScatter&) = delete;
+
+    void wait() override {
+      if (!complete_) complete(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait");
+      if (!failure_.empty()) throw Error(failure_);
+    }
+
+    bool test() override {
+      if (!complete_) {
+        int done = 0;
+        const int code = MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+        if (code == MPI_SUCCESS && done == 0) return false;
+        complete(code, "MPI_Test");
+      }
+      if (!failure_.empty()) throw Error(failure_);
+      return true;
+    }
+
+   private:
+    // The request ended (code says how): fold, or remember the failure for every later
+    // wait and test, as the request is gone either way.
+    void complete(int code, const char* function) {
+      complete_ = true;
+      if (code != MPI_SUCCESS) {
+        failure_ = str_cat(function, " failed in ", operation_, " on ", description_, ": ", mpi_error_string(code));
+        return;
+      }
+      fold_blocks(type_, ReduceOp::kSum, destination_, count_, blocks_.data(), ranks_);
+    }
+
+    const char* operation_;
+    std::string description_;
+    DataType type_;
+    void* destination_;
+    int ranks_;
+    std::size_t count_ = 0;
+    std::vector<int> send_counts_;
+    std::vector<int> send_offsets_;
+    std::vector<int> receive_counts_;
+    std::vector<int> receive_offsets_;
+    std::vector<unsigned char> blocks_;
+    MPI_Request request_ = MPI_REQUEST_NULL;
+    bool complete_ = false;
+    std::string failure_;
+  };
 
   MPI_Comm comm_;
   int rank_ = 0;

@@ -215,6 +215,46 @@ TEST(Communicator, ReduceScatterVChecksAndCountsWhatThisRankSends) {
   EXPECT_EQ(comm.reduce_scatter_v_calls, 2u);
 }
 
+// The default start hook (NCCL's, and any backend's without its own): the blocking hook
+// runs once, at the start, and the handle is complete; checks and traffic as blocking.
+TEST(Communicator, StartReduceScatterVRunsTheBlockingHookByDefault) {
+  UnevenCollectiveRecorder comm;
+  const std::vector<std::size_t> counts{0, 5, 3, 0};
+  std::vector<double> input(8), output(3);
+  std::unique_ptr<PendingCollective> pending = comm.start_reduce_scatter_v(input, output, counts);
+  EXPECT_EQ(comm.reduce_scatter_v_calls, 1u);
+  EXPECT_EQ(comm.counts_seen, counts);
+  EXPECT_TRUE(pending->test());
+  pending->wait();
+  EXPECT_EQ(comm.reduce_scatter_v_calls, 1u);
+  EXPECT_EQ(comm.traffic().reduce_scatter_bytes, 5 * sizeof(double));
+  EXPECT_EQ(comm.traffic().operations, 1u);
+  // All counts zero: complete at once, nothing reaches the hook or the counters.
+  std::vector<float> none;
+  EXPECT_TRUE(comm.start_reduce_scatter_v(none, none, std::vector<std::size_t>(4, 0))->test());
+  EXPECT_EQ(comm.reduce_scatter_v_calls, 1u);
+  EXPECT_EQ(comm.traffic().operations, 1u);
+  expect_error([&] { comm.start_reduce_scatter_v(input, output, std::vector<std::size_t>{0, 5, 3}); },
+               {"reduce_scatter_v on recorder (rank 2 of 4): counts has 3 entries but the group has 4 ranks"});
+  expect_error([&] { comm.start_reduce_scatter_v(input, output, std::vector<std::size_t>{0, 3, 5, 0}); },
+               {"output has 3 elements but counts[2] is 5"});
+  EXPECT_EQ(comm.reduce_scatter_v_calls, 1u);
+}
+
+TEST(SingleProcessCommunicator, StartReduceScatterVCopiesTheInput) {
+  auto comm = make_single_process_communicator();
+  const std::vector<double> input{1.5, -2.25, 1e300};
+  std::vector<double> output(3);
+  std::unique_ptr<PendingCollective> pending =
+      comm->start_reduce_scatter_v(input, output, std::vector<std::size_t>{3});
+  EXPECT_TRUE(pending->test());
+  pending->wait();
+  EXPECT_EQ(output, input);
+  expect_error([&] { comm->start_reduce_scatter_v(input, output, std::vector<std::size_t>{2}); },
+               {"reduce_scatter_v on single-process communicator 'world': input has 3 elements but counts sum to 2"});
+  EXPECT_EQ(comm->traffic().operations, 1u);
+}
+
 TEST(Communicator, AllGatherVChecksAndCountsWhatThisRankSends) {
   UnevenCollectiveRecorder comm;
   const std::vector<std::size_t> counts{0, 5, 3, 0};

@@ -103,6 +103,20 @@ struct CommunicationTraffic {
   }
 };
 
+// A collective started and not yet waited for (Communicator::start_reduce_scatter_v).
+// Destroying one that was never completed completes it first (blocking, logging rather
+// than throwing what fails), so its buffers are never written after it is gone.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  // Blocks until the collective is complete and its output written. Idempotent: later
+  // calls return at once (or throw again what the first one threw).
+  virtual void wait() = 0;
+  // Lets the backend make progress without blocking; true once complete (output
+  // written, and wait() returns at once).
+  virtual bool test() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -156,6 +170,22 @@ class Communicator {
     requires std::same_as<std::ranges::range_value_t<In>, std::ranges::range_value_t<Out>>
   void reduce_scatter_v(In&& input, Out&& output, std::span<const std::size_t> counts) {
     reduce_scatter_v_buffer(input_buffer(input), output_buffer(output), counts);
+  }
+  // reduce_scatter_v started (same arguments, same checks, same result bits) and left
+  // to run while the caller works: it returns at once, and the output is written when
+  // the handle's wait() returns or its test() gives true. input and output must stay
+  // valid, and input unmodified, until then; counts is copied. Several may be
+  // outstanding on one communicator, waited for in any order, with blocking collectives
+  // in between; every rank must start and call them all in the same order (MPI's rule
+  // for non-blocking collectives). The traffic is counted when started (its seconds
+  // are the start's, not the wait's). Backends without a non-blocking transport run it
+  // to completion here and return a completed handle. The handle must not outlive
+  // this communicator.
+  template <CommInput In, CommOutput Out>
+    requires std::same_as<std::ranges::range_value_t<In>, std::ranges::range_value_t<Out>>
+  std::unique_ptr<PendingCollective> start_reduce_scatter_v(In&& input, Out&& output,
+                                                            std::span<const std::size_t> counts) {
+    return start_reduce_scatter_v_buffer(input_buffer(input), output_buffer(output), counts);
   }
   // Uneven all_gather (ZeRO's parameter shards), the counterpart of reduce_scatter_v:
   // output holds sum(counts) elements, chunk r (counts[r] elements) after chunks
@@ -212,6 +242,8 @@ class Communicator {
   void all_gather_v_buffer(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t> counts);
   void reduce_scatter_buffer(ConstCommBuffer input, CommBuffer output);
   void reduce_scatter_v_buffer(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t> counts);
+  std::unique_ptr<PendingCollective> start_reduce_scatter_v_buffer(ConstCommBuffer input, CommBuffer output,
+                                                                   std::span<const std::size_t> counts);
   void broadcast_buffer(CommBuffer data, int root);
   void send_buffer(ConstCommBuffer data, int peer, int tag);
   void recv_buffer(CommBuffer data, int peer, int tag);
@@ -240,6 +272,11 @@ class Communicator {
                             int tag) = 0;
   virtual void do_barrier() = 0;
   virtual std::unique_ptr<Communicator> do_split(int color, int key, std::string name) = 0;
+  // Starts do_reduce_scatter_v's work (same checks done, input not empty). The default
+  // runs do_reduce_scatter_v to completion and returns a completed handle, which every
+  // backend can keep; MPI overrides it with a non-blocking exchange.
+  virtual std::unique_ptr<PendingCollective> do_start_reduce_scatter_v(ConstCommBuffer input, CommBuffer output,
+                                                                       std::span<const std::size_t> counts);
 
   // accumulator[i] = accumulator[i] op input[i]: the one element-wise reduction every
   // CPU backend uses, so all of them fold the same way.
