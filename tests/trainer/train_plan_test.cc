@@ -76,13 +76,18 @@ TEST_F(TrainPlanTest, RowsAreTheRankMemoryPlanOfEachStage) {
   struct Case {
     int zero_stage;
     trainer::Recompute recompute;
+    bool overlap;  // dist.overlap_reduction (its default, true; stages 2 and 3)
   };
-  for (const auto [zero_stage, recompute] : {Case{1, trainer::Recompute::kNone}, Case{1, trainer::Recompute::kFull},
-                                             Case{2, trainer::Recompute::kNone}, Case{3, trainer::Recompute::kNone}}) {
-    SCOPED_TRACE("ZeRO " + std::to_string(zero_stage));
+  double overlapped_gradients = 0.0;  // ZeRO-2's on the first stage
+  for (const auto [zero_stage, recompute, overlap] :
+       {Case{1, trainer::Recompute::kNone, true}, Case{1, trainer::Recompute::kFull, true},
+        Case{2, trainer::Recompute::kNone, false}, Case{3, trainer::Recompute::kNone, false},
+        Case{2, trainer::Recompute::kNone, true}}) {
+    SCOPED_TRACE("ZeRO " + std::to_string(zero_stage) + (overlap ? ", overlapped" : ""));
     const CommandResult result = plan(std::string("train.memory_limit=100GB train.recompute=") +
-                                      trainer::recompute_name(recompute) +
-                                      " dist.zero_stage=" + std::to_string(zero_stage) + " train.dp_bucket_mb=0.01");
+                                      trainer::recompute_name(recompute) + " dist.zero_stage=" +
+                                      std::to_string(zero_stage) + " train.dp_bucket_mb=0.01" +
+                                      (overlap ? "" : " dist.overlap_reduction=false"));
     ASSERT_EQ(result.exit_code, 0) << result.output;
     EXPECT_NE(result.output.find("8 ranks (dp 2 x tp 2 x pp 2)"), std::string::npos) << result.output;
     for (int stage = 0; stage < 2; ++stage) {
@@ -90,13 +95,17 @@ TEST_F(TrainPlanTest, RowsAreTheRankMemoryPlanOfEachStage) {
       const trainer::MemoryPlan expected =
           trainer::rank_memory_plan(model, 4, 32, 2, 2, trainer::pipeline_stage(split, stage), slots, 4,
                                     trainer::Precision::kFp32, zero_stage, trainer::cpu_device(), recompute,
-                                    static_cast<double>(trainer::bucket_elements_for(0.01)), true);
+                                    static_cast<double>(trainer::bucket_elements_for(0.01)), overlap);
       EXPECT_TRUE(has_in_order(row(result.output, stage),
                                {std::to_string(split[static_cast<std::size_t>(stage)]), human_bytes(expected.weights),
                                 human_bytes(expected.gradients), human_bytes(expected.moments),
                                 human_bytes(expected.activations), human_bytes(expected.total()), "fits"}));
       if (stage == 0 && zero_stage == 1) {
         stage0_activations[recompute == trainer::Recompute::kFull] = expected.activations;
+      }
+      if (overlap && zero_stage == 2) {
+        if (stage == 0) overlapped_gradients = expected.gradients;
+        continue;
       }
       gradients[zero_stage][stage] = expected.gradients;
       weights[zero_stage][stage] = expected.weights;
@@ -112,6 +121,8 @@ TEST_F(TrainPlanTest, RowsAreTheRankMemoryPlanOfEachStage) {
   // only adds (the saving needs more layers: training_test's GPT-2 XL plan).
   EXPECT_EQ(gradients[3][0], gradients[2][0]);
   EXPECT_GT(weights[3][0], weights[2][0]);
+  // Overlapping the reduction holds a second layer window and two reduced pieces.
+  EXPECT_GT(overlapped_gradients, gradients[2][0]);
 }
 
 TEST_F(TrainPlanTest, AStageOverTheCapFailsNamingNeedAndCap) {
