@@ -76,18 +76,18 @@ TEST_F(TrainPlanTest, RowsAreTheRankMemoryPlanOfEachStage) {
   struct Case {
     int zero_stage;
     trainer::Recompute recompute;
-    bool overlap;  // dist.overlap_reduction (its default, true; stages 2 and 3)
+    bool overlap;  // dist.overlap_reduction (stages 2 and 3)
   };
   double overlapped_gradients = 0.0;  // ZeRO-2's on the first stage
   for (const auto [zero_stage, recompute, overlap] :
-       {Case{1, trainer::Recompute::kNone, true}, Case{1, trainer::Recompute::kFull, true},
+       {Case{1, trainer::Recompute::kNone, false}, Case{1, trainer::Recompute::kFull, false},
         Case{2, trainer::Recompute::kNone, false}, Case{3, trainer::Recompute::kNone, false},
         Case{2, trainer::Recompute::kNone, true}}) {
     SCOPED_TRACE("ZeRO " + std::to_string(zero_stage) + (overlap ? ", overlapped" : ""));
     const CommandResult result = plan(std::string("train.memory_limit=100GB train.recompute=") +
                                       trainer::recompute_name(recompute) + " dist.zero_stage=" +
                                       std::to_string(zero_stage) + " train.dp_bucket_mb=0.01" +
-                                      (overlap ? "" : " dist.overlap_reduction=false"));
+                                      (overlap ? " dist.overlap_reduction=true" : ""));
     ASSERT_EQ(result.exit_code, 0) << result.output;
     EXPECT_NE(result.output.find("8 ranks (dp 2 x tp 2 x pp 2)"), std::string::npos) << result.output;
     for (int stage = 0; stage < 2; ++stage) {

@@ -363,9 +363,9 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
         p16_.h.empty() ? BasicGPTLayerTensors<std::uint16_t>{} : p16_.h[static_cast<std::size_t>(l)];
     const LayerActivations a = layer_activations(slot, l);
     const StoredLayerActivations stored = stored_activations(slot, l);
-    // The next layer's too: its LayerNorm is fused into this layer's last add.
+    // ZeRO-3: this layer's parameters here, the next layer's gathered while it runs.
     ensure_layer_parameters(l);
-    if (l + 1 < L) ensure_layer_parameters(l + 1);
+    prefetch_layer_parameters(l + 1);
 
     forward_layer_body(slot, l);
     linear_forward(acts.branch, {a.fc_gelu, stored.fc_gelu}, {w.mlp_c_proj_weight, w16.mlp_c_proj_weight},
@@ -377,6 +377,7 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
     // ln_1, or ln_f after the model's last layer. A stage before the last ends in the
     // plain residual add; the next stage's first ln_1 normalises it.
     if (l + 1 < L) {
+      ensure_layer_parameters(l + 1);  // its LayerNorm is fused into this add
       const GPTLayerTensors& next_w = p_.h[static_cast<std::size_t>(l + 1)];
       const LayerActivations next_a = layer_activations(slot, l + 1);
       residual_layernorm(a.residual_out, next_a.ln_1, next_a.ln_1_mean, next_a.ln_1_rstd, a.residual_mid, acts.branch,
@@ -458,8 +459,10 @@ void GPT::forward_layer_body(const ActivationSlot& slot, int l) {
     k.rotary_forward(a.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size, config_.rope_theta);
   }
   round_if_bf16(a.qkv, sizes.qkv, stored.qkv);
+  progress_collectives();
   k.attention_forward(a.atty, a.lse, a.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size);
   round_if_bf16(a.atty, sizes.attn, stored.atty);
+  progress_collectives();
   linear_forward(acts.branch, {a.atty, stored.atty}, {w.attn_c_proj_weight, w16.attn_c_proj_weight},
                  adds_replicated ? w.attn_c_proj_bias : nullptr, N, widths.attn, C);
   if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);

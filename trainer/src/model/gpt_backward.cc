@@ -92,6 +92,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
     const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
     const GPTLayerTensors& dw = g_.h[static_cast<std::size_t>(l)];
     ensure_layer_parameters(l);
+    prefetch_layer_parameters(l - 1);  // ZeRO-3: gathered while this layer's backward runs
     if (layer_gradient_sink_ != nullptr) reclaim_gradient_window(l);
     // Under bf16 the layer's activations that fp32 kernels read come back from their
     // bf16 copies first; the matmuls read the copies themselves. Under recomputation
@@ -119,7 +120,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
                            widths.mlp_hidden, C);
     }
     round_if_bf16(d.fc_pre, sizes.mlp_pre);
-    progress_gradient_sink();
+    progress_collectives();
     linear_backward(d.ln, dw.mlp_c_fc_weight, dw.mlp_c_fc_bias, d.fc_pre, {a.ln_2, stored.ln_2},
                     {w.mlp_c_fc_weight, w16.mlp_c_fc_weight}, N, C, widths.mlp_pre);
     if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);
@@ -131,14 +132,14 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
     linear_backward(d.atty, dw.attn_c_proj_weight, dw.attn_c_proj_bias, d.residual, {a.atty, stored.atty},
                     {w.attn_c_proj_weight, w16.attn_c_proj_weight}, N, widths.attn, C);
     round_if_bf16(d.atty, sizes.attn);
-    progress_gradient_sink();
+    progress_collectives();
     k.attention_backward(d.qkv, d.atty, a.qkv, a.atty, a.lse, B, T, widths.heads, widths.kv_heads,
                          widths.head_size);
     if (config_.is_llama()) {
       k.rotary_backward(d.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size, config_.rope_theta);
     }
     round_if_bf16(d.qkv, sizes.qkv);
-    progress_gradient_sink();
+    progress_collectives();
     linear_backward(d.ln, dw.attn_c_attn_weight, dw.attn_c_attn_bias, d.qkv, {a.ln_1, stored.ln_1},
                     {w.attn_c_attn_weight, w16.attn_c_attn_weight}, N, C, widths.qkv);
     if (tp_ > 1) reduce_over_tensor_group(d.ln, stream);

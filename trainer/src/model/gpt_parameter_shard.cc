@@ -30,6 +30,15 @@ void GPT::require_whole_parameters(const char* operation) const {
   }
 }
 
+void GPT::drop_parameter_windows() {
+  // A gather in flight writes into the window: it lands before the window is dropped.
+  for (int window = 0; window < 2; ++window) {
+    for (const auto& collective : pending_gathers_[window]) collective->wait();
+    pending_gathers_[window].clear();
+    window_layer_[window] = -1;
+  }
+}
+
 int GPT::parameter_windows() const { return std::min(stage_.num_layers, 2); }
 
 std::size_t GPT::parameter_position(std::size_t offset) const {
@@ -54,7 +63,8 @@ std::span<float> GPT::parameter_shard() {
   return parameter_shard_.span().first(parameter_shard_size_);
 }
 
-void GPT::gather_parameters(std::size_t offset, std::size_t count, float* destination) const {
+void GPT::start_gathering_parameters(std::size_t offset, std::size_t count, float* destination,
+                                     std::vector<std::unique_ptr<PendingCollective>>& pending) const {
   // Each bucket of the flat range crosses one or a few ranks' shards, in rank order:
   // one uneven all-gather brings every rank's piece of it.
   const int ranks = parameter_group_->size();
@@ -72,26 +82,56 @@ void GPT::gather_parameters(std::size_t offset, std::size_t count, float* destin
     const float* mine = parameter_shard_.data() + (own > 0 ? std::max(low, parameter_shard_begin_) -
                                                                  parameter_shard_begin_
                                                            : 0);
-    parameter_group_->all_gather_v(std::span<const float>(mine, own), std::span<float>(destination + a, b - a),
-                                   gather_counts_);
+    pending.push_back(parameter_group_->start_all_gather_v(
+        std::span<const float>(mine, own), std::span<float>(destination + a, b - a), gather_counts_));
   }
+}
+
+void GPT::gather_parameters(std::size_t offset, std::size_t count, float* destination) const {
+  std::vector<std::unique_ptr<PendingCollective>> pending;
+  start_gathering_parameters(offset, count, destination, pending);
+  for (const auto& collective : pending) collective->wait();
+}
+
+void GPT::prefetch_layer_parameters(int local_layer) {
+  if (!parameters_sharded() || local_layer < 0 || local_layer >= stage_.num_layers) return;
+  const int window = local_layer % parameter_windows();
+  if (window_layer_[window] == local_layer) return;
+  // A gather still in flight into this window was of a layer no longer wanted: it
+  // lands first (the collectives complete in order on every rank anyway).
+  for (const auto& collective : pending_gathers_[window]) collective->wait();
+  pending_gathers_[window].clear();
+  const auto [offset, size] = layer_gradient_range(local_layer);
+  start_gathering_parameters(offset, size, params_.data() + parameter_position(offset), pending_gathers_[window]);
+  window_layer_[window] = local_layer;
 }
 
 void GPT::ensure_layer_parameters(int local_layer) {
   if (!parameters_sharded()) return;
   const int window = local_layer % parameter_windows();
-  if (window_layer_[window] == local_layer) return;
   const auto [offset, size] = layer_gradient_range(local_layer);
   const std::size_t position = parameter_position(offset);
-  gather_parameters(offset, size, params_.data() + position);
-  window_layer_[window] = local_layer;
+  if (window_layer_[window] != local_layer) {
+    prefetch_layer_parameters(local_layer);
+  } else if (pending_gathers_[window].empty()) {
+    return;
+  }
+  for (const auto& collective : pending_gathers_[window]) collective->wait();
+  pending_gathers_[window].clear();
   // The working copy of exactly these values, as refresh_working_weights makes it.
   if (precision_ == Precision::kBf16) refresh_working_range(position, size, local_layer);
 }
 
+void GPT::progress_collectives() const {
+  for (const auto& window : pending_gathers_) {
+    for (const auto& collective : window) collective->test();
+  }
+  progress_gradient_sink();
+}
+
 void GPT::parameter_shard_updated() {
   DUFU_CHECK(parameters_sharded(), "GPT::parameter_shard_updated: the parameters are whole");
-  window_layer_[0] = window_layer_[1] = -1;
+  drop_parameter_windows();
   const auto [begin, size] = layers_extent();
   const std::size_t end = begin + size * static_cast<std::size_t>(stage_.num_layers);
   if (begin > 0) gather_parameters(0, begin, params_.data());
@@ -124,7 +164,7 @@ void GPT::upload_parameters(std::span<const float> host) {
     if (!host.empty()) parameter_device_->upload(params_.data(), host.data(), host.size_bytes());
     return;
   }
-  window_layer_[0] = window_layer_[1] = -1;
+  drop_parameter_windows();
   const std::size_t shard_end = std::min(parameter_shard_begin_ + parameter_shard_size_, num_parameters_);
   if (shard_end > parameter_shard_begin_) {
     device_->upload(parameter_shard_.data(), host.data() + parameter_shard_begin_,
@@ -157,7 +197,7 @@ void GPT::shard_parameters(Communicator* data_group, std::size_t bucket_elements
   // Through the host, once: the whole piece, then the new layout from it. Dropping the
   // activations' pending backward is not needed: the values do not change.
   const std::vector<float> whole = download_parameters();
-  window_layer_[0] = window_layer_[1] = -1;
+  drop_parameter_windows();
   parameter_group_ = data_group;
   parameter_bucket_elements_ = bucket_elements;
   if (data_group == nullptr) {

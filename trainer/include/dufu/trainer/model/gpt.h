@@ -24,19 +24,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "dufu/common/communicator.h"  // PendingCollective, held by value in the model
 #include "dufu/trainer/device/device.h"
 #include "dufu/trainer/model/gpt_layout.h"
 #include "dufu/trainer/model/gpt_pieces.h"
-
-namespace dufu {
-class Communicator;
-}
 
 namespace dufu::trainer {
 
@@ -559,7 +557,20 @@ class GPT {
   std::size_t parameter_position(std::size_t offset) const;
   int parameter_windows() const;
   void ensure_layer_parameters(int local_layer);
+  // Starts gathering local layer l's parameters into its window, which must hold a
+  // layer no longer in use (forward: layer l - 2; backward: layer l + 2), so the
+  // gather runs while the current layer computes; ensure_layer_parameters finishes it.
+  // Nothing for a layer outside the stage or already there.
+  void prefetch_layer_parameters(int local_layer);
+  // Both windows emptied, the gathers in flight into them landed first.
+  void drop_parameter_windows();
   void gather_parameters(std::size_t offset, std::size_t count, float* destination) const;
+  // The same, started: one collective per bucket, appended to `pending`.
+  void start_gathering_parameters(std::size_t offset, std::size_t count, float* destination,
+                                  std::vector<std::unique_ptr<PendingCollective>>& pending) const;
+  // Between kernels: the pending gathers' and the gradient sink's chance to progress
+  // (MPI moves a non-blocking collective only inside MPI calls).
+  void progress_collectives() const;
   // p_ (and under bf16 p16_ and the vector runs) for params_ as it is laid out now.
   void make_parameter_views();
   // Which part of the layout a flat offset is in: -1 the edges before the layers, the
@@ -650,6 +661,8 @@ class GPT {
   std::size_t parameter_shard_size_ = 0;
   DeviceBuffer<float> parameter_shard_;
   int window_layer_[2] = {-1, -1};
+  // The gathers still in flight into each window (prefetch_layer_parameters).
+  std::vector<std::unique_ptr<PendingCollective>> pending_gathers_[2];
   mutable std::vector<std::size_t> gather_counts_;
   // The weights forward and backward read: params_ under fp32; under bf16 the
   // working copy, p16_ for every tensor and p_ for the biases and LayerNorm parameters
