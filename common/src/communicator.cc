@@ -300,6 +300,24 @@ std::unique_ptr<PendingCollective> Communicator::start_reduce_scatter_v_buffer(C
   return do_start_reduce_scatter_v(input, output, counts);
 }
 
+// The same checks and traffic as all_gather_v_buffer, all before anything starts.
+std::unique_ptr<PendingCollective> Communicator::start_all_gather_v_buffer(ConstCommBuffer input, CommBuffer output,
+                                                                           std::span<const std::size_t> counts) {
+  check_same_type(input, output, "all_gather_v", *this);
+  const std::size_t own_offset =
+      check_uneven_counts(counts, "output", output.count, "input", input.count, "all_gather_v", *this);
+  check_gather_overlap(input, output, own_offset, "all_gather_v", *this);
+  if (output.count == 0) return std::make_unique<CompletedCollective>();
+  TrafficScope scope(*this, &CommunicationTraffic::all_gather_bytes, (size() - 1) * bytes_of(input.count, input.type));
+  return do_start_all_gather_v(input, output, counts);
+}
+
+std::unique_ptr<PendingCollective> Communicator::do_start_all_gather_v(ConstCommBuffer input, CommBuffer output,
+                                                                       std::span<const std::size_t> counts) {
+  do_all_gather_v(input, output, counts);
+  return std::make_unique<CompletedCollective>();
+}
+
 std::unique_ptr<PendingCollective> Communicator::do_start_reduce_scatter_v(ConstCommBuffer input, CommBuffer output,
                                                                            std::span<const std::size_t> counts) {
   do_reduce_scatter_v(input, output, counts);

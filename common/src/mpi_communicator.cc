@@ -10,7 +10,8 @@
 // the caller's chunks, and reduce_scatter is reduce_scatter_v with equal chunks;
 // all_gather_v is the Allgatherv with the caller's chunks, and all_gather it with equal
 // ones (the same data as MPI_Allgather moves). start_reduce_scatter_v is reduce_scatter_v
-// with an Ialltoallv, folded by the same code when the request completes.
+// with an Ialltoallv, folded by the same code when the request completes, and
+// start_all_gather_v all_gather_v with an Iallgatherv.
 
 // The C API only: included from C++, mpi.h otherwise pulls in the deprecated C++
 // bindings, which live in a library MPI::MPI_C does not link.
@@ -212,6 +213,12 @@ class MpiCommunicator final : public Communicator {
     return std::make_unique<PendingReduceScatter>(*this, input, output, "reduce_scatter_v");
   }
 
+  std::unique_ptr<PendingCollective> do_start_all_gather_v(ConstCommBuffer input, CommBuffer output,
+                                                           std::span<const std::size_t> counts) override {
+    chunks_of([&](int r) { return counts[static_cast<std::size_t>(r)]; }, "all_gather_v");
+    return std::make_unique<PendingAllGather>(*this, input, output, "all_gather_v");
+  }
+
   void do_broadcast(CommBuffer data, int root) override {
     DUFU_MPI_CHECK(this, "broadcast", MPI_Bcast, data.data, checked_count(data.count, "broadcast"), mpi_type(data.type),
                    root, comm_);
@@ -285,13 +292,18 @@ class MpiCommunicator final : public Communicator {
     return chunks_;
   }
 
-  // output's chunk r (chunks_) = rank r's input; in place when input is this rank's chunk.
-  void gather_chunks(ConstCommBuffer input, CommBuffer output, const char* operation) {
+  // What a gather sends: MPI_IN_PLACE when input is this rank's chunk (chunks_) of output.
+  const void* gather_send_buffer(ConstCommBuffer input, CommBuffer output) const {
     const std::size_t own_offset = static_cast<std::size_t>(chunks_.offsets[static_cast<std::size_t>(rank_)]);
     const bool in_place =
         input.data == static_cast<const unsigned char*>(output.data) + own_offset * data_type_size(input.type);
+    return in_place ? MPI_IN_PLACE : input.data;
+  }
+
+  // output's chunk r (chunks_) = rank r's input.
+  void gather_chunks(ConstCommBuffer input, CommBuffer output, const char* operation) {
     const MPI_Datatype type = mpi_type(input.type);
-    DUFU_MPI_CHECK(this, operation, MPI_Allgatherv, in_place ? MPI_IN_PLACE : input.data,
+    DUFU_MPI_CHECK(this, operation, MPI_Allgatherv, gather_send_buffer(input, output),
                    chunks_.counts[static_cast<std::size_t>(rank_)], type, output.data, chunks_.counts.data(),
                    chunks_.offsets.data(), type, comm_);
   }
@@ -333,47 +345,14 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  // exchange_and_fold split in two: the constructor starts the exchange (MPI_Ialltoallv
-  // into blocks the handle owns, with its own copies of the counts and offsets, which
-  // MPI reads until completion) and completion folds into the output. Each start
-  // allocates its blocks, as several may be outstanding where the blocking call reuses
-  // scratch_. It keeps the group's description rather than the group, for its messages.
-  class PendingReduceScatter final : public PendingCollective {
+  // What every non-blocking handle shares: one MPI request, ended once by wait() or a
+  // test() that finds it done, after which finish() does the completion's own work. A
+  // failure is kept for every later wait and test, as the request is gone either way.
+  // It keeps the group's description rather than the group, for its messages.
+  class PendingRequest : public PendingCollective {
    public:
-    // After chunks_of: chunks_ holds the caller's chunks.
-    PendingReduceScatter(const MpiCommunicator& group, ConstCommBuffer input, CommBuffer output,
-                         const char* operation)
-        : operation_(operation),
-          description_(group.describe()),
-          type_(output.type),
-          destination_(output.data),
-          ranks_(group.size_),
-          send_counts_(group.chunks_.counts),
-          send_offsets_(group.chunks_.offsets) {
-      count_ = static_cast<std::size_t>(
-          group.plan_receive(type_, blocks_, receive_counts_, receive_offsets_, operation));
-      const MPI_Datatype mpi = mpi_type(type_);
-      DUFU_MPI_CHECK(&group, operation, MPI_Ialltoallv, input.data, send_counts_.data(), send_offsets_.data(), mpi,
-                     blocks_.data(), receive_counts_.data(), receive_offsets_.data(), mpi, group.comm_, &request_);
-    }
-
-    // Destructors must not throw: a failure here is logged, and the request is still
-    // never freed while pending (MPI could write blocks_ after they are gone).
-    ~PendingReduceScatter() override {
-      if (complete_) return;
-      int finalized = 0;
-      MPI_Finalized(&finalized);
-      if (finalized != 0) return;  // MPI ended every request with itself
-      try {
-        wait();
-      } catch (const std::exception& error) {
-        log_message(LogLevel::kError, "COMM", str_cat("a reduce-scatter dropped before its wait failed: ",
-                                                      error.what()));
-      }
-    }
-
-    PendingReduceScatter(const PendingReduceScatter&) = delete;
-    PendingReduceScatter& operator=(const PendingReduceScatter&) = delete;
+    PendingRequest(const PendingRequest&) = delete;
+    PendingRequest& operator=(const PendingRequest&) = delete;
 
     void wait() override {
       if (!complete_) complete(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait");
@@ -391,20 +370,75 @@ class MpiCommunicator final : public Communicator {
       return true;
     }
 
+   protected:
+    PendingRequest(const MpiCommunicator& group, const char* operation)
+        : operation_(operation), description_(group.describe()) {}
+
+    // For subclasses' destructors, while the buffers MPI uses are still alive (this
+    // class's own destructor runs too late for that). Destructors must not throw: a
+    // failure is logged, and the request is still never freed while pending (MPI could
+    // write the buffers after they are gone).
+    void wait_if_dropped() noexcept {
+      if (complete_) return;
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (finalized != 0) return;  // MPI ended every request with itself
+      try {
+        wait();
+      } catch (const std::exception& error) {
+        log_message(LogLevel::kError, "COMM",
+                    str_cat(operation_, " dropped before its wait failed: ", error.what()));
+      }
+    }
+
+    virtual void finish() {}
+
+    const char* operation_;
+    MPI_Request request_ = MPI_REQUEST_NULL;
+
    private:
-    // The request ended (code says how): fold, or remember the failure for every later
-    // wait and test, as the request is gone either way.
     void complete(int code, const char* function) {
       complete_ = true;
       if (code != MPI_SUCCESS) {
         failure_ = str_cat(function, " failed in ", operation_, " on ", description_, ": ", mpi_error_string(code));
         return;
       }
-      fold_blocks(type_, ReduceOp::kSum, destination_, count_, blocks_.data(), ranks_);
+      finish();
     }
 
-    const char* operation_;
     std::string description_;
+    bool complete_ = false;
+    std::string failure_;
+  };
+
+  // exchange_and_fold split in two: the constructor starts the exchange (MPI_Ialltoallv
+  // into blocks the handle owns, with its own copies of the counts and offsets, which
+  // MPI reads until completion) and completion folds into the output. Each start
+  // allocates its blocks, as several may be outstanding where the blocking call reuses
+  // scratch_.
+  class PendingReduceScatter final : public PendingRequest {
+   public:
+    // After chunks_of: chunks_ holds the caller's chunks.
+    PendingReduceScatter(const MpiCommunicator& group, ConstCommBuffer input, CommBuffer output,
+                         const char* operation)
+        : PendingRequest(group, operation),
+          type_(output.type),
+          destination_(output.data),
+          ranks_(group.size_),
+          send_counts_(group.chunks_.counts),
+          send_offsets_(group.chunks_.offsets) {
+      count_ = static_cast<std::size_t>(
+          group.plan_receive(type_, blocks_, receive_counts_, receive_offsets_, operation));
+      const MPI_Datatype mpi = mpi_type(type_);
+      DUFU_MPI_CHECK(&group, operation, MPI_Ialltoallv, input.data, send_counts_.data(), send_offsets_.data(), mpi,
+                     blocks_.data(), receive_counts_.data(), receive_offsets_.data(), mpi, group.comm_, &request_);
+    }
+
+    ~PendingReduceScatter() override { wait_if_dropped(); }
+
+   private:
+    void finish() override { fold_blocks(type_, ReduceOp::kSum, destination_, count_, blocks_.data(), ranks_); }
+
     DataType type_;
     void* destination_;
     int ranks_;
@@ -414,9 +448,27 @@ class MpiCommunicator final : public Communicator {
     std::vector<int> receive_counts_;
     std::vector<int> receive_offsets_;
     std::vector<unsigned char> blocks_;
-    MPI_Request request_ = MPI_REQUEST_NULL;
-    bool complete_ = false;
-    std::string failure_;
+  };
+
+  // gather_chunks started: MPI_Iallgatherv straight into the output (in place as the
+  // blocking call is), with the handle's own copies of the counts and offsets, which MPI
+  // reads until completion. Nothing is left to do when it completes.
+  class PendingAllGather final : public PendingRequest {
+   public:
+    // After chunks_of: chunks_ holds the caller's chunks.
+    PendingAllGather(const MpiCommunicator& group, ConstCommBuffer input, CommBuffer output, const char* operation)
+        : PendingRequest(group, operation), counts_(group.chunks_.counts), offsets_(group.chunks_.offsets) {
+      const MPI_Datatype type = mpi_type(input.type);
+      DUFU_MPI_CHECK(&group, operation, MPI_Iallgatherv, group.gather_send_buffer(input, output),
+                     counts_[static_cast<std::size_t>(group.rank_)], type, output.data, counts_.data(),
+                     offsets_.data(), type, group.comm_, &request_);
+    }
+
+    ~PendingAllGather() override { wait_if_dropped(); }
+
+   private:
+    std::vector<int> counts_;
+    std::vector<int> offsets_;
   };
 
   MPI_Comm comm_;

@@ -313,6 +313,59 @@ TEST(Communicator, AllGatherVChecksAndCountsWhatThisRankSends) {
   EXPECT_EQ(comm.reduce_scatter_v_calls, 0u);
 }
 
+// The default start hook for all_gather_v, as for reduce_scatter_v: the blocking hook
+// runs once, at the start; checks (in-place rule included) and traffic as blocking.
+TEST(Communicator, StartAllGatherVRunsTheBlockingHookByDefault) {
+  UnevenCollectiveRecorder comm;
+  const std::vector<std::size_t> counts{0, 5, 3, 0};
+  std::vector<double> input(3), output(8);
+  std::unique_ptr<PendingCollective> pending = comm.start_all_gather_v(input, output, counts);
+  EXPECT_EQ(comm.all_gather_v_calls, 1u);
+  EXPECT_EQ(comm.counts_seen, counts);
+  EXPECT_TRUE(pending->test());
+  pending->wait();
+  EXPECT_EQ(comm.all_gather_v_calls, 1u);
+  EXPECT_EQ(comm.traffic().all_gather_bytes, 3 * 3 * sizeof(double));
+  EXPECT_EQ(comm.traffic().operations, 1u);
+  // In place: the input is chunk 2 of the output, 5 elements in.
+  EXPECT_TRUE(comm.start_all_gather_v(std::span<const double>(output.data() + 5, 3), output, counts)->test());
+  EXPECT_EQ(comm.all_gather_v_calls, 2u);
+  EXPECT_EQ(comm.traffic().operations, 2u);
+  // All counts zero: complete at once, nothing reaches the hook or the counters.
+  std::vector<float> none;
+  EXPECT_TRUE(comm.start_all_gather_v(none, none, std::vector<std::size_t>(4, 0))->test());
+  EXPECT_EQ(comm.all_gather_v_calls, 2u);
+  EXPECT_EQ(comm.traffic().operations, 2u);
+  const std::string where = "all_gather_v on recorder (rank 2 of 4)";
+  expect_error([&] { comm.start_all_gather_v(input, output, std::vector<std::size_t>{0, 5, 3}); },
+               {where, "counts has 3 entries but the group has 4 ranks"});
+  expect_error([&] { comm.start_all_gather_v(input, output, std::vector<std::size_t>{1, 5, 3, 0}); },
+               {where, "output has 8 elements but counts sum to 9"});
+  expect_error([&] { comm.start_all_gather_v(std::span<const double>(output.data(), 3), output, counts); },
+               {where, "input overlaps output other than as this rank's chunk"});
+  EXPECT_EQ(comm.all_gather_v_calls, 2u);
+  EXPECT_EQ(comm.traffic().operations, 2u);
+}
+
+TEST(SingleProcessCommunicator, StartAllGatherVCopiesTheInput) {
+  auto comm = make_single_process_communicator();
+  const std::vector<double> input{1.5, -2.25, 1e300};
+  std::vector<double> output(3);
+  std::unique_ptr<PendingCollective> pending = comm->start_all_gather_v(input, output, std::vector<std::size_t>{3});
+  EXPECT_TRUE(pending->test());
+  pending->wait();
+  EXPECT_EQ(output, input);
+  // In place: the output is its own input and stays as it was.
+  std::vector<float> in_place{4.0f, -0.0f};
+  comm->start_all_gather_v(std::span<const float>(in_place), in_place, std::vector<std::size_t>{2})->wait();
+  EXPECT_EQ(in_place, (std::vector<float>{4.0f, -0.0f}));
+  expect_error([&] { comm->start_all_gather_v(input, output, std::vector<std::size_t>{2}); },
+               {"all_gather_v on single-process communicator 'world': output has 3 elements but counts sum to 2"});
+  // One rank sends to nobody: counted as an operation of no bytes.
+  EXPECT_EQ(comm->traffic().operations, 2u);
+  EXPECT_EQ(comm->traffic().all_gather_bytes, 0u);
+}
+
 TEST(SingleProcessCommunicator, SplitAndSubgroup) {
   auto comm = make_single_process_communicator();
   EXPECT_EQ(comm->split(-1, 0), nullptr);

@@ -1,8 +1,8 @@
-// start_reduce_scatter_v on the MPI backend under mpirun: the same bits as the blocking
-// reduce_scatter_v and as the serial left fold written out here, with several collectives
-// outstanding and waited for out of order, completed by test(), by wait() and by
-// dropping the handle, the same traffic counted, and bad arguments refused before
-// anything starts.
+// start_reduce_scatter_v and start_all_gather_v on the MPI backend under mpirun: the
+// same bits as the blocking reduce_scatter_v and all_gather_v and as the serial left
+// fold and concatenation written out here, with several collectives outstanding and
+// waited for out of order, completed by test(), by wait() and by dropping the handle,
+// the same traffic counted, and bad arguments refused before anything starts.
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <numeric>
+#include <span>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -264,6 +265,179 @@ TEST(MpiNonblocking, RefusesWhatReduceScatterVRefusesBeforeStarting) {
   // A good call after the refusals works.
   Case<float> good = make_case<float>(c, twos, 9);
   c.start_reduce_scatter_v(good.input, good.output, twos)->wait();
+  EXPECT_EQ(mismatches(good.output, good.expected), 0u);
+  c.reset_traffic();
+}
+
+// One rank's side of an all_gather_v: rank k gives mixed(k, i) for i < counts[k]; its
+// input, an output filled with a marker, and the expected output, every rank's input
+// one after another.
+template <typename T>
+struct GatherCase {
+  std::vector<std::size_t> counts;
+  std::vector<T> input;
+  std::vector<T> output;
+  std::vector<T> expected;
+  std::size_t own_offset = 0;
+  // For the in-place call: the input copied into output's own chunk, and that chunk.
+  std::span<const T> in_place_input() {
+    std::copy(input.begin(), input.end(), output.begin() + static_cast<std::ptrdiff_t>(own_offset));
+    return std::span<const T>(output.data() + own_offset, input.size());
+  }
+};
+
+template <typename T>
+GatherCase<T> make_gather_case(const Communicator& c, std::vector<std::size_t> counts, int seed) {
+  GatherCase<T> result;
+  for (int k = 0; k < c.size(); ++k) {
+    if (k == c.rank()) result.own_offset = result.expected.size();
+    for (std::size_t i = 0; i < counts[static_cast<std::size_t>(k)]; ++i) {
+      result.expected.push_back(mixed<T>(k, i, seed));
+    }
+  }
+  for (std::size_t i = 0; i < counts[static_cast<std::size_t>(c.rank())]; ++i) {
+    result.input.push_back(mixed<T>(c.rank(), i, seed));
+  }
+  result.output.assign(sum_of(counts), T(-7));
+  result.counts = std::move(counts);
+  return result;
+}
+
+template <typename T>
+void check_all_gather_start_wait_equals_blocking(Communicator& c) {
+  int seed = 20;
+  for (const std::vector<std::size_t>& counts : count_patterns(static_cast<std::size_t>(c.size()))) {
+    for (bool in_place : {false, true}) {
+      GatherCase<T> started = make_gather_case<T>(c, counts, ++seed);
+      GatherCase<T> blocking = started;
+      std::unique_ptr<PendingCollective> pending =
+          in_place ? c.start_all_gather_v(started.in_place_input(), started.output, counts)
+                   : c.start_all_gather_v(started.input, started.output, counts);
+      pending->wait();
+      pending->wait();  // idempotent
+      EXPECT_TRUE(pending->test());
+      if (in_place) {
+        c.all_gather_v(blocking.in_place_input(), blocking.output, counts);
+      } else {
+        c.all_gather_v(blocking.input, blocking.output, counts);
+      }
+      const std::string what = str_cat("counts ", ::testing::PrintToString(counts), ", ", sizeof(T),
+                                       "-byte elements", in_place ? ", in place" : "");
+      EXPECT_EQ(mismatches(started.output, blocking.output), 0u) << what;
+      EXPECT_EQ(mismatches(started.output, started.expected), 0u) << what;
+    }
+  }
+}
+
+TEST(MpiNonblocking, AllGatherStartAndWaitGiveTheBlockingBits) {
+  check_all_gather_start_wait_equals_blocking<float>(world());
+  check_all_gather_start_wait_equals_blocking<double>(world());
+}
+
+TEST(MpiNonblocking, AllGathersOutstandingWithAReduceScatterWaitedOutOfOrder) {
+  Communicator& c = world();
+  const std::size_t n = static_cast<std::size_t>(c.size());
+  std::vector<std::size_t> small_counts{0, 4, 2};
+  small_counts.resize(n, 6);
+  std::vector<std::size_t> large_counts(n, 4096);
+  large_counts[n - 1] = 0;
+  GatherCase<float> first = make_gather_case<float>(c, large_counts, 40);
+  Case<double> second = make_case<double>(c, large_counts, 41);
+  GatherCase<double> third = make_gather_case<double>(c, small_counts, 42);
+  std::vector<std::unique_ptr<PendingCollective>> pending;
+  pending.push_back(c.start_all_gather_v(first.input, first.output, first.counts));
+  pending.push_back(c.start_reduce_scatter_v(second.input, second.output, second.counts));
+  pending.push_back(c.start_all_gather_v(third.in_place_input(), third.output, third.counts));
+  // Waited middle, last, first.
+  for (int index : {1, 2, 0}) pending[static_cast<std::size_t>(index)]->wait();
+  EXPECT_EQ(mismatches(first.output, first.expected), 0u);
+  EXPECT_EQ(mismatches(second.output, second.expected), 0u);
+  EXPECT_EQ(mismatches(third.output, third.expected), 0u);
+}
+
+TEST(MpiNonblocking, AllGatherTestTurnsTrueWhenPolled) {
+  Communicator& c = world();
+  GatherCase<double> polled =
+      make_gather_case<double>(c, std::vector<std::size_t>(static_cast<std::size_t>(c.size()), 20000), 43);
+  std::unique_ptr<PendingCollective> pending = c.start_all_gather_v(polled.input, polled.output, polled.counts);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool complete = false;
+  std::size_t polls = 0;
+  while (!complete && std::chrono::steady_clock::now() < deadline) {
+    complete = pending->test();
+    ++polls;
+    if (!complete) std::this_thread::yield();
+  }
+  ASSERT_TRUE(complete) << "after " << polls << " polls";
+  EXPECT_EQ(mismatches(polled.output, polled.expected), 0u);
+  EXPECT_TRUE(pending->test());
+  pending->wait();
+}
+
+TEST(MpiNonblocking, DroppingAnAllGatherHandleCompletesIt) {
+  Communicator& c = world();
+  std::vector<std::size_t> counts(static_cast<std::size_t>(c.size()), 30000);
+  counts[0] = 0;
+  GatherCase<float> dropped = make_gather_case<float>(c, counts, 44);
+  GatherCase<float> after = make_gather_case<float>(c, counts, 45);
+  c.start_all_gather_v(dropped.input, dropped.output, counts).reset();
+  EXPECT_EQ(mismatches(dropped.output, dropped.expected), 0u);
+  c.all_gather_v(after.input, after.output, counts);
+  EXPECT_EQ(mismatches(after.output, after.expected), 0u);
+}
+
+TEST(MpiNonblocking, AllGatherCountsTheBlockingCallsTraffic) {
+  Communicator& c = world();
+  std::vector<std::size_t> counts{0, 5, 0, 3};
+  counts.resize(static_cast<std::size_t>(c.size()), 4);
+  GatherCase<double> started = make_gather_case<double>(c, counts, 46);
+  c.reset_traffic();
+  std::unique_ptr<PendingCollective> pending = c.start_all_gather_v(started.input, started.output, counts);
+  // Counted when started: this rank's input to each other rank.
+  const std::uint64_t sent = static_cast<std::uint64_t>(c.size() - 1) * started.input.size() * sizeof(double);
+  EXPECT_EQ(c.traffic().all_gather_bytes, sent);
+  EXPECT_EQ(c.traffic().operations, 1u);
+  pending->wait();
+  EXPECT_EQ(c.traffic().operations, 1u);
+  const CommunicationTraffic nonblocking = c.traffic();
+  c.reset_traffic();
+  c.all_gather_v(started.input, started.output, counts);
+  EXPECT_EQ(c.traffic().all_gather_bytes, nonblocking.all_gather_bytes);
+  EXPECT_EQ(c.traffic().operations, nonblocking.operations);
+  EXPECT_EQ(c.traffic().total_bytes(), nonblocking.total_bytes());
+  c.reset_traffic();
+}
+
+TEST(MpiNonblocking, RefusesWhatAllGatherVRefusesBeforeStarting) {
+  Communicator& c = world();
+  const int n = c.size();
+  const std::size_t ranks = static_cast<std::size_t>(n);
+  std::vector<float> input(2), output(2 * ranks);
+  const std::vector<std::size_t> twos(ranks, 2);
+  const std::string where = "all_gather_v on MPI communicator 'world'";
+  c.reset_traffic();
+  const std::vector<std::size_t> too_many(ranks + 1, 2);
+  const std::string counts_message = expect_error(
+      [&] { c.start_all_gather_v(input, output, too_many); },
+      {where, str_cat("counts has ", n + 1, " entries but the group has ", n, " ranks")});
+  EXPECT_EQ(counts_message, error_of([&] { c.all_gather_v(input, output, too_many); }));
+  std::vector<float> longer(2 * ranks + 1);
+  const std::string output_message =
+      expect_error([&] { c.start_all_gather_v(input, longer, twos); },
+                   {where, str_cat("output has ", 2 * n + 1, " elements but counts sum to ", 2 * n)});
+  EXPECT_EQ(output_message, error_of([&] { c.all_gather_v(input, longer, twos); }));
+  // The input overlapping output other than as this rank's chunk: one element off.
+  const std::size_t own_offset = 2 * static_cast<std::size_t>(c.rank());
+  const std::size_t shifted = own_offset == 0 ? 1 : own_offset - 1;
+  const std::span<const float> misplaced(output.data() + shifted, 2);
+  const std::string overlap_message =
+      expect_error([&] { c.start_all_gather_v(misplaced, output, twos); },
+                   {where, "input overlaps output other than as this rank's chunk"});
+  EXPECT_EQ(overlap_message, error_of([&] { c.all_gather_v(misplaced, output, twos); }));
+  EXPECT_EQ(c.traffic().operations, 0u);  // nothing started
+  EXPECT_EQ(c.all_reduce_value(1), n);    // and nothing was left outstanding
+  GatherCase<float> good = make_gather_case<float>(c, twos, 47);
+  c.start_all_gather_v(good.input, good.output, twos)->wait();
   EXPECT_EQ(mismatches(good.output, good.expected), 0u);
   c.reset_traffic();
 }

@@ -103,7 +103,8 @@ struct CommunicationTraffic {
   }
 };
 
-// A collective started and not yet waited for (Communicator::start_reduce_scatter_v).
+// A collective started and not yet waited for (Communicator::start_reduce_scatter_v,
+// start_all_gather_v).
 // Destroying one that was never completed completes it first (blocking, logging rather
 // than throwing what fails), so its buffers are never written after it is gone.
 class PendingCollective {
@@ -198,6 +199,18 @@ class Communicator {
   void all_gather_v(In&& input, Out&& output, std::span<const std::size_t> counts) {
     all_gather_v_buffer(input_buffer(input), output_buffer(output), counts);
   }
+  // all_gather_v started (same arguments, same checks, same result bits), on the terms
+  // of start_reduce_scatter_v above: output written when wait() returns or test() gives
+  // true, input and output valid and untouched until then (in place included), counts
+  // copied, several outstanding (of either kind) waited in any order, every rank
+  // starting them in the same order, traffic counted at the start, and a completed
+  // handle from backends without a non-blocking transport.
+  template <CommInput In, CommOutput Out>
+    requires std::same_as<std::ranges::range_value_t<In>, std::ranges::range_value_t<Out>>
+  std::unique_ptr<PendingCollective> start_all_gather_v(In&& input, Out&& output,
+                                                        std::span<const std::size_t> counts) {
+    return start_all_gather_v_buffer(input_buffer(input), output_buffer(output), counts);
+  }
   // Every rank ends with root's data.
   template <CommOutput R>
   void broadcast(R&& data, int root) {
@@ -240,6 +253,8 @@ class Communicator {
   void all_reduce_buffer(CommBuffer data, ReduceOp op);
   void all_gather_buffer(ConstCommBuffer input, CommBuffer output);
   void all_gather_v_buffer(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t> counts);
+  std::unique_ptr<PendingCollective> start_all_gather_v_buffer(ConstCommBuffer input, CommBuffer output,
+                                                               std::span<const std::size_t> counts);
   void reduce_scatter_buffer(ConstCommBuffer input, CommBuffer output);
   void reduce_scatter_v_buffer(ConstCommBuffer input, CommBuffer output, std::span<const std::size_t> counts);
   std::unique_ptr<PendingCollective> start_reduce_scatter_v_buffer(ConstCommBuffer input, CommBuffer output,
@@ -277,6 +292,10 @@ class Communicator {
   // backend can keep; MPI overrides it with a non-blocking exchange.
   virtual std::unique_ptr<PendingCollective> do_start_reduce_scatter_v(ConstCommBuffer input, CommBuffer output,
                                                                        std::span<const std::size_t> counts);
+  // Starts do_all_gather_v's work (same checks done, output not empty); the default runs
+  // do_all_gather_v to completion, MPI overrides it with a non-blocking gather.
+  virtual std::unique_ptr<PendingCollective> do_start_all_gather_v(ConstCommBuffer input, CommBuffer output,
+                                                                   std::span<const std::size_t> counts);
 
   // accumulator[i] = accumulator[i] op input[i]: the one element-wise reduction every
   // CPU backend uses, so all of them fold the same way.
