@@ -34,15 +34,14 @@ common="$model data.blend=$work/fortunes data.cache_dir=$work/index-cache train.
 for ranks in ${DUFU_ZERO_RANKS:-2 4}; do
 printf '\n%d ranks\n%-28s %12s %12s %14s %10s %12s %10s\n' "$ranks" stage "plan: grads" "plan: total" "peak RSS" \
   "vs 0" "bytes/step" "step time"
-for stage in "0" "0 dist.reduce_each_micro_batch=true" "1" "2 dist.overlap_reduction=false" "2" \
-  "3 dist.overlap_reduction=false" "3"; do
+for stage in "0" "0 dist.reduce_each_micro_batch=true" "1" "2" "2 dist.overlap_reduction=true" \
+  "3" "3 dist.overlap_reduction=true"; do
   read -r zero extra <<<"$stage"
   case "$extra" in
     *reduce_each*) kind=" (each micro-batch)" tag=-each ;;
-    *overlap_reduction=false*) kind=" (blocking)" tag=-blocking ;;
+    *overlap_reduction=true*) kind=" (overlapped)" tag=-overlapped ;;
     *) kind="" tag="" ;;
   esac
-  [[ $zero -ge 2 && -z $extra ]] && kind=" (overlapped)"
   name="ZeRO-$zero$kind"
   run=$work/run-np$ranks-zero$zero$tag
   rm -rf "$run"
@@ -77,9 +76,9 @@ PY
 done
 done
 echo
-echo "plan: the memory plan's gradients (ZeRO-1/2: with the rank's reduced shard; ZeRO-2: the edges and one"
-echo "layer's window) and total columns, as \`train plan\` prints them. peak RSS: rank 0's resident peak"
-echo "(everything the process touched), and its ratio to stage 0's. bytes/step: what rank 0 sends per step"
+echo "plan: the memory plan's gradients (ZeRO-1 to 3: with the rank's reduced shard; ZeRO-2 and 3: the edges"
+echo "and one layer's window, two overlapped) and total columns, as \`train plan\` prints them. peak RSS: rank 0's"
+echo "resident peak (everything the process touched), and its ratio to stage 0's. bytes/step: what rank 0 sends per step"
 echo "(ZeRO-2 reduces the layers' gradients every micro-batch: more bytes with accumulation). step time:"
 echo "median step, as a ratio to stage 0's of the same size in this run (ranks oversubscribe the machine's"
 echo "cores: other load shows). overlapped: each layer's reduce-scatter started when its backward ends and"
