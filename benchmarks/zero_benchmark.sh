@@ -78,8 +78,9 @@ done
 echo
 echo "plan: the memory plan's gradients (ZeRO-1 to 3: with the rank's reduced shard; ZeRO-2 and 3: the edges"
 echo "and one layer's window, two overlapped) and total columns, as \`train plan\` prints them. peak RSS: rank 0's"
-echo "resident peak (everything the process touched), and its ratio to stage 0's. bytes/step: what rank 0 sends per step"
-echo "(ZeRO-2 reduces the layers' gradients every micro-batch: more bytes with accumulation). step time:"
+echo "resident peak (everything the process touched), and its ratio to stage 0's. bytes/step: what rank 0 sends"
+echo "per step (ZeRO-2 and 3 reduce the layers' gradients every micro-batch: more bytes with accumulation; ZeRO-3"
+echo "also gathers each layer's weights before the forward and the backward use them). step time:"
 echo "median step, as a ratio to stage 0's of the same size in this run (ranks oversubscribe the machine's"
 echo "cores: other load shows). overlapped: each layer's reduce-scatter started when its backward ends and"
 echo "finished when its window is needed again (MPI's non-blocking Ialltoallv, tested between kernels)."
