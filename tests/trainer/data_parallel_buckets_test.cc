@@ -190,43 +190,53 @@ TEST(OffloadedOptimizerTest, ReplicatedAndZero1GiveTheDeviceRunsBits) {
   }
 }
 
+// With three micro-batches a step, stage `zero_stage` (2 or 3) in one bucket and in
+// buckets of 777 (cutting layers and shards) against stage 0 reducing each
+// micro-batch's layer gradients, and that plain stage 0 (summing over the ranks once)
+// differs, or the test could not tell the two orders apart.
+void expect_stage_zeros_bits_with_accumulation(int zero_stage, Precision precision, int n_layer) {
+  const TrainingRun reference{
+      .precision = precision, .micro_batches = 3, .reduce_each_micro_batch = true, .n_layer = n_layer};
+  const std::vector<float> expected = train(reference).params;
+  for (const std::size_t bucket : {std::size_t{1} << 30, std::size_t{777}}) {
+    TrainingRun zero = reference;
+    zero.zero_stage = zero_stage;
+    zero.reduce_each_micro_batch = false;
+    zero.bucket_elements = bucket;
+    expect_bitwise_equal(train(zero).params, expected, "against stage 0 reducing each micro-batch");
+  }
+  TrainingRun plain = reference;
+  plain.reduce_each_micro_batch = false;
+  EXPECT_NE(train(plain).params, expected) << "stage 0 summing over ranks once gave the same bits";
+}
+
+// Every rank ends with the same parameters.
+void expect_every_rank_the_same(const std::vector<float>& mine, const char* what) {
+  std::vector<float> rank0 = mine;
+  world().broadcast(rank0, 0);
+  expect_bitwise_equal(mine, rank0, what);
+}
+
 // ZeRO-2: each layer's gradient reduce-scattered as the backward makes it. One
 // micro-batch per step: stage 0's bits. Several: the bits of stage 0 reducing each
 // micro-batch's layer gradients (the sums ZeRO-2 makes; data_parallel_optimizer.h
 // says why no scheme that frees them can give plain stage 0's). Buckets that cut
 // layers and shards unevenly, fp32 and bf16, and offloaded.
 TEST(ZeroStage2Test, GivesStageZerosBitsForTheSameSums) {
-  const std::size_t whole = std::size_t{1} << 30;
   const std::vector<float> stage0 = train({.zero_stage = 0}).params;
   expect_bitwise_equal(train({.zero_stage = 2}).params, stage0, "ZeRO-2 against stage 0, one micro-batch");
   expect_bitwise_equal(train({.zero_stage = 2, .bucket_elements = 1000}).params, stage0,
                        "ZeRO-2 in buckets of 1000, one micro-batch");
   for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
     SCOPED_TRACE(precision_name(precision));
-    const TrainingRun reference{.precision = precision, .micro_batches = 3, .reduce_each_micro_batch = true};
-    const std::vector<float> expected = train(reference).params;
-    for (const std::size_t bucket : {whole, std::size_t{777}}) {
-      TrainingRun zero2 = reference;
-      zero2.zero_stage = 2;
-      zero2.reduce_each_micro_batch = false;
-      zero2.bucket_elements = bucket;
-      expect_bitwise_equal(train(zero2).params, expected, "ZeRO-2 against stage 0 reducing each micro-batch");
-    }
-    // The same sums in the other order differ (or this test could not tell them apart).
-    TrainingRun plain = reference;
-    plain.reduce_each_micro_batch = false;
-    EXPECT_NE(train(plain).params, expected) << "stage 0 summing over ranks once gave the same bits";
+    expect_stage_zeros_bits_with_accumulation(2, precision, 2);
   }
   const TrainingRun offloaded{
       .zero_stage = 2, .bucket_elements = 1000, .precision = Precision::kBf16, .micro_batches = 2};
   TrainingRun host = offloaded;
   host.offload = true;
   expect_bitwise_equal(train(host).params, train(offloaded).params, "ZeRO-2 offloaded against on the device");
-  // Every rank ends with the same parameters.
-  std::vector<float> mine = train({.zero_stage = 2, .micro_batches = 2}).params;
-  std::vector<float> rank0 = mine;
-  world().broadcast(rank0, 0);
-  expect_bitwise_equal(mine, rank0, "ZeRO-2: this rank against rank 0");
+  expect_every_rank_the_same(train({.zero_stage = 2, .micro_batches = 2}).params, "ZeRO-2: this rank against rank 0");
 }
 
 // What ZeRO-2 saves, measured on the counting device: the layers' gradients but one,
@@ -252,27 +262,15 @@ TEST(ZeroStage2Test, KeepsOneLayersGradientInsteadOfAll) {
 // reducing each micro-batch's with accumulation. Three layers use both windows and
 // reuse the first; buckets of 777 cut layers, shards and the gathers unevenly.
 TEST(ZeroStage3Test, GivesZeroStage2sBits) {
-  const std::size_t whole = std::size_t{1} << 30;
   const std::vector<float> stage0 = train({.zero_stage = 0, .n_layer = 3}).params;
   expect_bitwise_equal(train({.zero_stage = 3, .n_layer = 3}).params, stage0,
                        "ZeRO-3 against stage 0, one micro-batch");
   for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
     SCOPED_TRACE(precision_name(precision));
-    const TrainingRun reference{
-        .precision = precision, .micro_batches = 3, .reduce_each_micro_batch = true, .n_layer = 3};
-    const std::vector<float> expected = train(reference).params;
-    for (const std::size_t bucket : {whole, std::size_t{777}}) {
-      TrainingRun zero3 = reference;
-      zero3.zero_stage = 3;
-      zero3.reduce_each_micro_batch = false;
-      zero3.bucket_elements = bucket;
-      expect_bitwise_equal(train(zero3).params, expected, "ZeRO-3 against stage 0 reducing each micro-batch");
-    }
+    expect_stage_zeros_bits_with_accumulation(3, precision, 3);
   }
-  std::vector<float> mine = train({.zero_stage = 3, .micro_batches = 2, .n_layer = 3}).params;
-  std::vector<float> rank0 = mine;
-  world().broadcast(rank0, 0);
-  expect_bitwise_equal(mine, rank0, "ZeRO-3: this rank against rank 0");
+  expect_every_rank_the_same(train({.zero_stage = 3, .micro_batches = 2, .n_layer = 3}).params,
+                             "ZeRO-3: this rank against rank 0");
 }
 
 // What ZeRO-3 saves over ZeRO-2, measured on the counting device: the whole piece of
