@@ -17,8 +17,8 @@
 
 #include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
+#include "dufu/trainer/model/flat_shards.h"
 #include "dufu/trainer/model/gpt.h"
-#include "dufu/trainer/parallel/data_parallel_optimizer.h"
 #include "gpt_tensor_views.h"
 
 namespace dufu::trainer {

@@ -10,10 +10,6 @@ namespace dufu::trainer {
 
 namespace {
 
-std::size_t shard_size_for(std::size_t n, int ranks) {
-  return (n + static_cast<std::size_t>(ranks) - 1) / static_cast<std::size_t>(ranks);
-}
-
 AdamW make_optimizer(const GPT& model, AdamWOptions options, const Communicator& group, bool sharded) {
   if (!sharded) return AdamW(model, options);
   const auto [begin, end] = zero_shard_range(model.num_parameters(), group.size(), group.rank());
@@ -22,26 +18,10 @@ AdamW make_optimizer(const GPT& model, AdamWOptions options, const Communicator&
 
 }  // namespace
 
-std::pair<std::size_t, std::size_t> zero_shard_range(std::size_t n, int ranks, int rank) {
-  DUFU_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "zero_shard_range: rank ", rank, " of ", ranks);
-  const std::size_t shard = shard_size_for(n, ranks);
-  const std::size_t begin = std::min(n, shard * static_cast<std::size_t>(rank));
-  return {begin, std::min(n, begin + shard)};
-}
-
 std::size_t bucket_elements_for(double megabytes) {
   DUFU_CHECK(std::isfinite(megabytes) && megabytes > 0.0, "bucket_elements_for: ", megabytes, " MB");
   const double elements = std::floor(megabytes * 1024.0 * 1024.0 / sizeof(float));
   return elements < 1.0 ? 1 : static_cast<std::size_t>(elements);
-}
-
-std::vector<std::pair<std::size_t, std::size_t>> gradient_buckets(std::size_t n, std::size_t bucket_elements) {
-  DUFU_CHECK(bucket_elements >= 1, "gradient_buckets: a bucket of 0 elements");
-  std::vector<std::pair<std::size_t, std::size_t>> buckets;
-  for (std::size_t begin = 0; begin < n; begin += std::min(bucket_elements, n - begin)) {
-    buckets.emplace_back(begin, begin + std::min(bucket_elements, n - begin));
-  }
-  return buckets;
 }
 
 DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group,
@@ -74,7 +54,7 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
   // step() updates (the same range as the moments' and the gradient's shard).
   if (sharded_ && zero_stage == 3) model.shard_parameters(&data_group, bucket_elements_);
   if (sharded_) {
-    shard_size_ = shard_size_for(model.num_parameters(), group_.size());
+    shard_size_ = zero_shard_range(model.num_parameters(), group_.size(), 0).second;  // the first, longest
     grad_shard_ = DeviceBuffer<float>(device, shard_size_);
     // Under offload the parameters are host memory, which the communicator does not
     // move: each bucket meets in a device buffer first.

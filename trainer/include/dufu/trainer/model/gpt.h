@@ -314,8 +314,8 @@ class GPT {
   // ---- ZeRO-3: the parameters sharded over the data-parallel ranks ----
   // Collective over `data_group` (the ranks that hold this same piece of the model,
   // each calling with the same arguments): this rank keeps only its shard of the flat
-  // parameters, zero_shard_range(num_parameters(), size, rank) (data_parallel_
-  // optimizer.h), the fp32 masters its optimizer updates. The layers' parameters are
+  // parameters, zero_shard_range(num_parameters(), size, rank) (flat_shards.h), the
+  // fp32 masters its optimizer updates. The layers' parameters are
   // gathered from every rank's shard (Communicator::all_gather_v, in buckets of
   // bucket_elements floats) into one of two layer windows just before a forward or
   // backward uses them (the next layer's while the current one runs, the forward's

@@ -47,22 +47,17 @@
 #include <vector>
 
 #include "dufu/common/communicator.h"
+#include "dufu/trainer/model/flat_shards.h"  // zero_shard_range, gradient_buckets
 #include "dufu/trainer/model/gpt.h"
 #include "dufu/trainer/model/optimizer.h"
 
 namespace dufu::trainer {
 
-// ZeRO-1's shard of data-parallel rank `rank` of `ranks` in a buffer of n floats:
-// [begin, end), ceil(n / ranks) floats each, the last shards shorter or empty.
-std::pair<std::size_t, std::size_t> zero_shard_range(std::size_t n, int ranks, int rank);
 
 // train.dp_bucket_mb's default, as PyTorch DDP's bucket_cap_mb.
 inline constexpr double kDefaultBucketMegabytes = 25.0;
 // Floats in `megabytes` MiB, at least one.
 std::size_t bucket_elements_for(double megabytes);
-// The buckets [begin, end) that cut n elements into pieces of bucket_elements (>= 1),
-// the last one shorter; none for n = 0.
-std::vector<std::pair<std::size_t, std::size_t>> gradient_buckets(std::size_t n, std::size_t bucket_elements);
 
 class DataParallelOptimizer : private GPT::LayerGradientSink {
  public:
