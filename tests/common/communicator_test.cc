@@ -215,43 +215,82 @@ TEST(Communicator, ReduceScatterVChecksAndCountsWhatThisRankSends) {
   EXPECT_EQ(comm.reduce_scatter_v_calls, 2u);
 }
 
-// The default start hook (NCCL's, and any backend's without its own): the blocking hook
-// runs once, at the start, and the handle is complete; checks and traffic as blocking.
-TEST(Communicator, StartReduceScatterVRunsTheBlockingHookByDefault) {
-  UnevenCollectiveRecorder comm;
+// The two uneven collectives as the start checks below see them: the non-blocking call,
+// the recorder's count of blocking hook calls, and the bytes the traffic counts.
+template <bool kGather>
+struct UnevenStart {
+  static constexpr const char* kName = kGather ? "all_gather_v" : "reduce_scatter_v";
+  // The checks pass vectors they own, so plain references do.
+  template <typename In, typename Out>
+  static std::unique_ptr<PendingCollective> start(Communicator& comm, In& input, Out& output,
+                                                   std::span<const std::size_t> counts) {
+    if constexpr (kGather) return comm.start_all_gather_v(input, output, counts);
+    return comm.start_reduce_scatter_v(input, output, counts);
+  }
+  static std::size_t hook_calls(const UnevenCollectiveRecorder& comm) {
+    return kGather ? comm.all_gather_v_calls : comm.reduce_scatter_v_calls;
+  }
+  static std::uint64_t counted_bytes(const CommunicationTraffic& traffic) {
+    return kGather ? traffic.all_gather_bytes : traffic.reduce_scatter_bytes;
+  }
+};
+using StartReduceScatterV = UnevenStart<false>;
+using StartAllGatherV = UnevenStart<true>;
+
+// The default start hook (NCCL's, and any backend's without its own) on a fresh
+// recorder, counts {0, 5, 3, 0}: the blocking hook runs once, at the start, and the
+// handle is complete, with the blocking call's traffic; all counts zero complete at once
+// and reach neither the hook nor the counters; a counts list of the wrong size is
+// refused without reaching the hook.
+template <typename Start>
+void check_start_runs_the_blocking_hook(UnevenCollectiveRecorder& comm, std::vector<double>& input,
+                                        std::vector<double>& output, std::uint64_t bytes_sent) {
   const std::vector<std::size_t> counts{0, 5, 3, 0};
-  std::vector<double> input(8), output(3);
-  std::unique_ptr<PendingCollective> pending = comm.start_reduce_scatter_v(input, output, counts);
-  EXPECT_EQ(comm.reduce_scatter_v_calls, 1u);
+  std::unique_ptr<PendingCollective> pending = Start::start(comm, input, output, counts);
+  EXPECT_EQ(Start::hook_calls(comm), 1u);
   EXPECT_EQ(comm.counts_seen, counts);
   EXPECT_TRUE(pending->test());
   pending->wait();
-  EXPECT_EQ(comm.reduce_scatter_v_calls, 1u);
-  EXPECT_EQ(comm.traffic().reduce_scatter_bytes, 5 * sizeof(double));
+  EXPECT_EQ(Start::hook_calls(comm), 1u);
+  EXPECT_EQ(Start::counted_bytes(comm.traffic()), bytes_sent);
   EXPECT_EQ(comm.traffic().operations, 1u);
   // All counts zero: complete at once, nothing reaches the hook or the counters.
   std::vector<float> none;
-  EXPECT_TRUE(comm.start_reduce_scatter_v(none, none, std::vector<std::size_t>(4, 0))->test());
-  EXPECT_EQ(comm.reduce_scatter_v_calls, 1u);
+  EXPECT_TRUE(Start::start(comm, none, none, std::vector<std::size_t>(4, 0))->test());
+  EXPECT_EQ(Start::hook_calls(comm), 1u);
   EXPECT_EQ(comm.traffic().operations, 1u);
-  expect_error([&] { comm.start_reduce_scatter_v(input, output, std::vector<std::size_t>{0, 5, 3}); },
-               {"reduce_scatter_v on recorder (rank 2 of 4): counts has 3 entries but the group has 4 ranks"});
+  expect_error([&] { Start::start(comm, input, output, std::vector<std::size_t>{0, 5, 3}); },
+               {str_cat(Start::kName, " on recorder (rank 2 of 4): counts has 3 entries but the group has 4 ranks")});
+  EXPECT_EQ(Start::hook_calls(comm), 1u);
+}
+
+TEST(Communicator, StartReduceScatterVRunsTheBlockingHookByDefault) {
+  UnevenCollectiveRecorder comm;
+  std::vector<double> input(8), output(3);
+  // Chunks 0, 1 and 3 leave this rank: 5 doubles.
+  check_start_runs_the_blocking_hook<StartReduceScatterV>(comm, input, output, 5 * sizeof(double));
   expect_error([&] { comm.start_reduce_scatter_v(input, output, std::vector<std::size_t>{0, 3, 5, 0}); },
-               {"output has 3 elements but counts[2] is 5"});
+               {"reduce_scatter_v on recorder (rank 2 of 4): output has 3 elements but counts[2] is 5"});
   EXPECT_EQ(comm.reduce_scatter_v_calls, 1u);
+}
+
+// The single-process start: a completed handle with the input copied to the output, and
+// a bad call refused with `refusal` after the communicator's description.
+template <typename Start>
+void check_single_process_start_copies_the_input(Communicator& comm, const std::string& refusal) {
+  const std::vector<double> input{1.5, -2.25, 1e300};
+  std::vector<double> output(3);
+  std::unique_ptr<PendingCollective> pending = Start::start(comm, input, output, std::vector<std::size_t>{3});
+  EXPECT_TRUE(pending->test());
+  pending->wait();
+  EXPECT_EQ(output, input);
+  expect_error([&] { Start::start(comm, input, output, std::vector<std::size_t>{2}); },
+               {str_cat(Start::kName, " on single-process communicator 'world': ", refusal)});
 }
 
 TEST(SingleProcessCommunicator, StartReduceScatterVCopiesTheInput) {
   auto comm = make_single_process_communicator();
-  const std::vector<double> input{1.5, -2.25, 1e300};
-  std::vector<double> output(3);
-  std::unique_ptr<PendingCollective> pending =
-      comm->start_reduce_scatter_v(input, output, std::vector<std::size_t>{3});
-  EXPECT_TRUE(pending->test());
-  pending->wait();
-  EXPECT_EQ(output, input);
-  expect_error([&] { comm->start_reduce_scatter_v(input, output, std::vector<std::size_t>{2}); },
-               {"reduce_scatter_v on single-process communicator 'world': input has 3 elements but counts sum to 2"});
+  check_single_process_start_copies_the_input<StartReduceScatterV>(*comm, "input has 3 elements but counts sum to 2");
   EXPECT_EQ(comm->traffic().operations, 1u);
 }
 
@@ -313,32 +352,19 @@ TEST(Communicator, AllGatherVChecksAndCountsWhatThisRankSends) {
   EXPECT_EQ(comm.reduce_scatter_v_calls, 0u);
 }
 
-// The default start hook for all_gather_v, as for reduce_scatter_v: the blocking hook
-// runs once, at the start; checks (in-place rule included) and traffic as blocking.
+// The default start hook for all_gather_v, as for reduce_scatter_v; the in-place rule
+// is checked too.
 TEST(Communicator, StartAllGatherVRunsTheBlockingHookByDefault) {
   UnevenCollectiveRecorder comm;
-  const std::vector<std::size_t> counts{0, 5, 3, 0};
   std::vector<double> input(3), output(8);
-  std::unique_ptr<PendingCollective> pending = comm.start_all_gather_v(input, output, counts);
-  EXPECT_EQ(comm.all_gather_v_calls, 1u);
-  EXPECT_EQ(comm.counts_seen, counts);
-  EXPECT_TRUE(pending->test());
-  pending->wait();
-  EXPECT_EQ(comm.all_gather_v_calls, 1u);
-  EXPECT_EQ(comm.traffic().all_gather_bytes, 3 * 3 * sizeof(double));
-  EXPECT_EQ(comm.traffic().operations, 1u);
+  // This rank's 3 doubles to each of the 3 others.
+  check_start_runs_the_blocking_hook<StartAllGatherV>(comm, input, output, 3 * 3 * sizeof(double));
   // In place: the input is chunk 2 of the output, 5 elements in.
+  const std::vector<std::size_t> counts{0, 5, 3, 0};
   EXPECT_TRUE(comm.start_all_gather_v(std::span<const double>(output.data() + 5, 3), output, counts)->test());
   EXPECT_EQ(comm.all_gather_v_calls, 2u);
   EXPECT_EQ(comm.traffic().operations, 2u);
-  // All counts zero: complete at once, nothing reaches the hook or the counters.
-  std::vector<float> none;
-  EXPECT_TRUE(comm.start_all_gather_v(none, none, std::vector<std::size_t>(4, 0))->test());
-  EXPECT_EQ(comm.all_gather_v_calls, 2u);
-  EXPECT_EQ(comm.traffic().operations, 2u);
   const std::string where = "all_gather_v on recorder (rank 2 of 4)";
-  expect_error([&] { comm.start_all_gather_v(input, output, std::vector<std::size_t>{0, 5, 3}); },
-               {where, "counts has 3 entries but the group has 4 ranks"});
   expect_error([&] { comm.start_all_gather_v(input, output, std::vector<std::size_t>{1, 5, 3, 0}); },
                {where, "output has 8 elements but counts sum to 9"});
   expect_error([&] { comm.start_all_gather_v(std::span<const double>(output.data(), 3), output, counts); },
@@ -349,18 +375,11 @@ TEST(Communicator, StartAllGatherVRunsTheBlockingHookByDefault) {
 
 TEST(SingleProcessCommunicator, StartAllGatherVCopiesTheInput) {
   auto comm = make_single_process_communicator();
-  const std::vector<double> input{1.5, -2.25, 1e300};
-  std::vector<double> output(3);
-  std::unique_ptr<PendingCollective> pending = comm->start_all_gather_v(input, output, std::vector<std::size_t>{3});
-  EXPECT_TRUE(pending->test());
-  pending->wait();
-  EXPECT_EQ(output, input);
+  check_single_process_start_copies_the_input<StartAllGatherV>(*comm, "output has 3 elements but counts sum to 2");
   // In place: the output is its own input and stays as it was.
   std::vector<float> in_place{4.0f, -0.0f};
   comm->start_all_gather_v(std::span<const float>(in_place), in_place, std::vector<std::size_t>{2})->wait();
   EXPECT_EQ(in_place, (std::vector<float>{4.0f, -0.0f}));
-  expect_error([&] { comm->start_all_gather_v(input, output, std::vector<std::size_t>{2}); },
-               {"all_gather_v on single-process communicator 'world': output has 3 elements but counts sum to 2"});
   // One rank sends to nobody: counted as an operation of no bytes.
   EXPECT_EQ(comm->traffic().operations, 2u);
   EXPECT_EQ(comm->traffic().all_gather_bytes, 0u);
