@@ -171,9 +171,10 @@ class GPT {
   std::vector<float> gather_full(std::span<const float> local) const;
   // This rank's piece of a full-layout buffer, into `local`; no communication.
   void shard_full(std::span<const float> full, std::span<float> local) const;
-  // The same for the parameters and gradients, read from the device; and this rank's
-  // piece of full-layout parameters, written to it.
-  std::vector<float> gather_full_parameters() const { return gather_full(params_.to_host()); }
+  // The same for the parameters and gradients, read from the device (the parameters
+  // gathered from the data-parallel shards first when sharded: collective over that
+  // group too); and this rank's piece of full-layout parameters, written to it.
+  std::vector<float> gather_full_parameters() const { return gather_full(download_parameters()); }
   std::vector<float> gather_full_gradients() const {
     require_whole_gradients("GPT::gather_full_gradients");
     return gather_full(grads_.to_host());
