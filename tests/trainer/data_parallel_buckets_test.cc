@@ -332,5 +332,27 @@ TEST(OverlappedReductionTest, HoldsASecondLayerWindowAndTwoReducedPieces) {
   }
 }
 
+// Sharded, the parameters are read through the gather: download_parameters and
+// gather_full_parameters give the whole piece, params() refuses in words, and a piece
+// uploaded comes back as it went.
+TEST(ZeroStage3Test, ReadsAndWritesTheWholePieceThroughTheShards) {
+  const GPTConfig config = dufu::testing::small_gpt_config(
+      {.n_layer = 3, .n_head = 2, .d_model = 32, .vocab_size = 97, .vocab_multiple = 8, .seq_length = 8});
+  GPT whole(config);
+  whole.init_gpt2(9);
+  const std::vector<float> expected(whole.params().begin(), whole.params().end());
+  GPT model(config);
+  model.init_gpt2(9);
+  DataParallelOptimizer optimizer(model, AdamWOptions{}, world(), 3, nullptr, nullptr, 777);
+  ASSERT_TRUE(model.parameters_sharded());
+  expect_bitwise_equal(model.download_parameters(), expected, "downloaded");
+  expect_bitwise_equal(model.gather_full_parameters(), expected, "gathered full");
+  EXPECT_THROW((void)model.params(), Error);
+  std::vector<float> changed = expected;
+  for (float& value : changed) value *= 0.5f;
+  model.upload_parameters(changed);
+  expect_bitwise_equal(model.download_parameters(), changed, "uploaded, then downloaded");
+}
+
 }  // namespace
 }  // namespace dufu::trainer
