@@ -181,6 +181,47 @@ TEST_F(NcclCommunicatorTest, AllGatherVMatchesMpi) {
   }
 }
 
+// Started collectives run on the communicator's own stream: several outstanding, a
+// blocking one between them, waited out of order, polled, or dropped unwaited, each
+// gives the blocking call's bits once the device's stream has waited for it.
+TEST_F(NcclCommunicatorTest, StartedCollectivesGiveTheBlockingBits) {
+  const std::size_t own_index = static_cast<std::size_t>(world().rank());
+  for (const std::vector<std::size_t>& counts : uneven_counts()) {
+    SCOPED_TRACE(::testing::PrintToString(counts));
+    std::size_t total = 0;
+    for (const std::size_t count : counts) total += count;
+    const std::vector<float> scattered_input = rank_floats(total, false);
+    std::vector<float> scattered(counts[own_index]);
+    world().reduce_scatter_v(scattered_input, scattered, counts);
+    const std::vector<float> gathered_input = rank_floats(counts[own_index], false);
+    std::vector<float> gathered(total);
+    world().all_gather_v(gathered_input, gathered, counts);
+    std::vector<float> summed = rank_floats(1000, false);
+    const std::vector<float> summed_input = summed;
+    world().all_reduce(summed);
+
+    DeviceBuffer<float> gpu_scattered_input = on_gpu(scattered_input);
+    DeviceBuffer<float> gpu_gathered_input = on_gpu(gathered_input);
+    DeviceBuffer<float> gpu_summed = on_gpu(summed_input);
+    DeviceBuffer<float> gpu_scattered(gpu(), counts[own_index]);
+    DeviceBuffer<float> gpu_gathered(gpu(), total);
+    auto scatter = nccl_->start_reduce_scatter_v(gpu_scattered_input.span(), gpu_scattered.span(), counts);
+    auto gather = nccl_->start_all_gather_v(gpu_gathered_input.span(), gpu_gathered.span(), counts);
+    nccl_->all_reduce(gpu_summed.span());
+    gather->wait();
+    while (!scatter->test()) {
+    }
+    scatter->wait();
+    expect_bitwise(gpu_scattered.to_host(), scattered);
+    expect_bitwise(gpu_gathered.to_host(), gathered);
+    expect_bitwise(gpu_summed.to_host(), summed);
+
+    DeviceBuffer<float> dropped_output(gpu(), counts[own_index]);
+    nccl_->start_reduce_scatter_v(gpu_scattered_input.span(), dropped_output.span(), counts).reset();
+    expect_bitwise(dropped_output.to_host(), scattered);
+  }
+}
+
 TEST_F(NcclCommunicatorTest, BroadcastAndSendRecvMatchMpi) {
   std::vector<float> expected = rank_floats(513, false);
   DeviceBuffer<float> data = on_gpu(expected);

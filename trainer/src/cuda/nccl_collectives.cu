@@ -1,7 +1,7 @@
 // The module's NCCL entries (cuda_module.h's CudaNccl): thin wrappers of NCCL calls on
-// the device's stream, and the fold kernel of the deterministic all-reduce. The order
-// of the fold is collective_fold.h's, which the CPU tests check, so what runs here is
-// only the launch.
+// a given stream, the streams and events that order them against the device's stream,
+// and the fold kernel of the deterministic all-reduce. The order of the fold is
+// collective_fold.h's, which the CPU tests check, so what runs here is only the launch.
 //
 // NCCL's library is opened with dlopen("libnccl.so.2") the first time a group of
 // several GPUs asks for it, never linked: a run on one GPU, or on a machine without
@@ -206,20 +206,61 @@ void destroy(void* comm) noexcept {
 void group_start() { DUFU_NCCL_CHECK(nccl().group_start()); }
 void group_end() { DUFU_NCCL_CHECK(nccl().group_end()); }
 
-void send(void* comm, const void* data, std::size_t count, DataType type, int peer) {
-  DUFU_NCCL_CHECK(nccl().send(data, count, nccl_type(type), peer, as_comm(comm), stream()));
+// A stream argument of nullptr is the device's own stream.
+cudaStream_t as_stream(void* handle) { return handle == nullptr ? stream() : static_cast<cudaStream_t>(handle); }
+
+void send(void* comm, const void* data, std::size_t count, DataType type, int peer, void* on_stream) {
+  DUFU_NCCL_CHECK(nccl().send(data, count, nccl_type(type), peer, as_comm(comm), as_stream(on_stream)));
 }
 
-void recv(void* comm, void* data, std::size_t count, DataType type, int peer) {
-  DUFU_NCCL_CHECK(nccl().recv(data, count, nccl_type(type), peer, as_comm(comm), stream()));
+void recv(void* comm, void* data, std::size_t count, DataType type, int peer, void* on_stream) {
+  DUFU_NCCL_CHECK(nccl().recv(data, count, nccl_type(type), peer, as_comm(comm), as_stream(on_stream)));
 }
 
-void all_gather(void* comm, const void* input, void* output, std::size_t count, DataType type) {
-  DUFU_NCCL_CHECK(nccl().all_gather(input, output, count, nccl_type(type), as_comm(comm), stream()));
+void all_gather(void* comm, const void* input, void* output, std::size_t count, DataType type, void* on_stream) {
+  DUFU_NCCL_CHECK(nccl().all_gather(input, output, count, nccl_type(type), as_comm(comm), as_stream(on_stream)));
 }
 
-void broadcast(void* comm, void* data, std::size_t count, DataType type, int root) {
-  DUFU_NCCL_CHECK(nccl().broadcast(data, data, count, nccl_type(type), root, as_comm(comm), stream()));
+void broadcast(void* comm, void* data, std::size_t count, DataType type, int root, void* on_stream) {
+  DUFU_NCCL_CHECK(nccl().broadcast(data, data, count, nccl_type(type), root, as_comm(comm), as_stream(on_stream)));
+}
+
+void* make_stream() {
+  device();  // on the process's GPU
+  cudaStream_t made = nullptr;
+  DUFU_CUDA_CHECK(cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking));
+  return made;
+}
+
+void destroy_stream(void* handle) noexcept {
+  if (handle != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(handle));
+}
+
+void* make_event() {
+  cudaEvent_t made = nullptr;
+  DUFU_CUDA_CHECK(cudaEventCreateWithFlags(&made, cudaEventDisableTiming));
+  return made;
+}
+
+// cudaEventDestroy of an event whose work is pending is allowed: its resources go
+// when the work completes.
+void destroy_event(void* event) noexcept {
+  if (event != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+void record(void* event, void* on_stream) {
+  DUFU_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), as_stream(on_stream)));
+}
+
+void stream_wait(void* waiting, void* event) {
+  DUFU_CUDA_CHECK(cudaStreamWaitEvent(as_stream(waiting), static_cast<cudaEvent_t>(event), 0));
+}
+
+bool event_done(void* event) {
+  const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (status == cudaErrorNotReady) return false;
+  DUFU_CUDA_CHECK(status);
+  return true;
 }
 
 template <typename T>
@@ -233,27 +274,28 @@ __global__ void fold_kernel(T* destination, const T* blocks, std::size_t stride,
 
 template <typename T>
 void launch_fold(void* destination, const void* blocks, std::size_t stride, std::size_t count, int ranks,
-                 bool is_max) {
+                 bool is_max, cudaStream_t stream) {
   constexpr unsigned kThreads = 256;
   constexpr std::size_t kMaxBlocks = 4096;  // grid-stride beyond: enough to fill any GPU
   const std::size_t wanted = (count + kThreads - 1) / kThreads;
   const unsigned blocks_in_grid = static_cast<unsigned>(wanted < kMaxBlocks ? wanted : kMaxBlocks);
-  fold_kernel<T><<<blocks_in_grid, kThreads, 0, stream()>>>(static_cast<T*>(destination),
+  fold_kernel<T><<<blocks_in_grid, kThreads, 0, stream>>>(static_cast<T*>(destination),
                                                             static_cast<const T*>(blocks), stride, count, ranks,
                                                             is_max);
   DUFU_CUDA_CHECK_LAUNCH();
 }
 
 void fold(void* destination, const void* blocks, std::size_t stride, std::size_t count, int ranks, DataType type,
-          ReduceOp op) {
+          ReduceOp op, void* on_stream) {
   if (count == 0) return;
   const bool is_max = op == ReduceOp::kMax;
+  const cudaStream_t on = as_stream(on_stream);
   switch (type) {
-    case DataType::kFloat32: return launch_fold<float>(destination, blocks, stride, count, ranks, is_max);
-    case DataType::kFloat64: return launch_fold<double>(destination, blocks, stride, count, ranks, is_max);
-    case DataType::kInt32: return launch_fold<std::int32_t>(destination, blocks, stride, count, ranks, is_max);
-    case DataType::kInt64: return launch_fold<std::int64_t>(destination, blocks, stride, count, ranks, is_max);
-    case DataType::kUInt8: return launch_fold<std::uint8_t>(destination, blocks, stride, count, ranks, is_max);
+    case DataType::kFloat32: return launch_fold<float>(destination, blocks, stride, count, ranks, is_max, on);
+    case DataType::kFloat64: return launch_fold<double>(destination, blocks, stride, count, ranks, is_max, on);
+    case DataType::kInt32: return launch_fold<std::int32_t>(destination, blocks, stride, count, ranks, is_max, on);
+    case DataType::kInt64: return launch_fold<std::int64_t>(destination, blocks, stride, count, ranks, is_max, on);
+    case DataType::kUInt8: return launch_fold<std::uint8_t>(destination, blocks, stride, count, ranks, is_max, on);
   }
   DUFU_FAIL("NCCL fold: unknown data type ", static_cast<int>(type));
 }
@@ -271,7 +313,14 @@ const CudaNccl* nccl_entries() {
                                 .recv = recv,
                                 .all_gather = all_gather,
                                 .broadcast = broadcast,
-                                .fold = fold};
+                                .fold = fold,
+                                .make_stream = make_stream,
+                                .destroy_stream = destroy_stream,
+                                .make_event = make_event,
+                                .destroy_event = destroy_event,
+                                .record = record,
+                                .stream_wait = stream_wait,
+                                .event_done = event_done};
   return &entries;
 }
 

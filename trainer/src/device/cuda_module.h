@@ -33,15 +33,29 @@ struct CudaNccl {
   // ncclGroupStart / ncclGroupEnd around grouped sends and receives.
   void (*group_start)();
   void (*group_end)();
-  void (*send)(void* comm, const void* data, std::size_t count, DataType type, int peer);
-  void (*recv)(void* comm, void* data, std::size_t count, DataType type, int peer);
+  // The calls below enqueue on `stream` (from make_stream), or on the device's own
+  // stream when it is nullptr.
+  void (*send)(void* comm, const void* data, std::size_t count, DataType type, int peer, void* stream);
+  void (*recv)(void* comm, void* data, std::size_t count, DataType type, int peer, void* stream);
   // ncclAllGather of `count` elements per rank (in place when input is output's slice).
-  void (*all_gather)(void* comm, const void* input, void* output, std::size_t count, DataType type);
-  void (*broadcast)(void* comm, void* data, std::size_t count, DataType type, int root);
+  void (*all_gather)(void* comm, const void* input, void* output, std::size_t count, DataType type, void* stream);
+  void (*broadcast)(void* comm, void* data, std::size_t count, DataType type, int root, void* stream);
   // destination[i] = blocks[i] op blocks[stride + i] op ... over `ranks` blocks, the
   // left fold of collective_fold.h, for i < count, by a device kernel.
   void (*fold)(void* destination, const void* blocks, std::size_t stride, std::size_t count, int ranks,
-               DataType type, ReduceOp op);
+               DataType type, ReduceOp op, void* stream);
+  // A stream of its own on the process's GPU (cudaStreamNonBlocking), and its end.
+  void* (*make_stream)();
+  void (*destroy_stream)(void* stream) noexcept;
+  // Events (cudaEvent_t, no timing): record marks the work enqueued on `stream` so far;
+  // stream_wait makes the work enqueued on `waiting` from now on start after the
+  // event's last record (nullptr: the device's stream, for both); event_done says
+  // whether that work has finished (cudaEventQuery), without blocking.
+  void* (*make_event)();
+  void (*destroy_event)(void* event) noexcept;
+  void (*record)(void* event, void* stream);
+  void (*stream_wait)(void* waiting, void* event);
+  bool (*event_done)(void* event);
 };
 // --- end NCCL
 
