@@ -67,17 +67,10 @@ void GPT::start_gathering_parameters(std::size_t offset, std::size_t count, floa
                                      std::vector<std::unique_ptr<PendingCollective>>& pending) const {
   // Each bucket of the flat range crosses one or a few ranks' shards, in rank order:
   // one uneven all-gather brings every rank's piece of it.
-  const int ranks = parameter_group_->size();
   const auto me = static_cast<std::size_t>(parameter_group_->rank());
-  gather_counts_.resize(static_cast<std::size_t>(ranks));
   for (const auto& [a, b] : gradient_buckets(count, parameter_bucket_elements_)) {
     const std::size_t low = offset + a;
-    const std::size_t high = offset + b;
-    for (int r = 0; r < ranks; ++r) {
-      const auto [begin, end] = zero_shard_range(num_parameters_, ranks, r);
-      gather_counts_[static_cast<std::size_t>(r)] =
-          std::min(high, end) > std::max(low, begin) ? std::min(high, end) - std::max(low, begin) : 0;
-    }
+    shard_pieces(num_parameters_, parameter_group_->size(), low, offset + b, gather_counts_);
     const std::size_t own = gather_counts_[me];
     const float* mine = parameter_shard_.data() + (own > 0 ? std::max(low, parameter_shard_begin_) -
                                                                  parameter_shard_begin_

@@ -166,15 +166,7 @@ void DataParallelOptimizer::finish_layer_reduction(int window) {
 }
 
 std::span<const std::size_t> DataParallelOptimizer::shard_pieces(std::size_t low, std::size_t high) {
-  // The flat range's pieces in the ranks' shards follow each other in rank order.
-  const std::size_t n = model_.num_parameters();
-  const int ranks = group_.size();
-  piece_counts_.resize(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) {
-    const auto [begin, end] = zero_shard_range(n, ranks, r);
-    piece_counts_[static_cast<std::size_t>(r)] =
-        std::min(high, end) > std::max(low, begin) ? std::min(high, end) - std::max(low, begin) : 0;
-  }
+  dufu::trainer::shard_pieces(model_.num_parameters(), group_.size(), low, high, piece_counts_);
   return piece_counts_;
 }
 

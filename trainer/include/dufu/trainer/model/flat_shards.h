@@ -14,6 +14,12 @@ namespace dufu::trainer {
 // [begin, end), ceil(n / ranks) floats each, the last shards shorter or empty.
 std::pair<std::size_t, std::size_t> zero_shard_range(std::size_t n, int ranks, int rank);
 
+// counts[r] = how many floats of the flat range [low, high) of a buffer of n floats lie
+// in rank r's shard (zero_shard_range), for r < ranks (counts resized). The pieces follow
+// each other in rank order, so these are the counts of one uneven collective over the
+// range.
+void shard_pieces(std::size_t n, int ranks, std::size_t low, std::size_t high, std::vector<std::size_t>& counts);
+
 // The buckets [begin, end) that cut n elements into pieces of bucket_elements (>= 1),
 // the last one shorter; none for n = 0.
 std::vector<std::pair<std::size_t, std::size_t>> gradient_buckets(std::size_t n, std::size_t bucket_elements);
