@@ -19,46 +19,25 @@ class AlignmentCheckingDevice final : public ForwardingCpuDevice {
  public:
   AlignmentCheckingDevice() : table_(cpu().kernels()) {
     using trainer::KernelTable;
-    table_.matmul_forward = [](float* out, const float* x, const float* weight, const float* bias, int N, int C,
-                               int OC) {
-      check("matmul_forward", {out, x});
+    using trainer::TensorIn;
+    table_.matmul_forward = [](float* out, TensorIn x, TensorIn weight, const float* bias, int N, int C, int OC) {
+      check("matmul_forward", {out, x.data});
       cpu().kernels().matmul_forward(out, x, weight, bias, N, C, OC);
     };
-    table_.matmul_bias_gelu_forward = [](float* out, float* pre, const float* x, const float* weight,
-                                         const float* bias, int N, int C, int OC) {
-      check("matmul_bias_gelu_forward", {out, pre, x});
+    table_.matmul_bias_gelu_forward = [](float* out, float* pre, TensorIn x, TensorIn weight, const float* bias, int N,
+                                         int C, int OC) {
+      check("matmul_bias_gelu_forward", {out, pre, x.data});
       cpu().kernels().matmul_bias_gelu_forward(out, pre, x, weight, bias, N, C, OC);
     };
-    table_.matmul_backward = [](float* dx, float* dweight, float* dbias, const float* dout, const float* x,
-                                const float* weight, int N, int C, int OC) {
-      check("matmul_backward", {dx, dout, x});
+    table_.matmul_backward = [](float* dx, float* dweight, float* dbias, const float* dout, TensorIn x,
+                                TensorIn weight, int N, int C, int OC) {
+      check("matmul_backward", {dx, dout, x.data});
       cpu().kernels().matmul_backward(dx, dweight, dbias, dout, x, weight, N, C, OC);
     };
-    table_.matmul_gelu_backward = [](float* dpre, float* dweight, float* dbias, const float* dout, const float* x,
-                                     const float* weight, const float* pre, int N, int C, int OC) {
-      check("matmul_gelu_backward", {dpre, dout, x, pre});
+    table_.matmul_gelu_backward = [](float* dpre, float* dweight, float* dbias, const float* dout, TensorIn x,
+                                     TensorIn weight, const float* pre, int N, int C, int OC) {
+      check("matmul_gelu_backward", {dpre, dout, x.data, pre});
       cpu().kernels().matmul_gelu_backward(dpre, dweight, dbias, dout, x, weight, pre, N, C, OC);
-    };
-    table_.matmul_forward_bf16 = [](float* out, const std::uint16_t* x, const std::uint16_t* weight,
-                                    const float* bias, int N, int C, int OC) {
-      check("matmul_forward_bf16", {out, x});
-      cpu().kernels().matmul_forward_bf16(out, x, weight, bias, N, C, OC);
-    };
-    table_.matmul_bias_gelu_forward_bf16 = [](float* out, float* pre, const std::uint16_t* x,
-                                              const std::uint16_t* weight, const float* bias, int N, int C, int OC) {
-      check("matmul_bias_gelu_forward_bf16", {out, pre, x});
-      cpu().kernels().matmul_bias_gelu_forward_bf16(out, pre, x, weight, bias, N, C, OC);
-    };
-    table_.matmul_backward_bf16 = [](float* dx, float* dweight, float* dbias, const float* dout,
-                                     const std::uint16_t* x, const std::uint16_t* weight, int N, int C, int OC) {
-      check("matmul_backward_bf16", {dx, dout, x});
-      cpu().kernels().matmul_backward_bf16(dx, dweight, dbias, dout, x, weight, N, C, OC);
-    };
-    table_.matmul_gelu_backward_bf16 = [](float* dpre, float* dweight, float* dbias, const float* dout,
-                                          const std::uint16_t* x, const std::uint16_t* weight, const float* pre, int N,
-                                          int C, int OC) {
-      check("matmul_gelu_backward_bf16", {dpre, dout, x, pre});
-      cpu().kernels().matmul_gelu_backward_bf16(dpre, dweight, dbias, dout, x, weight, pre, N, C, OC);
     };
   }
   std::string describe() const override { return "cpu checking the matmuls' operand alignment"; }

@@ -35,7 +35,7 @@ Outputs run_embedding_forward(const Shape& s, Device* device, int) {
     const KernelTable& k = device->kernels();
     std::vector<float> out(static_cast<std::size_t>(s.N()) * s.C, kNaN);
     if constexpr (kOperands == Operands::kBf16) {
-      k.embedding_forward_bf16(d.out(out), d.in(tokens), d.in(wte_bits), d.in(wpe_bits), s.B, s.T, s.C);
+      k.embedding_forward(d.out(out), d.in(tokens), d.in(wte_bits), d.in(wpe_bits), s.B, s.T, s.C);
     } else {
       k.embedding_forward(d.out(out), d.in(tokens), d.in(wte), d.in(wpe), s.B, s.T, s.C);
     }
@@ -177,8 +177,8 @@ MatmulDims dims(const Shape& s, Linear layer) {
   return {};
 }
 
-// The matmul rows run twice: fp32 operands through the fp32 entries, and operands on
-// the bf16 grid through the *_bf16 entries, which read x and the weight as bf16 bits
+// The matmul rows run twice: fp32 operands, and operands on the bf16 grid given to the
+// same entries as bf16 bits (TensorIn's type), which read x and the weight as bf16
 // (the bf16 recipe's matmuls: a GPU's bf16 GEMMs; dout stays fp32 on the grid), each
 // against the reference on the same values.
 template <Operands kOperands>
@@ -199,7 +199,7 @@ Outputs run_matmul_forward(const Shape& s, Device* device, int) {
     const KernelTable& k = device->kernels();
     std::vector<float> out(static_cast<std::size_t>(d.N) * d.OC, kNaN);
     if constexpr (kOperands == Operands::kBf16) {
-      k.matmul_forward_bf16(a.out(out), a.in(x_bits), a.in(weight_bits), d.bias ? a.in(bias) : nullptr, d.N, d.C, d.OC);
+      k.matmul_forward(a.out(out), a.in(x_bits), a.in(weight_bits), d.bias ? a.in(bias) : nullptr, d.N, d.C, d.OC);
     } else {
       k.matmul_forward(a.out(out), a.in(x), a.in(weight), d.bias ? a.in(bias) : nullptr, d.N, d.C, d.OC);
     }
@@ -227,7 +227,7 @@ Outputs run_matmul_bias_gelu_forward(const Shape& s, Device* device, int) {
     std::vector<float> out(static_cast<std::size_t>(N) * OC, kNaN), pre(out.size(), kNaN);
     const KernelTable& k = device->kernels();
     if constexpr (kOperands == Operands::kBf16) {
-      k.matmul_bias_gelu_forward_bf16(a.out(out), a.out(pre), a.in(x_bits), a.in(weight_bits), a.in(bias), N, C, OC);
+      k.matmul_bias_gelu_forward(a.out(out), a.out(pre), a.in(x_bits), a.in(weight_bits), a.in(bias), N, C, OC);
     } else {
       k.matmul_bias_gelu_forward(a.out(out), a.out(pre), a.in(x), a.in(weight), a.in(bias), N, C, OC);
     }
@@ -258,7 +258,7 @@ Outputs run_matmul_backward(const Shape& s, Device* device, int calls) {
     auto dbias = dbias0;
     for (int i = 0; i < calls; ++i) {
       if constexpr (kOperands == Operands::kBf16) {
-        k.matmul_backward_bf16(d.dx ? a.out(dx) : nullptr, a.out(dweight), d.bias ? a.out(dbias) : nullptr, a.in(dout),
+        k.matmul_backward(d.dx ? a.out(dx) : nullptr, a.out(dweight), d.bias ? a.out(dbias) : nullptr, a.in(dout),
                                a.in(x_bits), a.in(weight_bits), d.N, d.C, d.OC);
       } else {
         k.matmul_backward(d.dx ? a.out(dx) : nullptr, a.out(dweight), d.bias ? a.out(dbias) : nullptr, a.in(dout),
@@ -302,7 +302,7 @@ Outputs run_matmul_gelu_backward(const Shape& s, Device* device, int calls) {
     auto dbias = dbias0;
     for (int i = 0; i < calls; ++i) {
       if constexpr (kOperands == Operands::kBf16) {
-        k.matmul_gelu_backward_bf16(a.out(dpre), a.out(dweight), kBias ? a.out(dbias) : nullptr, a.in(dout),
+        k.matmul_gelu_backward(a.out(dpre), a.out(dweight), kBias ? a.out(dbias) : nullptr, a.in(dout),
                                     a.in(x_bits), a.in(weight_bits), a.in(pre), N, C, OC);
       } else {
         k.matmul_gelu_backward(a.out(dpre), a.out(dweight), kBias ? a.out(dbias) : nullptr, a.in(dout), a.in(x),

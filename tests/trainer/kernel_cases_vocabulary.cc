@@ -106,7 +106,7 @@ Outputs run_vocab_parallel_embedding_forward(const Shape& s, Device* device, int
       std::vector<float> out(sum.size(), kNaN);
       if constexpr (kOperands == Operands::kBf16) {
         const auto slice_bits = bf16_bits(slice);
-        k.vocab_parallel_embedding_forward_bf16(d.out(out), d.in(tokens), d.in(slice_bits),
+        k.vocab_parallel_embedding_forward(d.out(out), d.in(tokens), d.in(slice_bits),
                                                 rank == 0 ? d.in(wpe_bits) : nullptr, rank * Vl, Vl, s.B, s.T, s.C);
       } else {
         k.vocab_parallel_embedding_forward(d.out(out), d.in(tokens), d.in(slice), rank == 0 ? d.in(wpe) : nullptr,

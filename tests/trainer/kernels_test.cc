@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "dufu/trainer/device/bf16.h"
 #include "dufu/trainer/device/device.h"
 #include "dufu/trainer/device/kernel_math.h"
 #include "dufu/trainer/device/kernel_partition.h"
@@ -224,6 +225,43 @@ TEST(Classifier, RejectsTargetsOutsideTheVocabulary) {
   EXPECT_THROW(
       cpu_device().kernels().classifier_forward_backward(logits.data(), losses.data(), targets.data(), 0.5f, 2, 5, 8),
       std::exception);
+}
+
+// One entry per op whatever the precision: the operand's type picks how it is read, so
+// the same entry gives bf16 bits' values and the fp32 values of those bits alike, and
+// a mix of the two types in one call is refused by name (nothing written).
+TEST(TypedOperands, OneEntryReadsEitherTypeAndRefusesAMix) {
+  constexpr int N = 3, C = 8, OC = 5;
+  std::vector<float> x(N * C), weight(OC * C);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = bf16_bits_to_float(float_to_bf16_bits(0.37f * (i % 7) - 1.1f));
+  for (std::size_t i = 0; i < weight.size(); ++i) {
+    weight[i] = bf16_bits_to_float(float_to_bf16_bits(0.21f * (i % 5) - 0.4f));
+  }
+  std::vector<std::uint16_t> x_bits(x.size()), weight_bits(weight.size());
+  for (std::size_t i = 0; i < x.size(); ++i) x_bits[i] = float_to_bf16_bits(x[i]);
+  for (std::size_t i = 0; i < weight.size(); ++i) weight_bits[i] = float_to_bf16_bits(weight[i]);
+  const KernelTable& k = cpu_device().kernels();
+  std::vector<float> from_floats(N * OC), from_bits(N * OC);
+  k.matmul_forward(from_floats.data(), x.data(), weight.data(), nullptr, N, C, OC);
+  k.matmul_forward(from_bits.data(), x_bits.data(), weight_bits.data(), nullptr, N, C, OC);
+  EXPECT_EQ(from_floats, from_bits);
+  EXPECT_EQ(TensorIn(x_bits.data()).type, ElementType::kBf16);
+  EXPECT_EQ(TensorIn(x.data()).type, ElementType::kFloat32);
+
+  std::vector<float> untouched(N * OC, 7.0f);
+  try {
+    k.matmul_forward(untouched.data(), x.data(), weight_bits.data(), nullptr, N, C, OC);
+    ADD_FAILURE() << "a float x with bf16 weights was taken";
+  } catch (const std::exception& error) {
+    EXPECT_NE(std::string(error.what()).find("matmul_forward: operands of two element types, fp32 and bf16"),
+              std::string::npos)
+        << error.what();
+  }
+  EXPECT_EQ(untouched, std::vector<float>(N * OC, 7.0f));
+  const std::vector<std::int32_t> tokens{0, 1, 2};
+  std::vector<float> embedded(N * C);
+  EXPECT_THROW(k.embedding_forward(embedded.data(), tokens.data(), x_bits.data(), weight.data(), 1, N, C),
+               std::exception);
 }
 
 TEST(AdamW, RejectsStepZeroAndSegmentsThatGoBackwards) {

@@ -34,8 +34,16 @@ const KernelTable& kernel_table();
 // afterwards); call it before any sgemm.
 void use_single_threaded_blas();
 
-// Floats of the kept scratch the bf16 matmuls widen x [N, C] and weight [OC, C] into.
+// Floats of the kept scratch bf16 operands x [N, C] and weight [OC, C] widen into.
 constexpr std::size_t widened_operand_floats(std::size_t N, std::size_t C, std::size_t OC) { return (N + OC) * C; }
+
+// A matmul's x [N, C] and weight [OC, C] as floats (float_operands.cc): fp32 operands as
+// they are, bf16 ones widened into a scratch kept for the thread's next product.
+struct FloatOperands {
+  const float* x;
+  const float* weight;
+  FloatOperands(const char* entry, TensorIn x_in, TensorIn weight_in, int N, int C, int OC);
+};
 
 }  // namespace dufu::trainer::cpu
 

@@ -23,8 +23,8 @@ DUFU_CPU_CLONES void bias_gelu_forward(float* out, float* pre, const float* x, c
 
 // Two passes here (OpenBLAS has no epilogue): the product lands in `pre`, which the
 // bias and GELU then update in place.
-void matmul_bias_gelu_forward(float* out, float* pre, const float* x, const float* weight, const float* bias, int N,
-                              int C, int OC) {
+void matmul_bias_gelu_forward(float* out, float* pre, TensorIn x, TensorIn weight, const float* bias, int N, int C,
+                              int OC) {
   matmul_forward(pre, x, weight, nullptr, N, C, OC);
   bias_gelu_forward(out, pre, pre, bias, N, OC);
 }
@@ -45,8 +45,8 @@ DUFU_CPU_CLONES void multiply_by_gelu_grad(float* d, const float* pre, int N, in
 
 // Two passes (OpenBLAS has no epilogue): the gradient of the GELU's output lands in
 // dpre, which its derivative then scales in place.
-void matmul_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, const float* x,
-                          const float* weight, const float* pre, int N, int C, int OC) {
+void matmul_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, TensorIn x, TensorIn weight,
+                          const float* pre, int N, int C, int OC) {
   matmul_backward(dpre, dweight, dbias, dout, x, weight, N, C, OC);
   multiply_by_gelu_grad(dpre, pre, N, C);
 }

@@ -68,7 +68,8 @@ void parallel_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha
 
 }  // namespace
 
-void matmul_forward(float* out, const float* x, const float* weight, const float* bias, int N, int C, int OC) {
+void matmul_forward(float* out, TensorIn x_in, TensorIn weight_in, const float* bias, int N, int C, int OC) {
+  const FloatOperands operands("matmul_forward", x_in, weight_in, N, C, OC);
   float beta = 0.0f;
   if (bias != nullptr) {
     // Start from the bias and let sgemm add onto it: one pass over out instead of two.
@@ -76,13 +77,14 @@ void matmul_forward(float* out, const float* x, const float* weight, const float
     for (int n = 0; n < N; ++n) std::copy(bias, bias + OC, out + static_cast<std::size_t>(n) * OC);
     beta = 1.0f;
   }
-  parallel_sgemm(false, true, N, OC, C, 1.0f, x, C, weight, C, beta, out, OC);
+  parallel_sgemm(false, true, N, OC, C, 1.0f, operands.x, C, operands.weight, C, beta, out, OC);
 }
 
-void matmul_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x, const float* weight,
+void matmul_backward(float* dx, float* dweight, float* dbias, const float* dout, TensorIn x_in, TensorIn weight_in,
                      int N, int C, int OC) {
-  if (dx != nullptr) parallel_sgemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dx, C);
-  parallel_sgemm(true, false, OC, C, N, 1.0f, dout, OC, x, C, 1.0f, dweight, C);
+  const FloatOperands operands("matmul_backward", x_in, weight_in, N, C, OC);
+  if (dx != nullptr) parallel_sgemm(false, false, N, C, OC, 1.0f, dout, OC, operands.weight, C, 0.0f, dx, C);
+  parallel_sgemm(true, false, OC, C, N, 1.0f, dout, OC, operands.x, C, 1.0f, dweight, C);
   if (dbias != nullptr) {
     const int blocks = (OC + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static)

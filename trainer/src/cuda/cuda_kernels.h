@@ -29,6 +29,12 @@ DUFU_KERNEL_OPS(DUFU_DECLARE_KERNEL)
 
 const KernelTable& kernel_table();
 
+// matmul_backward and matmul_gelu_backward with bf16 operands (matmul_bf16.cu).
+void bf16_matmul_backward(float* dx, float* dweight, float* dbias, const float* dout, const std::uint16_t* x,
+                          const std::uint16_t* weight, int N, int C, int OC);
+void bf16_matmul_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, const std::uint16_t* x,
+                               const std::uint16_t* weight, const float* pre, int N, int C, int OC);
+
 // The stream and the cuBLAS(Lt) handles every kernel of this backend uses (created on
 // first use, on the current device).
 cudaStream_t stream();

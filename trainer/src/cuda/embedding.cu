@@ -121,29 +121,26 @@ void scatter(float* dwte, float* dwpe, const float* dout, const std::int32_t* to
 
 }  // namespace
 
-void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T,
-                       int C) {
-  embed(out, tokens, wte, wpe, 0, 0x7fffffff, B, T, C);
+void vocab_parallel_embedding_forward(float* out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe,
+                                      int vocab_begin, int V_local, int B, int T, int C) {
+  const int vocab_end = vocab_begin + V_local;
+  if (bf16_operands("vocab_parallel_embedding_forward", wte, wpe)) {
+    embed(out, tokens, wte.bits(), wpe.bits(), vocab_begin, vocab_end, B, T, C);
+  } else {
+    embed(out, tokens, wte.values(), wpe.values(), vocab_begin, vocab_end, B, T, C);
+  }
+}
+
+void embedding_forward(float* out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T, int C) {
+  if (bf16_operands("embedding_forward", wte, wpe)) {
+    embed(out, tokens, wte.bits(), wpe.bits(), 0, 0x7fffffff, B, T, C);
+  } else {
+    embed(out, tokens, wte.values(), wpe.values(), 0, 0x7fffffff, B, T, C);
+  }
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C) {
   scatter(dwte, dwpe, dout, tokens, 0, 0x7fffffff, B, T, C);
-}
-
-void vocab_parallel_embedding_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
-                                      int vocab_begin, int V_local, int B, int T, int C) {
-  embed(out, tokens, wte, wpe, vocab_begin, vocab_begin + V_local, B, T, C);
-}
-
-void embedding_forward_bf16(float* out, const std::int32_t* tokens, const std::uint16_t* wte, const std::uint16_t* wpe,
-                            int B, int T, int C) {
-  embed(out, tokens, wte, wpe, 0, 0x7fffffff, B, T, C);
-}
-
-void vocab_parallel_embedding_forward_bf16(float* out, const std::int32_t* tokens, const std::uint16_t* wte,
-                                           const std::uint16_t* wpe, int vocab_begin, int V_local, int B, int T,
-                                           int C) {
-  embed(out, tokens, wte, wpe, vocab_begin, vocab_begin + V_local, B, T, C);
 }
 
 void vocab_parallel_embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,

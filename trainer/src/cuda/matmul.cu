@@ -123,29 +123,40 @@ bool gelu_input_grad_product(float* dpre, const void* dout, const void* weight, 
   return false;
 }
 
-void matmul_forward(float* out, const float* x, const float* weight, const float* bias, int N, int C, int OC) {
+void matmul_forward(float* out, TensorIn x, TensorIn weight, const float* bias, int N, int C, int OC) {
+  const cudaDataType_t type = bf16_operands("matmul_forward", x, weight) ? CUDA_R_16BF : CUDA_R_32F;
   if (N == 0 || OC == 0) return;
-  linear_product(out, x, weight, bias, N, C, OC, CUDA_R_32F);
+  linear_product(out, x.data, weight.data, bias, N, C, OC, type);
 }
 
-void matmul_bias_gelu_forward(float* out, float* pre, const float* x, const float* weight, const float* bias, int N,
-                              int C, int OC) {
+void matmul_bias_gelu_forward(float* out, float* pre, TensorIn x, TensorIn weight, const float* bias, int N, int C,
+                              int OC) {
+  const cudaDataType_t type = bf16_operands("matmul_bias_gelu_forward", x, weight) ? CUDA_R_16BF : CUDA_R_32F;
   if (N == 0 || OC == 0) return;
-  if (linear_gelu_product(out, pre, x, weight, bias, N, C, OC, CUDA_R_32F)) return;
-  linear_product(pre, x, weight, nullptr, N, C, OC, CUDA_R_32F);
+  if (linear_gelu_product(out, pre, x.data, weight.data, bias, N, C, OC, type)) return;
+  // Widths the epilogue cannot keep take two kernels.
+  linear_product(pre, x.data, weight.data, nullptr, N, C, OC, type);
   bias_gelu_forward(out, pre, pre, bias, N, OC);
 }
 
-void matmul_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x, const float* weight,
-                     int N, int C, int OC) {
+void matmul_backward(float* dx, float* dweight, float* dbias, const float* dout, TensorIn x, TensorIn weight, int N,
+                     int C, int OC) {
+  if (bf16_operands("matmul_backward", x, weight)) {
+    return bf16_matmul_backward(dx, dweight, dbias, dout, x.bits(), weight.bits(), N, C, OC);
+  }
   if (N == 0 || OC == 0) return;
-  if (dx != nullptr) input_grad(dx, dout, weight, N, C, OC);
-  weight_and_bias_grads(dweight, dbias, dout, x, N, C, OC);
+  if (dx != nullptr) input_grad(dx, dout, weight.values(), N, C, OC);
+  weight_and_bias_grads(dweight, dbias, dout, x.values(), N, C, OC);
 }
 
-void matmul_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, const float* x,
-                          const float* weight, const float* pre, int N, int C, int OC) {
+void matmul_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, TensorIn x_in,
+                          TensorIn weight_in, const float* pre, int N, int C, int OC) {
+  if (bf16_operands("matmul_gelu_backward", x_in, weight_in)) {
+    return bf16_matmul_gelu_backward(dpre, dweight, dbias, dout, x_in.bits(), weight_in.bits(), pre, N, C, OC);
+  }
   if (N == 0 || OC == 0) return;
+  const float* x = x_in.values();
+  const float* weight = weight_in.values();
   // dpre [N, C] = gelu'(pre) ⊙ (dout [N, OC] · weight [OC, C]), the derivative applied in
   // the epilogue. As in the forward, a width that is not a multiple of 8 or a shape
   // with no fused algorithm takes a GEMM and an element-wise kernel.

@@ -1,5 +1,6 @@
-// The matmuls of the bf16 recipe on the tensor cores (kernel_table.h's *_bf16 entries).
-// x and the weights come from bf16 storage (the activations kept for the backward, the
+// The backward matmuls of the bf16 recipe on the tensor cores (matmul_backward and
+// matmul_gelu_backward with bf16 operands; the forward ones are matmul.cu's, whose
+// products take either type). x and the weights come from bf16 storage (the activations kept for the backward, the
 // weights' working copy) and go to cuBLAS(Lt) as they are; dout, the activation
 // gradient, is an fp32 array of values on the bf16 grid (the rounding table of
 // docs/architecture.md), so its bf16 copy is exact. A bf16 GEMM with fp32 accumulation
@@ -59,22 +60,7 @@ void weight_and_bias_grads_bf16(float* dweight, float* dbias, const float* dout,
 
 }  // namespace
 
-void matmul_forward_bf16(float* out, const std::uint16_t* x, const std::uint16_t* weight, const float* bias, int N,
-                         int C, int OC) {
-  if (N == 0 || OC == 0) return;
-  linear_product(out, x, weight, bias, N, C, OC, CUDA_R_16BF);
-}
-
-void matmul_bias_gelu_forward_bf16(float* out, float* pre, const std::uint16_t* x, const std::uint16_t* weight,
-                                   const float* bias, int N, int C, int OC) {
-  if (N == 0 || OC == 0) return;
-  if (linear_gelu_product(out, pre, x, weight, bias, N, C, OC, CUDA_R_16BF)) return;
-  // As matmul_bias_gelu_forward: widths the epilogue cannot keep take two kernels.
-  linear_product(pre, x, weight, nullptr, N, C, OC, CUDA_R_16BF);
-  bias_gelu_forward(out, pre, pre, bias, N, OC);
-}
-
-void matmul_backward_bf16(float* dx, float* dweight, float* dbias, const float* dout, const std::uint16_t* x,
+void bf16_matmul_backward(float* dx, float* dweight, float* dbias, const float* dout, const std::uint16_t* x,
                           const std::uint16_t* weight, int N, int C, int OC) {
   if (N == 0 || OC == 0) return;
   const std::uint16_t* dout16 = bf16_copy(dout, static_cast<std::size_t>(N) * OC);
@@ -82,11 +68,11 @@ void matmul_backward_bf16(float* dx, float* dweight, float* dbias, const float* 
   weight_and_bias_grads_bf16(dweight, dbias, dout, dout16, x, N, C, OC);
 }
 
-void matmul_gelu_backward_bf16(float* dpre, float* dweight, float* dbias, const float* dout, const std::uint16_t* x,
+void bf16_matmul_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, const std::uint16_t* x,
                                const std::uint16_t* weight, const float* pre, int N, int C, int OC) {
   if (N == 0 || OC == 0) return;
   const std::uint16_t* dout16 = bf16_copy(dout, static_cast<std::size_t>(N) * OC);
-  // As matmul_gelu_backward: gelu'(pre) applied in the dx product's epilogue (pre stays
+  // As the fp32 operands' path: gelu'(pre) applied in the dx product's epilogue (pre stays
   // fp32, the epilogue's aux type follows the fp32 output), else a GEMM and a kernel.
   if (!gelu_input_grad_product(dpre, dout16, weight, pre, N, C, OC, CUDA_R_16BF)) {
     input_grad_bf16(dpre, dout16, weight, N, C, OC);

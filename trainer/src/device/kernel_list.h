@@ -6,6 +6,7 @@
 
 #include <type_traits>
 
+#include "dufu/common/error.h"
 #include "dufu/trainer/device/kernel_table.h"
 
 #define DUFU_KERNEL_OPS(X)                 \
@@ -36,12 +37,6 @@
   X(store_bf16)                            \
   X(load_bf16)                             \
   X(to_bf16)                               \
-  X(embedding_forward_bf16)                \
-  X(vocab_parallel_embedding_forward_bf16) \
-  X(matmul_forward_bf16)                   \
-  X(matmul_bias_gelu_forward_bf16)         \
-  X(matmul_backward_bf16)                  \
-  X(matmul_gelu_backward_bf16)             \
   X(rmsnorm_forward)                       \
   X(residual_rmsnorm_forward)              \
   X(rmsnorm_backward)                      \
@@ -54,3 +49,19 @@
 #define DUFU_DECLARE_KERNEL(name) std::remove_pointer_t<decltype(::dufu::trainer::KernelTable::name)> name;
 // One designated initializer: `.embedding_forward = embedding_forward,`.
 #define DUFU_KERNEL_TABLE_ENTRY(name) .name = name,
+
+namespace dufu::trainer {
+
+// Whether an entry's TensorIn operands are bf16 (true) or fp32 (false), for a backend
+// to read them the one way; a null operand takes the other's type, and a mix throws
+// (kernel_table.h).
+inline bool bf16_operands(const char* entry, TensorIn a, TensorIn b) {
+  if (a.data == nullptr) return b.bf16();
+  if (b.data != nullptr && a.type != b.type) {
+    DUFU_FAIL(entry, ": operands of two element types, ", a.bf16() ? "bf16" : "fp32", " and ",
+              b.bf16() ? "bf16" : "fp32");
+  }
+  return a.bf16();
+}
+
+}  // namespace dufu::trainer

@@ -1,47 +1,35 @@
-// The GPT's linear layers and embedding in the form each precision runs them: under
-// fp32 the fp32 kernels on fp32 tensors; under bf16 the *_bf16 kernels, which read the
-// weights' bf16 working copy and the stored bf16 copies of the activations
-// (docs/architecture.md, "Mixed precision"), so a GPU multiplies what is in memory
-// without converting it first.
+// The GPT's linear layers and embedding: one kernel entry whatever the precision, given
+// the operands the recipe keeps (docs/architecture.md, "Mixed precision"): under fp32 the
+// fp32 tensors, under bf16 the weights' bf16 working copy and the stored bf16 copies of
+// the activations, so a GPU multiplies what is in memory without converting it first.
 #include <cstdint>
 
 #include "dufu/trainer/model/gpt.h"
 
 namespace dufu::trainer {
 
+TensorIn GPT::typed(Operand operand) const {
+  if (precision_ == Precision::kBf16) return operand.bits;
+  return operand.values;
+}
+
 void GPT::linear_forward(float* out, Operand x, Operand weight, const float* bias, int N, int C, int OC) {
-  if (precision_ == Precision::kBf16) {
-    kernels_->matmul_forward_bf16(out, x.bits, weight.bits, bias, N, C, OC);
-  } else {
-    kernels_->matmul_forward(out, x.values, weight.values, bias, N, C, OC);
-  }
+  kernels_->matmul_forward(out, typed(x), typed(weight), bias, N, C, OC);
 }
 
 void GPT::linear_bias_gelu_forward(float* out, float* pre, Operand x, Operand weight, const float* bias, int N, int C,
                                    int OC) {
-  if (precision_ == Precision::kBf16) {
-    kernels_->matmul_bias_gelu_forward_bf16(out, pre, x.bits, weight.bits, bias, N, C, OC);
-  } else {
-    kernels_->matmul_bias_gelu_forward(out, pre, x.values, weight.values, bias, N, C, OC);
-  }
+  kernels_->matmul_bias_gelu_forward(out, pre, typed(x), typed(weight), bias, N, C, OC);
 }
 
 void GPT::linear_backward(float* dx, float* dweight, float* dbias, const float* dout, Operand x, Operand weight, int N,
                           int C, int OC) {
-  if (precision_ == Precision::kBf16) {
-    kernels_->matmul_backward_bf16(dx, dweight, dbias, dout, x.bits, weight.bits, N, C, OC);
-  } else {
-    kernels_->matmul_backward(dx, dweight, dbias, dout, x.values, weight.values, N, C, OC);
-  }
+  kernels_->matmul_backward(dx, dweight, dbias, dout, typed(x), typed(weight), N, C, OC);
 }
 
 void GPT::linear_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, Operand x, Operand weight,
                                const float* pre, int N, int C, int OC) {
-  if (precision_ == Precision::kBf16) {
-    kernels_->matmul_gelu_backward_bf16(dpre, dweight, dbias, dout, x.bits, weight.bits, pre, N, C, OC);
-  } else {
-    kernels_->matmul_gelu_backward(dpre, dweight, dbias, dout, x.values, weight.values, pre, N, C, OC);
-  }
+  kernels_->matmul_gelu_backward(dpre, dweight, dbias, dout, typed(x), typed(weight), pre, N, C, OC);
 }
 
 // Tensor parallel, each rank looks up its rows of wte and one rank adds wpe, so the
@@ -49,24 +37,14 @@ void GPT::linear_gelu_backward(float* dpre, float* dweight, float* dbias, const 
 // no wpe: its one rank of one uses the vocab-parallel kernel over the whole table,
 // which adds nothing for a null wpe.
 void GPT::embed(float* out, const std::int32_t* tokens, bool adds_positions, int B, int T, int C) {
-  const KernelTable& k = *kernels_;
-  const bool bf16 = precision_ == Precision::kBf16;
+  const TensorIn wte = typed({p_.wte, p16_.wte});
+  const TensorIn wpe = typed({p_.wpe, p16_.wpe});
   if (tp_ == 1 && !config_.is_llama()) {
-    if (bf16) {
-      k.embedding_forward_bf16(out, tokens, p16_.wte, p16_.wpe, B, T, C);
-    } else {
-      k.embedding_forward(out, tokens, p_.wte, p_.wpe, B, T, C);
-    }
+    kernels_->embedding_forward(out, tokens, wte, wpe, B, T, C);
     return;
   }
-  const int Vl = local_vocab_size();
-  if (bf16) {
-    k.vocab_parallel_embedding_forward_bf16(out, tokens, p16_.wte, adds_positions ? p16_.wpe : nullptr, vocab_begin(),
-                                            Vl, B, T, C);
-  } else {
-    k.vocab_parallel_embedding_forward(out, tokens, p_.wte, adds_positions ? p_.wpe : nullptr, vocab_begin(), Vl, B, T,
-                                       C);
-  }
+  kernels_->vocab_parallel_embedding_forward(out, tokens, wte, adds_positions ? wpe : nullptr, vocab_begin(),
+                                             local_vocab_size(), B, T, C);
 }
 
 void GPT::embed_backward(const float* dout, const std::int32_t* tokens, int B, int T, int C) {

@@ -53,10 +53,7 @@ void GPT::set_recompute(Recompute recompute) {
 namespace {
 
 bool has_bf16_kernels(const KernelTable& k) {
-  return k.round_to_bf16 != nullptr && k.store_bf16 != nullptr && k.load_bf16 != nullptr && k.to_bf16 != nullptr &&
-         k.embedding_forward_bf16 != nullptr && k.vocab_parallel_embedding_forward_bf16 != nullptr &&
-         k.matmul_forward_bf16 != nullptr && k.matmul_bias_gelu_forward_bf16 != nullptr &&
-         k.matmul_backward_bf16 != nullptr && k.matmul_gelu_backward_bf16 != nullptr;
+  return k.round_to_bf16 != nullptr && k.store_bf16 != nullptr && k.load_bf16 != nullptr && k.to_bf16 != nullptr;
 }
 
 }  // namespace

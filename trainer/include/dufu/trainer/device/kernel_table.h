@@ -2,8 +2,8 @@
 // KernelTable, which every backend fills with its own implementations (the CPU's in
 // src/cpu/, namespace dufu::trainer::cpu; a CUDA one in src/cuda/), so two backends
 // link side by side and a test can run the same op on each. Every pointer argument
-// is the memory of the device whose table it is (see device.h). All tensors are fp32,
-// row-major, contiguous. Shapes: B batch, T positions, C channels, NH heads, V
+// is the memory of the device whose table it is (see device.h). Tensors are fp32 but for
+// the operands typed TensorIn (fp32 or bf16), row-major, contiguous. Shapes: B batch, T positions, C channels, NH heads, V
 // vocabulary (Vp padded), N = B·T rows. Backward kernels ACCUMULATE into parameter
 // gradients (+=), so micro-batches sum without copies, and OVERWRITE or accumulate
 // activation gradients as each entry says. Kernels are deterministic: no atomics in
@@ -26,10 +26,41 @@ struct AdamWSegment {
   float weight_decay;
 };
 
+// The element type of a tensor a kernel reads.
+enum class ElementType : std::uint8_t { kFloat32, kBf16 };
+
+// A tensor a kernel reads, with its element type: fp32 values, or bf16 storage (bf16.h's
+// bits) where the bf16 recipe keeps the tensor in bf16 (the weights' working copy, the
+// activations kept for the backward). The type travels with the pointer, so one entry
+// is one piece of math whatever the types and a caller never picks another entry for
+// another precision; each backend reads bf16 its own way (the CPU widens to floats, a
+// GPU multiplies bf16 on its tensor cores). Made implicitly from a float or bf16-bits
+// pointer, or nullptr.
+struct TensorIn {
+  const void* data = nullptr;
+  ElementType type = ElementType::kFloat32;
+
+  constexpr TensorIn() = default;
+  constexpr TensorIn(std::nullptr_t) {}
+  constexpr TensorIn(const float* values) : data(values) {}
+  constexpr TensorIn(const std::uint16_t* bits)
+      : data(bits), type(ElementType::kBf16) {}
+
+  bool bf16() const { return type == ElementType::kBf16; }
+  const float* values() const { return static_cast<const float*>(data); }
+  const std::uint16_t* bits() const { return static_cast<const std::uint16_t*>(data); }
+};
+
 struct KernelTable {
+  // Operands of type TensorIn are fp32 or bf16; those of one entry are all of one type
+  // (a null one aside): a mix throws dufu::Error. Outputs, biases, dout, pre and
+  // gradients are fp32. With bf16 operands an entry computes what it computes on their
+  // float values; dout's values are on the bf16 grid under the bf16 recipe (it rounds
+  // every activation gradient), so a GPU copies it to bf16 exactly and multiplies bf16
+  // with fp32 accumulation.
+  //
   // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. Tokens must index rows of wte (unchecked).
-  void (*embedding_forward)(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T,
-                            int C);
+  void (*embedding_forward)(float* out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T, int C);
   // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]
   void (*embedding_backward)(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T,
                              int C);
@@ -39,7 +70,7 @@ struct KernelTable {
   // ranks splitting the table each run this, one of them with wpe, the sum of their
   // outputs is embedding_forward's, exactly: each position's sum has at most two
   // non-zero terms.
-  void (*vocab_parallel_embedding_forward)(float* out, const std::int32_t* tokens, const float* wte, const float* wpe,
+  void (*vocab_parallel_embedding_forward)(float* out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe,
                                            int vocab_begin, int V_local, int B, int T, int C);
   // dwte[tokens[b,t] - vocab_begin,:] += dout[b,t,:] for the tokens in range;
   // dwpe[t,:] += sum_b dout[b,t,:] unless dwpe is null.
@@ -63,11 +94,11 @@ struct KernelTable {
                              const float* weight, const float* mean, const float* rstd, int N, int C);
 
   // out[N, OC] = x[N, C] · weight[OC, C]^T + bias[OC] (bias may be null); sgemm.
-  void (*matmul_forward)(float* out, const float* x, const float* weight, const float* bias, int N, int C, int OC);
+  void (*matmul_forward)(float* out, TensorIn x, TensorIn weight, const float* bias, int N, int C, int OC);
   // dx[N, C] = dout · weight (overwritten; dx may be null); dweight += dout^T · x;
   // dbias += column sums of dout (dbias may be null).
-  void (*matmul_backward)(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
-                          const float* weight, int N, int C, int OC);
+  void (*matmul_backward)(float* dx, float* dweight, float* dbias, const float* dout, TensorIn x, TensorIn weight,
+                          int N, int C, int OC);
 
   // GELU (tanh approximation) after adding the bias: pre = x + bias[col] is written to
   // `pre` (kept for backward) and out = gelu(pre). x is [N, C]; pre may be x (in place).
@@ -76,16 +107,16 @@ struct KernelTable {
   // matmul's epilogue: pre[N, OC] = x[N, C] · weight[OC, C]^T + bias[OC] (kept for
   // backward) and out = gelu(pre). The values of matmul_forward (without bias) into
   // pre, then bias_gelu_forward in place.
-  void (*matmul_bias_gelu_forward)(float* out, float* pre, const float* x, const float* weight, const float* bias,
-                                   int N, int C, int OC);
+  void (*matmul_bias_gelu_forward)(float* out, float* pre, TensorIn x, TensorIn weight, const float* bias, int N,
+                                   int C, int OC);
   // The MLP's second projection backward through the GELU before it, as a GPU runs it
   // with the GELU's derivative in the dx matmul's epilogue: for out = x · weight^T + bias
   // with x = gelu(pre), dpre[N, C] = gelu'(pre) ⊙ (dout · weight) (overwritten: the
   // gradient of the GELU's input, so the gradient of x is never stored);
   // dweight += dout^T · x; dbias += column sums of dout (dbias may be null). The values
   // of matmul_backward into dpre, then dpre *= gelu'(pre).
-  void (*matmul_gelu_backward)(float* dpre, float* dweight, float* dbias, const float* dout, const float* x,
-                               const float* weight, const float* pre, int N, int C, int OC);
+  void (*matmul_gelu_backward)(float* dpre, float* dweight, float* dbias, const float* dout, TensorIn x,
+                               TensorIn weight, const float* pre, int N, int C, int OC);
 
   // Causal self-attention with grouped K/V heads on qkv [B, T, (NH + 2 NKV) hs]: each
   // row holds NH query heads, then NKV key heads, then NKV value heads, hs wide each
@@ -176,28 +207,6 @@ struct KernelTable {
   // bits[i] = the bf16 bits of values[i], rounded (values unchanged): the bf16 working
   // copy of the weights, made from the fp32 masters.
   void (*to_bf16)(std::uint16_t* bits, const float* values, std::size_t n) = nullptr;
-
-  // ---- bf16 operands (train.precision = bf16) ----
-  // The lookups and products of the recipe with their weights and inputs read from
-  // bf16 storage (bits, as bf16.h): each computes what the fp32 entry of the same name
-  // computes on the float values of those bits. Outputs, biases, dout, pre and
-  // gradients stay fp32; dout's values are on the bf16 grid (the recipe rounds every
-  // activation gradient), so a GPU copies it to bf16 exactly and multiplies bf16 on its
-  // tensor cores with fp32 accumulation.
-  void (*embedding_forward_bf16)(float* out, const std::int32_t* tokens, const std::uint16_t* wte,
-                                 const std::uint16_t* wpe, int B, int T, int C) = nullptr;
-  void (*vocab_parallel_embedding_forward_bf16)(float* out, const std::int32_t* tokens, const std::uint16_t* wte,
-                                                const std::uint16_t* wpe, int vocab_begin, int V_local, int B, int T,
-                                                int C) = nullptr;
-  void (*matmul_forward_bf16)(float* out, const std::uint16_t* x, const std::uint16_t* weight, const float* bias, int N,
-                              int C, int OC) = nullptr;
-  void (*matmul_bias_gelu_forward_bf16)(float* out, float* pre, const std::uint16_t* x, const std::uint16_t* weight,
-                                        const float* bias, int N, int C, int OC) = nullptr;
-  void (*matmul_backward_bf16)(float* dx, float* dweight, float* dbias, const float* dout, const std::uint16_t* x,
-                               const std::uint16_t* weight, int N, int C, int OC) = nullptr;
-  void (*matmul_gelu_backward_bf16)(float* dpre, float* dweight, float* dbias, const float* dout,
-                                    const std::uint16_t* x, const std::uint16_t* weight, const float* pre, int N, int C,
-                                    int OC) = nullptr;
 
   // ---- Llama-family ops (model.arch = llama; docs/architecture.md) ----
   // RMSNorm of each of the N rows: out = x * rstd * weight with

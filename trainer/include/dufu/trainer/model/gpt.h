@@ -611,12 +611,16 @@ class GPT {
 
   // A matmul operand in the form each precision reads it: fp32 values (under fp32) or
   // bf16 bits (under bf16: an activation's stored copy, the weights' working copy).
+  // A tensor the kernels read, in both forms the model may keep it: fp32 values, and
+  // under bf16 its bf16 storage.
   struct Operand {
     const float* values;
     const std::uint16_t* bits;
   };
-  // The linear layers and the embedding through the fp32 kernels, or under bf16 the
-  // *_bf16 ones on the bits (gpt_linear.cc); arguments as the kernels'.
+  // The form the precision reads (the bits under bf16), typed for the kernels.
+  TensorIn typed(Operand operand) const;
+  // The linear layers and the embedding through one kernel entry each, their operands
+  // typed by the precision (gpt_linear.cc); arguments as the kernels'.
   void linear_forward(float* out, Operand x, Operand weight, const float* bias, int N, int C, int OC);
   void linear_bias_gelu_forward(float* out, float* pre, Operand x, Operand weight, const float* bias, int N, int C,
                                 int OC);
