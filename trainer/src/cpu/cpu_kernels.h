@@ -38,7 +38,7 @@ void use_single_threaded_blas();
 constexpr std::size_t widened_operand_floats(std::size_t N, std::size_t C, std::size_t OC) { return (N + OC) * C; }
 
 // A matmul's x [N, C] and weight [OC, C] as floats (float_operands.cc): fp32 operands as
-// they are, bf16 ones widened into a scratch kept for the thread's next product.
+// they are, bf16 ones widened into a scratch kept for the next product.
 struct FloatOperands {
   const float* x;
   const float* weight;

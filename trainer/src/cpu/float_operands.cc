@@ -12,14 +12,14 @@
 namespace dufu::trainer::cpu {
 
 // The kernels run on the thread that calls them (they parallelise inside), one at a
-// time, so one scratch per thread serves every product.
+// time, so one scratch serves every product.
 FloatOperands::FloatOperands(const char* entry, TensorIn x_in, TensorIn weight_in, int N, int C, int OC) {
   if (!bf16_operands(entry, x_in, weight_in)) {
     x = x_in.values();
     weight = weight_in.values();
     return;
   }
-  thread_local std::vector<float> scratch;
+  static std::vector<float> scratch;
   const auto rows = static_cast<std::size_t>(N);
   const auto inputs = static_cast<std::size_t>(C);
   const std::size_t needed = widened_operand_floats(rows, inputs, static_cast<std::size_t>(OC));
