@@ -42,6 +42,7 @@
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
 #include "dufu/trainer/device/collective_fold.h"
+#include "parallel/nccl_communicator_with.h"
 
 namespace dufu::trainer {
 
@@ -110,12 +111,13 @@ class StartedCollective final : public PendingCollective {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(std::unique_ptr<Communicator> host, const CudaNccl& nccl, const CudaModule& module)
+  NcclCommunicator(std::unique_ptr<Communicator> host, const CudaNccl& nccl, bool (*is_device_memory)(const void*),
+                   Device& device)
       : Communicator(host->name()),
         host_(std::move(host)),
         nccl_(nccl),
-        module_(module),
-        device_(device_of_kind(DeviceKind::kCuda)) {
+        is_device_memory_(is_device_memory),
+        device_(device) {
     std::vector<std::uint8_t> id(kNcclUniqueIdBytes);
     if (host_->rank() == 0) nccl_.unique_id(id.data());
     host_->broadcast(id, 0);
@@ -262,15 +264,15 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Communicator> do_split(int color, int key, std::string name) override {
     std::unique_ptr<Communicator> host_group = host_->split(color, key, std::move(name));
     if (host_group == nullptr) return nullptr;
-    return std::make_unique<NcclCommunicator>(std::move(host_group), nccl_, module_);
+    return std::make_unique<NcclCommunicator>(std::move(host_group), nccl_, is_device_memory_, device_);
   }
 
  private:
   // Whether an operation's buffers are host memory (then the control plane moves them)
   // rather than the GPU's; a host buffer paired with a GPU one is refused.
   bool on_host(const void* first, const void* second, const char* operation) const {
-    const bool first_on_host = !module_.is_device_memory(first);
-    if (first_on_host != !module_.is_device_memory(second)) {
+    const bool first_on_host = !is_device_memory_(first);
+    if (first_on_host != !is_device_memory_(second)) {
       DUFU_FAIL(operation, " on ", describe(), ": one buffer is host memory and the other GPU memory");
     }
     return first_on_host;
@@ -389,7 +391,7 @@ class NcclCommunicator final : public Communicator {
 
   std::unique_ptr<Communicator> host_;
   const CudaNccl& nccl_;
-  const CudaModule& module_;
+  bool (*is_device_memory_)(const void*);  // the CUDA module's: GPU memory rather than the host's
   Device& device_;
   void* comm_ = nullptr;          // ncclComm_t
   void* comm_stream_ = nullptr;   // cudaStream_t: every NCCL call and fold of this communicator
@@ -415,7 +417,13 @@ std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicato
   std::string reason;
   const CudaNccl* nccl = nccl_or_reason(&reason);
   if (nccl == nullptr) DUFU_FAIL("NCCL communicator '", host->name(), "': ", reason);
-  return std::make_unique<NcclCommunicator>(std::move(host), *nccl, *loaded_cuda_module(&reason));
+  return make_nccl_communicator_with(std::move(host), *nccl, loaded_cuda_module(&reason)->is_device_memory,
+                                     device_of_kind(DeviceKind::kCuda));
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator_with(std::unique_ptr<Communicator> host, const CudaNccl& nccl,
+                                                          bool (*is_device_memory)(const void*), Device& device) {
+  return std::make_unique<NcclCommunicator>(std::move(host), nccl, is_device_memory, device);
 }
 
 }  // namespace dufu::trainer
