@@ -20,6 +20,7 @@
 #include "dufu/common/error.h"
 #include "support/expect_error.h"
 #include "support/mpi_world.h"
+#include "support/uneven_counts.h"
 
 namespace dufu::testing {
 namespace {
@@ -60,23 +61,9 @@ bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
-// The patterns every uneven check runs: zeros between shards (ZeRO-2's layer ranges),
-// the whole range on each rank in turn, growing, and nothing at all.
+// The patterns every uneven check runs (support/uneven_counts.h).
 std::vector<std::vector<std::size_t>> uneven_count_patterns(std::size_t n) {
-  std::vector<std::vector<std::size_t>> patterns;
-  std::vector<std::size_t> zeros_between{0, 5, 0, 3};
-  zeros_between.resize(n, 2);
-  patterns.push_back(zeros_between);
-  for (std::size_t owner = 0; owner < n; ++owner) {
-    std::vector<std::size_t> one_owner(n, 0);
-    one_owner[owner] = 7;
-    patterns.push_back(one_owner);
-  }
-  std::vector<std::size_t> growing(n);
-  for (std::size_t k = 0; k < n; ++k) growing[k] = 1000 + 37 * k;
-  patterns.push_back(growing);
-  patterns.push_back(std::vector<std::size_t>(n, 0));
-  return patterns;
+  return dufu::testing::uneven_count_patterns(n, 1000);
 }
 
 template <typename T>

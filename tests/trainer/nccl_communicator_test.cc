@@ -21,6 +21,7 @@
 #include "dufu/trainer/device/device.h"
 #include "dufu/trainer/parallel/nccl_communicator.h"
 #include "support/mpi_world.h"
+#include "support/uneven_counts.h"
 
 namespace dufu::trainer {
 namespace {
@@ -116,14 +117,7 @@ TEST_F(NcclCommunicatorTest, ReduceScatterAndAllGatherMatchMpi) {
 
 // The uneven collectives' counts: zeros between shards, growing, all on the last rank.
 std::vector<std::vector<std::size_t>> uneven_counts() {
-  const std::size_t ranks = static_cast<std::size_t>(world().size());
-  std::vector<std::size_t> zeros_between{0, 5, 0, 3};
-  zeros_between.resize(ranks, 2);
-  std::vector<std::size_t> growing(ranks);
-  for (std::size_t k = 0; k < ranks; ++k) growing[k] = 1000 + 37 * k;
-  std::vector<std::size_t> last_owner(ranks - 1, 0);
-  last_owner.push_back(4099);
-  return {zeros_between, growing, last_owner};
+  return dufu::testing::uneven_count_patterns(static_cast<std::size_t>(world().size()), 1000);
 }
 
 TEST_F(NcclCommunicatorTest, ReduceScatterVMatchesMpi) {

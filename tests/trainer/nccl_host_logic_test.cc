@@ -30,6 +30,7 @@
 #include "dufu/trainer/device/device.h"
 #include "parallel/nccl_communicator_with.h"
 #include "support/mpi_world.h"
+#include "support/uneven_counts.h"
 
 namespace dufu::trainer {
 namespace {
@@ -224,14 +225,7 @@ void expect_bitwise(const std::vector<float>& got, const std::vector<float>& exp
 }
 
 std::vector<std::vector<std::size_t>> uneven_counts() {
-  const std::size_t ranks = static_cast<std::size_t>(world().size());
-  std::vector<std::size_t> zeros_between{0, 5, 0, 3};
-  zeros_between.resize(ranks, 2);
-  std::vector<std::size_t> growing(ranks);
-  for (std::size_t k = 0; k < ranks; ++k) growing[k] = 100 + 37 * k;
-  std::vector<std::size_t> last_owner(ranks - 1, 0);
-  last_owner.push_back(409);
-  return {zeros_between, growing, last_owner, std::vector<std::size_t>(ranks, 64)};
+  return dufu::testing::uneven_count_patterns(static_cast<std::size_t>(world().size()), 100);
 }
 
 std::size_t sum_of(const std::vector<std::size_t>& counts) {
@@ -354,7 +348,9 @@ TEST_F(NcclHostLogicTest, StartedCollectivesWaitOnlyAtTheirWaitAndGiveTheBlockin
     std::vector<float> dropped(counts[own_index]);
     const std::uint64_t calls_before = ledger.stream_calls;
     nccl_->start_reduce_scatter_v(scatter_input, dropped, counts).reset();
-    EXPECT_GT(ledger.stream_calls, calls_before);
+    if (total > 0) {  // nothing at all moves nothing
+      EXPECT_GT(ledger.stream_calls, calls_before);
+    }
     expect_device_caught_up();
     expect_bitwise(dropped, expected_scattered);
   }
