@@ -264,6 +264,74 @@ TEST(TypedOperands, OneEntryReadsEitherTypeAndRefusesAMix) {
                std::exception);
 }
 
+// A bf16-kept output (TensorOut) is rounded by the kernel that computes it, as the
+// separate passes it replaces rounded it: the fused residual + norm under bf16 gives
+// the bits of add, store_bf16, the norm and store_bf16 again (the residual rounded
+// before the statistics), with and without bits to keep.
+TEST(KeptOutputs, FusedResidualNormsRoundAsTheSeparatePassesDid) {
+  constexpr int N = 5, C = 40;
+  const std::size_t n = static_cast<std::size_t>(N) * C;
+  std::vector<float> residual(n), branch(n), weight(C), bias(C);
+  for (std::size_t i = 0; i < n; ++i) {
+    residual[i] = std::sin(0.37f * static_cast<float>(i)) * 3.1f;
+    branch[i] = std::cos(0.11f * static_cast<float>(i)) * 0.0123f;
+  }
+  for (int c = 0; c < C; ++c) {
+    weight[static_cast<std::size_t>(c)] = 1.0f + 0.01f * static_cast<float>(c);
+    bias[static_cast<std::size_t>(c)] = 0.003f * static_cast<float>(c) - 0.05f;
+  }
+  const KernelTable& k = cpu_device().kernels();
+  for (const bool llama : {false, true}) {
+    for (const bool with_bits : {true, false}) {
+      SCOPED_TRACE(std::string(llama ? "rmsnorm" : "layernorm") + (with_bits ? ", bits kept" : ", rounded only"));
+      // The separate passes.
+      std::vector<float> expected_residual(n), expected_norm(n), expected_mean(N), expected_rstd(N);
+      std::vector<std::uint16_t> expected_residual_bits(n), expected_norm_bits(n);
+      k.add(expected_residual.data(), residual.data(), branch.data(), n);
+      k.store_bf16(expected_residual_bits.data(), expected_residual.data(), n);
+      if (llama) {
+        k.rmsnorm_forward(expected_norm.data(), expected_rstd.data(), expected_residual.data(), weight.data(), 1e-5f,
+                          N, C);
+      } else {
+        k.layernorm_forward(expected_norm.data(), expected_mean.data(), expected_rstd.data(), expected_residual.data(),
+                            weight.data(), bias.data(), N, C);
+      }
+      k.store_bf16(expected_norm_bits.data(), expected_norm.data(), n);
+      // The fused kernel keeping both in bf16.
+      std::vector<float> got_residual(n), got_norm(n), got_mean(N), got_rstd(N);
+      std::vector<std::uint16_t> residual_bits(n, 0xdead), norm_bits(n, 0xdead);
+      const TensorOut residual_kept(got_residual.data(), ElementType::kBf16, with_bits ? residual_bits.data() : nullptr);
+      const TensorOut norm_kept(got_norm.data(), ElementType::kBf16, with_bits ? norm_bits.data() : nullptr);
+      if (llama) {
+        k.residual_rmsnorm_forward(residual_kept, norm_kept, got_rstd.data(), residual.data(), branch.data(),
+                                   weight.data(), 1e-5f, N, C);
+      } else {
+        k.residual_layernorm_forward(residual_kept, norm_kept, got_mean.data(), got_rstd.data(), residual.data(),
+                                     branch.data(), weight.data(), bias.data(), N, C);
+      }
+      EXPECT_EQ(0, std::memcmp(got_residual.data(), expected_residual.data(), n * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(got_norm.data(), expected_norm.data(), n * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(got_rstd.data(), expected_rstd.data(), N * sizeof(float)));
+      if (with_bits) {
+        EXPECT_EQ(residual_bits, expected_residual_bits);
+        EXPECT_EQ(norm_bits, expected_norm_bits);
+      } else {
+        EXPECT_EQ(residual_bits, std::vector<std::uint16_t>(n, 0xdead)) << "bits written where none were asked for";
+      }
+      // fp32 outputs are not rounded: the fused fp32 call differs from the rounded one.
+      std::vector<float> fp32_residual(n), fp32_norm(n);
+      if (llama) {
+        k.residual_rmsnorm_forward(fp32_residual.data(), fp32_norm.data(), got_rstd.data(), residual.data(),
+                                   branch.data(), weight.data(), 1e-5f, N, C);
+      } else {
+        k.residual_layernorm_forward(fp32_residual.data(), fp32_norm.data(), got_mean.data(), got_rstd.data(),
+                                     residual.data(), branch.data(), weight.data(), bias.data(), N, C);
+      }
+      EXPECT_NE(0, std::memcmp(fp32_residual.data(), expected_residual.data(), n * sizeof(float)));
+    }
+  }
+}
+
 TEST(AdamW, RejectsStepZeroAndSegmentsThatGoBackwards) {
   std::vector<float> params(8, 1.0f), grads(8, 0.5f), m(8, 0.0f), v(8, 0.0f);
   const AdamWSegment forwards[] = {{3, 0.1f}, {8, 0.0f}};

@@ -18,6 +18,7 @@
 #include <span>
 
 #include "device/kernel_list.h"
+#include "dufu/trainer/device/bf16.h"
 #include "dufu/trainer/device/kernel_table.h"
 
 namespace dufu::trainer::cpu {
@@ -44,6 +45,15 @@ struct FloatOperands {
   const float* weight;
   FloatOperands(const char* entry, TensorIn x_in, TensorIn weight_in, int N, int C, int OC);
 };
+
+// The C values of `out` from `offset` as the recipe keeps them: rounded to bf16 (and
+// their bits written) when out is bf16, untouched when fp32.
+inline void keep_row(TensorOut out, std::size_t offset, int C) {
+  if (!out.bf16()) return;
+  float* values = out.values + offset;
+  std::uint16_t* bits = out.bits == nullptr ? nullptr : out.bits + offset;
+  for (int c = 0; c < C; ++c) values[c] = store_as_bf16(values[c], bits == nullptr ? nullptr : bits + c);
+}
 
 }  // namespace dufu::trainer::cpu
 

@@ -46,17 +46,19 @@ DUFU_CPU_CLONES void layernorm_forward(float* out, float* mean, float* rstd, con
   }
 }
 
-DUFU_CPU_CLONES void residual_layernorm_forward(float* residual_out, float* norm_out, float* mean, float* rstd,
+DUFU_CPU_CLONES void residual_layernorm_forward(TensorOut residual_out, TensorOut norm_out, float* mean, float* rstd,
                                                 const float* residual, const float* branch, const float* weight,
                                                 const float* bias, int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const std::size_t offset = static_cast<std::size_t>(n) * C;
-    float* r = residual_out + offset;
+    float* r = residual_out.values + offset;
     const float* a = residual + offset;
     const float* b = branch + offset;
     for (int c = 0; c < C; ++c) r[c] = a[c] + b[c];
-    normalize_row(norm_out + offset, mean + n, rstd + n, r, weight, bias, C);
+    keep_row(residual_out, offset, C);
+    normalize_row(norm_out.values + offset, mean + n, rstd + n, r, weight, bias, C);
+    keep_row(norm_out, offset, C);
   }
 }
 

@@ -34,16 +34,19 @@ DUFU_CPU_CLONES void rmsnorm_forward(float* out, float* rstd, const float* x, co
   }
 }
 
-DUFU_CPU_CLONES void residual_rmsnorm_forward(float* residual_out, float* norm_out, float* rstd, const float* residual,
-                                              const float* branch, const float* weight, float eps, int N, int C) {
+DUFU_CPU_CLONES void residual_rmsnorm_forward(TensorOut residual_out, TensorOut norm_out, float* rstd,
+                                              const float* residual, const float* branch, const float* weight,
+                                              float eps, int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const std::size_t offset = static_cast<std::size_t>(n) * C;
-    float* r = residual_out + offset;
+    float* r = residual_out.values + offset;
     const float* a = residual + offset;
     const float* b = branch + offset;
     for (int c = 0; c < C; ++c) r[c] = a[c] + b[c];
-    rms_normalize_row(norm_out + offset, rstd + n, r, weight, eps, C);
+    keep_row(residual_out, offset, C);
+    rms_normalize_row(norm_out.values + offset, rstd + n, r, weight, eps, C);
+    keep_row(norm_out, offset, C);
   }
 }
 

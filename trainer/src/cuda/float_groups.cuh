@@ -6,7 +6,11 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+
+#include "dufu/trainer/device/bf16.h"
+#include "dufu/trainer/device/kernel_table.h"
 
 namespace dufu::trainer::cuda {
 
@@ -39,6 +43,18 @@ __device__ inline void store_group(float* values, int i, const float (&group)[kW
 template <typename... Pointers>
 inline bool rows_take_float4(int width, const Pointers*... pointers) {
   return width % 4 == 0 && ((reinterpret_cast<std::uintptr_t>(pointers) % 16 == 0) && ...);
+}
+
+// Group i of the row at `offset` as `kept` keeps it: under bf16 each value rounded and
+// its bits written (unless kept.bits is null), as the CPU's keep_row; fp32 untouched.
+template <int kWidth>
+__device__ inline void keep_group(float (&group)[kWidth], const TensorOut& kept, std::size_t offset, int i) {
+  if (kept.type != ElementType::kBf16) return;
+#pragma unroll
+  for (int k = 0; k < kWidth; ++k) {
+    std::uint16_t* bits = kept.bits == nullptr ? nullptr : kept.bits + offset + static_cast<std::size_t>(i) * kWidth + k;
+    group[k] = store_as_bf16(group[k], bits);
+  }
 }
 
 }  // namespace dufu::trainer::cuda

@@ -21,12 +21,13 @@ constexpr int kRowsPerBlock = kBlock / kWarpSize;
 
 // One warp per row, kWidth values per lane at a time (float_groups.cuh): the row's
 // statistics are warp shuffles, no shared memory and no block barrier. Normalizes row
-// n of x (or of residual + branch, stored to residual_out first, and read back by the
-// lane that stored it, so residual_out may be x). Mean, then variance around it,
+// n of x (or of residual + branch, stored to residual_kept first, rounded as it keeps
+// it, and read back by the lane that stored it, so it may be x); out rounded as
+// out_kept keeps it. Mean, then variance around it,
 // as the CPU kernel takes them.
 template <int kWidth>
 __global__ void __launch_bounds__(kBlock)
-    layernorm_kernel(float* residual_out, float* out, float* mean_out, float* rstd_out, const float* x,
+    layernorm_kernel(TensorOut residual_kept, TensorOut out_kept, float* mean_out, float* rstd_out, const float* x,
                      const float* branch, const float* weight, const float* bias, int N, int C) {
   const int n = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (n >= N) return;
@@ -42,12 +43,13 @@ __global__ void __launch_bounds__(kBlock)
       load_group(added, branch + offset, i);
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) value[k] += added[k];
-      store_group(residual_out + offset, i, value);
+      keep_group(value, residual_kept, offset, i);
+      store_group(residual_kept.values + offset, i, value);
     }
 #pragma unroll
     for (int k = 0; k < kWidth; ++k) sum += value[k];
   }
-  const float* row = branch != nullptr ? residual_out + offset : x + offset;
+  const float* row = branch != nullptr ? residual_kept.values + offset : x + offset;
   const float mean = warp_sum(sum) / static_cast<float>(C);
   float sum_sq = 0.0f;
   for (int i = lane; i < groups; i += kWarpSize) {
@@ -63,7 +65,8 @@ __global__ void __launch_bounds__(kBlock)
     load_group(b, bias, i);
 #pragma unroll
     for (int k = 0; k < kWidth; ++k) value[k] = (value[k] - mean) * rstd * w[k] + b[k];
-    store_group(out + offset, i, value);
+    keep_group(value, out_kept, offset, i);
+    store_group(out_kept.values + offset, i, value);
   }
   if (lane == 0) {
     mean_out[n] = mean;
@@ -157,10 +160,11 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* x, con
   residual_layernorm_forward(nullptr, out, mean, rstd, x, nullptr, weight, bias, N, C);
 }
 
-void residual_layernorm_forward(float* residual_out, float* norm_out, float* mean, float* rstd, const float* residual,
-                                const float* branch, const float* weight, const float* bias, int N, int C) {
+void residual_layernorm_forward(TensorOut residual_out, TensorOut norm_out, float* mean, float* rstd,
+                                const float* residual, const float* branch, const float* weight, const float* bias, int N,
+                                int C) {
   if (N == 0) return;
-  if (rows_take_float4(C, residual_out, norm_out, residual, branch, weight, bias)) {
+  if (rows_take_float4(C, residual_out.values, norm_out.values, residual, branch, weight, bias)) {
     layernorm_kernel<4><<<row_blocks(N), kBlock, 0, stream()>>>(residual_out, norm_out, mean, rstd, residual, branch,
                                                                 weight, bias, N, C);
   } else {

@@ -21,11 +21,11 @@ constexpr int kRowsPerBlock = kBlock / kWarpSize;
 
 // One warp per row, kWidth values per lane at a time (float_groups.cuh), the sum of
 // squares by warp shuffles. Normalizes row n of x (or of residual + branch, stored to
-// residual_out first and read back by the lane that stored it, so residual_out may
-// be x).
+// residual_kept first, rounded as it keeps it, and read back by the lane that stored
+// it, so it may be x); out rounded as out_kept keeps it.
 template <int kWidth>
 __global__ void __launch_bounds__(kBlock)
-    rmsnorm_kernel(float* residual_out, float* out, float* rstd_out, const float* x, const float* branch,
+    rmsnorm_kernel(TensorOut residual_kept, TensorOut out_kept, float* rstd_out, const float* x, const float* branch,
                    const float* weight, float eps, int N, int C) {
   const int n = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (n >= N) return;
@@ -41,12 +41,13 @@ __global__ void __launch_bounds__(kBlock)
       load_group(added, branch + offset, i);
 #pragma unroll
       for (int k = 0; k < kWidth; ++k) value[k] += added[k];
-      store_group(residual_out + offset, i, value);
+      keep_group(value, residual_kept, offset, i);
+      store_group(residual_kept.values + offset, i, value);
     }
 #pragma unroll
     for (int k = 0; k < kWidth; ++k) sum_sq += value[k] * value[k];
   }
-  const float* row = branch != nullptr ? residual_out + offset : x + offset;
+  const float* row = branch != nullptr ? residual_kept.values + offset : x + offset;
   const float rstd = rmsnorm_rstd(warp_sum(sum_sq), C, eps);
   for (int i = lane; i < groups; i += kWarpSize) {
     float w[kWidth];
@@ -54,7 +55,8 @@ __global__ void __launch_bounds__(kBlock)
     load_group(w, weight, i);
 #pragma unroll
     for (int k = 0; k < kWidth; ++k) value[k] = value[k] * rstd * w[k];
-    store_group(out + offset, i, value);
+    keep_group(value, out_kept, offset, i);
+    store_group(out_kept.values + offset, i, value);
   }
   if (lane == 0) rstd_out[n] = rstd;
 }
@@ -123,10 +125,10 @@ void rmsnorm_forward(float* out, float* rstd, const float* x, const float* weigh
   residual_rmsnorm_forward(nullptr, out, rstd, x, nullptr, weight, eps, N, C);
 }
 
-void residual_rmsnorm_forward(float* residual_out, float* norm_out, float* rstd, const float* residual,
+void residual_rmsnorm_forward(TensorOut residual_out, TensorOut norm_out, float* rstd, const float* residual,
                               const float* branch, const float* weight, float eps, int N, int C) {
   if (N == 0) return;
-  if (rows_take_float4(C, residual_out, norm_out, residual, branch, weight)) {
+  if (rows_take_float4(C, residual_out.values, norm_out.values, residual, branch, weight)) {
     rmsnorm_kernel<4>
         <<<row_blocks(N), kBlock, 0, stream()>>>(residual_out, norm_out, rstd, residual, branch, weight, eps, N, C);
   } else {

@@ -183,25 +183,25 @@ void GPT::refresh_working_range(std::size_t position, std::size_t count, int par
   }
 }
 
+TensorOut GPT::kept(float* values, std::uint16_t* stored) const {
+  if (precision_ != Precision::kBf16) return values;
+  return {values, ElementType::kBf16, stored};
+}
+
+// Under bf16 the residual stream is stored in bf16, and the norm normalises what was
+// stored (as llm.c's fused kernel does), so its backward sees the same x: the fused
+// kernel rounds the sum before the statistics, and the norm's output as it writes it.
 void GPT::residual_layernorm(float* residual_out, float* norm_out, float* mean, float* rstd, const float* residual,
                              const float* branch, const float* weight, const float* bias, int N, int C,
                              std::uint16_t* stored_residual_out, std::uint16_t* stored_norm_out) {
   const KernelTable& k = *kernels_;
-  if (precision_ == Precision::kFp32 && config_.is_llama()) {
-    k.residual_rmsnorm_forward(residual_out, norm_out, rstd, residual, branch, weight, config_.norm_eps, N, C);
-    return;
+  const TensorOut residual_kept = kept(residual_out, stored_residual_out);
+  const TensorOut norm_kept = kept(norm_out, stored_norm_out);
+  if (config_.is_llama()) {
+    k.residual_rmsnorm_forward(residual_kept, norm_kept, rstd, residual, branch, weight, config_.norm_eps, N, C);
+  } else {
+    k.residual_layernorm_forward(residual_kept, norm_kept, mean, rstd, residual, branch, weight, bias, N, C);
   }
-  if (precision_ == Precision::kFp32) {
-    k.residual_layernorm_forward(residual_out, norm_out, mean, rstd, residual, branch, weight, bias, N, C);
-    return;
-  }
-  // The residual stream is stored in bf16, and the LayerNorm normalises what was
-  // stored (as llm.c's fused kernel does), so its backward sees the same x.
-  const std::size_t count = static_cast<std::size_t>(N) * static_cast<std::size_t>(C);
-  k.add(residual_out, residual, branch, count);
-  round_if_bf16(residual_out, count, stored_residual_out);
-  norm_forward(norm_out, mean, rstd, residual_out, weight, bias, N, C);
-  round_if_bf16(norm_out, count, stored_norm_out);
 }
 
 GPT::LocalWidths GPT::local_widths() const {

@@ -42,4 +42,13 @@ DUFU_HOST_DEVICE inline float bf16_bits_to_float(std::uint16_t bits) {
 // where a GPU would store bf16.
 DUFU_HOST_DEVICE inline float round_to_bf16(float value) { return bf16_bits_to_float(float_to_bf16_bits(value)); }
 
+// store_bf16's step for one value, for a kernel that writes a tensor the recipe keeps in
+// bf16 as it computes it: the rounded value, with its bits written to *bits unless
+// bits is null.
+DUFU_HOST_DEVICE inline float store_as_bf16(float value, std::uint16_t* bits) {
+  const std::uint16_t rounded = float_to_bf16_bits(value);
+  if (bits != nullptr) *bits = rounded;
+  return bf16_bits_to_float(rounded);
+}
+
 }  // namespace dufu::trainer

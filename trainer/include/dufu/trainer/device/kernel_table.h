@@ -51,6 +51,25 @@ struct TensorIn {
   const std::uint16_t* bits() const { return static_cast<const std::uint16_t*>(data); }
 };
 
+// A tensor a kernel writes, as the bf16 recipe keeps it: fp32 `values`, and under
+// kBf16 each value rounded to bf16 as it is written, its bits also written to `bits`
+// unless that is null (store_bf16's contract, done by the kernel that computes the
+// tensor instead of a pass after it). Made implicitly from a float pointer (fp32:
+// nothing rounded) or nullptr.
+struct TensorOut {
+  float* values = nullptr;
+  ElementType type = ElementType::kFloat32;
+  std::uint16_t* bits = nullptr;
+
+  constexpr TensorOut() = default;
+  constexpr TensorOut(std::nullptr_t) {}
+  constexpr TensorOut(float* written) : values(written) {}
+  constexpr TensorOut(float* written, ElementType kept, std::uint16_t* kept_bits)
+      : values(written), type(kept), bits(kept_bits) {}
+
+  bool bf16() const { return type == ElementType::kBf16; }
+};
+
 struct KernelTable {
   // Operands of type TensorIn are fp32 or bf16; those of one entry are all of one type
   // (a null one aside): a mix throws dufu::Error. Outputs, biases, dout, pre and
@@ -85,7 +104,9 @@ struct KernelTable {
   // norm_out = LayerNorm(residual_out). residual_out may be residual (in place). Its
   // backward is layernorm_backward with dx = the residual stream's gradient, which then
   // serves both residual and branch.
-  void (*residual_layernorm_forward)(float* residual_out, float* norm_out, float* mean, float* rstd,
+  // Under bf16 (TensorOut) the sum is rounded before it is normalised, so the
+  // LayerNorm and its backward see the residual stream as it is stored.
+  void (*residual_layernorm_forward)(TensorOut residual_out, TensorOut norm_out, float* mean, float* rstd,
                                      const float* residual, const float* branch, const float* weight, const float* bias,
                                      int N, int C);
   // dx += LayerNorm'(x)^T dout; dweight += ...; dbias += ... (dx accumulates, so the
@@ -218,7 +239,7 @@ struct KernelTable {
   // residual_out = residual + branch (may be residual, in place), then norm_out =
   // RMSNorm(residual_out). Its backward is rmsnorm_backward with dx = the residual
   // stream's gradient, which then serves both residual and branch.
-  void (*residual_rmsnorm_forward)(float* residual_out, float* norm_out, float* rstd, const float* residual,
+  void (*residual_rmsnorm_forward)(TensorOut residual_out, TensorOut norm_out, float* rstd, const float* residual,
                                    const float* branch, const float* weight, float eps, int N, int C) = nullptr;
   // dx += RMSNorm'(x)^T dout (accumulates, like layernorm_backward); dweight += column
   // sums of x * rstd * dout, over kernel_partition.h's row chunks in a fixed order.

@@ -619,6 +619,9 @@ class GPT {
   };
   // The form the precision reads (the bits under bf16), typed for the kernels.
   TensorIn typed(Operand operand) const;
+  // A tensor written as the precision keeps it: under bf16 rounded as it is written,
+  // its bits stored to `stored` unless null; under fp32 as computed.
+  TensorOut kept(float* values, std::uint16_t* stored) const;
   // The linear layers and the embedding through one kernel entry each, their operands
   // typed by the precision (gpt_linear.cc); arguments as the kernels'.
   void linear_forward(float* out, Operand x, Operand weight, const float* bias, int N, int C, int OC);
