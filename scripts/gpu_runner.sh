@@ -7,7 +7,9 @@
 #
 # Each step runs under its own `timeout`, and the whole under a budget (default 420 s,
 # 7 minutes) from which every step's limit is cut, so a step that hangs cannot eat the
-# others' time; a step the budget no longer reaches is reported as not run. Steps:
+# others' time; a step the budget no longer reaches is reported as not run. The steps
+# run in the order --steps names them; the default, 0,1,2,4,7,5,3,6, puts correctness
+# first and the slow tools (the sanitizer, torch.compile) last. Steps:
 #   0 libraries: cuBLAS, cuBLASLt (and NCCL, which only multi-GPU groups load) found on
 #     this machine (the CUDA install, the loader's cache, then the Python wheels'
 #     nvidia/*/lib), and every bundled program resolving every library it needs
@@ -33,7 +35,7 @@ set -uo pipefail
 bundle=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$PWD/gpu-check-out}
 budget=420
-steps=0,1,2,3,4,5,6,7
+steps=0,1,2,4,7,5,3,6
 while (($#)); do
   case $1 in
     --steps) steps=$2; shift 2 ;;
@@ -149,7 +151,7 @@ gtest_result() {
 }
 
 # --- step 1: versions and ceilings ----------------------------------------------
-if wants 1; then
+step_1() {
   log=$out/machine.log
   { uname -a; command -v nvidia-smi >/dev/null && nvidia-smi; ls "${gpu_libraries_dirs[@]}" 2>/dev/null |
       grep -E '^lib(cublas|cublasLt|nccl|cudart)\.so\.[0-9.]+$' | sort -u; } >>"$log" 2>&1
@@ -167,11 +169,11 @@ if wants 1; then
   else
     record 1 "skipped: no GPU" "$no_gpu_reason"
   fi
-fi
+}
 
 # --- step 2: kernels against the reference ---------------------------------------
 cuda_rows='*/cuda_*'
-if wants 2; then
+step_2() {
   log=$out/kernels.log
   run_logged "$log" 90 "${dufu[@]}" "$bundle/bin/kernels_test" --gtest_filter="$cuda_rows:KernelDevices.*" --gtest_brief=1
   status=$?
@@ -182,10 +184,10 @@ if wants 2; then
     CUDA_LAUNCH_BLOCKING=1 run_logged "$log" 60 "${dufu[@]}" "$bundle/bin/kernels_test" --gtest_filter="${failing:-$cuda_rows}"
   fi
   record 2 "$result" "kernels_test rows $cuda_rows"
-fi
+}
 
 # --- step 3: compute-sanitizer -------------------------------------------------------
-if wants 3; then
+step_3() {
   log=$out/sanitizer.log
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
   if ! has_gpu; then
@@ -211,10 +213,10 @@ if wants 3; then
                                                $2 != 0 && $2 != 3 && $2 != 124 && $2 != 137 { print $1 " status " $2 }' | paste -sd, -)
     record 3 "${bad:+FAIL: $bad}${bad:-ok: no errors}" "$(printf '%s\n' "${verdicts[@]}" | awk '{print $1}' | paste -sd' ' -)"
   fi
-fi
+}
 
 # --- step 4: the model and the train tool on the GPU --------------------------------
-if wants 4; then
+step_4() {
   log=$out/tests.log
   run_logged "$log" 90 "${dufu[@]}" "$bundle/bin/gpu_model_test" --gtest_brief=1
   record 4a "$(gtest_result "$log" $?)" "gpu_model_test"
@@ -225,12 +227,12 @@ if wants 4; then
   cat "$out/.cuda_training.log" >>"$log"
   record 4b "$(gtest_result "$out/.cuda_training.log" $status)" "cuda_training_test, one GPU"
   rm -f "$out/.cuda_training.log"
-fi
+}
 
 # --- step 5: GPT-2 124M on dufu -----------------------------------------------------
 gpt2_shape=(--n-layer 12 --d-model 768 --n-head 12 --vocab 50257 --seq 1024)
 declare -A dufu_rate
-if wants 5; then
+step_5() {
   log=$out/training.log
   if ! has_gpu; then
     record 5 "skipped: no GPU" "$no_gpu_reason"
@@ -249,10 +251,10 @@ if wants 5; then
       fi
     done
   fi
-fi
+}
 
 # --- step 6: the PyTorch peer --------------------------------------------------------
-if wants 6; then
+step_6() {
   log=$out/peer.log
   if ! has_gpu; then
     record 6 "skipped: no GPU" "$no_gpu_reason"
@@ -277,10 +279,10 @@ if wants 6; then
       fi
     done
   fi
-fi
+}
 
 # --- step 7: loss parity through HuggingFace -----------------------------------------
-if wants 7; then
+step_7() {
   log=$out/parity.log
   work=$(mktemp -d)
   if ! has_gpu; then
@@ -304,7 +306,13 @@ if wants 7; then
     done
   fi
   rm -rf "$work"
-fi
+}
+
+# The GPU steps, in the order --steps names them (step 0 ran above).
+for step in ${steps//,/ }; do
+  [[ $step == 0 ]] && continue
+  if declare -F "step_$step" >/dev/null; then "step_$step"; else say "run.sh: no step $step"; fi
+done
 
 # What comes back from a device call is at most 16 MiB a file: a log that a flood of
 # sanitizer reports made larger keeps its first and last 4 MB.
