@@ -26,6 +26,8 @@
 #     torch.compile
 #   7 loss parity: dufu's initial weights exported to HuggingFace and loaded by
 #     transformers on the GPU give dufu's first loss (fp32 1e-5, bf16 1e-2 relative)
+#   8 only when named: Nsight Compute's time for every kernel of one bf16 GPT-2 step,
+#     summed by kernel name (profile.txt)
 # Logs go under $OUT (default ./gpu-check-out), at most 8 files: summary.txt, which
 # ends with the table this prints last, and machine.log (steps 0-1), kernels.log,
 # sanitizer.log, tests.log, training.log, peer.log and parity.log.
@@ -198,10 +200,10 @@ step_3() {
     # racecheck and synccheck are the slow tools: the smallest shape only.
     verdicts=()
     for tool in memcheck racecheck synccheck; do
-      rows='*/cuda_*_tiny'
-      [[ $tool == memcheck ]] && rows+=':*/cuda_*_odd'
+      local filter='*/cuda_*_tiny'
+      [[ $tool == memcheck ]] && filter+=':*/cuda_*_odd'
       run_logged "$log" 60 "${dufu[@]}" "$sanitizer" --tool "$tool" --error-exitcode 3 \
-        "$bundle/bin/kernels_test" --gtest_filter="$rows" --gtest_brief=1
+        "$bundle/bin/kernels_test" --gtest_filter="$filter" --gtest_brief=1
       verdicts+=("$tool $?")
     done
     run_logged "$log" 60 "${dufu[@]}" "$sanitizer" --tool memcheck --error-exitcode 3 "$bundle/bin/train_benchmark" \
@@ -306,6 +308,49 @@ step_7() {
     done
   fi
   rm -rf "$work"
+}
+
+# --- step 8 (asked for by name only): where a training step's GPU time goes ---------
+# Nsight Compute times every kernel of one bf16 GPT-2 124M step (B=8, T=1024) at the
+# card's own clocks; profile.txt sums them by kernel name (profile.csv, the raw rows).
+step_8() {
+  log=$out/profile.log
+  local ncu
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+  if ! has_gpu; then
+    record 8 "skipped: no GPU" "$no_gpu_reason"
+  elif [[ -z $ncu || -z $python ]]; then
+    record 8 "skipped: ncu or python3 not found" ""
+  else
+    run_logged "$log" 240 "${dufu[@]}" "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
+      --page raw --log-file "$out/profile.csv" "$bundle/bin/train_benchmark" --device cuda --precision bf16 \
+      "${gpt2_shape[@]}" --micro-batch 8 --warmup 0 --steps 1 --sgemm-seconds 0.001
+    local status=$?
+    if ((status == 0)) && "$python" - "$out/profile.csv" >"$out/profile.txt" 2>>"$log" <<'EOF'
+import collections, csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
+head = rows[0]
+name, time = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
+by_name = collections.defaultdict(lambda: [0, 0.0])
+for row in rows[1:]:
+    try:
+        ns = float(row[time].replace(",", ""))
+    except ValueError:
+        continue  # the units row
+    entry = by_name[row[name][:90]]
+    entry[0] += 1
+    entry[1] += ns
+total = sum(t for _, t in by_name.values())
+print(f"{total / 1e6:.2f} ms of kernel time in {sum(c for c, _ in by_name.values())} launches")
+for kernel, (calls, ns) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:40]:
+    print(f"{ns / 1e6:9.3f} ms {100 * ns / total:5.1f}% {calls:6d}x  {kernel}")
+EOF
+    then
+      record 8 "ok: kernel time by name" "$(head -n 1 "$out/profile.txt"), see profile.txt"
+    else
+      record 8 "FAIL: status $status" "see profile.log"
+    fi
+  fi
 }
 
 # The GPU steps, in the order --steps names them (step 0 ran above).
