@@ -177,7 +177,7 @@ step_1() {
 cuda_rows='*/cuda_*'
 step_2() {
   log=$out/kernels.log
-  run_logged "$log" 90 "${dufu[@]}" "$bundle/bin/kernels_test" --gtest_filter="$cuda_rows:KernelDevices.*" --gtest_brief=1
+  run_logged "$log" 90 "${dufu[@]}" "$bundle/bin/kernels_test" --gtest_filter="$cuda_rows:KernelDevices.*:GroupedAttention.*" --gtest_brief=1
   status=$?
   result=$(gtest_result "$log" $status)
   if [[ $result == FAIL* ]] && has_gpu; then

@@ -429,10 +429,11 @@ std::vector<OpCase> layer_op_cases() {
       {"matmul_backward_no_dx_no_bias", run_matmul_backward<Linear::kNoDx>, {2e-4, 1e-6}, true, false},
       {"matmul_bias_gelu_forward", run_matmul_bias_gelu_forward<0>, {2e-4, 1e-6}, true, false},
       {"matmul_bias_gelu_forward_width_not_8", run_matmul_bias_gelu_forward<4>, {2e-4, 1e-6}, true, false},
-      // rtol 2e-5: cuBLASLt's DGELU epilogue (width a multiple of 8) computes gelu' to
-      // about 1.5e-5 relative (H100, 2026-11-28: 7 of 204800 dpre elements near 16 off
-      // by 2.6e-4); a wrong derivative is off by 1e-2 or more.
-      {"matmul_gelu_backward", run_matmul_gelu_backward<0, true>, {2e-4, 2e-5}, true, false},
+      // atol 4e-4: cuBLASLt's DGELU epilogue (width a multiple of 8) computes gelu' to
+      // about 1.2e-5 absolute, times |dout @ W| up to 23 here (H100, 2026-11-28: max
+      // abs err 2.64e-4, in 7 of 204800 elements over 2e-4); a wrong derivative is off
+      // by 1e-2 or more.
+      {"matmul_gelu_backward", run_matmul_gelu_backward<0, true>, {4e-4, 1e-6}, true, false},
       {"matmul_gelu_backward_width_not_8_no_bias", run_matmul_gelu_backward<4, false>, {2e-4, 1e-6}, true, false},
       {"matmul_forward_qkv_bf16", run_matmul_forward<Linear::kQkv, Operands::kBf16>, {2e-4, 1e-6}, true, false},
       {"matmul_backward_projection_bf16",
@@ -451,7 +452,7 @@ std::vector<OpCase> layer_op_cases() {
        {2e-4, 1e-6},
        true,
        false},
-      {"matmul_gelu_backward_bf16", run_matmul_gelu_backward<0, true, Operands::kBf16>, {2e-4, 2e-5}, true, false},
+      {"matmul_gelu_backward_bf16", run_matmul_gelu_backward<0, true, Operands::kBf16>, {4e-4, 1e-6}, true, false},
       {"matmul_gelu_backward_width_not_8_no_bias_bf16",
        run_matmul_gelu_backward<4, false, Operands::kBf16>,
        {2e-4, 1e-6},

@@ -3,12 +3,18 @@
 // matrix exists; the forward keeps each row's log-sum-exp, the backward recomputes
 // the probabilities tile by tile.
 //
-// fp32 on the CUDA cores: K and V (or Q and dout) tiles go through shared memory,
-// and each query (or key) row is owned by a quad of 4 threads, each holding every
-// fourth element of the row in registers, so a dot product is 4 partial sums and two
-// quad shuffles. No tensor-core MMA yet (the bf16 mma.sync version is the next step,
-// see docs/architecture.md). Blocks whose rows see no key of a tile skip it: the
-// masked upper half of the causal square is never computed.
+// fp32 on the CUDA cores, register-tiled like a GEMM: a block of 256 threads owns 64
+// query rows (or keys) and walks 64-key (or 64-query) tiles held in shared memory.
+// Thread (ty, tx) of the 16 x 16 grid computes the scores of rows ty + 16 i and keys
+// tx + 16 j (i, j < 4), so each shared-memory load feeds two multiply-adds (the
+// first version gave each row to a quad of threads, one load per multiply-add, and
+// ran GPT-2's attention at under 1 TFLOP/s on an H100). A row's 16 threads are 16
+// adjacent lanes of one warp: its max and sum are four shuffles. The tile's
+// probabilities (or score gradients) go through shared memory into the second product,
+// whose outputs (dims tx + 16 k) share the rows' threads, so the online softmax's
+// rescale stays in registers. No tensor-core MMA yet (the bf16 mma.sync version is
+// the next step, see docs/architecture.md). Tiles above the causal diagonal are never
+// visited.
 //
 // The backward is deterministic, without atomics: one kernel owns a query tile and
 // sums its dq over the key tiles in order; another owns a key tile of one K/V head and
@@ -28,119 +34,189 @@ namespace dufu::trainer::cuda {
 
 namespace {
 
-constexpr int kThreadsPerRow = 4;  // a quad: its lanes are adjacent, one shuffle group
-constexpr int kTileRows = 32;      // query rows (or keys) a block owns
-constexpr int kKeyTile = 32;       // keys (or query rows) per shared-memory tile
-constexpr int kThreads = kTileRows * kThreadsPerRow;
+constexpr int kTile = 64;       // query rows and keys per tile
+constexpr int kSide = 16;       // the thread grid is kSide x kSide
+constexpr int kThreads = kSide * kSide;
+constexpr int kPer = kTile / kSide;  // rows (and keys) per thread
 constexpr int kMaxHeadSize = 128;
 
-// The sum over the quad of each lane's partial dot product.
-__device__ inline float quad_sum(float partial) {
-  partial += __shfl_xor_sync(0xffffffffu, partial, 1);
-  return partial + __shfl_xor_sync(0xffffffffu, partial, 2);
+// A tile of kTile rows of kDims floats, one float of padding per row so that the
+// threads of a row group, which read one column of 16 different rows, hit 16 banks.
+template <int kDims>
+using Rows = float (*)[kDims + 1];
+using Square = float (*)[kTile + 1];
+
+template <int kDims>
+constexpr int kRowsFloats = kTile * (kDims + 1);
+constexpr int kSquareFloats = kTile * (kTile + 1);
+
+// The sum (or max) over the 16 lanes of a row group (lanes 0-15 or 16-31 of a warp).
+__device__ inline float row_sum(float value) {
+#pragma unroll
+  for (int offset = kSide / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+__device__ inline float row_max(float value) {
+#pragma unroll
+  for (int offset = kSide / 2; offset > 0; offset /= 2) {
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  return value;
 }
 
-// Element i of a thread's share of a row is element lane + 4 i of the row.
+// Copies rows [r0, r0 + kTile) of one head's slice (base: its row 0; rows row_stride
+// apart: qkv_stride() in qkv, out_stride() in dout) into a tile, times factor; rows
+// past T and columns past hs are zeros.
 template <int kDims>
-__device__ inline void load_row_share(float (&share)[kDims], const float* row, int lane, int hs, bool active,
-                                      float factor = 1.0f) {
-#pragma unroll
-  for (int i = 0; i < kDims; ++i) {
-    const int d = lane + kThreadsPerRow * i;
-    share[i] = active && d < hs ? row[d] * factor : 0.0f;
+__device__ inline void load_rows(Rows<kDims> tile, const float* base, std::size_t row_stride, int r0, int T, int hs,
+                                 float factor = 1.0f) {
+  for (int e = threadIdx.x; e < kTile * kDims; e += kThreads) {
+    const int r = e / kDims;
+    const int d = e % kDims;
+    tile[r][d] = r0 + r < T && d < hs ? base[static_cast<std::size_t>(r0 + r) * row_stride + d] * factor : 0.0f;
   }
 }
 
+// acc[i][j] += sum_d a[ty + 16 i][d] b[tx + 16 j][d]: the 4 x 4 register tile of a
+// product of two row tiles.
 template <int kDims>
-__device__ inline void store_row_share(float* row, const float (&share)[kDims], int lane, int hs, float factor = 1.0f) {
+__device__ inline void add_row_products(float (&acc)[kPer][kPer], Rows<kDims> a, Rows<kDims> b, int ty, int tx) {
+#pragma unroll 8
+  for (int d = 0; d < kDims; ++d) {
+    float av[kPer], bv[kPer];
 #pragma unroll
-  for (int i = 0; i < kDims; ++i) {
-    const int d = lane + kThreadsPerRow * i;
-    if (d < hs) row[d] = share[i] * factor;
+    for (int i = 0; i < kPer; ++i) av[i] = a[ty + kSide * i][d];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) bv[j] = b[tx + kSide * j][d];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) acc[i][j] += av[i] * bv[j];
+    }
   }
 }
 
+// acc[i][k] += sum_c weights[ty + 16 i][c] values[c][tx + 16 k]: the second product,
+// whose output dims share the thread's rows.
 template <int kDims>
-__device__ inline float share_dot(const float (&share)[kDims], const float* tile_row, int lane) {
-  float partial = 0.0f;
+__device__ inline void add_weighted_rows(float (&acc)[kPer][kDims / kSide], Square weights, Rows<kDims> values,
+                                         int ty, int tx) {
+#pragma unroll 4
+  for (int c = 0; c < kTile; ++c) {
+    float w[kPer];
 #pragma unroll
-  for (int i = 0; i < kDims; ++i) partial += share[i] * tile_row[lane + kThreadsPerRow * i];
-  return quad_sum(partial);
-}
-
-template <int kDims>
-__device__ inline void add_scaled(float (&share)[kDims], float weight, const float* tile_row, int lane) {
+    for (int i = 0; i < kPer; ++i) w[i] = weights[ty + kSide * i][c];
 #pragma unroll
-  for (int i = 0; i < kDims; ++i) share[i] += weight * tile_row[lane + kThreadsPerRow * i];
-}
-
-// Copies rows [r0, r0 + kKeyTile) of one head's slice (base: its row 0; rows
-// row_stride apart, qkv_stride() in qkv, out_stride() in dout) into a tile; rows past
-// T and columns past hs are zeros.
-template <int kWidth>
-__device__ inline void load_tile(float (*tile)[kWidth], const float* base, std::size_t row_stride, int r0, int T,
-                                 int hs) {
-  for (int e = threadIdx.x; e < kKeyTile * kWidth; e += kThreads) {
-    const int r = e / kWidth;
-    const int d = e % kWidth;
-    tile[r][d] = r0 + r < T && d < hs ? base[static_cast<std::size_t>(r0 + r) * row_stride + d] : 0.0f;
+    for (int k = 0; k < kDims / kSide; ++k) {
+      const float v = values[c][tx + kSide * k];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) acc[i][k] += w[i] * v;
+    }
   }
 }
 
-// Grid: (query tiles, B NH); the tiles with the most keys start first. The launch
-// bounds (4 blocks per SM: at most 128 registers; 3 for hs <= 128: 168) are there
-// because ptxas spilled without them (sm_90, hs <= 32: it chose 96 registers) and
-// with 128 for hs <= 128 (sm_80).
+// Writes rows [r0, r0 + kTile) of a register tile (rows ty + 16 i, dims tx + 16 k)
+// below T and hs, times factor[i].
 template <int kDims>
-__global__ void __launch_bounds__(kThreads, kDims >= 32 ? 3 : 4)
-    flash_forward_kernel(float* out, float* lse, const float* qkv, FlashAttentionShape shape) {
-  constexpr int kWidth = kThreadsPerRow * kDims;
-  __shared__ float keys[kKeyTile][kWidth];
-  __shared__ float values[kKeyTile][kWidth];
-  const int hs = shape.hs;
+__device__ inline void store_rows(float* base, std::size_t row_stride, const float (&acc)[kPer][kDims / kSide],
+                                  int r0, int T, int hs, int ty, int tx, const float (&factor)[kPer]) {
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int r = r0 + ty + kSide * i;
+    if (r >= T) continue;
+#pragma unroll
+    for (int k = 0; k < kDims / kSide; ++k) {
+      const int d = tx + kSide * k;
+      if (d < hs) base[static_cast<std::size_t>(r) * row_stride + d] = acc[i][k] * factor[i];
+    }
+  }
+}
+
+// D = dout · out of query row ty + 16 i of a tile (dout's tile in shared memory, out
+// read from global), the same value in every thread of the row group.
+template <int kDims>
+__device__ inline void row_dots(float (&dots)[kPer], Rows<kDims> grads, const float* out_base,
+                                std::size_t row_stride, int r0, int T, int hs, int ty, int tx) {
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int r = ty + kSide * i;
+    float partial = 0.0f;
+    if (r0 + r < T) {
+#pragma unroll
+      for (int k = 0; k < kDims / kSide; ++k) {
+        const int d = tx + kSide * k;
+        if (d < hs) partial += grads[r][d] * out_base[static_cast<std::size_t>(r0 + r) * row_stride + d];
+      }
+    }
+    dots[i] = row_sum(partial);
+  }
+}
+
+// Grid: (query tiles, B NH); the tiles with the most keys start first.
+template <int kDims>
+__global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out, float* lse, const float* qkv,
+                                                                 FlashAttentionShape shape) {
+  extern __shared__ float shared[];
+  const Rows<kDims> queries = reinterpret_cast<Rows<kDims>>(shared);
+  const Rows<kDims> keys = reinterpret_cast<Rows<kDims>>(shared + kRowsFloats<kDims>);
+  const Rows<kDims> values = reinterpret_cast<Rows<kDims>>(shared + 2 * kRowsFloats<kDims>);
+  const Square weights = reinterpret_cast<Square>(shared + 3 * kRowsFloats<kDims>);
+  const int T = shape.T, hs = shape.hs;
   const int b = blockIdx.y / shape.NH;
   const int h = blockIdx.y % shape.NH;
-  const int tile = gridDim.x - 1 - blockIdx.x;
-  const int lane = threadIdx.x % kThreadsPerRow;
-  const int t = tile * kTileRows + threadIdx.x / kThreadsPerRow;
-  const bool active = t < shape.T;
-  float q[kDims], o[kDims];
+  const int t0 = (gridDim.x - 1 - blockIdx.x) * kTile;
+  const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
   // The scale goes into q once, so a dot product is the scaled score.
-  load_row_share(q, qkv + shape.q_offset(b, active ? t : 0, h), lane, hs, active, shape.scale());
+  load_rows<kDims>(queries, qkv + shape.q_offset(b, 0, h), shape.qkv_stride(), t0, T, hs, shape.scale());
+  float o[kPer][kDims / kSide] = {};
+  OnlineSoftmax softmax[kPer];
 #pragma unroll
-  for (int i = 0; i < kDims; ++i) o[i] = 0.0f;
-  OnlineSoftmax softmax = online_softmax_start();
+  for (int i = 0; i < kPer; ++i) softmax[i] = online_softmax_start();
   const float* k_base = qkv + shape.k_offset(b, 0, shape.kv_head(h));
   const float* v_base = qkv + shape.v_offset(b, 0, shape.kv_head(h));
-  const int keys_seen = min(shape.T, (tile + 1) * kTileRows);  // by the block's last row
-  for (int j0 = 0; j0 < keys_seen; j0 += kKeyTile) {
+  const int keys_seen = min(T, t0 + kTile);  // by the tile's last row
+  for (int j0 = 0; j0 < keys_seen; j0 += kTile) {
     __syncthreads();
-    load_tile<kWidth>(keys, k_base, shape.qkv_stride(), j0, shape.T, hs);
-    load_tile<kWidth>(values, v_base, shape.qkv_stride(), j0, shape.T, hs);
+    load_rows<kDims>(keys, k_base, shape.qkv_stride(), j0, T, hs);
+    load_rows<kDims>(values, v_base, shape.qkv_stride(), j0, T, hs);
     __syncthreads();
-    float scores[kKeyTile];
-    float tile_max = -INFINITY;
+    float scores[kPer][kPer] = {};
+    add_row_products<kDims>(scores, queries, keys, ty, tx);
 #pragma unroll
-    for (int c = 0; c < kKeyTile; ++c) {
-      scores[c] = share_dot(q, keys[c], lane);
-      if (j0 + c <= t) tile_max = fmaxf(tile_max, scores[c]);
+    for (int i = 0; i < kPer; ++i) {
+      // Every row of the tile sees key j0 (the tiles are aligned, j0 <= t0 <= t), so
+      // the tile's max is finite.
+      const int t = t0 + ty + kSide * i;
+      float tile_max = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int key = j0 + tx + kSide * j;
+        if (key <= t && key < T) tile_max = fmaxf(tile_max, scores[i][j]);
+      }
+      const float factor = online_softmax_rescale(softmax[i], row_max(tile_max));
+#pragma unroll
+      for (int k = 0; k < kDims / kSide; ++k) o[i][k] *= factor;
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int key = j0 + tx + kSide * j;
+        const float w = key <= t && key < T ? online_softmax_weight(softmax[i], scores[i][j]) : 0.0f;
+        weights[ty + kSide * i][tx + kSide * j] = w;
+        sum += w;
+      }
+      softmax[i].sum += row_sum(sum);
     }
-    if (tile_max == -INFINITY) continue;  // the row sees no key of this tile
-    const float factor = online_softmax_rescale(softmax, tile_max);
-#pragma unroll
-    for (int i = 0; i < kDims; ++i) o[i] *= factor;
-    float sum = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kKeyTile; ++c) {
-      const float w = j0 + c <= t ? online_softmax_weight(softmax, scores[c]) : 0.0f;
-      sum += w;
-      add_scaled(o, w, values[c], lane);
-    }
-    softmax.sum += sum;
+    __syncthreads();
+    add_weighted_rows<kDims>(o, weights, values, ty, tx);
   }
-  if (!active) return;
-  store_row_share(out + shape.out_offset(b, t, h), o, lane, hs, 1.0f / softmax.sum);
-  if (lane == 0) lse[shape.lse_offset(b, h, t)] = online_softmax_lse(softmax);
+  float inverse[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    inverse[i] = 1.0f / softmax[i].sum;
+    const int t = t0 + ty + kSide * i;
+    if (tx == 0 && t < T) lse[shape.lse_offset(b, h, t)] = online_softmax_lse(softmax[i]);
+  }
+  store_rows<kDims>(out + shape.out_offset(b, 0, h), shape.out_stride(), o, t0, T, hs, ty, tx, inverse);
 }
 
 // dq of one query tile, summed over the key tiles left of its diagonal in order.
@@ -148,152 +224,174 @@ template <int kDims>
 __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(float* dqkv, const float* dout, const float* qkv,
                                                                      const float* out, const float* lse,
                                                                      FlashAttentionShape shape) {
-  constexpr int kWidth = kThreadsPerRow * kDims;
-  __shared__ float keys[kKeyTile][kWidth];
-  __shared__ float values[kKeyTile][kWidth];
-  const int hs = shape.hs;
+  extern __shared__ float shared[];
+  const Rows<kDims> queries = reinterpret_cast<Rows<kDims>>(shared);
+  const Rows<kDims> grads = reinterpret_cast<Rows<kDims>>(shared + kRowsFloats<kDims>);
+  const Rows<kDims> keys = reinterpret_cast<Rows<kDims>>(shared + 2 * kRowsFloats<kDims>);
+  const Rows<kDims> values = reinterpret_cast<Rows<kDims>>(shared + 3 * kRowsFloats<kDims>);
+  const Square score_grads = reinterpret_cast<Square>(shared + 4 * kRowsFloats<kDims>);
+  const int T = shape.T, hs = shape.hs;
   const float scale = shape.scale();
   const int b = blockIdx.y / shape.NH;
   const int h = blockIdx.y % shape.NH;
-  const int tile = gridDim.x - 1 - blockIdx.x;
-  const int lane = threadIdx.x % kThreadsPerRow;
-  const int t = tile * kTileRows + threadIdx.x / kThreadsPerRow;
-  const bool active = t < shape.T;
-  const int row = active ? t : 0;
-  float q[kDims], g[kDims], dq[kDims];
-  load_row_share(q, qkv + shape.q_offset(b, row, h), lane, hs, active, scale);
-  load_row_share(g, dout + shape.out_offset(b, row, h), lane, hs, active);
-  // D = dout · out of the row, through dq's registers for the moment.
-  load_row_share(dq, out + shape.out_offset(b, row, h), lane, hs, active);
-  float partial = 0.0f;
+  const int t0 = (gridDim.x - 1 - blockIdx.x) * kTile;
+  const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
+  load_rows<kDims>(queries, qkv + shape.q_offset(b, 0, h), shape.qkv_stride(), t0, T, hs, scale);
+  load_rows<kDims>(grads, dout + shape.out_offset(b, 0, h), shape.out_stride(), t0, T, hs);
+  __syncthreads();
+  float dots[kPer], row_lse[kPer];
+  row_dots<kDims>(dots, grads, out + shape.out_offset(b, 0, h), shape.out_stride(), t0, T, hs, ty, tx);
 #pragma unroll
-  for (int i = 0; i < kDims; ++i) partial += g[i] * dq[i];
-  const float row_dot = quad_sum(partial);
-  const float row_lse = active ? lse[shape.lse_offset(b, h, t)] : 0.0f;
-#pragma unroll
-  for (int i = 0; i < kDims; ++i) dq[i] = 0.0f;
+  for (int i = 0; i < kPer; ++i) {
+    const int t = t0 + ty + kSide * i;
+    row_lse[i] = t < T ? lse[shape.lse_offset(b, h, t)] : 0.0f;
+  }
+  float dq[kPer][kDims / kSide] = {};
   const float* k_base = qkv + shape.k_offset(b, 0, shape.kv_head(h));
   const float* v_base = qkv + shape.v_offset(b, 0, shape.kv_head(h));
-  const int keys_seen = min(shape.T, (tile + 1) * kTileRows);
-  for (int j0 = 0; j0 < keys_seen; j0 += kKeyTile) {
+  const int keys_seen = min(T, t0 + kTile);
+  for (int j0 = 0; j0 < keys_seen; j0 += kTile) {
     __syncthreads();
-    load_tile<kWidth>(keys, k_base, shape.qkv_stride(), j0, shape.T, hs);
-    load_tile<kWidth>(values, v_base, shape.qkv_stride(), j0, shape.T, hs);
+    load_rows<kDims>(keys, k_base, shape.qkv_stride(), j0, T, hs);
+    load_rows<kDims>(values, v_base, shape.qkv_stride(), j0, T, hs);
     __syncthreads();
-#pragma unroll 4
-    for (int c = 0; c < kKeyTile; ++c) {
-      const float score = share_dot(q, keys[c], lane);
-      const float dp = share_dot(g, values[c], lane);
-      const bool visible = active && j0 + c <= t;
-      const float ds = visible ? flash_score_grad(flash_probability(score, row_lse), dp, row_dot, scale) : 0.0f;
-      add_scaled(dq, ds, keys[c], lane);
+    float scores[kPer][kPer] = {}, dprobs[kPer][kPer] = {};
+    add_row_products<kDims>(scores, queries, keys, ty, tx);
+    add_row_products<kDims>(dprobs, grads, values, ty, tx);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int t = t0 + ty + kSide * i;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int key = j0 + tx + kSide * j;
+        const bool visible = t < T && key <= t;
+        score_grads[ty + kSide * i][tx + kSide * j] =
+            visible ? flash_score_grad(flash_probability(scores[i][j], row_lse[i]), dprobs[i][j], dots[i], scale)
+                    : 0.0f;
+      }
     }
+    __syncthreads();
+    add_weighted_rows<kDims>(dq, score_grads, keys, ty, tx);
   }
-  if (active) store_row_share(dqkv + shape.q_offset(b, t, h), dq, lane, hs);
+  const float ones[kPer] = {1.0f, 1.0f, 1.0f, 1.0f};
+  store_rows<kDims>(dqkv + shape.q_offset(b, 0, h), shape.qkv_stride(), dq, t0, T, hs, ty, tx, ones);
 }
 
 // dk and dv of one key tile of K/V head g, summed over the query heads of g's group
-// in order and, for each, over the query tiles right of the tile's diagonal in order.
-// Each query tile's D = dout · out and lse go through shared memory. Grid: (key
-// tiles, B NKV).
+// in order and, for each, over the query tiles from the tile's diagonal on in order.
+// Thread (ty, tx) holds keys ty + 16 i against query rows tx + 16 j of a query tile;
+// each query row's D = dout · out and lse go through shared memory. Grid: (key tiles,
+// B NKV); the first key tiles see the most queries and start first.
 template <int kDims>
 __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(float* dqkv, const float* dout,
                                                                       const float* qkv, const float* out,
                                                                       const float* lse, FlashAttentionShape shape) {
-  constexpr int kWidth = kThreadsPerRow * kDims;
-  __shared__ float queries[kKeyTile][kWidth];
-  __shared__ float grads[kKeyTile][kWidth];
-  __shared__ float row_dot[kKeyTile];
-  __shared__ float row_lse[kKeyTile];
-  const int hs = shape.hs;
+  extern __shared__ float shared[];
+  const Rows<kDims> keys = reinterpret_cast<Rows<kDims>>(shared);
+  const Rows<kDims> values = reinterpret_cast<Rows<kDims>>(shared + kRowsFloats<kDims>);
+  const Rows<kDims> queries = reinterpret_cast<Rows<kDims>>(shared + 2 * kRowsFloats<kDims>);
+  const Rows<kDims> grads = reinterpret_cast<Rows<kDims>>(shared + 3 * kRowsFloats<kDims>);
+  const Square probs = reinterpret_cast<Square>(shared + 4 * kRowsFloats<kDims>);
+  const Square score_grads = reinterpret_cast<Square>(shared + 4 * kRowsFloats<kDims> + kSquareFloats);
+  float* const row_dot = shared + 4 * kRowsFloats<kDims> + 2 * kSquareFloats;
+  float* const row_lse = row_dot + kTile;
+  const int T = shape.T, hs = shape.hs;
   const float scale = shape.scale();
   const int b = blockIdx.y / shape.NKV;
   const int g = blockIdx.y % shape.NKV;
-  // The first key tiles see the most queries: they start first.
-  const int tile = blockIdx.x;
-  const int lane = threadIdx.x % kThreadsPerRow;
-  const int quad = threadIdx.x / kThreadsPerRow;
-  const int j = tile * kTileRows + quad;
-  const bool active = j < shape.T;
-  float k[kDims], v[kDims], dk[kDims], dv[kDims];
-  load_row_share(k, qkv + shape.k_offset(b, active ? j : 0, g), lane, hs, active, scale);
-  load_row_share(v, qkv + shape.v_offset(b, active ? j : 0, g), lane, hs, active);
-#pragma unroll
-  for (int i = 0; i < kDims; ++i) dk[i] = dv[i] = 0.0f;
+  const int j0 = blockIdx.x * kTile;
+  const int tx = threadIdx.x % kSide, ty = threadIdx.x / kSide;
+  load_rows<kDims>(keys, qkv + shape.k_offset(b, 0, g), shape.qkv_stride(), j0, T, hs, scale);
+  load_rows<kDims>(values, qkv + shape.v_offset(b, 0, g), shape.qkv_stride(), j0, T, hs);
+  float dk[kPer][kDims / kSide] = {}, dv[kPer][kDims / kSide] = {};
   for (int h = g * shape.group_size(); h < (g + 1) * shape.group_size(); ++h) {
     const float* q_base = qkv + shape.q_offset(b, 0, h);
     const float* dout_base = dout + shape.out_offset(b, 0, h);
-    for (int t0 = tile * kTileRows; t0 < shape.T; t0 += kKeyTile) {
+    for (int t0 = j0; t0 < T; t0 += kTile) {
       __syncthreads();
-      load_tile<kWidth>(queries, q_base, shape.qkv_stride(), t0, shape.T, hs);
-      load_tile<kWidth>(grads, dout_base, shape.out_stride(), t0, shape.T, hs);
+      load_rows<kDims>(queries, q_base, shape.qkv_stride(), t0, T, hs);
+      load_rows<kDims>(grads, dout_base, shape.out_stride(), t0, T, hs);
       __syncthreads();
       {
-        // Quad r computes D and fetches lse of query row t0 + r.
-        const int t = t0 + quad;
-        float o[kDims];
-        load_row_share(o, out + shape.out_offset(b, t < shape.T ? t : 0, h), lane, hs, t < shape.T);
-        float partial = 0.0f;
+        float dots[kPer];
+        row_dots<kDims>(dots, grads, out + shape.out_offset(b, 0, h), shape.out_stride(), t0, T, hs, ty, tx);
+        if (tx == 0) {
 #pragma unroll
-        for (int i = 0; i < kDims; ++i) partial += o[i] * grads[quad][lane + kThreadsPerRow * i];
-        const float dot = quad_sum(partial);
-        if (lane == 0) {
-          row_dot[quad] = dot;
-          row_lse[quad] = t < shape.T ? lse[shape.lse_offset(b, h, t)] : 0.0f;
+          for (int i = 0; i < kPer; ++i) {
+            const int r = ty + kSide * i;
+            row_dot[r] = dots[i];
+            row_lse[r] = t0 + r < T ? lse[shape.lse_offset(b, h, t0 + r)] : 0.0f;
+          }
         }
       }
       __syncthreads();
-#pragma unroll 4
-      for (int r = 0; r < kKeyTile; ++r) {
-        const float score = share_dot(k, queries[r], lane);
-        const float dp = share_dot(v, grads[r], lane);
-        const bool visible = active && j <= t0 + r && t0 + r < shape.T;
-        const float p = visible ? flash_probability(score, row_lse[r]) : 0.0f;
-        const float ds = visible ? flash_score_grad(p, dp, row_dot[r], scale) : 0.0f;
-        add_scaled(dv, p, grads[r], lane);
-        add_scaled(dk, ds, queries[r], lane);
+      float scores[kPer][kPer] = {}, dprobs[kPer][kPer] = {};
+      add_row_products<kDims>(scores, keys, queries, ty, tx);
+      add_row_products<kDims>(dprobs, values, grads, ty, tx);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int key = j0 + ty + kSide * i;
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+          const int r = tx + kSide * j;
+          const bool visible = key < T && t0 + r < T && key <= t0 + r;
+          const float p = visible ? flash_probability(scores[i][j], row_lse[r]) : 0.0f;
+          probs[ty + kSide * i][r] = p;
+          score_grads[ty + kSide * i][r] = visible ? flash_score_grad(p, dprobs[i][j], row_dot[r], scale) : 0.0f;
+        }
       }
+      __syncthreads();
+      add_weighted_rows<kDims>(dv, probs, grads, ty, tx);
+      add_weighted_rows<kDims>(dk, score_grads, queries, ty, tx);
     }
   }
-  if (!active) return;
-  store_row_share(dqkv + shape.k_offset(b, j, g), dk, lane, hs);
-  store_row_share(dqkv + shape.v_offset(b, j, g), dv, lane, hs);
+  const float ones[kPer] = {1.0f, 1.0f, 1.0f, 1.0f};
+  store_rows<kDims>(dqkv + shape.k_offset(b, 0, g), shape.qkv_stride(), dk, j0, T, hs, ty, tx, ones);
+  store_rows<kDims>(dqkv + shape.v_offset(b, 0, g), shape.qkv_stride(), dv, j0, T, hs, ty, tx, ones);
 }
+
+// Launches kernel with `floats` of dynamic shared memory, raising the kernel's limit
+// past the default 48 KB first (a per-device setting: set at every launch, a host call
+// of about a microsecond).
+template <typename Kernel, typename... Args>
+void launch_tiles(Kernel kernel, dim3 grid, int floats, Args... args) {
+  const int bytes = floats * static_cast<int>(sizeof(float));
+  DUFU_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  kernel<<<grid, kThreads, bytes, stream()>>>(args...);
+  DUFU_CUDA_CHECK_LAUNCH();
+}
+
+int tiles_of(int T) { return (T + kTile - 1) / kTile; }
 
 template <int kDims>
 void launch_forward(float* out, float* lse, const float* qkv, int B, const FlashAttentionShape& shape) {
-  const dim3 grid((shape.T + kTileRows - 1) / kTileRows, B * shape.NH);
-  flash_forward_kernel<kDims><<<grid, kThreads, 0, stream()>>>(out, lse, qkv, shape);
-  DUFU_CUDA_CHECK_LAUNCH();
+  launch_tiles(flash_forward_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NH),
+               3 * kRowsFloats<kDims> + kSquareFloats, out, lse, qkv, shape);
 }
 
 template <int kDims>
 void launch_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
                      const FlashAttentionShape& shape) {
-  const int tiles = (shape.T + kTileRows - 1) / kTileRows;
-  flash_backward_dq_kernel<kDims><<<dim3(tiles, B * shape.NH), kThreads, 0, stream()>>>(dqkv, dout, qkv, out, lse,
-                                                                                        shape);
-  DUFU_CUDA_CHECK_LAUNCH();
-  flash_backward_dkv_kernel<kDims><<<dim3(tiles, B * shape.NKV), kThreads, 0, stream()>>>(dqkv, dout, qkv, out, lse,
-                                                                                         shape);
-  DUFU_CUDA_CHECK_LAUNCH();
+  launch_tiles(flash_backward_dq_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NH),
+               4 * kRowsFloats<kDims> + kSquareFloats, dqkv, dout, qkv, out, lse, shape);
+  launch_tiles(flash_backward_dkv_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NKV),
+               4 * kRowsFloats<kDims> + 2 * kSquareFloats + 2 * kTile, dqkv, dout, qkv, out, lse, shape);
 }
 
-// The register share per thread: head sizes up to 32, 64 and 128.
+// The padded head size: up to 32, 64 and 128.
 template <typename Launch>
 void with_head_size(int hs, Launch launch) {
   DUFU_CHECK(hs <= kMaxHeadSize, "CUDA attention supports head sizes up to ", kMaxHeadSize, ", not ", hs);
   if (hs <= 32) {
-    launch.template operator()<8>();
-  } else if (hs <= 64) {
-    launch.template operator()<16>();
-  } else {
     launch.template operator()<32>();
+  } else if (hs <= 64) {
+    launch.template operator()<64>();
+  } else {
+    launch.template operator()<128>();
   }
 }
 
 }  // namespace
-
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int NKV, int hs) {
   check_attention_heads(NH, NKV);
   if (B * T == 0) return;
