@@ -68,6 +68,7 @@ struct Options {
   double sgemm_seconds = 1.0;
   std::string device = "cpu";
   std::string precision = "fp32";
+  std::string attention_products = "fp32";
   double nominal_peak_tflops = 0.0;  // 0: no MFU against a datasheet figure
   std::string save_initial;
 };
@@ -122,10 +123,16 @@ int run(const Options& options) {
   Device& device = dufu::trainer::device_of_kind(dufu::trainer::parse_device_kind(options.device));
   const bool on_gpu = device.kind() != DeviceKind::kCpu;
   const auto precision = dufu::trainer::parse_precision(options.precision, "--precision");
+  const auto attention_products = dufu::trainer::parse_precision(options.attention_products, "--attention-products");
+  if (attention_products == dufu::trainer::Precision::kBf16 && precision != dufu::trainer::Precision::kBf16) {
+    std::fprintf(stderr, "train_benchmark: --attention-products bf16 needs --precision bf16\n");
+    return 2;
+  }
   const double free_before_model = device.memory_capacity_bytes();
 
   GPT model(config, nullptr, {}, &device);
   model.set_precision(precision);
+  model.set_attention_products(attention_products);
   model.init_gpt2(options.seed);
   AdamW optimizer(model, AdamWOptions{});  // GPT-2's betas (0.9, 0.95), eps 1e-8, decay 0.1 on matrices
   std::string initial_checkpoint;
@@ -248,12 +255,13 @@ int run(const Options& options) {
                 plan.describe(free_before_model).c_str(), held_after_steps / 1e9);
   }
   std::printf(
-      "train_benchmark impl=dufu device=%s precision=%s arch=%s n_layer=%d d_model=%d n_head=%d n_kv_head=%d "
+      "train_benchmark impl=dufu device=%s precision=%s attention_products=%s arch=%s n_layer=%d d_model=%d n_head=%d n_kv_head=%d "
       "ffn_hidden=%d vocab=%d seq=%d "
       "micro_batch=%d threads=%d warmup=%d steps=%d seconds=%.3f tokens_per_s=%.2f ms_per_step=%.1f forward_ms=%.1f "
       "backward_ms=%.1f clip_ms=%.1f adamw_ms=%.1f zero_grad_ms=%.1f flops_per_token=%.6g sgemm_gflops=%.2f "
       "peak_gflops=%.2f mfu=%.4f mfu_nominal=%.4f plan_gb=%.3f held_gb=%.3f loss_first=%.4f loss_final=%.4f\n",
-      options.device.c_str(), options.precision.c_str(), options.arch.c_str(), config.n_layer, config.d_model,
+      options.device.c_str(), options.precision.c_str(), options.attention_products.c_str(), options.arch.c_str(),
+      config.n_layer, config.d_model,
       config.n_head, config.kv_heads(), hidden, config.vocab_size, T, B, threads, options.warmup,
       options.steps, seconds, tokens_per_s, ms_per_step,
       1e3 * phases.forward / n, 1e3 * phases.backward / n, 1e3 * phases.clip / n, 1e3 * phases.adamw / n,
@@ -301,6 +309,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--precision", options.precision, "fp32, or bf16 (the mixed-precision recipe)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
+  app.add_option("--attention-products", options.attention_products,
+                 "fp32, or bf16 (with --precision bf16): attention's products on bf16 operands (train.attention_products)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   app.add_option("--sgemm-seconds", options.sgemm_seconds, "How long to measure each GEMM rate")

@@ -20,8 +20,9 @@
 #   3 compute-sanitizer memcheck, racecheck and synccheck over the small shapes of
 #     those rows, and memcheck over two training steps
 #   4 gpu_model_test and the one-GPU cases of cuda_training_test
-#   5 GPT-2 124M (T = 1024) for 20 steps, fp32 and bf16, micro-batch 8 and 16:
-#     tokens/s, MFU, memory against the plan, the loss falling from ln(50257)
+#   5 GPT-2 124M (T = 1024) for 20 steps, fp32 and bf16 (and bf16 with bf16 attention
+#     products), micro-batch 8 and 16: tokens/s, MFU, memory against the plan, the loss
+#     falling from ln(50257)
 #   6 the PyTorch peer on the same shapes: bf16 autocast, SDPA, fused AdamW, eager and
 #     torch.compile
 #   7 loss parity: dufu's initial weights exported to HuggingFace and loaded by
@@ -239,17 +240,23 @@ step_5() {
   if ! has_gpu; then
     record 5 "skipped: no GPU" "$no_gpu_reason"
   else
-    for config in "bf16 16" "bf16 8" "fp32 16" "fp32 8"; do
-      read -r precision batch <<<"$config"
+    # The third field: attention's products (train.attention_products); "bf16" runs the
+    # tensor-core attention kernels.
+    for config in "bf16 16 fp32" "bf16 16 bf16" "bf16 8 fp32" "bf16 8 bf16" "fp32 16 fp32" "fp32 8 fp32"; do
+      read -r precision batch products <<<"$config"
       run_logged "$log" 90 "${dufu[@]}" "$bundle/bin/train_benchmark" --device cuda --precision "$precision" \
-        "${gpt2_shape[@]}" --micro-batch "$batch" --warmup 3 --steps 20 --nominal-peak-tflops 989
+        --attention-products "$products" "${gpt2_shape[@]}" --micro-batch "$batch" --warmup 3 --steps 20 \
+        --nominal-peak-tflops 989
       status=$?
       line=$(grep '^train_benchmark impl=dufu' "$log" | tail -n 1)
-      if ((status == 0)) && [[ $(field precision "$line") == "$precision" && $(field micro_batch "$line") == "$batch" ]]; then
-        dufu_rate[$precision-$batch]=$(field tokens_per_s "$line")
-        record "5" "ok: $precision B=$batch" "$(field tokens_per_s "$line") tok/s, $(field ms_per_step "$line") ms/step, MFU $(field mfu_nominal "$line") of 989 and $(field mfu "$line") of the GEMM rate, plan $(field plan_gb "$line") GB held $(field held_gb "$line") GB, loss $(field loss_first "$line") -> $(field loss_final "$line")"
+      label="$precision B=$batch$([[ $products == bf16 ]] && echo ", bf16 attention")"
+      if ((status == 0)) && [[ $(field precision "$line") == "$precision" && $(field micro_batch "$line") == "$batch" &&
+                                 $(field attention_products "$line") == "$products" ]]; then
+        [[ $products == fp32 ]] && dufu_rate[$precision-$batch]=$(field tokens_per_s "$line")
+        [[ $products == bf16 ]] && dufu_rate[bf16attention-$batch]=$(field tokens_per_s "$line")
+        record "5" "ok: $label" "$(field tokens_per_s "$line") tok/s, $(field ms_per_step "$line") ms/step, MFU $(field mfu_nominal "$line") of 989 and $(field mfu "$line") of the GEMM rate, plan $(field plan_gb "$line") GB held $(field held_gb "$line") GB, loss $(field loss_first "$line") -> $(field loss_final "$line")"
       else
-        record "5" "FAIL: $precision B=$batch status $status" "see training.log"
+        record "5" "FAIL: $label status $status" "see training.log"
       fi
     done
   fi
@@ -275,7 +282,10 @@ step_6() {
       if ((status == 0)) && [[ $(field micro_batch "$line") == "$batch" && $(field compile "$line") == $([[ $mode == compile ]] && echo 1 || echo 0) ]]; then
         torch_rate=$(field tokens_per_s "$line")
         ratio=$(awk -v a="${dufu_rate[bf16-$batch]:-0}" -v b="$torch_rate" 'BEGIN { if (a > 0) printf "%.2f", a / b; else print "n/a" }')
-        record 6 "ok: torch bf16 $mode B=$batch" "$torch_rate tok/s; dufu bf16 / this = $ratio"
+        ratio_bf16_attention=$(awk -v a="${dufu_rate[bf16attention-$batch]:-0}" -v b="$torch_rate" \
+          'BEGIN { if (a > 0) printf "%.2f", a / b; else print "n/a" }')
+        record 6 "ok: torch bf16 $mode B=$batch" \
+          "$torch_rate tok/s; dufu bf16 / this = $ratio ($ratio_bf16_attention with bf16 attention products)"
       else
         record 6 "FAIL: torch $mode B=$batch status $status" "see peer.log"
       fi

@@ -86,6 +86,31 @@ TEST_F(Bf16TrainingTest, ValidationLossWithinTwoPercentOfFp32) {
   EXPECT_GE(differing, kSteps / 2);
   EXPECT_NE(read_all(checkpoint_dir(fp32, kSteps) + "/model.safetensors"),
             read_all(checkpoint_dir(bf16, kSteps) + "/model.safetensors"));
+
+  // train.attention_products = bf16 (attention's products on bf16 operands, P and dS
+  // rounded): also within 2% of fp32, and not the bits of bf16 with fp32 products.
+  const std::string bf16_attention = dir_.file("bf16_attention");
+  ASSERT_NO_FATAL_FAILURE(train(config, bf16_attention, "train.precision=bf16 train.attention_products=bf16"));
+  const std::vector<double> attention_val = metric_values(bf16_attention, "val_loss");
+  ASSERT_EQ(attention_val.size(), 2u);
+  for (std::size_t i = 0; i < fp32_val.size(); ++i) {
+    std::printf("val loss at step %d: bf16 with bf16 attention products %.6f (%+.3f%% of fp32)\n",
+                static_cast<int>(i + 1) * kSteps / 2, attention_val[i],
+                100.0 * (attention_val[i] - fp32_val[i]) / fp32_val[i]);
+    EXPECT_LE(std::fabs(attention_val[i] - fp32_val[i]), 0.02 * fp32_val[i]) << "evaluation " << i;
+  }
+  EXPECT_NE(metric_fields(bf16_attention, {"loss"}), bf16_losses);
+}
+
+// bf16 attention products need the bf16 recipe's copy of qkv: refused under fp32.
+TEST_F(Bf16TrainingTest, Bf16AttentionProductsNeedBf16Precision) {
+  const std::string config = write_config(2, 2);
+  const CommandResult result = run_command(shell_quote(train_tool()) + " " + shell_quote(config) +
+                                           " run.dir=" + shell_quote(dir_.file("refused")) +
+                                           " train.attention_products=bf16 2>&1");
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("train.attention_products = bf16 needs train.precision = bf16"), std::string::npos)
+      << result.output;
 }
 
 // A bf16 run stopped by train.exit_at_step and resumed: its first half is a second

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <ostream>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "dufu/common/error.h"
+#include "dufu/trainer/device/bf16.h"
 #include "dufu/trainer/device/device.h"
 #include "dufu/trainer/device/flash_attention.h"
 #include "dufu/trainer/device/kernel_table.h"
@@ -209,6 +211,59 @@ TEST_P(FlashAttentionTest, MatchesTheNaiveDoubleAttention) {
   testing::report_close(label + " out", widen(out), want_out, Tolerance{1e-5, 1e-5});
   testing::report_close(label + " lse", widen(lse), want_lse, Tolerance{1e-5, 1e-5});
   testing::report_close(label + " dqkv", widen(dqkv), want_dqkv, Tolerance{3e-5, 3e-5});
+}
+
+// ‖got - want‖ / ‖want‖ (NaN when any element is NaN, which then fails).
+double relative_error(const Vec& got, const Vec& want) {
+  double error = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    error += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  return std::sqrt(error / norm);
+}
+
+// bf16 qkv: the products take bf16 operands (P, dS and dout rounded, fp32 sums), as
+// tensor cores run them. Against the double attention of the same (bf16-valued)
+// inputs the error is that of bf16 operands, about 1e-3 by norm (the bound: 5e-3); the lse, whose
+// sums stay fp32, as close as in fp32. And the rounding is real: the same inputs as
+// fp32 qkv give other bits.
+TEST_P(FlashAttentionTest, Bf16ProductsAreWithinBf16OfTheDoubleAttention) {
+  const AttentionShape s = std::get<1>(GetParam());
+  const std::string label = std::string(std::get<0>(GetParam()).name) + " bf16 attention T=" + std::to_string(s.T) +
+                            " NH=" + std::to_string(s.NH) + " NKV=" + std::to_string(s.NKV) +
+                            " hs=" + std::to_string(s.hs);
+  const reference::AttentionHeads a = s.heads();
+  auto qkv = random_floats(s.tokens() * a.qkv_width(), 92, -2.0f, 2.0f);
+  auto dout = random_floats(s.tokens() * a.out_width(), 93);
+  for (float& value : qkv) value = round_to_bf16(value);
+  for (float& value : dout) value = round_to_bf16(value);
+  std::vector<std::uint16_t> qkv_bits(qkv.size());
+  for (std::size_t i = 0; i < qkv.size(); ++i) qkv_bits[i] = float_to_bf16_bits(qkv[i]);
+  std::vector<float> out(s.tokens() * a.out_width(), kNaN), lse(s.tokens() * s.NH, kNaN), dqkv(qkv.size(), kNaN);
+  std::vector<float> fp32_out(out.size(), kNaN), fp32_lse(lse.size(), kNaN), fp32_dqkv(qkv.size(), kNaN);
+  DeviceArgs d(*device_);
+  const KernelTable& k = device_->kernels();
+  k.attention_forward(d.out(out), d.out(lse), d.in(qkv_bits), s.B, s.T, s.NH, s.NKV, s.hs);
+  k.attention_backward(d.out(dqkv), d.in(dout), d.in(qkv_bits), d.in(out), d.in(lse), s.B, s.T, s.NH, s.NKV, s.hs);
+  k.attention_forward(d.out(fp32_out), d.out(fp32_lse), d.in(qkv), s.B, s.T, s.NH, s.NKV, s.hs);
+  k.attention_backward(d.out(fp32_dqkv), d.in(dout), d.in(qkv), d.in(fp32_out), d.in(fp32_lse), s.B, s.T, s.NH, s.NKV,
+                       s.hs);
+  d.finish();
+
+  Vec want_out, want_lse;
+  reference::attention_forward(want_out, want_lse, widen(qkv), s.B, s.T, a);
+  const Vec want_dqkv = reference_attention_backward(widen(dout), widen(qkv), s);
+  const double out_error = relative_error(widen(out), want_out);
+  const double dqkv_error = relative_error(widen(dqkv), want_dqkv);
+  std::printf("  %-44s out %.2e  dqkv %.2e (relative, by norm)\n", label.c_str(), out_error, dqkv_error);
+  EXPECT_LT(out_error, 5e-3) << label;
+  EXPECT_LT(dqkv_error, 5e-3) << label;
+  testing::report_close(label + " lse", widen(lse), want_lse, Tolerance{1e-5, 1e-5});
+  // T = 1: one key, probability 1, which bf16 holds exactly: nothing to round.
+  if (s.T > 1) {
+    EXPECT_NE(out, fp32_out) << label << ": bf16 products gave the fp32 products' bits";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(TiledAttention, FlashAttentionTest,

@@ -75,8 +75,10 @@ std::vector<float> train(Model& model, int first, int last) {
 }
 
 std::vector<float> losses_on(Device& device, Precision precision, Recompute recompute = Recompute::kNone,
-                             Architecture arch = Architecture::kGpt2) {
+                             Architecture arch = Architecture::kGpt2,
+                             Precision attention_products = Precision::kFp32) {
   Model model(device, precision, recompute, small_config(arch));
+  model.gpt.set_attention_products(attention_products);
   model.gpt.init_gpt2(42);
   return train(model, 0, kSteps);
 }
@@ -96,6 +98,16 @@ TEST_F(GpuModelTest, Fp32LossesMatchTheCpu) {
 
 TEST_F(GpuModelTest, Bf16LossesMatchTheCpu) {
   expect_losses_close(losses_on(cuda(), Precision::kBf16), losses_on(cpu_device(), Precision::kBf16), 1e-2);
+}
+
+// bf16 attention products: the tensor-core kernels (attention_bf16.cu) against the
+// CPU's same recipe, for GPT-2 and Llama (grouped heads).
+TEST_F(GpuModelTest, Bf16AttentionProductsMatchTheCpu) {
+  const Precision bf16 = Precision::kBf16;
+  for (const Architecture arch : {Architecture::kGpt2, Architecture::kLlama}) {
+    expect_losses_close(losses_on(cuda(), bf16, Recompute::kNone, arch, bf16),
+                        losses_on(cpu_device(), bf16, Recompute::kNone, arch, bf16), 1e-2);
+  }
 }
 
 // optim.offload = cpu: the masters and moments on the host, AdamW there (the CPU's

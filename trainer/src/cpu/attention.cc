@@ -12,13 +12,20 @@
 // in one fixed order, whatever the thread count, without atomics. Grouped heads thus
 // cut the backward's parallelism to B NKV tasks (B for multi-query attention): the
 // price of a fixed order without a per-head copy of dk and dv to reduce.
+//
+// bf16 qkv (bf16 products, kernel_table.h): qkv is widened once, dout is rounded to
+// bf16 for the products it enters (D = dout · out keeps its fp32 values), and the
+// tiles that enter a second product (P for P V and dV, dS for dQ and dK) are rounded
+// to bf16 after they are computed in fp32: the values a tensor core would be given.
 #include <cblas.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "cpu_kernels.h"
+#include "dufu/trainer/device/bf16.h"
 #include "dufu/trainer/device/flash_attention.h"
 
 namespace dufu::trainer::cpu {
@@ -49,13 +56,32 @@ inline float visible_max(const float* row, int visible) {
 // Keys of the tile [j0, j0 + cols) that query t sees: 0 .. min(cols, t - j0 + 1).
 inline int visible_keys(int t, int j0, int cols) { return std::clamp(t - j0 + 1, 0, cols); }
 
+// qkv as floats: fp32 as it is, bf16 bits widened into `widened`.
+const float* qkv_floats(TensorIn qkv, int B, int T, const FlashAttentionShape& shape, std::vector<float>& widened) {
+  if (!qkv.bf16()) return static_cast<const float*>(qkv.data);
+  const auto* bits = static_cast<const std::uint16_t*>(qkv.data);
+  widened.resize(static_cast<std::size_t>(B) * static_cast<std::size_t>(T) * shape.qkv_stride());
+#pragma omp parallel for
+  for (std::size_t i = 0; i < widened.size(); ++i) widened[i] = bf16_bits_to_float(bits[i]);
+  return widened.data();
+}
+
+// The first `count` values of a tile row as bf16 products take them.
+inline void round_row_to_bf16(float* row, int count) {
+#pragma omp simd
+  for (int j = 0; j < count; ++j) row[j] = ::dufu::trainer::round_to_bf16(row[j]);
+}
+
 }  // namespace
 
-DUFU_CPU_CLONES void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int NKV,
+DUFU_CPU_CLONES void attention_forward(float* out, float* lse, TensorIn qkv_in, int B, int T, int NH, int NKV,
                                        int hs) {
   check_attention_heads(NH, NKV);
   use_single_threaded_blas();
   const FlashAttentionShape shape{T, NH, NKV, hs};
+  const bool bf16_products = qkv_in.bf16();
+  std::vector<float> widened;
+  const float* qkv = qkv_floats(qkv_in, B, T, shape, widened);
   const float scale = shape.scale();
   const int ld = static_cast<int>(shape.qkv_stride());
   const int out_ld = static_cast<int>(shape.out_stride());
@@ -99,6 +125,7 @@ DUFU_CPU_CLONES void attention_forward(float* out, float* lse, const float* qkv,
             sum += w;
           }
           row.sum += sum;
+          if (bf16_products) round_row_to_bf16(s, visible);
           if (factor != 1.0f) {
             float* orow = o + static_cast<std::size_t>(r) * out_ld;
 #pragma omp simd
@@ -119,11 +146,21 @@ DUFU_CPU_CLONES void attention_forward(float* out, float* lse, const float* qkv,
   }
 }
 
-DUFU_CPU_CLONES void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+DUFU_CPU_CLONES void attention_backward(float* dqkv, const float* dout, TensorIn qkv_in, const float* out,
                                         const float* lse, int B, int T, int NH, int NKV, int hs) {
   check_attention_heads(NH, NKV);
   use_single_threaded_blas();
   const FlashAttentionShape shape{T, NH, NKV, hs};
+  const bool bf16_products = qkv_in.bf16();
+  std::vector<float> widened, rounded_dout;
+  const float* qkv = qkv_floats(qkv_in, B, T, shape, widened);
+  const float* dout_products = dout;
+  if (bf16_products) {
+    rounded_dout.resize(static_cast<std::size_t>(B) * static_cast<std::size_t>(T) * shape.out_stride());
+#pragma omp parallel for
+    for (std::size_t i = 0; i < rounded_dout.size(); ++i) rounded_dout[i] = ::dufu::trainer::round_to_bf16(dout[i]);
+    dout_products = rounded_dout.data();
+  }
   const float scale = shape.scale();
   const int ld = static_cast<int>(shape.qkv_stride());
   const int out_ld = static_cast<int>(shape.out_stride());
@@ -155,6 +192,7 @@ DUFU_CPU_CLONES void attention_backward(float* dqkv, const float* dout, const fl
             const float* qi = q + static_cast<std::size_t>(qb.t0) * ld;
             float* dqi = dq + static_cast<std::size_t>(qb.t0) * ld;
             const float* grad_out = dout + shape.out_offset(b, qb.t0, h);
+            const float* grad_products = dout_products + shape.out_offset(b, qb.t0, h);
             for (int r = 0; r < qb.rows(); ++r) {
               const float* gr = grad_out + static_cast<std::size_t>(r) * out_ld;
               const float* orow = out + shape.out_offset(b, qb.t0 + r, h);
@@ -172,8 +210,8 @@ DUFU_CPU_CLONES void attention_backward(float* dqkv, const float* dout, const fl
               // P from the recomputed scores and the saved lse; dP = dout V^T.
               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qb.rows(), cols, hs, scale, qi, ld, kj, ld, 0.0f, p,
                           cols);
-              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qb.rows(), cols, hs, 1.0f, grad_out, out_ld, vj, ld,
-                          0.0f, dp, cols);
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qb.rows(), cols, hs, 1.0f, grad_products, out_ld, vj,
+                          ld, 0.0f, dp, cols);
               for (int r = 0; r < qb.rows(); ++r) {
                 float* pr = p + static_cast<std::size_t>(r) * cols;
                 float* dr = dp + static_cast<std::size_t>(r) * cols;
@@ -185,12 +223,16 @@ DUFU_CPU_CLONES void attention_backward(float* dqkv, const float* dout, const fl
                   pr[j] = flash_probability(pr[j], row_lse);
                   dr[j] = flash_score_grad(pr[j], dr[j], dot, scale);
                 }
+                if (bf16_products) {
+                  round_row_to_bf16(pr, visible);
+                  round_row_to_bf16(dr, visible);
+                }
                 std::fill(pr + visible, pr + cols, 0.0f);
                 std::fill(dr + visible, dr + cols, 0.0f);
               }
               // dV_j += P^T dout; dQ_i += dS K_j; dK_j += dS^T Q_i.
-              cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, qb.rows(), 1.0f, p, cols, grad_out, out_ld,
-                          1.0f, dv + static_cast<std::size_t>(j0) * ld, ld);
+              cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, qb.rows(), 1.0f, p, cols, grad_products,
+                          out_ld, 1.0f, dv + static_cast<std::size_t>(j0) * ld, ld);
               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, qb.rows(), hs, cols, 1.0f, dp, cols, kj, ld, 1.0f,
                           dqi, ld);
               cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, qb.rows(), 1.0f, dp, cols, qi, ld, 1.0f,

@@ -20,11 +20,12 @@
 // sums its dq over the key tiles in order; another owns a key tile of one K/V head and
 // sums its dk and dv over the query heads of the head's group (grouped-query
 // attention), lowest first, and for each over the query tiles in order (both
-// recompute the scores).
+// recompute the scores). bf16 qkv runs attention_bf16.cu's tensor-core kernels.
 #include <cuda_runtime.h>
 
 #include <cmath>
 
+#include "attention_bf16.h"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "dufu/trainer/device/flash_attention.h"
@@ -392,19 +393,29 @@ void with_head_size(int hs, Launch launch) {
 }
 
 }  // namespace
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int NH, int NKV, int hs) {
+void attention_forward(float* out, float* lse, TensorIn qkv, int B, int T, int NH, int NKV, int hs) {
   check_attention_heads(NH, NKV);
   if (B * T == 0) return;
   const FlashAttentionShape shape{T, NH, NKV, hs};
-  with_head_size(hs, [&]<int kDims>() { launch_forward<kDims>(out, lse, qkv, B, shape); });
+  if (qkv.bf16()) {
+    bf16_attention_forward(out, lse, static_cast<const std::uint16_t*>(qkv.data), B, shape);
+    return;
+  }
+  const auto* floats = static_cast<const float*>(qkv.data);
+  with_head_size(hs, [&]<int kDims>() { launch_forward<kDims>(out, lse, floats, B, shape); });
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                        int T, int NH, int NKV, int hs) {
+void attention_backward(float* dqkv, const float* dout, TensorIn qkv, const float* out, const float* lse, int B, int T,
+                        int NH, int NKV, int hs) {
   check_attention_heads(NH, NKV);
   if (B * T == 0) return;
   const FlashAttentionShape shape{T, NH, NKV, hs};
-  with_head_size(hs, [&]<int kDims>() { launch_backward<kDims>(dqkv, dout, qkv, out, lse, B, shape); });
+  if (qkv.bf16()) {
+    bf16_attention_backward(dqkv, dout, static_cast<const std::uint16_t*>(qkv.data), out, lse, B, shape);
+    return;
+  }
+  const auto* floats = static_cast<const float*>(qkv.data);
+  with_head_size(hs, [&]<int kDims>() { launch_backward<kDims>(dqkv, dout, floats, out, lse, B, shape); });
 }
 
 }  // namespace dufu::trainer::cuda

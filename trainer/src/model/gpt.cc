@@ -460,7 +460,8 @@ void GPT::forward_layer_body(const ActivationSlot& slot, int l) {
   }
   round_if_bf16(a.qkv, sizes.qkv, stored.qkv);
   progress_collectives();
-  k.attention_forward(a.atty, a.lse, a.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size);
+  k.attention_forward(a.atty, a.lse, attention_input({a.qkv, stored.qkv}), B, T, widths.heads, widths.kv_heads,
+                      widths.head_size);
   round_if_bf16(a.atty, sizes.attn, stored.atty);
   progress_collectives();
   linear_forward(acts.branch, {a.atty, stored.atty}, {w.attn_c_proj_weight, w16.attn_c_proj_weight},

@@ -133,8 +133,8 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
                     {w.attn_c_proj_weight, w16.attn_c_proj_weight}, N, widths.attn, C);
     round_if_bf16(d.atty, sizes.attn);
     progress_collectives();
-    k.attention_backward(d.qkv, d.atty, a.qkv, a.atty, a.lse, B, T, widths.heads, widths.kv_heads,
-                         widths.head_size);
+    k.attention_backward(d.qkv, d.atty, attention_input({a.qkv, stored.qkv}), a.atty, a.lse, B, T, widths.heads,
+                         widths.kv_heads, widths.head_size);
     if (config_.is_llama()) {
       k.rotary_backward(d.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size, config_.rope_theta);
     }

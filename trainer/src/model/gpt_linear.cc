@@ -13,6 +13,11 @@ TensorIn GPT::typed(Operand operand) const {
   return operand.values;
 }
 
+TensorIn GPT::attention_input(Operand qkv) const {
+  if (precision_ == Precision::kBf16 && attention_products_ == Precision::kBf16) return qkv.bits;
+  return qkv.values;
+}
+
 void GPT::linear_forward(float* out, Operand x, Operand weight, const float* bias, int N, int C, int OC) {
   kernels_->matmul_forward(out, typed(x), typed(weight), bias, N, C, OC);
 }

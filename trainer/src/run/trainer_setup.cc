@@ -253,6 +253,7 @@ void Trainer::State::build_model(const MemoryNeed& model_memory) {
   try {
     model = std::make_unique<GPT>(options.model, tp > 1 ? groups.tensor.get() : nullptr, stage, device);
     model->set_precision(options.precision);
+    model->set_attention_products(options.attention_products);
     model->set_recompute(options.recompute);
     model->set_optimizer_offload(options.optimizer_offload);
     optimizer = std::make_unique<DataParallelOptimizer>(*model, options.adamw, *groups.data, options.zero_stage,

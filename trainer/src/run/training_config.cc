@@ -70,6 +70,10 @@ ConfigSchema training_config_schema() {
                   "fp32, or bf16: bf16 matmul inputs, weight working copy and stored activations with fp32 master "
                   "weights, moments, LayerNorm statistics, softmax and loss (kernels compute in fp32 and round to "
                   "bf16 at the recipe's points)")
+      .add_string("train.attention_products", precision_name(defaults.attention_products),
+                  "fp32, or bf16 (needs train.precision = bf16): attention's tile products on bf16 operands with "
+                  "fp32 sums, as tensor cores run them (P, dS and dout rounded to bf16; CUDA: mma.sync, compiled, "
+                  "not run yet)")
       .add_string("train.recompute", recompute_name(defaults.recompute),
                   "none; selective: the backward recomputes each layer's MLP hidden values; full: "
                   "each layer keeps only its input and the backward runs its forward again (activation memory for "
@@ -284,6 +288,12 @@ TrainingOptions training_options(const Config& config) {
   }
   options.precision = parse_precision(config.get_string("train.precision"), "train.precision");
   options.recompute = parse_recompute(config.get_string("train.recompute"), "train.recompute");
+  options.attention_products =
+      parse_precision(config.get_string("train.attention_products"), "train.attention_products");
+  if (options.attention_products == Precision::kBf16 && options.precision != Precision::kBf16) {
+    DUFU_FAIL("train.attention_products = bf16 needs train.precision = bf16; HINT: set train.precision = \"bf16\" "
+              "or leave train.attention_products at \"fp32\"");
+  }
 
   options.schedule.max_lr = config.get_double("optim.lr");
   options.schedule.min_lr = config.get_double("optim.min_lr");

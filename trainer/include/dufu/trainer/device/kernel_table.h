@@ -147,13 +147,17 @@ struct KernelTable {
   // (device/flash_attention.h): out [B, T, NH hs]; lse [B, NH, T] the log-sum-exp of
   // each row's scaled scores, all the backward needs of the softmax. Scale 1/sqrt(hs).
   // No T x T matrix is stored: memory O(B NH T).
-  void (*attention_forward)(float* out, float* lse, const float* qkv, int B, int T, int NH, int NKV, int hs);
+  // qkv's type picks the products' precision: fp32 qkv, fp32 products throughout;
+  // bf16 qkv (its bits), bf16 products with fp32 accumulation, as tensor cores run them:
+  // the probabilities are rounded to bf16 for P V (their row sums stay fp32) and, in
+  // the backward, P and dS for dV, dQ and dK. out, lse and dqkv stay fp32.
+  void (*attention_forward)(float* out, float* lse, TensorIn qkv, int B, int T, int NH, int NKV, int hs);
   // dqkv (overwritten whole: q, k and v parts) from dout, recomputing the
   // probabilities tile by tile from qkv and the forward's out and lse. Deterministic:
   // no atomics, a fixed summation order; a K/V head's gradient sums its group's query
   // heads in order, lowest first.
-  void (*attention_backward)(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                             int B, int T, int NH, int NKV, int hs);
+  void (*attention_backward)(float* dqkv, const float* dout, TensorIn qkv, const float* out, const float* lse, int B,
+                             int T, int NH, int NKV, int hs);
 
   // Fused classifier: for each of the N rows of logits [N, Vp] (only the first V are
   // real vocabulary; the padding is excluded), losses[n] = -log softmax(logits)[target]

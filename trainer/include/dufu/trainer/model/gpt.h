@@ -228,6 +228,12 @@ class GPT {
   // dufu::Error for bf16 on a device whose kernel table lacks the bf16 ops.
   void set_precision(Precision precision);
   Precision precision() const { return precision_; }
+  // Attention's tile products (train.attention_products): kFp32 (the default), or kBf16,
+  // bf16 operands with fp32 sums as tensor cores run them (kernel_table.h: the
+  // attention entries given qkv's bf16 copy). kBf16 takes effect under
+  // precision() == kBf16 only, where qkv's bf16 copy exists.
+  void set_attention_products(Precision products) { attention_products_ = products; }
+  Precision attention_products() const { return attention_products_; }
   // optim.offload = cpu (ZeRO-Offload's split, Ren et al. 2021): the fp32 master
   // weights move to host memory (the CPU device's), where the optimizer keeps its
   // moments and runs AdamW (optimizer.h takes parameter_device()); the model's device
@@ -619,6 +625,8 @@ class GPT {
   };
   // The form the precision reads (the bits under bf16), typed for the kernels.
   TensorIn typed(Operand operand) const;
+  // qkv as the attention reads it: its bf16 copy under bf16 attention products.
+  TensorIn attention_input(Operand qkv) const;
   // A tensor written as the precision keeps it: under bf16 rounded as it is written,
   // its bits stored to `stored` unless null; under fp32 as computed.
   TensorOut kept(float* values, std::uint16_t* stored) const;
@@ -678,6 +686,7 @@ class GPT {
   GPTTensors p_;
   BasicGPTTensors<std::uint16_t> p16_{};
   Precision precision_ = Precision::kFp32;
+  Precision attention_products_ = Precision::kFp32;
   Recompute recompute_ = Recompute::kNone;
   DeviceBuffer<std::uint16_t> working_bits_;  // bf16: every parameter rounded to bf16
   std::vector<std::uint16_t> host_working_bits_;  // under offload: working_bits_ made on the host

@@ -49,6 +49,8 @@ struct TrainingOptions {
   DeviceKind device = DeviceKind::kCpu;
   Precision precision = Precision::kFp32;  // train.precision: fp32, or the bf16 recipe (gpt.h)
   Recompute recompute = Recompute::kNone;  // train.recompute: what a layer keeps for its backward (gpt.h)
+  // train.attention_products: attention's tile products in fp32, or on bf16 operands (gpt.h)
+  Precision attention_products = Precision::kFp32;
   // train.memory_limit: bytes a rank's memory plan may need; 0 = the device's capacity.
   double memory_limit_bytes = 0.0;
   double dp_bucket_mb = 25.0;              // MiB of gradient per data-parallel collective (DataParallelOptimizer)

@@ -1,0 +1,15 @@
+// Attention with bf16 products on the tensor cores (attention_bf16.cu): what
+// attention_forward and attention_backward run when qkv is bf16.
+#pragma once
+
+#include <cstdint>
+
+#include "dufu/trainer/device/flash_attention.h"
+
+namespace dufu::trainer::cuda {
+
+void bf16_attention_forward(float* out, float* lse, const std::uint16_t* qkv, int B, const FlashAttentionShape& shape);
+void bf16_attention_backward(float* dqkv, const float* dout, const std::uint16_t* qkv, const float* out,
+                             const float* lse, int B, const FlashAttentionShape& shape);
+
+}  // namespace dufu::trainer::cuda
