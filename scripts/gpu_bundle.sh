@@ -5,14 +5,15 @@
 #
 #   scripts/gpu_bundle.sh [--verify] [--no-build] [--check-here] [BUILD_DIR]
 #
-# Builds BUILD_DIR (default build-gpu) in Release with the CUDA device for sm_80 and
-# sm_90, then stages into BUILD_DIR/bundle/dufu-gpu/:
+# Builds what it carries in BUILD_DIR (default build-gpu), Release with the CUDA device
+# for sm_80 and sm_90, then stages into BUILD_DIR/bundle/dufu-gpu/:
 #   bin/       train, dataprep, gpu_ceilings, train_benchmark and the GPU test programs
 #   lib/       libdufu_cuda.so and every shared library these load (ldd), except glibc,
 #              the CUDA driver, cuBLAS/cuBLASLt and NCCL, which the machine provides
 #              (MACHINE_LIBRARIES lists them; run.sh finds them there)
 #   fixtures/  the tokenizer fixture the training tests read (fortunes.jsonl, .model)
-#   python/    the PyTorch peer and the reference scripts, at their repository paths
+#   python/    the PyTorch peer, the reference scripts and the profile summary, at their
+#              repository paths
 #   run.sh     the runner; COMMIT: the commit built (and whether the tree was dirty)
 # and writes gpu-bundle/dufu-gpu.tar.xz (git-ignored; at most 40 MiB). On the device,
 # scripts/gpu_check.sh unpacks it and runs run.sh (carry gpu-bundle with the call).
@@ -50,8 +51,12 @@ glibc_library='^(linux-vdso|ld-linux-x86-64|libc|libm|libpthread|libdl|librt|lib
 
 if ((build_first)); then
   "$root/scripts/setup.sh"
-  "$root/scripts/build.sh" "$build" -DDUFU_CUDA=ON -DDUFU_CUDA_ARCHITECTURES="80;90" -DDUFU_BUILD_TESTS=ON \
-    -DDUFU_BUILD_BENCHMARKS=ON
+  # Only what the bundle carries (and dataprep, which makes the tokenizer fixture): on
+  # 2 cores that is about a third of the whole build, minutes a lent GPU would wait.
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDUFU_WERROR=ON -DDUFU_CUDA=ON \
+    -DDUFU_CUDA_ARCHITECTURES="80;90" -DDUFU_BUILD_TESTS=ON -DDUFU_BUILD_BENCHMARKS=ON
+  cmake --build "$build" --parallel "$(nproc)" --target dufu_cuda dataprep \
+    $(for program in "${programs[@]}"; do basename "$program"; done)
 fi
 [[ -f $build/trainer/libdufu_cuda.so ]] ||
   fail "$build has no trainer/libdufu_cuda.so. HINT: build it with -DDUFU_CUDA=ON (or drop --no-build)"
@@ -83,7 +88,7 @@ for program in "${programs[@]}"; do cp "$build/$program" "$stage/bin/"; done
 cp "$build/trainer/libdufu_cuda.so" "$stage/lib/"
 cp "$build/test-fixtures/fortunes.jsonl" "$build/test-fixtures/fortunes.model" "$stage/fixtures/"
 for script in benchmarks/reference/torch_train_benchmark.py tests/reference/gpt_torch_reference.py \
-              tests/reference/hf_export_check.py; do
+              tests/reference/hf_export_check.py scripts/ncu_summary.py; do
   mkdir -p "$stage/python/$(dirname "$script")"
   cp "$root/$script" "$stage/python/$script"
 done

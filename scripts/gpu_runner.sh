@@ -28,10 +28,11 @@
 #   7 loss parity: dufu's initial weights exported to HuggingFace and loaded by
 #     transformers on the GPU give dufu's first loss (fp32 1e-5, bf16 1e-2 relative)
 #   8 only when named: Nsight Compute's time for every kernel of one bf16 GPT-2 step,
-#     summed by kernel name (profile.txt)
-# Logs go under $OUT (default ./gpu-check-out), at most 8 files: summary.txt, which
-# ends with the table this prints last, and machine.log (steps 0-1), kernels.log,
-# sanitizer.log, tests.log, training.log, peer.log and parity.log.
+#     with fp32 and with bf16 attention products, grouped (profile.txt)
+# Logs go under $OUT (default ./gpu-check-out): summary.txt, which ends with the table
+# this prints last, and machine.log (steps 0, 1 and 8), kernels.log, sanitizer.log,
+# tests.log, training.log, peer.log, parity.log and profile.txt. A device call brings
+# back at most 8 files: steps 0-7 make 8, so name fewer steps beside step 8.
 # Without a GPU (scripts/gpu_bundle.sh --verify runs it in a bare Debian root) every
 # GPU step reports "skipped: no GPU" with the reason, and the CPU side still runs.
 set -uo pipefail
@@ -322,44 +323,39 @@ step_7() {
 
 # --- step 8 (asked for by name only): where a training step's GPU time goes ---------
 # Nsight Compute times every kernel of one bf16 GPT-2 124M step (B=8, T=1024) at the
-# card's own clocks; profile.txt sums them by kernel name (profile.csv, the raw rows).
+# card's own clocks, with fp32 and with bf16 attention products; profile.txt gets
+# scripts/ncu_summary.py's tables (the step's kernels grouped, every kernel by name);
+# the commands' output goes to machine.log, so the step adds one file.
 step_8() {
-  log=$out/profile.log
-  local ncu
+  local log=$out/machine.log ncu products status=0 profiles=()
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
   if ! has_gpu; then
     record 8 "skipped: no GPU" "$no_gpu_reason"
+    return
   elif [[ -z $ncu || -z $python ]]; then
     record 8 "skipped: ncu or python3 not found" ""
+    return
+  fi
+  for products in fp32 bf16; do
+    local csv=${TMPDIR:-/tmp}/dufu-profile-$products.csv
+    rm -f "$csv"
+    run_logged "$log" 150 "${dufu[@]}" "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
+      --page raw --log-file "$csv" "$bundle/bin/train_benchmark" --device cuda --precision bf16 \
+      --attention-products "$products" "${gpt2_shape[@]}" --micro-batch 8 --warmup 0 --steps 1 --sgemm-seconds 0.001 ||
+      status=$?
+    [[ -s $csv ]] && profiles+=("bf16 B=8, $products attention products=$csv")
+  done
+  if ((${#profiles[@]} == 0)) ||
+       ! "$python" "$bundle/python/scripts/ncu_summary.py" "${profiles[@]}" >"$out/profile.txt" 2>>"$log"; then
+    record 8 "FAIL: no profile summarized (status $status)" "see machine.log"
+    return
+  fi
+  local steps
+  steps=$(grep -F 'the training step:' "$out/profile.txt" | sed 's/ of kernel time//' | paste -sd';' -)
+  if ((status == 0)); then
+    record 8 "ok: kernel time by group" "$steps; see profile.txt"
   else
-    run_logged "$log" 240 "${dufu[@]}" "$ncu" --clock-control none --metrics gpu__time_duration.sum --csv \
-      --page raw --log-file "$out/profile.csv" "$bundle/bin/train_benchmark" --device cuda --precision bf16 \
-      "${gpt2_shape[@]}" --micro-batch 8 --warmup 0 --steps 1 --sgemm-seconds 0.001
-    local status=$?
-    if ((status == 0)) && "$python" - "$out/profile.csv" >"$out/profile.txt" 2>>"$log" <<'EOF'
-import collections, csv, sys
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
-head = rows[0]
-name, time = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
-by_name = collections.defaultdict(lambda: [0, 0.0])
-for row in rows[1:]:
-    try:
-        ns = float(row[time].replace(",", ""))
-    except ValueError:
-        continue  # the units row
-    entry = by_name[row[name][:90]]
-    entry[0] += 1
-    entry[1] += ns
-total = sum(t for _, t in by_name.values())
-print(f"{total / 1e6:.2f} ms of kernel time in {sum(c for c, _ in by_name.values())} launches")
-for kernel, (calls, ns) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:40]:
-    print(f"{ns / 1e6:9.3f} ms {100 * ns / total:5.1f}% {calls:6d}x  {kernel}")
-EOF
-    then
-      record 8 "ok: kernel time by name" "$(head -n 1 "$out/profile.txt"), see profile.txt"
-    else
-      record 8 "FAIL: status $status" "see profile.log"
-    fi
+    record 8 "FAIL: a profiled run exited $status" "$steps; see machine.log"
   fi
 }
 
