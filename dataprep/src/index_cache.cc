@@ -72,6 +72,19 @@ std::mutex& key_mutex(const std::string& lock_path) {
   return *slot;
 }
 
+// A build killed after it published its key but before it unlinked the key's lock
+// file leaves the file behind, and later runs take the fast path past it. The key's
+// next user removes it when nobody holds it; where it cannot (a read-only cache
+// directory), the file only stays.
+void remove_stale_lock(const std::string& lock_path) {
+  if (!exists(lock_path)) return;
+  std::lock_guard<std::mutex> thread_guard(key_mutex(lock_path));
+  try {
+    if (const auto lock = FileLock::try_lock(lock_path)) lock->remove_file_on_unlock();
+  } catch (const Error&) {
+  }
+}
+
 struct KeyPaths {
   std::string key;
   std::string dir;
@@ -166,7 +179,10 @@ std::string IndexCache::get_or_build(const std::string& description,
                                      const std::function<void(const std::string& temp_dir)>& build) const {
   const KeyPaths paths = key_paths(directory_, description);
   // Fast path without any lock, so read-only cache directories work once filled.
-  if (verify_complete(paths.dir, description)) return paths.dir;
+  if (verify_complete(paths.dir, description)) {
+    remove_stale_lock(paths.lock);
+    return paths.dir;
+  }
 
   std::lock_guard<std::mutex> thread_guard(key_mutex(paths.lock));
   FileLock process_guard(paths.lock);

@@ -23,6 +23,7 @@
 #include "support/fork_child.h"
 #include "support/temp_dir.h"
 #include "dufu/common/error.h"
+#include "dufu/common/file_lock.h"
 
 namespace dufu::dataprep {
 namespace {
@@ -140,6 +141,34 @@ TEST(IndexCacheTest, LeftoversOfAnInterruptedBuildAreRebuilt) {
   EXPECT_EQ(builds, 2);
   EXPECT_EQ(dufu::testing::read_all(path + "/data.bin"), "y");
   EXPECT_FALSE(dufu::testing::file_exists(cache.directory() + "/.tmp-" + key + "-abcdef"));
+}
+
+// A build killed between publishing its key and unlinking the key's lock file leaves
+// the file; the key's next user removes it (unless another process holds it), else
+// later runs, which take the lock-free fast path, would never.
+TEST(IndexCacheTest, AStaleLockFileOfAPublishedKeyGoesAndAHeldOneStays) {
+  TempDir dir;
+  const IndexCache cache(dir.file("cache"));
+  std::atomic<int> builds{0};
+  const std::string path = cache.get_or_build("inputs A\n", counting_build(builds));
+  const std::string lock_path = path + ".lock";
+  dufu::testing::write_all(lock_path, "");
+  dufu::testing::SignalPipe ready, done;
+  const pid_t holder = dufu::testing::start_child([&] {
+    FileLock lock(lock_path);
+    if (!ready.send()) return 2;
+    return done.receive() ? 0 : 3;
+  });
+  ASSERT_GE(holder, 0);
+  ASSERT_TRUE(ready.receive());
+  EXPECT_EQ(cache.get_or_build("inputs A\n", counting_build(builds)), path);
+  EXPECT_TRUE(dufu::testing::file_exists(lock_path)) << "a lock file another process holds was removed";
+  ASSERT_TRUE(done.send());
+  EXPECT_EQ(dufu::testing::wait_child(holder), 0);
+  // The holder died without unlinking it: stale now.
+  EXPECT_EQ(cache.get_or_build("inputs A\n", counting_build(builds)), path);
+  EXPECT_FALSE(dufu::testing::file_exists(lock_path)) << "the stale lock file stayed";
+  EXPECT_EQ(builds, 1);
 }
 
 TEST(IndexCacheTest, ThreadsOfOneProcessBuildOnce) {
