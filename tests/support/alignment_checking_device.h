@@ -20,23 +20,25 @@ class AlignmentCheckingDevice final : public ForwardingCpuDevice {
   AlignmentCheckingDevice() : table_(cpu().kernels()) {
     using trainer::KernelTable;
     using trainer::TensorIn;
-    table_.matmul_forward = [](float* out, TensorIn x, TensorIn weight, const float* bias, int N, int C, int OC) {
-      check("matmul_forward", {out, x.data});
+    using trainer::TensorOut;
+    // A kept output's bits are written by the GEMM itself on a GPU (bf16 D): checked too.
+    table_.matmul_forward = [](TensorOut out, TensorIn x, TensorIn weight, const float* bias, int N, int C, int OC) {
+      check("matmul_forward", {out.values, x.data, out.bits});
       cpu().kernels().matmul_forward(out, x, weight, bias, N, C, OC);
     };
-    table_.matmul_bias_gelu_forward = [](float* out, float* pre, TensorIn x, TensorIn weight, const float* bias, int N,
-                                         int C, int OC) {
-      check("matmul_bias_gelu_forward", {out, pre, x.data});
+    table_.matmul_bias_gelu_forward = [](TensorOut out, TensorOut pre, TensorIn x, TensorIn weight, const float* bias,
+                                         int N, int C, int OC) {
+      check("matmul_bias_gelu_forward", {out.values, pre.values, x.data, out.bits, pre.bits});
       cpu().kernels().matmul_bias_gelu_forward(out, pre, x, weight, bias, N, C, OC);
     };
-    table_.matmul_backward = [](float* dx, float* dweight, float* dbias, const float* dout, TensorIn x,
+    table_.matmul_backward = [](TensorOut dx, float* dweight, float* dbias, const float* dout, TensorIn x,
                                 TensorIn weight, int N, int C, int OC) {
-      check("matmul_backward", {dx, dout, x.data});
+      check("matmul_backward", {dx.values, dout, x.data});
       cpu().kernels().matmul_backward(dx, dweight, dbias, dout, x, weight, N, C, OC);
     };
-    table_.matmul_gelu_backward = [](float* dpre, float* dweight, float* dbias, const float* dout, TensorIn x,
+    table_.matmul_gelu_backward = [](TensorOut dpre, float* dweight, float* dbias, const float* dout, TensorIn x,
                                      TensorIn weight, const float* pre, int N, int C, int OC) {
-      check("matmul_gelu_backward", {dpre, dout, x.data, pre});
+      check("matmul_gelu_backward", {dpre.values, dout, x.data, pre});
       cpu().kernels().matmul_gelu_backward(dpre, dweight, dbias, dout, x, weight, pre, N, C, OC);
     };
   }

@@ -5,7 +5,8 @@
 // kernel_cases_vocabulary.cc (the classifier and the vocabulary-parallel pieces),
 // kernel_cases_step.cc (the glue between layers, the gradient's norm and scaling,
 // AdamW), kernel_cases_bf16.cc (the bf16 conversions) and kernel_cases_llama.cc
-// (RMSNorm, rotary embedding, SwiGLU).
+// (RMSNorm, rotary embedding, SwiGLU), kernel_cases_kept.cc (outputs kept in bf16 by
+// the kernel that computes them).
 //
 // Adding an op to every device:
 //  1. its entry in KernelTable (trainer/include/dufu/trainer/device/kernel_table.h),
@@ -133,5 +134,6 @@ std::vector<OpCase> vocabulary_op_cases();
 std::vector<OpCase> step_op_cases();
 std::vector<OpCase> bf16_op_cases();
 std::vector<OpCase> llama_op_cases();
+std::vector<OpCase> kept_op_cases();
 
 }  // namespace dufu::trainer::testing

@@ -44,6 +44,7 @@ using testing::DeviceArgs;
 using testing::kNaN;
 using testing::kTestDevices;
 using testing::layer_op_cases;
+using testing::kept_op_cases;
 using testing::llama_op_cases;
 using testing::OpCase;
 using testing::Outputs;
@@ -76,7 +77,8 @@ const Shape kShapes[] = {
 const std::vector<OpCase> kOps = [] {
   std::vector<OpCase> ops;
   for (const auto& family :
-       {layer_op_cases(), vocabulary_op_cases(), step_op_cases(), bf16_op_cases(), llama_op_cases()}) {
+       {layer_op_cases(), vocabulary_op_cases(), step_op_cases(), bf16_op_cases(), llama_op_cases(),
+        kept_op_cases()}) {
     ops.insert(ops.end(), family.begin(), family.end());
   }
   return ops;
@@ -330,6 +332,113 @@ TEST(KeptOutputs, FusedResidualNormsRoundAsTheSeparatePassesDid) {
       EXPECT_NE(0, std::memcmp(fp32_residual.data(), expected_residual.data(), n * sizeof(float)));
     }
   }
+}
+
+// The GEMMs and the attention keep their outputs as the store_bf16 pass after them
+// did: on the CPU the same bits, values and stored bits alike (kernel_cases_kept.cc
+// holds every device to the reference).
+TEST(KeptOutputs, GemmsAndAttentionRoundAsTheStorePassDid) {
+  constexpr int B = 2, T = 9, NH = 2, hs = 8, C = NH * hs, N = B * T, OC = 3 * C;
+  const auto grid = [](std::size_t n, float scale, float shift) {
+    std::vector<std::uint16_t> bits(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      bits[i] = float_to_bf16_bits(std::sin(0.37f * static_cast<float>(i) + shift) * scale);
+    }
+    return bits;
+  };
+  const auto x = grid(static_cast<std::size_t>(N) * C, 1.0f, 0.0f);
+  const auto weight = grid(static_cast<std::size_t>(OC) * C, 0.3f, 1.0f);
+  const auto dout = grid(static_cast<std::size_t>(N) * OC, 0.5f, 2.0f);
+  std::vector<float> bias(OC), pre_values(static_cast<std::size_t>(N) * C), dout_values(dout.size());
+  for (int o = 0; o < OC; ++o) bias[static_cast<std::size_t>(o)] = 0.01f * static_cast<float>(o % 7) - 0.02f;
+  for (std::size_t i = 0; i < pre_values.size(); ++i) pre_values[i] = std::cos(0.21f * static_cast<float>(i)) * 3.0f;
+  for (std::size_t i = 0; i < dout.size(); ++i) dout_values[i] = bf16_bits_to_float(dout[i]);
+  const KernelTable& k = cpu_device().kernels();
+  // The separate pass's result from an fp32 result: the values rounded, their bits.
+  struct Stored {
+    std::vector<float> values;
+    std::vector<std::uint16_t> bits;
+  };
+  const auto store = [&](std::vector<float> values) {
+    Stored stored{std::move(values), {}};
+    stored.bits.resize(stored.values.size());
+    k.store_bf16(stored.bits.data(), stored.values.data(), stored.values.size());
+    return stored;
+  };
+  const auto expect_kept = [](const Stored& want, const std::vector<float>& values,
+                              const std::vector<std::uint16_t>* bits, const char* what) {
+    EXPECT_EQ(0, std::memcmp(values.data(), want.values.data(), values.size() * sizeof(float))) << what;
+    if (bits != nullptr) {
+      EXPECT_EQ(*bits, want.bits) << what;
+    }
+  };
+  // matmul_forward with its bias.
+  std::vector<float> plain(static_cast<std::size_t>(N) * OC), got(plain.size());
+  std::vector<std::uint16_t> got_bits(plain.size(), 0xffff);
+  k.matmul_forward(plain.data(), x.data(), weight.data(), bias.data(), N, C, OC);
+  k.matmul_forward({got.data(), ElementType::kBf16, got_bits.data()}, x.data(), weight.data(), bias.data(), N, C, OC);
+  expect_kept(store(plain), got, &got_bits, "matmul_forward");
+  // matmul_bias_gelu_forward: both outputs, the GELU of the unrounded pre-activation.
+  std::vector<float> plain_out(plain.size()), plain_pre(plain.size()), got_out(plain.size()), got_pre(plain.size());
+  std::vector<std::uint16_t> out_bits(plain.size()), pre_bits(plain.size());
+  k.matmul_bias_gelu_forward(plain_out.data(), plain_pre.data(), x.data(), weight.data(), bias.data(), N, C, OC);
+  k.matmul_bias_gelu_forward({got_out.data(), ElementType::kBf16, out_bits.data()},
+                             {got_pre.data(), ElementType::kBf16, pre_bits.data()}, x.data(), weight.data(),
+                             bias.data(), N, C, OC);
+  expect_kept(store(plain_out), got_out, &out_bits, "matmul_bias_gelu_forward out");
+  expect_kept(store(plain_pre), got_pre, &pre_bits, "matmul_bias_gelu_forward pre");
+  // The input gradients: matmul_backward's dx and matmul_gelu_backward's dpre, rounded.
+  std::vector<float> dweight(static_cast<std::size_t>(OC) * C, 0.0f), plain_dx(pre_values.size()),
+      got_dx(pre_values.size());
+  k.matmul_backward(plain_dx.data(), dweight.data(), nullptr, dout_values.data(), x.data(), weight.data(), N, C, OC);
+  k.matmul_backward({got_dx.data(), ElementType::kBf16, nullptr}, dweight.data(), nullptr, dout_values.data(),
+                    x.data(), weight.data(), N, C, OC);
+  expect_kept(store(plain_dx), got_dx, nullptr, "matmul_backward dx");
+  k.matmul_gelu_backward(plain_dx.data(), dweight.data(), nullptr, dout_values.data(), x.data(), weight.data(),
+                         pre_values.data(), N, C, OC);
+  k.matmul_gelu_backward({got_dx.data(), ElementType::kBf16, nullptr}, dweight.data(), nullptr, dout_values.data(),
+                         x.data(), weight.data(), pre_values.data(), N, C, OC);
+  expect_kept(store(plain_dx), got_dx, nullptr, "matmul_gelu_backward dpre");
+  // Attention on the projection's output as qkv: out kept with bits, dqkv rounded.
+  std::vector<float> qkv(plain.size());
+  for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = bf16_bits_to_float(got_bits[i]);
+  std::vector<float> plain_att(static_cast<std::size_t>(N) * C), got_att(plain_att.size()), lse(B * NH * T);
+  std::vector<std::uint16_t> att_bits(plain_att.size());
+  k.attention_forward(plain_att.data(), lse.data(), qkv.data(), B, T, NH, NH, hs);
+  k.attention_forward({got_att.data(), ElementType::kBf16, att_bits.data()}, lse.data(), qkv.data(), B, T, NH, NH,
+                      hs);
+  const Stored att = store(plain_att);
+  expect_kept(att, got_att, &att_bits, "attention_forward");
+  std::vector<float> plain_dqkv(qkv.size()), got_dqkv(qkv.size());
+  const std::vector<float> datt(dout_values.begin(), dout_values.begin() + static_cast<std::ptrdiff_t>(N * C));
+  k.attention_backward(plain_dqkv.data(), datt.data(), qkv.data(), att.values.data(), lse.data(), B, T, NH, NH, hs);
+  k.attention_backward({got_dqkv.data(), ElementType::kBf16, nullptr}, datt.data(), qkv.data(), att.values.data(),
+                       lse.data(), B, T, NH, NH, hs);
+  expect_kept(store(plain_dqkv), got_dqkv, nullptr, "attention_backward");
+  // The norms' backward, adding into dx and keeping the sum.
+  std::vector<float> mean(N), rstd(N), norm_out(plain_att.size()), norm_weight(C, 1.1f), norm_bias(C, 0.1f);
+  k.layernorm_forward(norm_out.data(), mean.data(), rstd.data(), plain_att.data(), norm_weight.data(),
+                      norm_bias.data(), N, C);
+  for (const bool llama : {false, true}) {
+    std::vector<float> plain_norm_dx(plain_att.size(), 0.25f), got_norm_dx(plain_att.size(), 0.25f), dnorm(C);
+    std::vector<float> dnorm_bias(C);
+    if (llama) {
+      k.rmsnorm_backward(plain_norm_dx.data(), dnorm.data(), datt.data(), plain_att.data(), norm_weight.data(),
+                         rstd.data(), N, C);
+      k.rmsnorm_backward({got_norm_dx.data(), ElementType::kBf16, nullptr}, dnorm.data(), datt.data(),
+                         plain_att.data(), norm_weight.data(), rstd.data(), N, C);
+    } else {
+      k.layernorm_backward(plain_norm_dx.data(), dnorm.data(), dnorm_bias.data(), datt.data(), plain_att.data(),
+                           norm_weight.data(), mean.data(), rstd.data(), N, C);
+      k.layernorm_backward({got_norm_dx.data(), ElementType::kBf16, nullptr}, dnorm.data(), dnorm_bias.data(),
+                           datt.data(), plain_att.data(), norm_weight.data(), mean.data(), rstd.data(), N, C);
+    }
+    expect_kept(store(plain_norm_dx), got_norm_dx, nullptr, llama ? "rmsnorm_backward" : "layernorm_backward");
+  }
+  // Kept fp32 is plain fp32: nothing rounded.
+  k.matmul_forward({got.data(), ElementType::kFloat32, nullptr}, x.data(), weight.data(), bias.data(), N, C, OC);
+  EXPECT_EQ(got, plain);
+  EXPECT_NE(plain, store(plain).values) << "the test's values are not all on the bf16 grid already";
 }
 
 TEST(AdamW, RejectsStepZeroAndSegmentsThatGoBackwards) {

@@ -74,8 +74,9 @@ inline void round_row_to_bf16(float* row, int count) {
 
 }  // namespace
 
-DUFU_CPU_CLONES void attention_forward(float* out, float* lse, TensorIn qkv_in, int B, int T, int NH, int NKV,
-                                       int hs) {
+DUFU_CPU_CLONES void attention_forward(TensorOut kept_out, float* lse, TensorIn qkv_in, int B, int T, int NH,
+                                       int NKV, int hs) {
+  float* out = kept_out.values;
   check_attention_heads(NH, NKV);
   use_single_threaded_blas();
   const FlashAttentionShape shape{T, NH, NKV, hs};
@@ -140,14 +141,16 @@ DUFU_CPU_CLONES void attention_forward(float* out, float* lse, TensorIn qkv_in, 
         float* orow = o + static_cast<std::size_t>(r) * out_ld;
 #pragma omp simd
         for (int i = 0; i < hs; ++i) orow[i] *= inverse;
+        keep_row(kept_out, static_cast<std::size_t>(orow - out), hs);
         lse[shape.lse_offset(b, h, qb.t0 + r)] = online_softmax_lse(softmax[r]);
       }
     }
   }
 }
 
-DUFU_CPU_CLONES void attention_backward(float* dqkv, const float* dout, TensorIn qkv_in, const float* out,
+DUFU_CPU_CLONES void attention_backward(TensorOut kept_dqkv, const float* dout, TensorIn qkv_in, const float* out,
                                         const float* lse, int B, int T, int NH, int NKV, int hs) {
+  float* dqkv = kept_dqkv.values;
   check_attention_heads(NH, NKV);
   use_single_threaded_blas();
   const FlashAttentionShape shape{T, NH, NKV, hs};
@@ -167,6 +170,11 @@ DUFU_CPU_CLONES void attention_backward(float* dqkv, const float* dout, TensorIn
   const int blocks = (T + kQueryBlock - 1) / kQueryBlock;
   const auto zero_rows = [&](float* d) {
     for (int t = 0; t < T; ++t) std::fill(d + t * shape.qkv_stride(), d + t * shape.qkv_stride() + hs, 0.0f);
+  };
+  // A head's gradient rows once the task has summed all of them.
+  const auto keep_rows = [&](const float* d) {
+    const auto first = static_cast<std::size_t>(d - dqkv);
+    for (int t = 0; t < T; ++t) keep_row(kept_dqkv, first + t * shape.qkv_stride(), hs);
   };
 #pragma omp parallel
   {
@@ -239,7 +247,10 @@ DUFU_CPU_CLONES void attention_backward(float* dqkv, const float* dout, TensorIn
                           dk + static_cast<std::size_t>(j0) * ld, ld);
             }
           }
+          keep_rows(dq);
         }
+        keep_rows(dk);
+        keep_rows(dv);
       }
     }
   }

@@ -16,8 +16,9 @@
 
 namespace dufu::trainer::cpu {
 
-DUFU_CPU_CLONES void classifier_forward_backward(float* logits, float* losses, const std::int32_t* targets,
+DUFU_CPU_CLONES void classifier_forward_backward(TensorOut kept_logits, float* losses, const std::int32_t* targets,
                                                  float dloss_scale, int N, int V, int Vp) {
+  float* logits = kept_logits.values;
   DUFU_CHECK(V >= 1 && V <= Vp, "vocabulary ", V, " must be in [1, padded vocabulary ", Vp, "]");
   // A bad target would index outside the row; check them all before any thread runs,
   // because an exception cannot leave an OpenMP region.
@@ -52,6 +53,7 @@ DUFU_CPU_CLONES void classifier_forward_backward(float* logits, float* losses, c
     const float grad_scale = static_cast<float>(dloss_scale / sum);
     for (int i = 0; i < V; ++i) row[i] *= grad_scale;
     row[target] -= dloss_scale;
+    keep_row(kept_logits, static_cast<std::size_t>(n) * Vp, V);
   }
 }
 

@@ -62,8 +62,10 @@ DUFU_CPU_CLONES void residual_layernorm_forward(TensorOut residual_out, TensorOu
   }
 }
 
-DUFU_CPU_CLONES void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
-                                        const float* weight, const float* mean, const float* rstd, int N, int C) {
+DUFU_CPU_CLONES void layernorm_backward(TensorOut kept_dx, float* dweight, float* dbias, const float* dout,
+                                        const float* x, const float* weight, const float* mean, const float* rstd,
+                                        int N, int C) {
+  float* dx = kept_dx.values;
   // Chunks of rows as kernel_partition.h cuts them (the CUDA kernel cuts the same).
   const int chunks = row_chunk_count(N);
   // Per chunk: C partial sums for dweight, then C for dbias.
@@ -102,6 +104,7 @@ DUFU_CPU_CLONES void layernorm_backward(float* dx, float* dweight, float* dbias,
         dweight_partial[c] += static_cast<double>(norm * g[c]);
         dbias_partial[c] += static_cast<double>(g[c]);
       }
+      keep_row(kept_dx, offset, C);
     }
   }
 

@@ -50,8 +50,9 @@ DUFU_CPU_CLONES void residual_rmsnorm_forward(TensorOut residual_out, TensorOut 
   }
 }
 
-DUFU_CPU_CLONES void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
-                                      const float* rstd, int N, int C) {
+DUFU_CPU_CLONES void rmsnorm_backward(TensorOut kept_dx, float* dweight, const float* dout, const float* x,
+                                      const float* weight, const float* rstd, int N, int C) {
+  float* dx = kept_dx.values;
   const int chunks = row_chunk_count(N);
   std::vector<double> partial(static_cast<std::size_t>(chunks) * C, 0.0);
 
@@ -75,6 +76,7 @@ DUFU_CPU_CLONES void rmsnorm_backward(float* dx, float* dweight, const float* do
         dxn[c] += rmsnorm_dx(weight[c] * g[c], norm, dnorm_norm_mean, s);
         dweight_partial[c] += static_cast<double>(norm * g[c]);
       }
+      keep_row(kept_dx, offset, C);
     }
   }
 

@@ -29,6 +29,7 @@
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "dufu/trainer/device/flash_attention.h"
+#include "float_groups.cuh"
 #include "dufu/trainer/device/kernel_math.h"
 
 namespace dufu::trainer::cuda {
@@ -119,8 +120,9 @@ __device__ inline void add_weighted_rows(float (&acc)[kPer][kDims / kSide], Squa
 // Writes rows [r0, r0 + kTile) of a register tile (rows ty + 16 i, dims tx + 16 k)
 // below T and hs, times factor[i].
 template <int kDims>
-__device__ inline void store_rows(float* base, std::size_t row_stride, const float (&acc)[kPer][kDims / kSide],
-                                  int r0, int T, int hs, int ty, int tx, const float (&factor)[kPer]) {
+__device__ inline void store_rows(const TensorOut& kept, std::size_t base, std::size_t row_stride,
+                                  const float (&acc)[kPer][kDims / kSide], int r0, int T, int hs, int ty, int tx,
+                                  const float (&factor)[kPer]) {
 #pragma unroll
   for (int i = 0; i < kPer; ++i) {
     const int r = r0 + ty + kSide * i;
@@ -128,7 +130,7 @@ __device__ inline void store_rows(float* base, std::size_t row_stride, const flo
 #pragma unroll
     for (int k = 0; k < kDims / kSide; ++k) {
       const int d = tx + kSide * k;
-      if (d < hs) base[static_cast<std::size_t>(r) * row_stride + d] = acc[i][k] * factor[i];
+      if (d < hs) keep_store(kept, base + static_cast<std::size_t>(r) * row_stride + d, acc[i][k] * factor[i]);
     }
   }
 }
@@ -155,7 +157,7 @@ __device__ inline void row_dots(float (&dots)[kPer], Rows<kDims> grads, const fl
 
 // Grid: (query tiles, B NH); the tiles with the most keys start first.
 template <int kDims>
-__global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out, float* lse, const float* qkv,
+__global__ void __launch_bounds__(kThreads) flash_forward_kernel(TensorOut out, float* lse, const float* qkv,
                                                                  FlashAttentionShape shape) {
   extern __shared__ float shared[];
   const Rows<kDims> queries = reinterpret_cast<Rows<kDims>>(shared);
@@ -217,14 +219,14 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float* out, flo
     const int t = t0 + ty + kSide * i;
     if (tx == 0 && t < T) lse[shape.lse_offset(b, h, t)] = online_softmax_lse(softmax[i]);
   }
-  store_rows<kDims>(out + shape.out_offset(b, 0, h), shape.out_stride(), o, t0, T, hs, ty, tx, inverse);
+  store_rows<kDims>(out, shape.out_offset(b, 0, h), shape.out_stride(), o, t0, T, hs, ty, tx, inverse);
 }
 
 // dq of one query tile, summed over the key tiles left of its diagonal in order.
 template <int kDims>
-__global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(float* dqkv, const float* dout, const float* qkv,
-                                                                     const float* out, const float* lse,
-                                                                     FlashAttentionShape shape) {
+__global__ void __launch_bounds__(kThreads)
+    flash_backward_dq_kernel(TensorOut dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                             FlashAttentionShape shape) {
   extern __shared__ float shared[];
   const Rows<kDims> queries = reinterpret_cast<Rows<kDims>>(shared);
   const Rows<kDims> grads = reinterpret_cast<Rows<kDims>>(shared + kRowsFloats<kDims>);
@@ -275,7 +277,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(float* dqkv
     add_weighted_rows<kDims>(dq, score_grads, keys, ty, tx);
   }
   const float ones[kPer] = {1.0f, 1.0f, 1.0f, 1.0f};
-  store_rows<kDims>(dqkv + shape.q_offset(b, 0, h), shape.qkv_stride(), dq, t0, T, hs, ty, tx, ones);
+  store_rows<kDims>(dqkv, shape.q_offset(b, 0, h), shape.qkv_stride(), dq, t0, T, hs, ty, tx, ones);
 }
 
 // dk and dv of one key tile of K/V head g, summed over the query heads of g's group
@@ -284,7 +286,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(float* dqkv
 // each query row's D = dout · out and lse go through shared memory. Grid: (key tiles,
 // B NKV); the first key tiles see the most queries and start first.
 template <int kDims>
-__global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(float* dqkv, const float* dout,
+__global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(TensorOut dqkv, const float* dout,
                                                                       const float* qkv, const float* out,
                                                                       const float* lse, FlashAttentionShape shape) {
   extern __shared__ float shared[];
@@ -347,8 +349,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(float* dqk
     }
   }
   const float ones[kPer] = {1.0f, 1.0f, 1.0f, 1.0f};
-  store_rows<kDims>(dqkv + shape.k_offset(b, 0, g), shape.qkv_stride(), dk, j0, T, hs, ty, tx, ones);
-  store_rows<kDims>(dqkv + shape.v_offset(b, 0, g), shape.qkv_stride(), dv, j0, T, hs, ty, tx, ones);
+  store_rows<kDims>(dqkv, shape.k_offset(b, 0, g), shape.qkv_stride(), dk, j0, T, hs, ty, tx, ones);
+  store_rows<kDims>(dqkv, shape.v_offset(b, 0, g), shape.qkv_stride(), dv, j0, T, hs, ty, tx, ones);
 }
 
 // Launches kernel with `floats` of dynamic shared memory, raising the kernel's limit
@@ -365,13 +367,13 @@ void launch_tiles(Kernel kernel, dim3 grid, int floats, Args... args) {
 int tiles_of(int T) { return (T + kTile - 1) / kTile; }
 
 template <int kDims>
-void launch_forward(float* out, float* lse, const float* qkv, int B, const FlashAttentionShape& shape) {
+void launch_forward(TensorOut out, float* lse, const float* qkv, int B, const FlashAttentionShape& shape) {
   launch_tiles(flash_forward_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NH),
                3 * kRowsFloats<kDims> + kSquareFloats, out, lse, qkv, shape);
 }
 
 template <int kDims>
-void launch_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+void launch_backward(TensorOut dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
                      const FlashAttentionShape& shape) {
   launch_tiles(flash_backward_dq_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NH),
                4 * kRowsFloats<kDims> + kSquareFloats, dqkv, dout, qkv, out, lse, shape);
@@ -393,7 +395,7 @@ void with_head_size(int hs, Launch launch) {
 }
 
 }  // namespace
-void attention_forward(float* out, float* lse, TensorIn qkv, int B, int T, int NH, int NKV, int hs) {
+void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int NH, int NKV, int hs) {
   check_attention_heads(NH, NKV);
   if (B * T == 0) return;
   const FlashAttentionShape shape{T, NH, NKV, hs};
@@ -405,8 +407,8 @@ void attention_forward(float* out, float* lse, TensorIn qkv, int B, int T, int N
   with_head_size(hs, [&]<int kDims>() { launch_forward<kDims>(out, lse, floats, B, shape); });
 }
 
-void attention_backward(float* dqkv, const float* dout, TensorIn qkv, const float* out, const float* lse, int B, int T,
-                        int NH, int NKV, int hs) {
+void attention_backward(TensorOut dqkv, const float* dout, TensorIn qkv, const float* out, const float* lse, int B,
+                        int T, int NH, int NKV, int hs) {
   check_attention_heads(NH, NKV);
   if (B * T == 0) return;
   const FlashAttentionShape shape{T, NH, NKV, hs};

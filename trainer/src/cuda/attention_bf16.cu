@@ -29,6 +29,7 @@
 #include "dufu/trainer/device/bf16.h"
 #include "dufu/trainer/device/flash_attention.h"
 #include "dufu/trainer/device/kernel_math.h"
+#include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {
 
@@ -156,6 +157,25 @@ __device__ inline void load_tile(Bits* rows, Bits* columns, const Source* base, 
 
 // Writes a 16 x kDims accumulator tile to rows r0 + group (+ 8) below T, columns below hs.
 template <int kDims>
+__device__ inline void store_tile(const TensorOut& kept, std::size_t base, std::size_t row_stride,
+                                  const float (&acc)[kDims / 8][4], int r0, int T, int hs, int group, int quad,
+                                  const float (&factor)[2]) {
+#pragma unroll
+  for (int dt = 0; dt < kDims / 8; ++dt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = r0 + row_of(e, group);
+      const int d = column_of(dt, e, quad);
+      if (r < T && d < hs) {
+        keep_store(kept, base + static_cast<std::size_t>(r) * row_stride + d, acc[dt][e] * factor[e / 2]);
+      }
+    }
+  }
+}
+
+// A gradient tile as it is summed (the entry keeps the whole gradient afterwards: the
+// dkv kernel at hs = 128 has no register left for the rounding).
+template <int kDims>
 __device__ inline void store_tile(float* base, std::size_t row_stride, const float (&acc)[kDims / 8][4], int r0, int T,
                                   int hs, int group, int quad, const float (&factor)[2]) {
 #pragma unroll
@@ -179,7 +199,7 @@ __device__ inline float row_dot(const float* dout_row, const float* out_row, boo
 }
 
 template <int kDims>
-__global__ void __launch_bounds__(kThreads) bf16_forward_kernel(float* out, float* lse, const Bits* qkv,
+__global__ void __launch_bounds__(kThreads, 2) bf16_forward_kernel(TensorOut out, float* lse, const Bits* qkv,
                                                                 FlashAttentionShape shape) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   Bits* const queries = reinterpret_cast<Bits*>(shared_bytes);
@@ -245,7 +265,7 @@ __global__ void __launch_bounds__(kThreads) bf16_forward_kernel(float* out, floa
     const int t = first_row + group + 8 * r;
     if (quad == 0 && t < T) lse[shape.lse_offset(b, h, t)] = online_softmax_lse(softmax[r]);
   }
-  store_tile<kDims>(out + shape.out_offset(b, 0, h), shape.out_stride(), o, first_row, T, hs, group, quad, inverse);
+  store_tile<kDims>(out, shape.out_offset(b, 0, h), shape.out_stride(), o, first_row, T, hs, group, quad, inverse);
 }
 
 // dq of one query tile, summed over the key tiles left of its diagonal in order.
@@ -310,9 +330,9 @@ __global__ void __launch_bounds__(kThreads) bf16_backward_dq_kernel(float* dqkv,
 // in order and, for each, over the query tiles from the tile's diagonal on in order.
 // Each warp's 16 keys are the M side; a query tile's D and lse go through shared memory.
 template <int kDims>
-__global__ void __launch_bounds__(kThreads, 1) bf16_backward_dkv_kernel(float* dqkv, const float* dout, const Bits* qkv,
-                                                                     const float* out, const float* lse,
-                                                                     FlashAttentionShape shape) {
+__global__ void __launch_bounds__(kThreads, 1)
+    bf16_backward_dkv_kernel(float* dqkv, const float* dout, const Bits* qkv, const float* out, const float* lse,
+                             FlashAttentionShape shape) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   Bits* const keys = reinterpret_cast<Bits*>(shared_bytes);
   Bits* const values = keys + kRowTile<kDims>;
@@ -397,24 +417,26 @@ void with_head_size(int hs, Launch launch_for) {
 
 }  // namespace
 
-void bf16_attention_forward(float* out, float* lse, const std::uint16_t* qkv, int B, const FlashAttentionShape& shape) {
+void bf16_attention_forward(TensorOut out, float* lse, const std::uint16_t* qkv, int B,
+                            const FlashAttentionShape& shape) {
   with_head_size(shape.hs, [&]<int kDims>() {
     const int bytes = (2 * kRowTile<kDims> + kColumnTile<kDims>) * static_cast<int>(sizeof(Bits));
     launch(bf16_forward_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NH), bytes, out, lse, qkv, shape);
   });
 }
 
-void bf16_attention_backward(float* dqkv, const float* dout, const std::uint16_t* qkv, const float* out,
+void bf16_attention_backward(TensorOut dqkv, const float* dout, const std::uint16_t* qkv, const float* out,
                              const float* lse, int B, const FlashAttentionShape& shape) {
   with_head_size(shape.hs, [&]<int kDims>() {
     const int dq_bytes = (4 * kRowTile<kDims> + kColumnTile<kDims>) * static_cast<int>(sizeof(Bits));
-    launch(bf16_backward_dq_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NH), dq_bytes, dqkv, dout, qkv, out, lse,
-           shape);
+    launch(bf16_backward_dq_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NH), dq_bytes, dqkv.values, dout, qkv,
+           out, lse, shape);
     const int dkv_bytes = (4 * kRowTile<kDims> + 2 * kColumnTile<kDims>) * static_cast<int>(sizeof(Bits)) +
                           2 * kTile * static_cast<int>(sizeof(float));
-    launch(bf16_backward_dkv_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NKV), dkv_bytes, dqkv, dout, qkv, out,
-           lse, shape);
+    launch(bf16_backward_dkv_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NKV), dkv_bytes, dqkv.values, dout, qkv,
+           out, lse, shape);
   });
+  keep(dqkv, static_cast<std::size_t>(B) * static_cast<std::size_t>(shape.T) * shape.qkv_stride());
 }
 
 }  // namespace dufu::trainer::cuda

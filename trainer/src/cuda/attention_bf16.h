@@ -5,11 +5,13 @@
 #include <cstdint>
 
 #include "dufu/trainer/device/flash_attention.h"
+#include "dufu/trainer/device/kernel_table.h"
 
 namespace dufu::trainer::cuda {
 
-void bf16_attention_forward(float* out, float* lse, const std::uint16_t* qkv, int B, const FlashAttentionShape& shape);
-void bf16_attention_backward(float* dqkv, const float* dout, const std::uint16_t* qkv, const float* out,
+void bf16_attention_forward(TensorOut out, float* lse, const std::uint16_t* qkv, int B,
+                            const FlashAttentionShape& shape);
+void bf16_attention_backward(TensorOut dqkv, const float* dout, const std::uint16_t* qkv, const float* out,
                              const float* lse, int B, const FlashAttentionShape& shape);
 
 }  // namespace dufu::trainer::cuda

@@ -39,9 +39,10 @@ constexpr int kWarps = kBlock / kWarpSize;
 // padding, which is loaded but neither counted nor kept.
 template <int kWidth>
 __global__ void __launch_bounds__(kBlock)
-    classifier_kernel(float* logits, float* losses, const std::int32_t* targets, float dloss_scale, int V, int Vp) {
+    classifier_kernel(TensorOut logits, float* losses, const std::int32_t* targets, float dloss_scale, int V, int Vp) {
   __shared__ OnlineSoftmax warp_states[kWarps];
-  float* row = logits + static_cast<std::size_t>(blockIdx.x) * Vp;
+  const std::size_t offset = static_cast<std::size_t>(blockIdx.x) * Vp;
+  float* row = logits.values + offset;
   const int target = targets[blockIdx.x];
   const int groups = Vp / kWidth;
   float group[kWidth];
@@ -83,6 +84,7 @@ __global__ void __launch_bounds__(kBlock)
       const int column = i * kWidth + k;
       group[k] = column < V ? classifier_grad(total, group[k], grad_scale, column == target, dloss_scale) : 0.0f;
     }
+    keep_group(group, logits, offset, i);
     store_group(row, i, group);
   }
 }
@@ -151,11 +153,11 @@ __global__ void vp_finish_kernel(float* logits, float* losses, const double* sta
 
 }  // namespace
 
-void classifier_forward_backward(float* logits, float* losses, const std::int32_t* targets, float dloss_scale, int N,
-                                 int V, int Vp) {
+void classifier_forward_backward(TensorOut logits, float* losses, const std::int32_t* targets, float dloss_scale,
+                                 int N, int V, int Vp) {
   DUFU_CHECK(V >= 1 && V <= Vp, "vocabulary ", V, " must be in [1, padded vocabulary ", Vp, "]");
   if (N == 0) return;
-  if (rows_take_float4(Vp, logits)) {
+  if (rows_take_float4(Vp, logits.values)) {
     classifier_kernel<4><<<N, kBlock, 0, stream()>>>(logits, losses, targets, dloss_scale, V, Vp);
   } else {
     classifier_kernel<1><<<N, kBlock, 0, stream()>>>(logits, losses, targets, dloss_scale, V, Vp);

@@ -35,6 +35,10 @@ void bf16_matmul_backward(float* dx, float* dweight, float* dbias, const float* 
 void bf16_matmul_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, const std::uint16_t* x,
                                const std::uint16_t* weight, const float* pre, int N, int C, int OC);
 
+// An fp32 result already in out.values kept as TensorOut says: under bf16 rounded in
+// place, its bits stored when asked for (one pass, store_bf16's); fp32 untouched.
+void keep(TensorOut out, std::size_t count);
+
 // The stream and the cuBLAS(Lt) handles every kernel of this backend uses (created on
 // first use, on the current device).
 cudaStream_t stream();
@@ -77,13 +81,13 @@ struct LtProduct {
   bool b_transposed = false;
   cudaDataType_t input_type = CUDA_R_32F;
   cudaDataType_t output_type = CUDA_R_32F;
-  // DEFAULT; BIAS adding bias [cols] (fp32 outputs only); GELU_AUX_BIAS also writing
-  // the pre-activation to aux; DGELU multiplying the product by gelu'(aux) (the
-  // backward through a GELU whose input aux is). aux is fp32 [rows, cols] and cols a
-  // multiple of 8 for both.
+  // DEFAULT; BIAS adding bias [cols] (of the output's type, as cuBLASLt wants it);
+  // GELU_AUX_BIAS also writing the pre-activation to aux; DGELU multiplying the
+  // product by gelu'(aux) (the backward through a GELU whose input aux is). aux is
+  // [rows, cols] of the output's type and cols a multiple of 8 for both.
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const float* bias = nullptr;
-  float* aux = nullptr;
+  const void* bias = nullptr;
+  void* aux = nullptr;
 };
 
 // `product` made ready for cuBLASLt: its descriptors, and the algorithm chosen for

@@ -57,4 +57,11 @@ __device__ inline void keep_group(float (&group)[kWidth], const TensorOut& kept,
   }
 }
 
+// One value of `kept` at `at`, as keep_group keeps a group: under bf16 rounded (and
+// its bits written unless kept.bits is null) as it is stored.
+__device__ inline void keep_store(const TensorOut& kept, std::size_t at, float value) {
+  if (kept.type == ElementType::kBf16) value = store_as_bf16(value, kept.bits == nullptr ? nullptr : kept.bits + at);
+  kept.values[at] = value;
+}
+
 }  // namespace dufu::trainer::cuda

@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kBlock)
 // dx += ..., one warp per row as the forward; the two row means by warp shuffles.
 template <int kWidth>
 __global__ void __launch_bounds__(kBlock)
-    layernorm_dx_kernel(float* dx, const float* dout, const float* x, const float* weight, const float* mean,
+    layernorm_dx_kernel(TensorOut dx, const float* dout, const float* x, const float* weight, const float* mean,
                         const float* rstd, int N, int C) {
   const int n = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (n >= N) return;
@@ -107,13 +107,14 @@ __global__ void __launch_bounds__(kBlock)
     load_group(xs, x + offset, i);
     load_group(g, dout + offset, i);
     load_group(w, weight, i);
-    load_group(d, dx + offset, i);
+    load_group(d, dx.values + offset, i);
 #pragma unroll
     for (int k = 0; k < kWidth; ++k) {
       const float norm = (xs[k] - m) * s;
       d[k] += (w[k] * g[k] - dnorm_mean - norm * dnorm_norm_mean) * s;
     }
-    store_group(dx + offset, i, d);
+    keep_group(d, dx, offset, i);
+    store_group(dx.values + offset, i, d);
   }
 }
 
@@ -174,10 +175,10 @@ void residual_layernorm_forward(TensorOut residual_out, TensorOut norm_out, floa
   DUFU_CUDA_CHECK_LAUNCH();
 }
 
-void layernorm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x, const float* weight,
-                        const float* mean, const float* rstd, int N, int C) {
+void layernorm_backward(TensorOut dx, float* dweight, float* dbias, const float* dout, const float* x,
+                        const float* weight, const float* mean, const float* rstd, int N, int C) {
   if (N == 0) return;
-  if (rows_take_float4(C, dx, dout, x, weight)) {
+  if (rows_take_float4(C, dx.values, dout, x, weight)) {
     layernorm_dx_kernel<4><<<row_blocks(N), kBlock, 0, stream()>>>(dx, dout, x, weight, mean, rstd, N, C);
   } else {
     layernorm_dx_kernel<1><<<row_blocks(N), kBlock, 0, stream()>>>(dx, dout, x, weight, mean, rstd, N, C);

@@ -13,6 +13,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "block_reduce.cuh"
@@ -42,6 +44,64 @@ void weight_and_bias_grads(float* dweight, float* dbias, const float* dout, cons
     auto* partial = static_cast<double*>(scratch(column_sum_scratch_bytes(N, OC)));
     accumulate_column_sums(dbias, dout, N, OC, partial);
   }
+}
+
+}  // namespace
+
+void keep(TensorOut out, std::size_t count) {
+  if (!out.bf16() || count == 0) return;
+  if (out.bits != nullptr) {
+    store_bf16(out.bits, out.values, count);
+  } else {
+    round_to_bf16(out.values, count);
+  }
+}
+
+namespace {
+
+// The bias's bf16 copy, in the scratch: cuBLASLt's bias is of the output's type. Under
+// the bf16 recipe the bias is read from the working copy, on the bf16 grid, so the copy
+// is exact.
+const std::uint16_t* bf16_bias(const float* bias, int OC) {
+  if (bias == nullptr) return nullptr;
+  auto* bits = static_cast<std::uint16_t*>(scratch(bf16_copy_scratch_bytes(static_cast<std::size_t>(OC))));
+  to_bf16_bits(bits, bias, static_cast<std::size_t>(OC));
+  return bits;
+}
+
+void note_no_bf16_output(const std::string& reason) {
+  note_fallback(FusedFallback::kBf16OutputNoAlgorithm,
+                str_cat("a bf16-kept product is written in fp32 and rounded by a kernel after the GEMM: ", reason));
+}
+
+// A product whose result the recipe keeps in bf16, written by the GEMM's epilogue as
+// bf16 (out.bits, and under GELU_AUX_BIAS pre.bits) and widened into the fp32 values
+// from those bits: two bytes stored per element and a read of them, where an fp32
+// product and store_bf16 move fourteen. False (nothing written) when cuBLASLt has no
+// algorithm for it.
+bool product_into_bits(TensorOut out, TensorOut pre, const void* x, const void* weight, const float* bias, int N,
+                       int C, int OC, cudaDataType_t input_type, cublasLtEpilogue_t epilogue) {
+  std::string reason;
+  if (!lt_matmul({.out = out.bits,
+                  .a = x,
+                  .b = weight,
+                  .rows = N,
+                  .inner = C,
+                  .cols = OC,
+                  .b_transposed = true,
+                  .input_type = input_type,
+                  .output_type = CUDA_R_16BF,
+                  .epilogue = epilogue,
+                  .bias = bf16_bias(bias, OC),
+                  .aux = pre.bits},
+                 &reason)) {
+    note_no_bf16_output(reason);
+    return false;
+  }
+  const std::size_t count = static_cast<std::size_t>(N) * OC;
+  load_bf16(out.values, out.bits, count);
+  if (pre.bits != nullptr) load_bf16(pre.values, pre.bits, count);
+  return true;
 }
 
 }  // namespace
@@ -123,38 +183,60 @@ bool gelu_input_grad_product(float* dpre, const void* dout, const void* weight, 
   return false;
 }
 
-void matmul_forward(float* out, TensorIn x, TensorIn weight, const float* bias, int N, int C, int OC) {
+void matmul_forward(TensorOut out, TensorIn x, TensorIn weight, const float* bias, int N, int C, int OC) {
   const cudaDataType_t type = bf16_operands("matmul_forward", x, weight) ? CUDA_R_16BF : CUDA_R_32F;
   if (N == 0 || OC == 0) return;
-  linear_product(out, x.data, weight.data, bias, N, C, OC, type);
+  if (out.bf16() && out.bits != nullptr &&
+      product_into_bits(out, {}, x.data, weight.data, bias, N, C, OC, type,
+                        bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT)) {
+    return;
+  }
+  linear_product(out.values, x.data, weight.data, bias, N, C, OC, type);
+  keep(out, static_cast<std::size_t>(N) * OC);
 }
 
-void matmul_bias_gelu_forward(float* out, float* pre, TensorIn x, TensorIn weight, const float* bias, int N, int C,
-                              int OC) {
+void matmul_bias_gelu_forward(TensorOut out, TensorOut pre, TensorIn x, TensorIn weight, const float* bias, int N,
+                              int C, int OC) {
   const cudaDataType_t type = bf16_operands("matmul_bias_gelu_forward", x, weight) ? CUDA_R_16BF : CUDA_R_32F;
   if (N == 0 || OC == 0) return;
-  if (linear_gelu_product(out, pre, x.data, weight.data, bias, N, C, OC, type)) return;
-  // Widths the epilogue cannot keep take two kernels.
-  linear_product(pre, x.data, weight.data, nullptr, N, C, OC, type);
-  bias_gelu_forward(out, pre, pre, bias, N, OC);
+  const std::size_t count = static_cast<std::size_t>(N) * OC;
+  if (out.bf16() && pre.bf16() && out.bits != nullptr && pre.bits != nullptr && OC % 8 == 0 &&
+      product_into_bits(out, pre, x.data, weight.data, bias, N, C, OC, type, CUBLASLT_EPILOGUE_GELU_AUX_BIAS)) {
+    return;
+  }
+  if (!linear_gelu_product(out.values, pre.values, x.data, weight.data, bias, N, C, OC, type)) {
+    // Widths the epilogue cannot keep take two kernels.
+    linear_product(pre.values, x.data, weight.data, nullptr, N, C, OC, type);
+    bias_gelu_forward(out.values, pre.values, pre.values, bias, N, OC);
+  }
+  keep(pre, count);
+  keep(out, count);
 }
 
-void matmul_backward(float* dx, float* dweight, float* dbias, const float* dout, TensorIn x, TensorIn weight, int N,
+void matmul_backward(TensorOut dx, float* dweight, float* dbias, const float* dout, TensorIn x, TensorIn weight, int N,
                      int C, int OC) {
-  if (bf16_operands("matmul_backward", x, weight)) {
-    return bf16_matmul_backward(dx, dweight, dbias, dout, x.bits(), weight.bits(), N, C, OC);
-  }
+  const bool bf16 = bf16_operands("matmul_backward", x, weight);
   if (N == 0 || OC == 0) return;
-  if (dx != nullptr) input_grad(dx, dout, weight.values(), N, C, OC);
-  weight_and_bias_grads(dweight, dbias, dout, x.values(), N, C, OC);
+  if (bf16) {
+    bf16_matmul_backward(dx.values, dweight, dbias, dout, x.bits(), weight.bits(), N, C, OC);
+  } else {
+    if (dx.values != nullptr) input_grad(dx.values, dout, weight.values(), N, C, OC);
+    weight_and_bias_grads(dweight, dbias, dout, x.values(), N, C, OC);
+  }
+  if (dx.values != nullptr) keep(dx, static_cast<std::size_t>(N) * C);
 }
 
-void matmul_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, TensorIn x_in,
+void matmul_gelu_backward(TensorOut kept_dpre, float* dweight, float* dbias, const float* dout, TensorIn x_in,
                           TensorIn weight_in, const float* pre, int N, int C, int OC) {
-  if (bf16_operands("matmul_gelu_backward", x_in, weight_in)) {
-    return bf16_matmul_gelu_backward(dpre, dweight, dbias, dout, x_in.bits(), weight_in.bits(), pre, N, C, OC);
-  }
+  float* dpre = kept_dpre.values;
+  const std::size_t count = static_cast<std::size_t>(N) * C;
+  const bool bf16 = bf16_operands("matmul_gelu_backward", x_in, weight_in);
   if (N == 0 || OC == 0) return;
+  if (bf16) {
+    bf16_matmul_gelu_backward(dpre, dweight, dbias, dout, x_in.bits(), weight_in.bits(), pre, N, C, OC);
+    keep(kept_dpre, count);
+    return;
+  }
   const float* x = x_in.values();
   const float* weight = weight_in.values();
   // dpre [N, C] = gelu'(pre) ⊙ (dout [N, OC] · weight [OC, C]), the derivative applied in
@@ -167,6 +249,7 @@ void matmul_gelu_backward(float* dpre, float* dweight, float* dbias, const float
   // dweight keeps matmul_backward's cuBLAS GEMM: nothing follows it to fuse, and the
   // c_proj weight gradient is then computed as every other weight gradient is.
   weight_and_bias_grads(dweight, dbias, dout, x, N, C, OC);
+  keep(kept_dpre, count);
 }
 
 }  // namespace dufu::trainer::cuda

@@ -15,6 +15,7 @@ enum class FusedFallback : std::size_t {
   kGeluForwardNoAlgorithm,  // GELU epilogue: cuBLASLt has no algorithm for the product
   kDgeluWidth,              // DGELU epilogue: the input width is not a multiple of 8
   kDgeluNoAlgorithm,        // DGELU epilogue: cuBLASLt has no algorithm for the product
+  kBf16OutputNoAlgorithm,   // bf16 output: cuBLASLt has no algorithm for the product
   kCount,
 };
 

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kBlock)
 
 // dx += ..., one warp per row as the forward.
 template <int kWidth>
-__global__ void __launch_bounds__(kBlock) rmsnorm_dx_kernel(float* dx, const float* dout, const float* x,
+__global__ void __launch_bounds__(kBlock) rmsnorm_dx_kernel(TensorOut dx, const float* dout, const float* x,
                                                             const float* weight, const float* rstd, int N, int C) {
   const int n = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarpSize;
   if (n >= N) return;
@@ -86,10 +86,11 @@ __global__ void __launch_bounds__(kBlock) rmsnorm_dx_kernel(float* dx, const flo
     load_group(xs, x + offset, i);
     load_group(g, dout + offset, i);
     load_group(w, weight, i);
-    load_group(d, dx + offset, i);
+    load_group(d, dx.values + offset, i);
 #pragma unroll
     for (int k = 0; k < kWidth; ++k) d[k] += rmsnorm_dx(w[k] * g[k], xs[k] * s, dnorm_norm_mean, s);
-    store_group(dx + offset, i, d);
+    keep_group(d, dx, offset, i);
+    store_group(dx.values + offset, i, d);
   }
 }
 
@@ -138,10 +139,10 @@ void residual_rmsnorm_forward(TensorOut residual_out, TensorOut norm_out, float*
   DUFU_CUDA_CHECK_LAUNCH();
 }
 
-void rmsnorm_backward(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
+void rmsnorm_backward(TensorOut dx, float* dweight, const float* dout, const float* x, const float* weight,
                       const float* rstd, int N, int C) {
   if (N == 0) return;
-  if (rows_take_float4(C, dx, dout, x, weight)) {
+  if (rows_take_float4(C, dx.values, dout, x, weight)) {
     rmsnorm_dx_kernel<4><<<row_blocks(N), kBlock, 0, stream()>>>(dx, dout, x, weight, rstd, N, C);
   } else {
     rmsnorm_dx_kernel<1><<<row_blocks(N), kBlock, 0, stream()>>>(dx, dout, x, weight, rstd, N, C);

@@ -368,10 +368,10 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
     prefetch_layer_parameters(l + 1);
 
     forward_layer_body(slot, l);
-    linear_forward(acts.branch, {a.fc_gelu, stored.fc_gelu}, {w.mlp_c_proj_weight, w16.mlp_c_proj_weight},
-                   adds_replicated ? w.mlp_c_proj_bias : nullptr, N, Fl, C);
-    if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);
-    round_if_bf16(acts.branch, stream);
+    linear_forward(kept_before_reduction(acts.branch), {a.fc_gelu, stored.fc_gelu},
+                   {w.mlp_c_proj_weight, w16.mlp_c_proj_weight}, adds_replicated ? w.mlp_c_proj_bias : nullptr, N, Fl,
+                   C);
+    reduce_and_keep(acts.branch, stream);
 
     // The block's output goes straight into the next LayerNorm: the next layer's
     // ln_1, or ln_f after the model's last layer. A stage before the last ends in the
@@ -406,7 +406,8 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
   }
   const int V = config_.vocab_size;
   if (tp_ == 1) {
-    k.classifier_forward_backward(acts.logits, acts.losses, device_targets, dloss_scale, N, V, Vl);
+    // The gradient kept in bf16 under bf16, as the LM head's backward reads it.
+    k.classifier_forward_backward(kept(acts.logits, nullptr), acts.losses, device_targets, dloss_scale, N, V, Vl);
   } else {
     // Vocab-parallel cross-entropy: the ranks combine row maxima, then sums of exp
     // and the target logits (2N numbers per all-reduce), never the logits themselves.
@@ -451,23 +452,27 @@ void GPT::forward_layer_body(const ActivationSlot& slot, int l) {
   const float* residual_in = l == 0 ? acts.encoded : layer_activations(slot, l - 1).residual_out;
 
   // The local qkv is [q, k, v] of this rank's heads (and K/V heads), so attention
-  // runs unchanged on them. Llama turns q and k by their positions first; the
-  // attention's backward then gives the gradient of the turned q and k.
-  linear_forward(a.qkv, {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight}, w.attn_c_attn_bias, N,
-                 C, widths.qkv);
+  // runs unchanged on them. Llama turns q and k by their positions first (and keeps
+  // them turned); the attention's backward then gives the gradient of the turned q and
+  // k. Under bf16 each tensor is kept (rounded, its bf16 copy stored) by the kernel
+  // that computes it (the table in docs/architecture.md).
   if (config_.is_llama()) {
+    linear_forward(a.qkv, {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight}, w.attn_c_attn_bias,
+                   N, C, widths.qkv);
     k.rotary_forward(a.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size, config_.rope_theta);
+    round_if_bf16(a.qkv, sizes.qkv, stored.qkv);
+  } else {
+    linear_forward(kept(a.qkv, stored.qkv), {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight},
+                   w.attn_c_attn_bias, N, C, widths.qkv);
   }
-  round_if_bf16(a.qkv, sizes.qkv, stored.qkv);
   progress_collectives();
-  k.attention_forward(a.atty, a.lse, attention_input({a.qkv, stored.qkv}), B, T, widths.heads, widths.kv_heads,
-                      widths.head_size);
-  round_if_bf16(a.atty, sizes.attn, stored.atty);
+  k.attention_forward(kept(a.atty, stored.atty), a.lse, attention_input({a.qkv, stored.qkv}), B, T, widths.heads,
+                      widths.kv_heads, widths.head_size);
   progress_collectives();
-  linear_forward(acts.branch, {a.atty, stored.atty}, {w.attn_c_proj_weight, w16.attn_c_proj_weight},
-                 adds_replicated ? w.attn_c_proj_bias : nullptr, N, widths.attn, C);
-  if (tp_ > 1) reduce_over_tensor_group(acts.branch, stream);
-  round_if_bf16(acts.branch, stream);
+  linear_forward(kept_before_reduction(acts.branch), {a.atty, stored.atty},
+                 {w.attn_c_proj_weight, w16.attn_c_proj_weight}, adds_replicated ? w.attn_c_proj_bias : nullptr, N,
+                 widths.attn, C);
+  reduce_and_keep(acts.branch, stream);
   residual_layernorm(a.residual_mid, a.ln_2, a.ln_2_mean, a.ln_2_rstd, residual_in, acts.branch, w.ln_2_weight,
                      w.ln_2_bias, N, C, stored.residual_mid, stored.ln_2);
 
@@ -486,19 +491,16 @@ void GPT::forward_mlp_hidden(const ActivationSlot& slot, int l) {
   const StoredLayerActivations stored = stored_activations(slot, l);
   if (config_.is_llama()) {
     // fc_pre holds the fused gate and up projections, fc_gelu silu(gate) * up.
-    linear_forward(a.fc_pre, {a.ln_2, stored.ln_2}, {w.mlp_c_fc_weight, w16.mlp_c_fc_weight}, nullptr, N, C,
-                   widths.mlp_pre);
-    round_if_bf16(a.fc_pre, sizes.mlp_pre, stored.fc_pre);
+    linear_forward(kept(a.fc_pre, stored.fc_pre), {a.ln_2, stored.ln_2}, {w.mlp_c_fc_weight, w16.mlp_c_fc_weight},
+                   nullptr, N, C, widths.mlp_pre);
     kernels_->swiglu_forward(a.fc_gelu, a.fc_pre, N, widths.mlp_hidden);
     round_if_bf16(a.fc_gelu, sizes.mlp_hidden, stored.fc_gelu);
     return;
   }
   // Bias and GELU fused into the matmul (a GPU's epilogue): only fc_pre and fc_gelu
   // are stored, so the product before the bias is never rounded.
-  linear_bias_gelu_forward(a.fc_gelu, a.fc_pre, {a.ln_2, stored.ln_2}, {w.mlp_c_fc_weight, w16.mlp_c_fc_weight},
-                           w.mlp_c_fc_bias, N, C, widths.mlp_pre);
-  round_if_bf16(a.fc_pre, sizes.mlp_pre, stored.fc_pre);
-  round_if_bf16(a.fc_gelu, sizes.mlp_hidden, stored.fc_gelu);
+  linear_bias_gelu_forward(kept(a.fc_gelu, stored.fc_gelu), kept(a.fc_pre, stored.fc_pre), {a.ln_2, stored.ln_2},
+                           {w.mlp_c_fc_weight, w16.mlp_c_fc_weight}, w.mlp_c_fc_bias, N, C, widths.mlp_pre);
 }
 
 void GPT::recompute_layer(const ActivationSlot& slot, int l) {

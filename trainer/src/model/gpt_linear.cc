@@ -18,23 +18,34 @@ TensorIn GPT::attention_input(Operand qkv) const {
   return qkv.values;
 }
 
-void GPT::linear_forward(float* out, Operand x, Operand weight, const float* bias, int N, int C, int OC) {
+void GPT::linear_forward(TensorOut out, Operand x, Operand weight, const float* bias, int N, int C, int OC) {
   kernels_->matmul_forward(out, typed(x), typed(weight), bias, N, C, OC);
 }
 
-void GPT::linear_bias_gelu_forward(float* out, float* pre, Operand x, Operand weight, const float* bias, int N, int C,
-                                   int OC) {
+void GPT::linear_bias_gelu_forward(TensorOut out, TensorOut pre, Operand x, Operand weight, const float* bias, int N,
+                                   int C, int OC) {
   kernels_->matmul_bias_gelu_forward(out, pre, typed(x), typed(weight), bias, N, C, OC);
 }
 
-void GPT::linear_backward(float* dx, float* dweight, float* dbias, const float* dout, Operand x, Operand weight, int N,
-                          int C, int OC) {
+void GPT::linear_backward(TensorOut dx, float* dweight, float* dbias, const float* dout, Operand x, Operand weight,
+                          int N, int C, int OC) {
   kernels_->matmul_backward(dx, dweight, dbias, dout, typed(x), typed(weight), N, C, OC);
 }
 
-void GPT::linear_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, Operand x, Operand weight,
-                               const float* pre, int N, int C, int OC) {
+void GPT::linear_gelu_backward(TensorOut dpre, float* dweight, float* dbias, const float* dout, Operand x,
+                               Operand weight, const float* pre, int N, int C, int OC) {
   kernels_->matmul_gelu_backward(dpre, dweight, dbias, dout, typed(x), typed(weight), pre, N, C, OC);
+}
+
+TensorOut GPT::kept_before_reduction(float* values) const {
+  if (tp_ > 1) return values;
+  return kept(values, nullptr);
+}
+
+void GPT::reduce_and_keep(float* values, std::size_t count) {
+  if (tp_ == 1) return;
+  reduce_over_tensor_group(values, count);
+  round_if_bf16(values, count);
 }
 
 // Tensor parallel, each rank looks up its rows of wte and one rank adds wpe, so the
@@ -70,7 +81,7 @@ void GPT::norm_forward(float* out, float* mean, float* rstd, const float* x, con
   }
 }
 
-void GPT::norm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+void GPT::norm_backward(TensorOut dx, float* dweight, float* dbias, const float* dout, const float* x,
                         const float* weight, const float* mean, const float* rstd, int N, int C) {
   if (config_.is_llama()) {
     kernels_->rmsnorm_backward(dx, dweight, dout, x, weight, rstd, N, C);

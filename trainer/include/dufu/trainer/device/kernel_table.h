@@ -110,15 +110,16 @@ struct KernelTable {
                                      const float* residual, const float* branch, const float* weight, const float* bias,
                                      int N, int C);
   // dx += LayerNorm'(x)^T dout; dweight += ...; dbias += ... (dx accumulates, so the
-  // residual stream's gradient flows through unchanged).
-  void (*layernorm_backward)(float* dx, float* dweight, float* dbias, const float* dout, const float* x,
+  // residual stream's gradient flows through unchanged; the sum is kept as dx says).
+  void (*layernorm_backward)(TensorOut dx, float* dweight, float* dbias, const float* dout, const float* x,
                              const float* weight, const float* mean, const float* rstd, int N, int C);
 
-  // out[N, OC] = x[N, C] · weight[OC, C]^T + bias[OC] (bias may be null); sgemm.
-  void (*matmul_forward)(float* out, TensorIn x, TensorIn weight, const float* bias, int N, int C, int OC);
-  // dx[N, C] = dout · weight (overwritten; dx may be null); dweight += dout^T · x;
-  // dbias += column sums of dout (dbias may be null).
-  void (*matmul_backward)(float* dx, float* dweight, float* dbias, const float* dout, TensorIn x, TensorIn weight,
+  // out[N, OC] = x[N, C] · weight[OC, C]^T + bias[OC] (bias may be null); sgemm. A
+  // bf16-kept out is rounded (and its bits stored) as it is written (TensorOut).
+  void (*matmul_forward)(TensorOut out, TensorIn x, TensorIn weight, const float* bias, int N, int C, int OC);
+  // dx[N, C] = dout · weight (overwritten, kept as TensorOut says; dx may be null);
+  // dweight += dout^T · x; dbias += column sums of dout (dbias may be null).
+  void (*matmul_backward)(TensorOut dx, float* dweight, float* dbias, const float* dout, TensorIn x, TensorIn weight,
                           int N, int C, int OC);
 
   // GELU (tanh approximation) after adding the bias: pre = x + bias[col] is written to
@@ -127,16 +128,17 @@ struct KernelTable {
   // The MLP's first projection with its bias and GELU fused, as a GPU runs them in the
   // matmul's epilogue: pre[N, OC] = x[N, C] · weight[OC, C]^T + bias[OC] (kept for
   // backward) and out = gelu(pre). The values of matmul_forward (without bias) into
-  // pre, then bias_gelu_forward in place.
-  void (*matmul_bias_gelu_forward)(float* out, float* pre, TensorIn x, TensorIn weight, const float* bias, int N,
-                                   int C, int OC);
+  // pre, then bias_gelu_forward in place; out is the GELU of pre before pre is kept
+  // (rounded, under bf16), so the product is rounded once on each path.
+  void (*matmul_bias_gelu_forward)(TensorOut out, TensorOut pre, TensorIn x, TensorIn weight, const float* bias,
+                                   int N, int C, int OC);
   // The MLP's second projection backward through the GELU before it, as a GPU runs it
   // with the GELU's derivative in the dx matmul's epilogue: for out = x · weight^T + bias
   // with x = gelu(pre), dpre[N, C] = gelu'(pre) ⊙ (dout · weight) (overwritten: the
   // gradient of the GELU's input, so the gradient of x is never stored);
   // dweight += dout^T · x; dbias += column sums of dout (dbias may be null). The values
-  // of matmul_backward into dpre, then dpre *= gelu'(pre).
-  void (*matmul_gelu_backward)(float* dpre, float* dweight, float* dbias, const float* dout, TensorIn x,
+  // of matmul_backward into dpre, then dpre *= gelu'(pre), then dpre kept (TensorOut).
+  void (*matmul_gelu_backward)(TensorOut dpre, float* dweight, float* dbias, const float* dout, TensorIn x,
                                TensorIn weight, const float* pre, int N, int C, int OC);
 
   // Causal self-attention with grouped K/V heads on qkv [B, T, (NH + 2 NKV) hs]: each
@@ -150,22 +152,24 @@ struct KernelTable {
   // qkv's type picks the products' precision: fp32 qkv, fp32 products throughout;
   // bf16 qkv (its bits), bf16 products with fp32 accumulation, as tensor cores run them:
   // the probabilities are rounded to bf16 for P V (their row sums stay fp32) and, in
-  // the backward, P and dS for dV, dQ and dK. out, lse and dqkv stay fp32.
-  void (*attention_forward)(float* out, float* lse, TensorIn qkv, int B, int T, int NH, int NKV, int hs);
+  // the backward, P and dS for dV, dQ and dK. lse stays fp32; out and dqkv are kept
+  // as their TensorOut says, each value rounded from its fp32 sum as it is written.
+  void (*attention_forward)(TensorOut out, float* lse, TensorIn qkv, int B, int T, int NH, int NKV, int hs);
   // dqkv (overwritten whole: q, k and v parts) from dout, recomputing the
   // probabilities tile by tile from qkv and the forward's out and lse. Deterministic:
   // no atomics, a fixed summation order; a K/V head's gradient sums its group's query
   // heads in order, lowest first.
-  void (*attention_backward)(float* dqkv, const float* dout, TensorIn qkv, const float* out, const float* lse, int B,
-                             int T, int NH, int NKV, int hs);
+  void (*attention_backward)(TensorOut dqkv, const float* dout, TensorIn qkv, const float* out, const float* lse,
+                             int B, int T, int NH, int NKV, int hs);
 
   // Fused classifier: for each of the N rows of logits [N, Vp] (only the first V are
   // real vocabulary; the padding is excluded), losses[n] = -log softmax(logits)[target]
   // and logits are overwritten IN PLACE by dloss_scale · (softmax - onehot(target)),
   // the gradient of the mean loss when dloss_scale = 1/N_total. Padding columns get 0.
   // A target of -1 ignores the row (loss 0, gradient 0); any other target outside
-  // [0, V) throws dufu::Error before anything is written.
-  void (*classifier_forward_backward)(float* logits, float* losses, const std::int32_t* targets, float dloss_scale,
+  // [0, V) throws dufu::Error before anything is written. The gradient is kept as
+  // logits says (TensorOut: logits.values is the buffer read and overwritten).
+  void (*classifier_forward_backward)(TensorOut logits, float* losses, const std::int32_t* targets, float dloss_scale,
                                       int N, int V, int Vp);
 
   // Vocab-parallel classifier (tensor parallelism): classifier_forward_backward's losses
@@ -247,7 +251,7 @@ struct KernelTable {
                                    const float* branch, const float* weight, float eps, int N, int C) = nullptr;
   // dx += RMSNorm'(x)^T dout (accumulates, like layernorm_backward); dweight += column
   // sums of x * rstd * dout, over kernel_partition.h's row chunks in a fixed order.
-  void (*rmsnorm_backward)(float* dx, float* dweight, const float* dout, const float* x, const float* weight,
+  void (*rmsnorm_backward)(TensorOut dx, float* dweight, const float* dout, const float* x, const float* weight,
                            const float* rstd, int N, int C) = nullptr;
   // Rotary position embedding, IN PLACE on the q and k heads of a fused projection
   // qkv [B, T, (NH + 2 NKV) hs]: each row holds NH query heads, then NKV key heads, then

@@ -632,13 +632,19 @@ class GPT {
   TensorOut kept(float* values, std::uint16_t* stored) const;
   // The linear layers and the embedding through one kernel entry each, their operands
   // typed by the precision (gpt_linear.cc); arguments as the kernels'.
-  void linear_forward(float* out, Operand x, Operand weight, const float* bias, int N, int C, int OC);
-  void linear_bias_gelu_forward(float* out, float* pre, Operand x, Operand weight, const float* bias, int N, int C,
-                                int OC);
-  void linear_backward(float* dx, float* dweight, float* dbias, const float* dout, Operand x, Operand weight, int N,
-                       int C, int OC);
-  void linear_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, Operand x, Operand weight,
-                            const float* pre, int N, int C, int OC);
+  void linear_forward(TensorOut out, Operand x, Operand weight, const float* bias, int N, int C, int OC);
+  void linear_bias_gelu_forward(TensorOut out, TensorOut pre, Operand x, Operand weight, const float* bias, int N,
+                                int C, int OC);
+  void linear_backward(TensorOut dx, float* dweight, float* dbias, const float* dout, Operand x, Operand weight,
+                       int N, int C, int OC);
+  void linear_gelu_backward(TensorOut dpre, float* dweight, float* dbias, const float* dout, Operand x,
+                            Operand weight, const float* pre, int N, int C, int OC);
+  // A [rows, C] tensor that tensor parallelism all-reduces after it is computed (the
+  // row-parallel outputs, the column-parallel layers' input gradients): kept by the
+  // kernel that computes it with one rank, and with more written fp32 and kept after
+  // the sum (reduce_and_keep), so every rank rounds the same sum.
+  TensorOut kept_before_reduction(float* values) const;
+  void reduce_and_keep(float* values, std::size_t count);
   void embed(float* out, const std::int32_t* tokens, bool adds_positions, int B, int T, int C);
   // The embedding's backward into g_.wte (and g_.wpe).
   void embed_backward(const float* dout, const std::int32_t* tokens, int B, int T, int C);
@@ -647,8 +653,8 @@ class GPT {
   // the layernorm kernels'.
   void norm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
                     int N, int C);
-  void norm_backward(float* dx, float* dweight, float* dbias, const float* dout, const float* x, const float* weight,
-                     const float* mean, const float* rstd, int N, int C);
+  void norm_backward(TensorOut dx, float* dweight, float* dbias, const float* dout, const float* x,
+                     const float* weight, const float* mean, const float* rstd, int N, int C);
   // The LM head's weights: wte when tied, lm_head otherwise.
   Operand head_weights() const;
   // Views of the tensors, tensor_of(const ParamTensor&) giving each one's pointer;
