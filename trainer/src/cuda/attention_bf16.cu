@@ -155,20 +155,18 @@ __device__ inline void load_tile(Bits* rows, Bits* columns, const Source* base, 
   }
 }
 
-// Writes a 16 x kDims accumulator tile to rows r0 + group (+ 8) below T, columns below hs.
-template <int kDims>
-__device__ inline void store_tile(const TensorOut& kept, std::size_t base, std::size_t row_stride,
-                                  const float (&acc)[kDims / 8][4], int r0, int T, int hs, int group, int quad,
-                                  const float (&factor)[2]) {
+// Writes a 16 x kDims accumulator tile to rows r0 + group (+ 8) below T, columns below
+// hs: store(row offset, column, value) for each, row offset = row * row_stride.
+template <int kDims, typename Store>
+__device__ inline void store_tile(std::size_t row_stride, const float (&acc)[kDims / 8][4], int r0, int T, int hs,
+                                  int group, int quad, const float (&factor)[2], Store store) {
 #pragma unroll
   for (int dt = 0; dt < kDims / 8; ++dt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = r0 + row_of(e, group);
       const int d = column_of(dt, e, quad);
-      if (r < T && d < hs) {
-        keep_store(kept, base + static_cast<std::size_t>(r) * row_stride + d, acc[dt][e] * factor[e / 2]);
-      }
+      if (r < T && d < hs) store(static_cast<std::size_t>(r) * row_stride + d, acc[dt][e] * factor[e / 2]);
     }
   }
 }
@@ -176,17 +174,11 @@ __device__ inline void store_tile(const TensorOut& kept, std::size_t base, std::
 // A gradient tile as it is summed (the entry keeps the whole gradient afterwards: the
 // dkv kernel at hs = 128 has no register left for the rounding).
 template <int kDims>
-__device__ inline void store_tile(float* base, std::size_t row_stride, const float (&acc)[kDims / 8][4], int r0, int T,
-                                  int hs, int group, int quad, const float (&factor)[2]) {
-#pragma unroll
-  for (int dt = 0; dt < kDims / 8; ++dt) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = r0 + row_of(e, group);
-      const int d = column_of(dt, e, quad);
-      if (r < T && d < hs) base[static_cast<std::size_t>(r) * row_stride + d] = acc[dt][e] * factor[e / 2];
-    }
-  }
+__device__ inline void store_gradient_tile(float* base, std::size_t row_stride, const float (&acc)[kDims / 8][4],
+                                           int r0, int T, int hs, int group, int quad) {
+  const float ones[2] = {1.0f, 1.0f};
+  store_tile<kDims>(row_stride, acc, r0, T, hs, group, quad, ones,
+                    [base](std::size_t at, float value) { base[at] = value; });
 }
 
 // D = dout · out of row t (0 past T), summed over the quad's lanes.
@@ -265,7 +257,9 @@ __global__ void __launch_bounds__(kThreads, 2) bf16_forward_kernel(TensorOut out
     const int t = first_row + group + 8 * r;
     if (quad == 0 && t < T) lse[shape.lse_offset(b, h, t)] = online_softmax_lse(softmax[r]);
   }
-  store_tile<kDims>(out, shape.out_offset(b, 0, h), shape.out_stride(), o, first_row, T, hs, group, quad, inverse);
+  const std::size_t out_base = shape.out_offset(b, 0, h);
+  store_tile<kDims>(shape.out_stride(), o, first_row, T, hs, group, quad, inverse,
+                    [&out, out_base](std::size_t at, float value) { keep_store(out, out_base + at, value); });
 }
 
 // dq of one query tile, summed over the key tiles left of its diagonal in order.
@@ -322,8 +316,7 @@ __global__ void __launch_bounds__(kThreads) bf16_backward_dq_kernel(float* dqkv,
     }
     add_weighted<kDims>(dq, s, keys_t, group, quad);
   }
-  const float ones[2] = {1.0f, 1.0f};
-  store_tile<kDims>(dqkv + shape.q_offset(b, 0, h), shape.qkv_stride(), dq, first_row, T, hs, group, quad, ones);
+  store_gradient_tile<kDims>(dqkv + shape.q_offset(b, 0, h), shape.qkv_stride(), dq, first_row, T, hs, group, quad);
 }
 
 // dk and dv of one key tile of K/V head g, summed over the query heads of g's group
@@ -389,9 +382,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       add_weighted<kDims>(dk, dp, queries_t, group, quad);
     }
   }
-  const float ones[2] = {1.0f, 1.0f};
-  store_tile<kDims>(dqkv + shape.k_offset(b, 0, g), shape.qkv_stride(), dk, first_key, T, hs, group, quad, ones);
-  store_tile<kDims>(dqkv + shape.v_offset(b, 0, g), shape.qkv_stride(), dv, first_key, T, hs, group, quad, ones);
+  store_gradient_tile<kDims>(dqkv + shape.k_offset(b, 0, g), shape.qkv_stride(), dk, first_key, T, hs, group, quad);
+  store_gradient_tile<kDims>(dqkv + shape.v_offset(b, 0, g), shape.qkv_stride(), dv, first_key, T, hs, group, quad);
 }
 
 template <typename Kernel, typename... Args>

@@ -59,6 +59,20 @@ void keep(TensorOut out, std::size_t count) {
 
 namespace {
 
+// The forward product out [N, OC] = x [N, C] · weight [OC, C]^T, its output type and
+// epilogue left to the caller.
+LtProduct forward_product(void* out, const void* x, const void* weight, int N, int C, int OC,
+                          cudaDataType_t input_type) {
+  return {.out = out,
+          .a = x,
+          .b = weight,
+          .rows = N,
+          .inner = C,
+          .cols = OC,
+          .b_transposed = true,
+          .input_type = input_type};
+}
+
 // The bias's bf16 copy, in the scratch: cuBLASLt's bias is of the output's type. Under
 // the bf16 recipe the bias is read from the working copy, on the bf16 grid, so the copy
 // is exact.
@@ -81,20 +95,13 @@ void note_no_bf16_output(const std::string& reason) {
 // algorithm for it.
 bool product_into_bits(TensorOut out, TensorOut pre, const void* x, const void* weight, const float* bias, int N,
                        int C, int OC, cudaDataType_t input_type, cublasLtEpilogue_t epilogue) {
+  LtProduct product = forward_product(out.bits, x, weight, N, C, OC, input_type);
+  product.output_type = CUDA_R_16BF;
+  product.epilogue = epilogue;
+  product.bias = bf16_bias(bias, OC);
+  product.aux = pre.bits;
   std::string reason;
-  if (!lt_matmul({.out = out.bits,
-                  .a = x,
-                  .b = weight,
-                  .rows = N,
-                  .inner = C,
-                  .cols = OC,
-                  .b_transposed = true,
-                  .input_type = input_type,
-                  .output_type = CUDA_R_16BF,
-                  .epilogue = epilogue,
-                  .bias = bf16_bias(bias, OC),
-                  .aux = pre.bits},
-                 &reason)) {
+  if (!lt_matmul(product, &reason)) {
     note_no_bf16_output(reason);
     return false;
   }
@@ -108,18 +115,11 @@ bool product_into_bits(TensorOut out, TensorOut pre, const void* x, const void* 
 
 void linear_product(float* out, const void* x, const void* weight, const float* bias, int N, int C, int OC,
                     cudaDataType_t input_type) {
+  LtProduct product = forward_product(out, x, weight, N, C, OC, input_type);
+  product.epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  product.bias = bias;
   std::string reason;
-  if (!lt_matmul({.out = out,
-                  .a = x,
-                  .b = weight,
-                  .rows = N,
-                  .inner = C,
-                  .cols = OC,
-                  .b_transposed = true,
-                  .input_type = input_type,
-                  .epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT,
-                  .bias = bias},
-                 &reason)) {
+  if (!lt_matmul(product, &reason)) {
     DUFU_FAIL("matmul_forward with N ", N, ", C ", C, ", OC ", OC, ": ", reason);
   }
 }
@@ -135,21 +135,12 @@ bool linear_gelu_product(float* out, float* pre, const void* x, const void* weig
                           "width ", OC, " is not a multiple of 8"));
     return false;
   }
+  LtProduct product = forward_product(out, x, weight, N, C, OC, input_type);
+  product.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  product.bias = bias;
+  product.aux = pre;
   std::string reason;
-  if (lt_matmul({.out = out,
-                 .a = x,
-                 .b = weight,
-                 .rows = N,
-                 .inner = C,
-                 .cols = OC,
-                 .b_transposed = true,
-                 .input_type = input_type,
-                 .epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
-                 .bias = bias,
-                 .aux = pre},
-                &reason)) {
-    return true;
-  }
+  if (lt_matmul(product, &reason)) return true;
   note_fallback(
       FusedFallback::kGeluForwardNoAlgorithm,
       str_cat("the MLP's bias and GELU run as a kernel after the GEMM, not in cuBLASLt's epilogue: ", reason));
