@@ -135,5 +135,6 @@ std::vector<OpCase> step_op_cases();
 std::vector<OpCase> bf16_op_cases();
 std::vector<OpCase> llama_op_cases();
 std::vector<OpCase> kept_op_cases();
+std::vector<OpCase> kept_rowwise_op_cases();
 
 }  // namespace dufu::trainer::testing

@@ -15,6 +15,7 @@
 #include "dufu/trainer/device/device.h"
 #include "dufu/trainer/device/kernel_table.h"
 #include "kernel_cases.h"
+#include "kernel_cases_kept.h"
 #include "kernel_reference.h"
 #include "kernel_test_support.h"
 
@@ -22,14 +23,6 @@ namespace dufu::trainer::testing {
 
 namespace ref = reference;
 
-namespace {
-
-// Bits a kernel never wrote stand out: 0xffff is a NaN. (DeviceArgs keys its copies by
-// host address, so every vector a runner hands it is a named one, alive to the end.)
-constexpr std::uint16_t kUnwritten = 0xffff;
-
-// A kept output as a device wrote it: its values, and how many are off the grid or
-// (with bits) not what their bits say.
 void add_kept(Outputs& outputs, const std::string& name, const std::vector<float>& values,
               const std::vector<std::uint16_t>* bits) {
   double wrong = 0.0;
@@ -42,7 +35,6 @@ void add_kept(Outputs& outputs, const std::string& name, const std::vector<float
   outputs.push_back({name + "_not_kept", Vec{wrong}});
 }
 
-// The reference of a kept output: the exact values rounded to bf16, and none wrong.
 void add_kept_reference(Outputs& outputs, const std::string& name, const Vec& exact) {
   Vec rounded(exact.size());
   for (std::size_t i = 0; i < exact.size(); ++i) {
@@ -52,9 +44,11 @@ void add_kept_reference(Outputs& outputs, const std::string& name, const Vec& ex
   outputs.push_back({name + "_not_kept", Vec{0.0}});
 }
 
-std::vector<float> on_bf16_grid(std::size_t count, std::uint32_t seed, float low = -1.0f, float high = 1.0f) {
+std::vector<float> on_bf16_grid(std::size_t count, std::uint32_t seed, float low, float high) {
   return on_grid<Operands::kBf16>(random_floats(count, seed, low, high));
 }
+
+namespace {
 
 // The qkv projection (C -> 3C with bias) on bf16 operands, out kept with its bits.
 Outputs run_matmul_forward_kept(const Shape& s, Device* device, int) {

@@ -45,6 +45,7 @@ using testing::kNaN;
 using testing::kTestDevices;
 using testing::layer_op_cases;
 using testing::kept_op_cases;
+using testing::kept_rowwise_op_cases;
 using testing::llama_op_cases;
 using testing::OpCase;
 using testing::Outputs;
@@ -78,7 +79,7 @@ const std::vector<OpCase> kOps = [] {
   std::vector<OpCase> ops;
   for (const auto& family :
        {layer_op_cases(), vocabulary_op_cases(), step_op_cases(), bf16_op_cases(), llama_op_cases(),
-        kept_op_cases()}) {
+        kept_op_cases(), kept_rowwise_op_cases()}) {
     ops.insert(ops.end(), family.begin(), family.end());
   }
   return ops;

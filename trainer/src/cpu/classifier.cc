@@ -107,17 +107,19 @@ DUFU_CPU_CLONES void vocab_parallel_classifier_exp_sum(double* stats, float* log
   }
 }
 
-DUFU_CPU_CLONES void vocab_parallel_classifier_finish(float* logits, float* losses, const double* stats,
+DUFU_CPU_CLONES void vocab_parallel_classifier_finish(TensorOut logits, float* losses, const double* stats,
                                                       const float* row_max, const std::int32_t* targets,
                                                       float dloss_scale, int N, int V, int vocab_begin, int Vl) {
   const int real = real_columns(V, vocab_begin, Vl);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
-    float* row = logits + static_cast<std::size_t>(n) * Vl;
+    const std::size_t offset = static_cast<std::size_t>(n) * Vl;
+    float* row = logits.values + offset;
     for (int i = real; i < Vl; ++i) row[i] = 0.0f;
     if (targets[n] < 0) {
       for (int i = 0; i < real; ++i) row[i] = 0.0f;
       losses[n] = 0.0f;
+      keep_row(logits, offset, Vl);
       continue;
     }
     const double sum = stats[n];
@@ -127,6 +129,7 @@ DUFU_CPU_CLONES void vocab_parallel_classifier_finish(float* logits, float* loss
     for (int i = 0; i < real; ++i) row[i] *= grad_scale;
     const int local_target = targets[n] - vocab_begin;
     if (local_target >= 0 && local_target < real) row[local_target] -= dloss_scale;
+    keep_row(logits, offset, Vl);
   }
 }
 

@@ -23,15 +23,15 @@ float as_float(std::uint16_t bits) { return bf16_bits_to_float(bits); }
 
 // Every forward: tokens outside [vocab_begin, vocab_end) look up a zero row; wpe may
 // be null. The serial kernel passes the whole id range, so only the per-row test is
-// added to its loop. Weight is float, or bf16 bits.
+// added to its loop. Weight is float, or bf16 bits. Each row kept as `kept` says.
 template <typename Weight>
-void embed(float* out, const std::int32_t* tokens, const Weight* wte, const Weight* wpe, int vocab_begin, int vocab_end,
-           int B, int T, int C) {
+void embed(TensorOut kept, const std::int32_t* tokens, const Weight* wte, const Weight* wpe, int vocab_begin,
+           int vocab_end, int B, int T, int C) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
       const std::size_t row = static_cast<std::size_t>(b) * T + t;
-      float* o = out + row * C;
+      float* o = kept.values + row * C;
       const std::int32_t id = tokens[row];
       const bool in_range = id >= vocab_begin && id < vocab_end;
       const Weight* token_row = in_range ? wte + static_cast<std::size_t>(id - vocab_begin) * C : nullptr;
@@ -45,6 +45,7 @@ void embed(float* out, const std::int32_t* tokens, const Weight* wte, const Weig
       } else {
         for (int c = 0; c < C; ++c) o[c] = 0.0f;
       }
+      keep_row(kept, row * C, C);
     }
   }
 }
@@ -83,7 +84,7 @@ void scatter(float* dwte, float* dwpe, const float* dout, const std::int32_t* to
 }
 }  // namespace
 
-void embedding_forward(float* out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T, int C) {
+void embedding_forward(TensorOut out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T, int C) {
   if (bf16_operands("embedding_forward", wte, wpe)) {
     embed(out, tokens, wte.bits(), wpe.bits(), 0, INT_MAX, B, T, C);
   } else {
@@ -95,7 +96,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::
   scatter(dwte, dwpe, dout, tokens, 0, INT_MAX, B, T, C);
 }
 
-void vocab_parallel_embedding_forward(float* out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe,
+void vocab_parallel_embedding_forward(TensorOut out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe,
                                       int vocab_begin, int V_local, int B, int T, int C) {
   const int vocab_end = vocab_begin + V_local;
   if (bf16_operands("vocab_parallel_embedding_forward", wte, wpe)) {

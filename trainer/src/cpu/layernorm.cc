@@ -37,12 +37,13 @@ inline void normalize_row(float* out, float* mean_out, float* rstd_out, const fl
 
 }  // namespace
 
-DUFU_CPU_CLONES void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight,
+DUFU_CPU_CLONES void layernorm_forward(TensorOut out, float* mean, float* rstd, const float* x, const float* weight,
                                        const float* bias, int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const std::size_t offset = static_cast<std::size_t>(n) * C;
-    normalize_row(out + offset, mean + n, rstd + n, x + offset, weight, bias, C);
+    normalize_row(out.values + offset, mean + n, rstd + n, x + offset, weight, bias, C);
+    keep_row(out, offset, C);
   }
 }
 

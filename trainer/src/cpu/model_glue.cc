@@ -8,9 +8,16 @@
 
 namespace dufu::trainer::cpu {
 
-void add(float* out, const float* a, const float* b, std::size_t n) {
+void add(TensorOut out, const float* a, const float* b, std::size_t n) {
+  float* sum = out.values;
+  if (!out.bf16()) {
 #pragma omp parallel for simd schedule(static)
-  for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+    for (std::size_t i = 0; i < n; ++i) sum[i] = a[i] + b[i];
+    return;
+  }
+  std::uint16_t* bits = out.bits;
+#pragma omp parallel for schedule(static)
+  for (std::size_t i = 0; i < n; ++i) sum[i] = store_as_bf16(a[i] + b[i], bits == nullptr ? nullptr : bits + i);
 }
 
 void masked_mean_loss(float* mean_out, const float* losses, const std::int32_t* targets, int N) {

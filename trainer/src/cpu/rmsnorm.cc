@@ -25,12 +25,13 @@ inline void rms_normalize_row(float* out, float* rstd_out, const float* x, const
 
 }  // namespace
 
-DUFU_CPU_CLONES void rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, float eps, int N,
+DUFU_CPU_CLONES void rmsnorm_forward(TensorOut out, float* rstd, const float* x, const float* weight, float eps, int N,
                                      int C) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const std::size_t offset = static_cast<std::size_t>(n) * C;
-    rms_normalize_row(out + offset, rstd + n, x + offset, weight, eps, C);
+    rms_normalize_row(out.values + offset, rstd + n, x + offset, weight, eps, C);
+    keep_row(out, offset, C);
   }
 }
 

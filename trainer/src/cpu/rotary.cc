@@ -13,8 +13,9 @@ namespace dufu::trainer::cpu {
 
 namespace {
 
-// direction +1 turns by +angle (forward), -1 by -angle (backward: the transpose).
-void rotate_rows(float* qkv, int B, int T, int NH, int NKV, int hs, float theta, float direction) {
+// direction +1 turns by +angle (forward), -1 by -angle (backward: the transpose). Each
+// row kept whole as `kept` says, its v heads too.
+void rotate_rows(TensorOut kept, int B, int T, int NH, int NKV, int hs, float theta, float direction) {
   const int half = hs / 2;
   const int rotated_heads = NH + NKV;  // q heads, then k heads; v follows, untouched
   const std::size_t row_width = static_cast<std::size_t>(NH + 2 * NKV) * hs;
@@ -28,22 +29,23 @@ void rotate_rows(float* qkv, int B, int T, int NH, int NKV, int hs, float theta,
         rotary_cos_sin(t, i, hs, theta, cos_t[i], sin_t[i]);
         sin_t[i] *= direction;
       }
-      float* row = qkv + static_cast<std::size_t>(n) * row_width;
+      float* row = kept.values + static_cast<std::size_t>(n) * row_width;
       for (int head = 0; head < rotated_heads; ++head) {
         float* x = row + static_cast<std::size_t>(head) * hs;
         for (int i = 0; i < half; ++i) rotate_pair(x[i], x[i + half], cos_t[i], sin_t[i]);
       }
+      keep_row(kept, static_cast<std::size_t>(n) * row_width, static_cast<int>(row_width));
     }
   }
 }
 
 }  // namespace
 
-void rotary_forward(float* qkv, int B, int T, int NH, int NKV, int hs, float theta) {
+void rotary_forward(TensorOut qkv, int B, int T, int NH, int NKV, int hs, float theta) {
   rotate_rows(qkv, B, T, NH, NKV, hs, theta, 1.0f);
 }
 
-void rotary_backward(float* dqkv, int B, int T, int NH, int NKV, int hs, float theta) {
+void rotary_backward(TensorOut dqkv, int B, int T, int NH, int NKV, int hs, float theta) {
   rotate_rows(dqkv, B, T, NH, NKV, hs, theta, -1.0f);
 }
 

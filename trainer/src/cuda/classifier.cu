@@ -129,13 +129,14 @@ __global__ void vp_exp_sum_kernel(double* stats, float* logits, const float* row
   }
 }
 
-__global__ void vp_finish_kernel(float* logits, float* losses, const double* stats, const float* row_max,
+__global__ void vp_finish_kernel(TensorOut logits, float* losses, const double* stats, const float* row_max,
                                  const std::int32_t* targets, float dloss_scale, int N, int vocab_begin, int real,
                                  int Vl) {
-  float* row = logits + static_cast<std::size_t>(blockIdx.x) * Vl;
+  const std::size_t offset = static_cast<std::size_t>(blockIdx.x) * Vl;
+  const float* row = logits.values + offset;
   const int target = targets[blockIdx.x];
   if (target < 0) {
-    for (int i = threadIdx.x; i < Vl; i += kBlock) row[i] = 0.0f;
+    for (int i = threadIdx.x; i < Vl; i += kBlock) keep_store(logits, offset + i, 0.0f);
     if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
     return;
   }
@@ -147,7 +148,7 @@ __global__ void vp_finish_kernel(float* logits, float* losses, const double* sta
   const float grad_scale = static_cast<float>(dloss_scale / sum);
   const int local_target = target - vocab_begin;
   for (int i = threadIdx.x; i < Vl; i += kBlock) {
-    row[i] = i < real ? row[i] * grad_scale - (i == local_target ? dloss_scale : 0.0f) : 0.0f;
+    keep_store(logits, offset + i, i < real ? row[i] * grad_scale - (i == local_target ? dloss_scale : 0.0f) : 0.0f);
   }
 }
 
@@ -181,7 +182,7 @@ void vocab_parallel_classifier_exp_sum(double* stats, float* logits, const float
   DUFU_CUDA_CHECK_LAUNCH();
 }
 
-void vocab_parallel_classifier_finish(float* logits, float* losses, const double* stats, const float* row_max,
+void vocab_parallel_classifier_finish(TensorOut logits, float* losses, const double* stats, const float* row_max,
                                       const std::int32_t* targets, float dloss_scale, int N, int V, int vocab_begin,
                                       int Vl) {
   if (N == 0) return;

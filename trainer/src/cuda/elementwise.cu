@@ -14,6 +14,7 @@
 #include "dufu/trainer/device/adamw_segments.h"
 #include "dufu/trainer/device/kernel_math.h"
 #include "dufu/trainer/device/kernel_partition.h"
+#include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {
 
@@ -27,9 +28,9 @@ __global__ void fill_kernel(float* out, float value, std::size_t n) {
   if (i < n) out[i] = value;
 }
 
-__global__ void add_kernel(float* out, const float* a, const float* b, std::size_t n) {
+__global__ void add_kernel(TensorOut out, const float* a, const float* b, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-  if (i < n) out[i] = a[i] + b[i];
+  if (i < n) keep_store(out, i, a[i] + b[i]);
 }
 
 __global__ void scale_kernel(float* values, float scale, std::size_t n) {
@@ -160,7 +161,7 @@ void fill(float* destination, float value, std::size_t count) {
   DUFU_CUDA_CHECK_LAUNCH();
 }
 
-void add(float* out, const float* a, const float* b, std::size_t n) {
+void add(TensorOut out, const float* a, const float* b, std::size_t n) {
   if (n == 0) return;
   add_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(out, a, b, n);
   DUFU_CUDA_CHECK_LAUNCH();

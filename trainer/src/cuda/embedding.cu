@@ -17,6 +17,7 @@
 #include "dufu/trainer/device/bf16.h"
 #include "dufu/trainer/device/embedding_buckets.h"
 #include "dufu/trainer/device/kernel_partition.h"
+#include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {
 
@@ -32,7 +33,7 @@ __device__ float as_float(float value) { return value; }
 __device__ float as_float(std::uint16_t bits) { return ::dufu::trainer::bf16_bits_to_float(bits); }
 
 template <typename Weight>
-__global__ void embed_kernel(float* out, const std::int32_t* tokens, const Weight* wte, const Weight* wpe,
+__global__ void embed_kernel(TensorOut out, const std::int32_t* tokens, const Weight* wte, const Weight* wpe,
                              int vocab_begin, int vocab_end, int B, int T, int C) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= static_cast<std::size_t>(B) * T * C) return;
@@ -42,7 +43,7 @@ __global__ void embed_kernel(float* out, const std::int32_t* tokens, const Weigh
   const std::int32_t id = tokens[row];
   const bool in_range = id >= vocab_begin && id < vocab_end;
   const float token = in_range ? as_float(wte[static_cast<std::size_t>(id - vocab_begin) * C + c]) : 0.0f;
-  out[i] = wpe != nullptr ? token + as_float(wpe[static_cast<std::size_t>(t) * C + c]) : token;
+  keep_store(out, i, wpe != nullptr ? token + as_float(wpe[static_cast<std::size_t>(t) * C + c]) : token);
 }
 
 __global__ void bucket_keys_kernel(std::int32_t* keys, std::int32_t* positions, const std::int32_t* tokens,
@@ -78,8 +79,8 @@ __global__ void dwpe_kernel(float* dwpe, const float* dout, int B, int T, int C)
 }
 
 template <typename Weight>
-void embed(float* out, const std::int32_t* tokens, const Weight* wte, const Weight* wpe, int vocab_begin, int vocab_end,
-           int B, int T, int C) {
+void embed(TensorOut out, const std::int32_t* tokens, const Weight* wte, const Weight* wpe, int vocab_begin,
+           int vocab_end, int B, int T, int C) {
   const std::size_t n = static_cast<std::size_t>(B) * T * C;
   if (n == 0) return;
   embed_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(out, tokens, wte, wpe, vocab_begin, vocab_end, B, T, C);
@@ -121,7 +122,7 @@ void scatter(float* dwte, float* dwpe, const float* dout, const std::int32_t* to
 
 }  // namespace
 
-void vocab_parallel_embedding_forward(float* out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe,
+void vocab_parallel_embedding_forward(TensorOut out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe,
                                       int vocab_begin, int V_local, int B, int T, int C) {
   const int vocab_end = vocab_begin + V_local;
   if (bf16_operands("vocab_parallel_embedding_forward", wte, wpe)) {
@@ -131,7 +132,7 @@ void vocab_parallel_embedding_forward(float* out, const std::int32_t* tokens, Te
   }
 }
 
-void embedding_forward(float* out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T, int C) {
+void embedding_forward(TensorOut out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T, int C) {
   if (bf16_operands("embedding_forward", wte, wpe)) {
     embed(out, tokens, wte.bits(), wpe.bits(), 0, 0x7fffffff, B, T, C);
   } else {

@@ -156,7 +156,7 @@ unsigned row_blocks(int N) { return blocks_for(static_cast<std::size_t>(N), kRow
 
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
+void layernorm_forward(TensorOut out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
                        int N, int C) {
   residual_layernorm_forward(nullptr, out, mean, rstd, x, nullptr, weight, bias, N, C);
 }

@@ -122,7 +122,7 @@ unsigned row_blocks(int N) { return blocks_for(static_cast<std::size_t>(N), kRow
 
 }  // namespace
 
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* weight, float eps, int N, int C) {
+void rmsnorm_forward(TensorOut out, float* rstd, const float* x, const float* weight, float eps, int N, int C) {
   residual_rmsnorm_forward(nullptr, out, rstd, x, nullptr, weight, eps, N, C);
 }
 

@@ -9,6 +9,7 @@
 #include "cuda_kernels.h"
 #include "dufu/trainer/device/kernel_partition.h"
 #include "dufu/trainer/device/llama_math.h"
+#include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {
 
@@ -16,7 +17,7 @@ namespace {
 
 constexpr unsigned kBlock = 256;
 
-__global__ void rotary_kernel(float* qkv, int N, int T, int NH, int NKV, int hs, float theta, float direction) {
+__global__ void rotary_kernel(TensorOut qkv, int N, int T, int NH, int NKV, int hs, float theta, float direction) {
   const int half = hs / 2;
   const std::size_t index = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (index >= static_cast<std::size_t>(N) * half) return;
@@ -25,18 +26,25 @@ __global__ void rotary_kernel(float* qkv, int N, int T, int NH, int NKV, int hs,
   float cos_a, sin_a;
   rotary_cos_sin(n % T, i, hs, theta, cos_a, sin_a);
   sin_a *= direction;
-  float* row = qkv + static_cast<std::size_t>(n) * (NH + 2 * NKV) * hs;
+  const std::size_t row = static_cast<std::size_t>(n) * (NH + 2 * NKV) * hs;
   for (int head = 0; head < NH + NKV; ++head) {
-    float* x = row + static_cast<std::size_t>(head) * hs;
-    float x1 = x[i];
-    float x2 = x[i + half];
+    const std::size_t x = row + static_cast<std::size_t>(head) * hs;
+    float x1 = qkv.values[x + i];
+    float x2 = qkv.values[x + i + half];
     rotate_pair(x1, x2, cos_a, sin_a);
-    x[i] = x1;
-    x[i + half] = x2;
+    keep_store(qkv, x + i, x1);
+    keep_store(qkv, x + i + half, x2);
+  }
+  // The v heads are not turned, but kept with the rest: the same pair of each.
+  if (qkv.type != ElementType::kBf16) return;
+  for (int head = NH + NKV; head < NH + 2 * NKV; ++head) {
+    const std::size_t x = row + static_cast<std::size_t>(head) * hs;
+    keep_store(qkv, x + i, qkv.values[x + i]);
+    keep_store(qkv, x + i + half, qkv.values[x + i + half]);
   }
 }
 
-void rotate(float* qkv, int B, int T, int NH, int NKV, int hs, float theta, float direction) {
+void rotate(TensorOut qkv, int B, int T, int NH, int NKV, int hs, float theta, float direction) {
   const std::size_t pairs = static_cast<std::size_t>(B) * T * (hs / 2);
   if (pairs == 0) return;
   rotary_kernel<<<blocks_for(pairs, kBlock), kBlock, 0, stream()>>>(qkv, B * T, T, NH, NKV, hs, theta, direction);
@@ -45,11 +53,11 @@ void rotate(float* qkv, int B, int T, int NH, int NKV, int hs, float theta, floa
 
 }  // namespace
 
-void rotary_forward(float* qkv, int B, int T, int NH, int NKV, int hs, float theta) {
+void rotary_forward(TensorOut qkv, int B, int T, int NH, int NKV, int hs, float theta) {
   rotate(qkv, B, T, NH, NKV, hs, theta, 1.0f);
 }
 
-void rotary_backward(float* dqkv, int B, int T, int NH, int NKV, int hs, float theta) {
+void rotary_backward(TensorOut dqkv, int B, int T, int NH, int NKV, int hs, float theta) {
   rotate(dqkv, B, T, NH, NKV, hs, theta, -1.0f);
 }
 

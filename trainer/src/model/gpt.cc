@@ -343,20 +343,19 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
   // [N, C] output, which an all-reduce completes. The c_proj bias joins on rank 0
   // only, so the sum adds it once; likewise wpe in the vocab-parallel embedding.
   const bool adds_replicated = tp_rank_ == 0;
+  // Under bf16 each activation is kept in bf16 (rounded, its bits stored where the
+  // backward reads them) by the kernel that computes it: the table in
+  // docs/architecture.md. A later stage's input was kept by the stage that sent it.
   if (!stage_.is_first()) {
     device_->copy(acts.encoded, input.data(), input.size_bytes());
   } else {
-    embed(acts.encoded, device_tokens, adds_replicated, B, T, C);
-    if (tp_ > 1) reduce_over_tensor_group(acts.encoded, stream);
+    embed(kept_before_reduction(acts.encoded), device_tokens, adds_replicated, B, T, C);
+    reduce_and_keep(acts.encoded, stream);
   }
-  // Under bf16 each activation is rounded where a GPU would store it in bf16 (the
-  // table in docs/architecture.md); round_if_bf16 does nothing under fp32.
-  round_if_bf16(acts.encoded, stream);
   ensure_layer_parameters(0);  // ZeRO-3 gathers each layer's before its first use
   const LayerActivations first = layer_activations(slot, 0);
-  norm_forward(first.ln_1, first.ln_1_mean, first.ln_1_rstd, acts.encoded, p_.h[0].ln_1_weight, p_.h[0].ln_1_bias,
-               N, C);
-  round_if_bf16(first.ln_1, stream, stored_activations(slot, 0).ln_1);
+  norm_forward(kept(first.ln_1, stored_activations(slot, 0).ln_1), first.ln_1_mean, first.ln_1_rstd, acts.encoded,
+               p_.h[0].ln_1_weight, p_.h[0].ln_1_bias, N, C);
   for (int l = 0; l < L; ++l) {
     const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
     const BasicGPTLayerTensors<std::uint16_t> w16 =
@@ -387,8 +386,7 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
       residual_layernorm(a.residual_out, acts.ln_f, acts.ln_f_mean, acts.ln_f_rstd, a.residual_mid, acts.branch,
                          p_.ln_f_weight, p_.ln_f_bias, N, C, nullptr, acts.ln_f_bits);
     } else {
-      k.add(a.residual_out, a.residual_mid, acts.branch, stream);
-      round_if_bf16(a.residual_out, stream);
+      k.add(kept(a.residual_out, nullptr), a.residual_mid, acts.branch, stream);
     }
   }
   if (!stage_.is_last()) {
@@ -422,8 +420,9 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
     k.vocab_parallel_classifier_exp_sum(row_stats.data(), acts.logits, row_max.data(), device_targets, N, V,
                                         vocab_begin(), Vl);
     tensor_group_->all_reduce(row_stats);
-    k.vocab_parallel_classifier_finish(acts.logits, acts.losses, row_stats.data(), row_max.data(), device_targets,
-                                       dloss_scale, N, V, vocab_begin(), Vl);
+    // The gradient kept in bf16, as the serial classifier keeps it.
+    k.vocab_parallel_classifier_finish(kept(acts.logits, nullptr), acts.losses, row_stats.data(), row_max.data(),
+                                       device_targets, dloss_scale, N, V, vocab_begin(), Vl);
   }
   slot.has_logits = false;
   slot.backward_pending = true;
@@ -459,8 +458,8 @@ void GPT::forward_layer_body(const ActivationSlot& slot, int l) {
   if (config_.is_llama()) {
     linear_forward(a.qkv, {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight}, w.attn_c_attn_bias,
                    N, C, widths.qkv);
-    k.rotary_forward(a.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size, config_.rope_theta);
-    round_if_bf16(a.qkv, sizes.qkv, stored.qkv);
+    k.rotary_forward(kept(a.qkv, stored.qkv), B, T, widths.heads, widths.kv_heads, widths.head_size,
+                     config_.rope_theta);
   } else {
     linear_forward(kept(a.qkv, stored.qkv), {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight},
                    w.attn_c_attn_bias, N, C, widths.qkv);
@@ -483,7 +482,6 @@ void GPT::forward_mlp_hidden(const ActivationSlot& slot, int l) {
   const int N = slot.batch_b * slot.batch_t;
   const int C = config_.d_model;
   const LocalWidths widths = local_widths();
-  const LayerSizes sizes = layer_sizes(static_cast<std::size_t>(N));
   const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
   const BasicGPTLayerTensors<std::uint16_t> w16 =
       p16_.h.empty() ? BasicGPTLayerTensors<std::uint16_t>{} : p16_.h[static_cast<std::size_t>(l)];
@@ -493,8 +491,7 @@ void GPT::forward_mlp_hidden(const ActivationSlot& slot, int l) {
     // fc_pre holds the fused gate and up projections, fc_gelu silu(gate) * up.
     linear_forward(kept(a.fc_pre, stored.fc_pre), {a.ln_2, stored.ln_2}, {w.mlp_c_fc_weight, w16.mlp_c_fc_weight},
                    nullptr, N, C, widths.mlp_pre);
-    kernels_->swiglu_forward(a.fc_gelu, a.fc_pre, N, widths.mlp_hidden);
-    round_if_bf16(a.fc_gelu, sizes.mlp_hidden, stored.fc_gelu);
+    kernels_->swiglu_forward(kept(a.fc_gelu, stored.fc_gelu), a.fc_pre, N, widths.mlp_hidden);
     return;
   }
   // Bias and GELU fused into the matmul (a GPU's epilogue): only fc_pre and fc_gelu
@@ -516,8 +513,8 @@ void GPT::recompute_layer(const ActivationSlot& slot, int l) {
   // from the embedding): the same normalisation of the same stored input.
   const float* residual_in = l == 0 ? slot.acts.encoded : layer_activations(slot, l - 1).residual_out;
   const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
-  norm_forward(a.ln_1, a.ln_1_mean, a.ln_1_rstd, residual_in, w.ln_1_weight, w.ln_1_bias, N, C);
-  round_if_bf16(a.ln_1, static_cast<std::size_t>(N) * static_cast<std::size_t>(C), stored_activations(slot, l).ln_1);
+  norm_forward(kept(a.ln_1, stored_activations(slot, l).ln_1), a.ln_1_mean, a.ln_1_rstd, residual_in, w.ln_1_weight,
+               w.ln_1_bias, N, C);
   forward_layer_body(slot, l);
 }
 

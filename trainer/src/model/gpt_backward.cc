@@ -69,9 +69,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
   // Under bf16 the activation gradients are rounded where they are stored, as the
   // activations are; parameter gradients accumulate in fp32.
   if (stage_.is_last()) {
-    // The classifier left dloss/dlogits in the logits buffer (kept in bf16 by the
-    // serial one; the vocab-parallel one's is rounded here).
-    if (tp_ > 1) round_if_bf16(acts.logits, rows * static_cast<std::size_t>(Vl));
+    // The classifier left dloss/dlogits in the logits buffer, kept in bf16 under bf16.
     linear_backward(kept_before_reduction(d.ln), config_.tie_embeddings ? g_.wte : g_.lm_head, nullptr, acts.logits,
                     {acts.ln_f, acts.ln_f_bits}, head_weights(), N, C, Vl);
     reduce_and_keep(d.ln, stream);
@@ -110,8 +108,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
       linear_backward(kept(d.fc_hidden, nullptr), dw.mlp_c_proj_weight, nullptr, d.residual,
                       {a.fc_gelu, stored.fc_gelu}, {w.mlp_c_proj_weight, w16.mlp_c_proj_weight}, N, widths.mlp_hidden,
                       C);
-      k.swiglu_backward(d.fc_pre, d.fc_hidden, a.fc_pre, N, widths.mlp_hidden);
-      round_if_bf16(d.fc_pre, sizes.mlp_pre);
+      k.swiglu_backward(kept(d.fc_pre, nullptr), d.fc_hidden, a.fc_pre, N, widths.mlp_hidden);
     } else {
       // c_proj's backward goes through the GELU in one op (a GPU's epilogue): the
       // gradient of the GELU's output is never stored, so under bf16 it is not rounded.
@@ -129,14 +126,15 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
     linear_backward(kept(d.atty, nullptr), dw.attn_c_proj_weight, dw.attn_c_proj_bias, d.residual,
                     {a.atty, stored.atty}, {w.attn_c_proj_weight, w16.attn_c_proj_weight}, N, widths.attn, C);
     progress_collectives();
-    // Llama's q and k gradients turn back after the attention's backward: kept after.
+    // Llama's q and k gradients turn back after the attention's backward, which keeps
+    // them.
     const bool turned = config_.is_llama();
     k.attention_backward(turned ? TensorOut(d.qkv) : kept(d.qkv, nullptr), d.atty,
                          attention_input({a.qkv, stored.qkv}), a.atty, a.lse, B, T, widths.heads, widths.kv_heads,
                          widths.head_size);
     if (turned) {
-      k.rotary_backward(d.qkv, B, T, widths.heads, widths.kv_heads, widths.head_size, config_.rope_theta);
-      round_if_bf16(d.qkv, sizes.qkv);
+      k.rotary_backward(kept(d.qkv, nullptr), B, T, widths.heads, widths.kv_heads, widths.head_size,
+                        config_.rope_theta);
     }
     progress_collectives();
     linear_backward(kept_before_reduction(d.ln), dw.attn_c_attn_weight, dw.attn_c_attn_bias, d.qkv,

@@ -45,14 +45,15 @@ TensorOut GPT::kept_before_reduction(float* values) const {
 void GPT::reduce_and_keep(float* values, std::size_t count) {
   if (tp_ == 1) return;
   reduce_over_tensor_group(values, count);
-  round_if_bf16(values, count);
+  // The one rounding pass left under bf16: a sum over ranks is final only here.
+  if (precision_ == Precision::kBf16) kernels_->round_to_bf16(values, count);
 }
 
 // Tensor parallel, each rank looks up its rows of wte and one rank adds wpe, so the
 // sum over the group is the embedding (GPT::forward_stage all-reduces it). Llama has
 // no wpe: its one rank of one uses the vocab-parallel kernel over the whole table,
 // which adds nothing for a null wpe.
-void GPT::embed(float* out, const std::int32_t* tokens, bool adds_positions, int B, int T, int C) {
+void GPT::embed(TensorOut out, const std::int32_t* tokens, bool adds_positions, int B, int T, int C) {
   const TensorIn wte = typed({p_.wte, p16_.wte});
   const TensorIn wpe = typed({p_.wpe, p16_.wpe});
   if (tp_ == 1 && !config_.is_llama()) {
@@ -72,7 +73,7 @@ void GPT::embed_backward(const float* dout, const std::int32_t* tokens, int B, i
   }
 }
 
-void GPT::norm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
+void GPT::norm_forward(TensorOut out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
                        int N, int C) {
   if (config_.is_llama()) {
     kernels_->rmsnorm_forward(out, rstd, x, weight, config_.norm_eps, N, C);

@@ -142,15 +142,6 @@ void GPT::set_optimizer_offload(bool offload) {
   working_weights_stale_ = true;
 }
 
-void GPT::round_if_bf16(float* values, std::size_t count, std::uint16_t* stored) const {
-  if (precision_ != Precision::kBf16) return;
-  if (stored != nullptr) {
-    kernels_->store_bf16(stored, values, count);
-  } else {
-    kernels_->round_to_bf16(values, count);
-  }
-}
-
 void GPT::refresh_working_weights() {
   if (precision_ != Precision::kBf16 || !working_weights_stale_) return;
   // A pure function of the masters: remaking it at any time gives the same bits, so a
@@ -304,7 +295,7 @@ void GPT::load_layer_activations(const ActivationSlot& slot, int l) {
   // What the fp32 kernels of the backward read (attention's q, k, v and output, the
   // LayerNorms, the GELU's derivative); the matmuls read ln_1, atty, ln_2 and fc_gelu
   // as bf16. Attention's lse stays fp32 in the slot. What recompute_layer makes again
-  // it leaves in fp32 itself (store_bf16 leaves the rounded values behind): under full
+  // it leaves in fp32 itself (a kept output leaves the rounded values behind): under full
   // recomputation everything but the input.
   if (slot.recompute != Recompute::kFull) {
     const LayerActivations a = layer_activations(slot, l);

@@ -78,8 +78,9 @@ struct KernelTable {
   // every activation gradient), so a GPU copies it to bf16 exactly and multiplies bf16
   // with fp32 accumulation.
   //
-  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. Tokens must index rows of wte (unchecked).
-  void (*embedding_forward)(float* out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T, int C);
+  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:], kept as out says (TensorOut). Tokens
+  // must index rows of wte (unchecked).
+  void (*embedding_forward)(TensorOut out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T, int C);
   // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]
   void (*embedding_backward)(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T,
                              int C);
@@ -88,8 +89,8 @@ struct KernelTable {
   // if its id is in that range, else 0, plus wpe[t,:] unless wpe is null. When the
   // ranks splitting the table each run this, one of them with wpe, the sum of their
   // outputs is embedding_forward's, exactly: each position's sum has at most two
-  // non-zero terms.
-  void (*vocab_parallel_embedding_forward)(float* out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe,
+  // non-zero terms (before out is kept: a group keeps the sum, after its all-reduce).
+  void (*vocab_parallel_embedding_forward)(TensorOut out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe,
                                            int vocab_begin, int V_local, int B, int T, int C);
   // dwte[tokens[b,t] - vocab_begin,:] += dout[b,t,:] for the tokens in range;
   // dwpe[t,:] += sum_b dout[b,t,:] unless dwpe is null.
@@ -97,8 +98,9 @@ struct KernelTable {
                                             int vocab_begin, int V_local, int B, int T, int C);
 
   // LayerNorm of each of the N rows: out = (x - mean) * rstd * weight + bias; mean and
-  // rstd (N each) are saved for backward. eps = 1e-5 like PyTorch/GPT-2.
-  void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* x, const float* weight,
+  // rstd (N each) are saved for backward. eps = 1e-5 like PyTorch/GPT-2. out is kept as
+  // its TensorOut says; mean and rstd are those of x, whatever out's type.
+  void (*layernorm_forward)(TensorOut out, float* mean, float* rstd, const float* x, const float* weight,
                             const float* bias, int N, int C);
   // Residual add fused with the next LayerNorm: residual_out = residual + branch, then
   // norm_out = LayerNorm(residual_out). residual_out may be residual (in place). Its
@@ -185,14 +187,15 @@ struct KernelTable {
   //      target, else 0 (both 0 for ignored rows). Then all-reduce SUM over stats [2N].
   //   3. finish: losses[n] = log(stats[n]) - (stats[N + n] - row_max[n]), the same on
   //      every rank, and logits = dloss_scale · (softmax - onehot(target)) in place;
-  //      padding columns and ignored rows get 0, ignored rows loss 0.
+  //      padding columns and ignored rows get 0, ignored rows loss 0; the gradient
+  //      kept as logits says (logits.values is the buffer read and overwritten).
   // Phase 1 throws dufu::Error for a target neither -1 nor in [0, V), or for a
   // vocab_begin or Vl out of range, before anything is written.
   void (*vocab_parallel_classifier_max)(float* row_max, const float* logits, const std::int32_t* targets, int N, int V,
                                         int vocab_begin, int Vl);
   void (*vocab_parallel_classifier_exp_sum)(double* stats, float* logits, const float* row_max,
                                             const std::int32_t* targets, int N, int V, int vocab_begin, int Vl);
-  void (*vocab_parallel_classifier_finish)(float* logits, float* losses, const double* stats, const float* row_max,
+  void (*vocab_parallel_classifier_finish)(TensorOut logits, float* losses, const double* stats, const float* row_max,
                                            const std::int32_t* targets, float dloss_scale, int N, int V,
                                            int vocab_begin, int Vl);
 
@@ -214,8 +217,8 @@ struct KernelTable {
 
   // ---- the model's glue, kept on the device so no step leaves it ----
   // out[i] = a[i] + b[i] for i < n (out may be a or b): the residual add at the end of
-  // a pipeline stage, where no LayerNorm follows to fuse it with.
-  void (*add)(float* out, const float* a, const float* b, std::size_t n);
+  // a pipeline stage, where no LayerNorm follows to fuse it with. out kept (TensorOut).
+  void (*add)(TensorOut out, const float* a, const float* b, std::size_t n);
   // mean_out[0] = the mean of losses[i] over the rows whose target is not -1, summed
   // in double in row order (0 when every row is ignored): the loss a forward returns.
   void (*masked_mean_loss)(float* mean_out, const float* losses, const std::int32_t* targets, int N);
@@ -240,8 +243,9 @@ struct KernelTable {
   // ---- Llama-family ops (model.arch = llama; docs/architecture.md) ----
   // RMSNorm of each of the N rows: out = x * rstd * weight with
   // rstd = 1 / sqrt(mean(x^2) + eps), saved (N) for backward. No bias, no mean
-  // subtracted. eps is the model's (Llama 1: 1e-6; Llama 2 and 3: 1e-5).
-  void (*rmsnorm_forward)(float* out, float* rstd, const float* x, const float* weight, float eps, int N,
+  // subtracted. eps is the model's (Llama 1: 1e-6; Llama 2 and 3: 1e-5). out kept as
+  // layernorm_forward's.
+  void (*rmsnorm_forward)(TensorOut out, float* rstd, const float* x, const float* weight, float eps, int N,
                           int C) = nullptr;
   // Residual add fused with the next RMSNorm, as residual_layernorm_forward:
   // residual_out = residual + branch (may be residual, in place), then norm_out =
@@ -259,19 +263,22 @@ struct KernelTable {
   // grouped-query attention, NKV = NH plain multi-head). HF Llama's convention
   // (rotate_half): element i < hs/2 of a head pairs with i + hs/2 and turns by the
   // angle t * theta^(-2i/hs) at position t (llama_math.h). Under tensor parallelism a
-  // rank passes its own NH / tp and NKV / tp heads.
-  void (*rotary_forward)(float* qkv, int B, int T, int NH, int NKV, int hs, float theta) = nullptr;
+  // rank passes its own NH / tp and NKV / tp heads. The rotation finishes the tensor,
+  // so the whole of qkv is kept as its TensorOut says, the v heads too (qkv.values is
+  // the buffer read and written): the projection before it leaves fp32 values.
+  void (*rotary_forward)(TensorOut qkv, int B, int T, int NH, int NKV, int hs, float theta) = nullptr;
   // The backward, in place on dqkv of the same layout: the gradients of q and k turned
-  // by -angle (the rotation's transpose); v's gradient untouched.
-  void (*rotary_backward)(float* dqkv, int B, int T, int NH, int NKV, int hs, float theta) = nullptr;
+  // by -angle (the rotation's transpose); v's gradient unturned; the whole of dqkv kept
+  // as rotary_forward keeps qkv.
+  void (*rotary_backward)(TensorOut dqkv, int B, int T, int NH, int NKV, int hs, float theta) = nullptr;
   // SwiGLU on the fused gate/up projection gate_up [N, 2H] (each row: H gate values,
   // then H up values): out [N, H] = silu(gate) * up. Under tensor parallelism a rank's
   // projection stacks its column slice of the gate rows over the same slice of the up
-  // rows, so its local output has this layout with H / tp.
-  void (*swiglu_forward)(float* out, const float* gate_up, int N, int H) = nullptr;
+  // rows, so its local output has this layout with H / tp. out kept (TensorOut).
+  void (*swiglu_forward)(TensorOut out, const float* gate_up, int N, int H) = nullptr;
   // dgate_up [N, 2H] (overwritten) = (dgate, dup) of out's gradient dout [N, H]: the
-  // gradient of the fused projection's output, in its layout.
-  void (*swiglu_backward)(float* dgate_up, const float* dout, const float* gate_up, int N, int H) = nullptr;
+  // gradient of the fused projection's output, in its layout, kept (TensorOut).
+  void (*swiglu_backward)(TensorOut dgate_up, const float* dout, const float* gate_up, int N, int H) = nullptr;
 };
 
 }  // namespace dufu::trainer

@@ -603,9 +603,6 @@ class GPT {
   void reclaim_gradient_windows();
   // Between the backward's kernels: the sink's chance to progress what it holds.
   void progress_gradient_sink() const;
-  // Under bf16: rounds `count` values to bf16 where the recipe stores bf16, and keeps
-  // their bf16 copy in `stored` unless it is null (gpt_precision.cc).
-  void round_if_bf16(float* values, std::size_t count, std::uint16_t* stored = nullptr) const;
   // Under bf16: the working copy of the weights, remade from the masters if stale.
   void refresh_working_weights();
   // residual_out = residual + branch, norm_out = LayerNorm(residual_out): fused under
@@ -645,13 +642,13 @@ class GPT {
   // the sum (reduce_and_keep), so every rank rounds the same sum.
   TensorOut kept_before_reduction(float* values) const;
   void reduce_and_keep(float* values, std::size_t count);
-  void embed(float* out, const std::int32_t* tokens, bool adds_positions, int B, int T, int C);
+  void embed(TensorOut out, const std::int32_t* tokens, bool adds_positions, int B, int T, int C);
   // The embedding's backward into g_.wte (and g_.wpe).
   void embed_backward(const float* dout, const std::int32_t* tokens, int B, int T, int C);
   // The architecture's normalisation (gpt2: LayerNorm; llama: RMSNorm with the
   // config's eps, no bias and no mean: bias, mean and dbias are null), arguments as
   // the layernorm kernels'.
-  void norm_forward(float* out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
+  void norm_forward(TensorOut out, float* mean, float* rstd, const float* x, const float* weight, const float* bias,
                     int N, int C);
   void norm_backward(TensorOut dx, float* dweight, float* dbias, const float* dout, const float* x,
                      const float* weight, const float* mean, const float* rstd, int N, int C);
