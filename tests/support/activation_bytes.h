@@ -27,4 +27,14 @@ inline double measured_activation_bytes(const trainer::GPTConfig& config, traine
   return static_cast<double>(device.live_bytes() - before);
 }
 
+// What the plan's activation count (training_memory.h) holds beyond what a serial
+// model allocates, for a vocabulary that is a multiple of vocab_multiple: the padding
+// columns of the logits it allows for (one vocab_multiple per token, fp32, and under
+// bf16 the bits of their gradient too), less the one-float loss the model keeps on the
+// device, which the plan leaves out.
+inline double plan_over_count_bytes(const trainer::GPTConfig& config, trainer::Precision precision, int B, int T) {
+  const double bytes_per_column = precision == trainer::Precision::kBf16 ? 6.0 : 4.0;
+  return bytes_per_column * B * T * config.vocab_multiple - 4.0;
+}
+
 }  // namespace dufu::testing

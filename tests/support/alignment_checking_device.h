@@ -18,6 +18,7 @@ namespace dufu::testing {
 class AlignmentCheckingDevice final : public ForwardingCpuDevice {
  public:
   AlignmentCheckingDevice() : table_(cpu().kernels()) {
+    using trainer::KeptIn;
     using trainer::KernelTable;
     using trainer::TensorIn;
     using trainer::TensorOut;
@@ -31,14 +32,15 @@ class AlignmentCheckingDevice final : public ForwardingCpuDevice {
       check("matmul_bias_gelu_forward", {out.values, pre.values, x.data, out.bits, pre.bits});
       cpu().kernels().matmul_bias_gelu_forward(out, pre, x, weight, bias, N, C, OC);
     };
-    table_.matmul_backward = [](TensorOut dx, float* dweight, float* dbias, const float* dout, TensorIn x,
-                                TensorIn weight, int N, int C, int OC) {
-      check("matmul_backward", {dx.values, dout, x.data});
+    // dout's bits go to the GEMM as they are on a GPU: checked too.
+    table_.matmul_backward = [](TensorOut dx, float* dweight, float* dbias, KeptIn dout, TensorIn x, TensorIn weight,
+                                int N, int C, int OC) {
+      check("matmul_backward", {dx.values, dout.values, x.data, dout.bits});
       cpu().kernels().matmul_backward(dx, dweight, dbias, dout, x, weight, N, C, OC);
     };
-    table_.matmul_gelu_backward = [](TensorOut dpre, float* dweight, float* dbias, const float* dout, TensorIn x,
+    table_.matmul_gelu_backward = [](TensorOut dpre, float* dweight, float* dbias, KeptIn dout, TensorIn x,
                                      TensorIn weight, const float* pre, int N, int C, int OC) {
-      check("matmul_gelu_backward", {dpre.values, dout, x.data, pre});
+      check("matmul_gelu_backward", {dpre.values, dout.values, x.data, pre, dout.bits});
       cpu().kernels().matmul_gelu_backward(dpre, dweight, dbias, dout, x, weight, pre, N, C, OC);
     };
   }

@@ -38,15 +38,11 @@ double measured_activation_bytes(Precision precision) {
 
 TEST(Bf16Storage, ActivationMemoryIsWhatThePlanSays) {
   const GPTConfig config = storage_model();
-  const double N = kB * kT;
-  // The plan's allowances the model does not allocate: the padding columns of the
-  // logits it assumes and the loss the model keeps on the device (one float, which
-  // the plan leaves out), whatever the precision.
-  const double padding = 4.0 * N * config.vocab_multiple;
   for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
     SCOPED_TRACE(dufu::trainer::precision_name(precision));
     const double planned = dufu::trainer::activation_bytes(config, kB, kT, 1, {}, 1, 0, precision);
-    EXPECT_EQ(measured_activation_bytes(precision), planned - padding + 4.0);
+    EXPECT_EQ(measured_activation_bytes(precision),
+              planned - dufu::testing::plan_over_count_bytes(config, precision, kB, kT));
   }
 }
 
@@ -59,12 +55,15 @@ TEST(Bf16Storage, HalvesTheActivationsTheBackwardReads) {
   // output and the MLP's two hidden tensors (4C + 12C floats per token); attention's
   // lse and the stage's output stay fp32. bf16 keeps them in 2 bytes instead of 4, and
   // computes a layer in an fp32 working layer of 5C + 12C floats per token; the LM
-  // head reads a bf16 copy of ln_f besides its fp32 one.
+  // head reads a bf16 copy of ln_f besides its fp32 one. The backward GEMMs read the
+  // bits of their dout: the logits' gradient's (V per token) and those of the residual
+  // stream's, qkv's and fc_pre's gradients (C + 3C + 4C per token).
   const double kept = L * 16.0 * C * N - C * N;
   const double working_layer = 17.0 * C * N;
   const double ln_f_copy = C * N;
+  const double gradient_bits = config.vocab_size * N + 8.0 * C * N;
   EXPECT_EQ(measured_activation_bytes(Precision::kFp32) - measured_activation_bytes(Precision::kBf16),
-            2.0 * kept - 4.0 * working_layer - 2.0 * ln_f_copy);
+            2.0 * kept - 4.0 * working_layer - 2.0 * ln_f_copy - 2.0 * gradient_bits);
 }
 
 TEST(Bf16Storage, PipelineSlotsKeepTheirOwnActivations) {

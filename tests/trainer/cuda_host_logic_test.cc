@@ -95,7 +95,7 @@ TEST(LtAlgorithmCache, AsksOncePerKeyAndKeysTheAlignment) {
   EXPECT_EQ(cache.size(), 5u);
 }
 
-TEST(CudaScratch, TheLogitsGradientsBf16CopyAndTheWorkspaceAreInThePlan) {
+TEST(CudaScratch, TheLargestRequestAndTheWorkspaceAreInThePlan) {
   // GPT-2 124M's last stage at B 4, T 1024: N 4096 rows, C 768, vocabulary 50304.
   const std::int64_t N = 4096, C = 768, V = 50304;
   StepShapes shapes{.matmuls = {{N, C, 3 * C, true}, {N, C, C, true}, {N, C, 4 * C, true}, {N, 4 * C, C, true},
@@ -104,15 +104,17 @@ TEST(CudaScratch, TheLogitsGradientsBf16CopyAndTheWorkspaceAreInThePlan) {
                     .width = C,
                     .parameters = 124'000'000,
                     .bf16_operands = true};
-  // bf16: the LM head's dout copy, N x V x 2 bytes, is the largest request.
-  EXPECT_EQ(cuda::step_scratch_bytes(shapes), static_cast<std::size_t>(N * V * 2));
-  EXPECT_DOUBLE_EQ(cuda::device_scratch_bytes(shapes), 32.0 * 1024 * 1024 + static_cast<double>(N * V * 2));
-  // fp32: no copies; the largest is the embedding backward's sort (four arrays of N
-  // 32-bit keys or positions and cub's storage), above the MLP-up bias's partial sums
-  // (32 chunks x 4C doubles).
+  // The largest is the embedding backward's sort (four arrays of N 32-bit keys or
+  // positions and cub's storage), above the MLP-up bias's partial sums (32 chunks x 4C
+  // doubles); under bf16 too, where the backward GEMMs read the bits the model kept of
+  // their dout (the LM head's, N x V x 2 bytes, was the largest request when it was
+  // copied into the scratch).
+  const std::size_t sort_bytes = static_cast<std::size_t>(4 * N * 4) + (std::size_t{1} << 20);
+  EXPECT_EQ(cuda::step_scratch_bytes(shapes), sort_bytes);
+  EXPECT_DOUBLE_EQ(cuda::device_scratch_bytes(shapes), 32.0 * 1024 * 1024 + static_cast<double>(sort_bytes));
   shapes.bf16_operands = false;
-  EXPECT_EQ(cuda::step_scratch_bytes(shapes), static_cast<std::size_t>(4 * N * 4) + (std::size_t{1} << 20));
-  EXPECT_GT(cuda::step_scratch_bytes(shapes), static_cast<std::size_t>(32 * 4 * C * 8));
+  EXPECT_EQ(cuda::step_scratch_bytes(shapes), sort_bytes);
+  EXPECT_GT(sort_bytes, static_cast<std::size_t>(32 * 4 * C * 8));
   // An odd copy rounds up to 256 bytes, as the scratch asks.
   EXPECT_EQ(cuda::bf16_copy_scratch_bytes(7), 256u);
   // Few rows: as many chunks as rows.

@@ -69,8 +69,8 @@ void multiply_by_gelu_grad(TensorOut d, const float* pre, int N, int C) {
 
 // Two passes (OpenBLAS has no epilogue): the gradient of the GELU's output lands in
 // dpre, which its derivative then scales in place.
-void matmul_gelu_backward(TensorOut dpre, float* dweight, float* dbias, const float* dout, TensorIn x,
-                          TensorIn weight, const float* pre, int N, int C, int OC) {
+void matmul_gelu_backward(TensorOut dpre, float* dweight, float* dbias, KeptIn dout, TensorIn x, TensorIn weight,
+                          const float* pre, int N, int C, int OC) {
   matmul_backward(dpre.values, dweight, dbias, dout, x, weight, N, C, OC);
   multiply_by_gelu_grad(dpre, pre, N, C);
 }

@@ -93,8 +93,11 @@ void matmul_forward(TensorOut kept, TensorIn x_in, TensorIn weight_in, const flo
   parallel_sgemm(false, true, N, OC, C, 1.0f, operands.x, C, operands.weight, C, beta, out, OC, kept);
 }
 
-void matmul_backward(TensorOut dx, float* dweight, float* dbias, const float* dout, TensorIn x_in,
-                     TensorIn weight_in, int N, int C, int OC) {
+// dout's values: exact under bf16 too (bf16 bits stand for these floats), so its bits
+// are not read.
+void matmul_backward(TensorOut dx, float* dweight, float* dbias, KeptIn kept_dout, TensorIn x_in, TensorIn weight_in,
+                     int N, int C, int OC) {
+  const float* dout = kept_dout.values;
   const FloatOperands operands("matmul_backward", x_in, weight_in, N, C, OC);
   if (dx.values != nullptr) {
     parallel_sgemm(false, false, N, C, OC, 1.0f, dout, OC, operands.weight, C, 0.0f, dx.values, C, dx);

@@ -30,9 +30,9 @@ DUFU_KERNEL_OPS(DUFU_DECLARE_KERNEL)
 const KernelTable& kernel_table();
 
 // matmul_backward and matmul_gelu_backward with bf16 operands (matmul_bf16.cu).
-void bf16_matmul_backward(float* dx, float* dweight, float* dbias, const float* dout, const std::uint16_t* x,
+void bf16_matmul_backward(float* dx, float* dweight, float* dbias, KeptIn dout, const std::uint16_t* x,
                           const std::uint16_t* weight, int N, int C, int OC);
-void bf16_matmul_gelu_backward(float* dpre, float* dweight, float* dbias, const float* dout, const std::uint16_t* x,
+void bf16_matmul_gelu_backward(float* dpre, float* dweight, float* dbias, KeptIn dout, const std::uint16_t* x,
                                const std::uint16_t* weight, const float* pre, int N, int C, int OC);
 
 // An fp32 result already in out.values kept as TensorOut says: under bf16 rounded in

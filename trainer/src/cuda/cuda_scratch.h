@@ -34,14 +34,17 @@ constexpr std::size_t squares_chunk_count(std::size_t n) { return (n + kSquaresC
 constexpr std::size_t sum_of_squares_scratch_bytes(std::size_t n) {
   return (squares_chunk_count(n) + 1) * sizeof(double);
 }
-// The bf16 copy of a bf16-recipe backward's output gradient of `count` elements (the
-// logits gradient, for the LM head): it precedes the same backward's bias partials in
-// the scratch, which overwrite it once the GEMMs reading it are done (stream order).
+// The bf16 copy of a bf16-recipe backward's output gradient of `count` elements, for a
+// caller that kept no bits of it (the model keeps them: not in a step's plan), or of a
+// bias: it precedes the same backward's bias partials in the scratch, which overwrite
+// it once the GEMMs reading it are done (stream order).
 constexpr std::size_t bf16_copy_scratch_bytes(std::size_t count) {
   return detail::aligned_count<std::uint16_t>(count) * sizeof(std::uint16_t);
 }
 
-// The scratch a training step of `shapes` grows to: the largest single request.
+// The scratch a training step of `shapes` grows to: the largest single request. Under
+// bf16 the backward GEMMs read the bits the model kept of their dout, so no copy of it
+// is made; a bias's bf16 copy is smaller than its gradient's column sums.
 inline std::size_t step_scratch_bytes(const StepShapes& shapes) {
   const int N = static_cast<int>(shapes.rows);
   std::size_t largest = std::max({layernorm_scratch_bytes(N, static_cast<int>(shapes.width)),
@@ -50,10 +53,6 @@ inline std::size_t step_scratch_bytes(const StepShapes& shapes) {
   for (const MatmulShape& m : shapes.matmuls) {
     const int rows = static_cast<int>(m.rows);
     if (m.bias) largest = std::max(largest, column_sum_scratch_bytes(rows, static_cast<int>(m.outputs)));
-    if (shapes.bf16_operands) {
-      largest = std::max(largest, bf16_copy_scratch_bytes(static_cast<std::size_t>(m.rows) *
-                                                          static_cast<std::size_t>(m.outputs)));
-    }
   }
   return largest;
 }

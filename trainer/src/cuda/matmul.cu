@@ -204,30 +204,31 @@ void matmul_bias_gelu_forward(TensorOut out, TensorOut pre, TensorIn x, TensorIn
   keep(out, count);
 }
 
-void matmul_backward(TensorOut dx, float* dweight, float* dbias, const float* dout, TensorIn x, TensorIn weight, int N,
+void matmul_backward(TensorOut dx, float* dweight, float* dbias, KeptIn dout, TensorIn x, TensorIn weight, int N,
                      int C, int OC) {
   const bool bf16 = bf16_operands("matmul_backward", x, weight);
   if (N == 0 || OC == 0) return;
   if (bf16) {
     bf16_matmul_backward(dx.values, dweight, dbias, dout, x.bits(), weight.bits(), N, C, OC);
   } else {
-    if (dx.values != nullptr) input_grad(dx.values, dout, weight.values(), N, C, OC);
-    weight_and_bias_grads(dweight, dbias, dout, x.values(), N, C, OC);
+    if (dx.values != nullptr) input_grad(dx.values, dout.values, weight.values(), N, C, OC);
+    weight_and_bias_grads(dweight, dbias, dout.values, x.values(), N, C, OC);
   }
   if (dx.values != nullptr) keep(dx, static_cast<std::size_t>(N) * C);
 }
 
-void matmul_gelu_backward(TensorOut kept_dpre, float* dweight, float* dbias, const float* dout, TensorIn x_in,
+void matmul_gelu_backward(TensorOut kept_dpre, float* dweight, float* dbias, KeptIn kept_dout, TensorIn x_in,
                           TensorIn weight_in, const float* pre, int N, int C, int OC) {
   float* dpre = kept_dpre.values;
   const std::size_t count = static_cast<std::size_t>(N) * C;
   const bool bf16 = bf16_operands("matmul_gelu_backward", x_in, weight_in);
   if (N == 0 || OC == 0) return;
   if (bf16) {
-    bf16_matmul_gelu_backward(dpre, dweight, dbias, dout, x_in.bits(), weight_in.bits(), pre, N, C, OC);
+    bf16_matmul_gelu_backward(dpre, dweight, dbias, kept_dout, x_in.bits(), weight_in.bits(), pre, N, C, OC);
     keep(kept_dpre, count);
     return;
   }
+  const float* dout = kept_dout.values;
   const float* x = x_in.values();
   const float* weight = weight_in.values();
   // dpre [N, C] = gelu'(pre) ⊙ (dout [N, OC] · weight [OC, C]), the derivative applied in

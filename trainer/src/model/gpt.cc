@@ -259,7 +259,11 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
     if (!is_output) carver.want(layer.residual_out, N * C);
   }
   acts.ln_f_bits = nullptr;
-  if (stage_.is_last() && bf16_storage) stored_carver.want(acts.ln_f_bits, N * C);
+  acts.logits_bits = nullptr;
+  if (stage_.is_last() && bf16_storage) {
+    stored_carver.want(acts.ln_f_bits, N * C);
+    stored_carver.want(acts.logits_bits, N * Vl);
+  }
   acts.ln_f_mean = nullptr;
   if (stage_.is_last()) {
     carver.want(acts.ln_f, N * C);
@@ -283,7 +287,9 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
 }
 
 void GPT::ensure_activation_grads(int B, int T) {
-  if (B <= grad_capacity_b_ && T <= grad_capacity_t_) return;
+  const bool bf16 = precision_ == Precision::kBf16;
+  if (B <= grad_capacity_b_ && T <= grad_capacity_t_ && bf16 == activation_grads_bf16_) return;
+  activation_grads_bf16_ = bf16;
   grad_capacity_b_ = std::max(B, grad_capacity_b_);
   grad_capacity_t_ = std::max(T, grad_capacity_t_);
   const std::size_t N = static_cast<std::size_t>(grad_capacity_b_) * static_cast<std::size_t>(grad_capacity_t_);
@@ -298,6 +304,15 @@ void GPT::ensure_activation_grads(int B, int T) {
   carver.want(dacts_.fc_pre, sizes.mlp_pre);
   if (config_.is_llama()) carver.want(dacts_.fc_hidden, sizes.mlp_hidden);
   carver.allocate(*device_, activation_grad_memory_);
+  if (!bf16) {
+    activation_grad_bits_memory_.reset();
+    return;
+  }
+  detail::BufferCarver<std::uint16_t> bits_carver;
+  bits_carver.want(dacts_.residual_bits, sizes.stream);
+  bits_carver.want(dacts_.qkv_bits, sizes.qkv);
+  bits_carver.want(dacts_.fc_pre_bits, sizes.mlp_pre);
+  bits_carver.allocate(*device_, activation_grad_bits_memory_);
 }
 
 float GPT::forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B, int T) {
@@ -404,8 +419,9 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
   }
   const int V = config_.vocab_size;
   if (tp_ == 1) {
-    // The gradient kept in bf16 under bf16, as the LM head's backward reads it.
-    k.classifier_forward_backward(kept(acts.logits, nullptr), acts.losses, device_targets, dloss_scale, N, V, Vl);
+    // The gradient kept in bf16 under bf16, with the bits the LM head's backward reads.
+    k.classifier_forward_backward(kept(acts.logits, acts.logits_bits), acts.losses, device_targets, dloss_scale, N, V,
+                                  Vl);
   } else {
     // Vocab-parallel cross-entropy: the ranks combine row maxima, then sums of exp
     // and the target logits (2N numbers per all-reduce), never the logits themselves.
@@ -421,8 +437,8 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
                                         vocab_begin(), Vl);
     tensor_group_->all_reduce(row_stats);
     // The gradient kept in bf16, as the serial classifier keeps it.
-    k.vocab_parallel_classifier_finish(kept(acts.logits, nullptr), acts.losses, row_stats.data(), row_max.data(),
-                                       device_targets, dloss_scale, N, V, vocab_begin(), Vl);
+    k.vocab_parallel_classifier_finish(kept(acts.logits, acts.logits_bits), acts.losses, row_stats.data(),
+                                       row_max.data(), device_targets, dloss_scale, N, V, vocab_begin(), Vl);
   }
   slot.has_logits = false;
   slot.backward_pending = true;

@@ -70,17 +70,20 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
   // activations are; parameter gradients accumulate in fp32.
   if (stage_.is_last()) {
     // The classifier left dloss/dlogits in the logits buffer, kept in bf16 under bf16.
-    linear_backward(kept_before_reduction(d.ln), config_.tie_embeddings ? g_.wte : g_.lm_head, nullptr, acts.logits,
-                    {acts.ln_f, acts.ln_f_bits}, head_weights(), N, C, Vl);
+    linear_backward(kept_before_reduction(d.ln), config_.tie_embeddings ? g_.wte : g_.lm_head, nullptr,
+                    {acts.logits, acts.logits_bits}, {acts.ln_f, acts.ln_f_bits}, head_weights(), N, C, Vl);
     reduce_and_keep(d.ln, stream);
     const LayerActivations& last = acts.layers.back();  // its residual_out is fp32 under bf16 too
     device_->fill(d.residual, 0.0f, stream);
-    norm_backward(kept(d.residual, nullptr), g_.ln_f_weight, g_.ln_f_bias, d.ln, last.residual_out, p_.ln_f_weight,
-                  acts.ln_f_mean, acts.ln_f_rstd, N, C);
+    norm_backward(kept(d.residual, d.residual_bits), g_.ln_f_weight, g_.ln_f_bias, d.ln, last.residual_out,
+                  p_.ln_f_weight, acts.ln_f_mean, acts.ln_f_rstd, N, C);
   } else {
-    // The next stage's input gradient is this stage's output gradient.
+    // The next stage's input gradient is this stage's output gradient, which it kept
+    // (on the bf16 grid under bf16, so its bits are exact).
     device_->copy(d.residual, d_output.data(), d_output.size_bytes());
+    if (d.residual_bits != nullptr) k.to_bf16(d.residual_bits, d.residual, stream);
   }
+  const KeptIn residual_grad{d.residual, d.residual_bits};
 
   // d.residual carries the gradient of the residual stream down the layers: each
   // branch reads it as the gradient of its output, and each LayerNorm backward adds
@@ -105,42 +108,42 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
     if (config_.is_llama()) {
       // down_proj's backward gives the SwiGLU output's gradient, SwiGLU's that of the
       // fused gate and up projection.
-      linear_backward(kept(d.fc_hidden, nullptr), dw.mlp_c_proj_weight, nullptr, d.residual,
+      linear_backward(kept(d.fc_hidden, nullptr), dw.mlp_c_proj_weight, nullptr, residual_grad,
                       {a.fc_gelu, stored.fc_gelu}, {w.mlp_c_proj_weight, w16.mlp_c_proj_weight}, N, widths.mlp_hidden,
                       C);
-      k.swiglu_backward(kept(d.fc_pre, nullptr), d.fc_hidden, a.fc_pre, N, widths.mlp_hidden);
+      k.swiglu_backward(kept(d.fc_pre, d.fc_pre_bits), d.fc_hidden, a.fc_pre, N, widths.mlp_hidden);
     } else {
       // c_proj's backward goes through the GELU in one op (a GPU's epilogue): the
       // gradient of the GELU's output is never stored, so under bf16 it is not rounded.
-      linear_gelu_backward(kept(d.fc_pre, nullptr), dw.mlp_c_proj_weight, dw.mlp_c_proj_bias, d.residual,
+      linear_gelu_backward(kept(d.fc_pre, d.fc_pre_bits), dw.mlp_c_proj_weight, dw.mlp_c_proj_bias, residual_grad,
                            {a.fc_gelu, stored.fc_gelu}, {w.mlp_c_proj_weight, w16.mlp_c_proj_weight}, a.fc_pre, N,
                            widths.mlp_hidden, C);
     }
     progress_collectives();
-    linear_backward(kept_before_reduction(d.ln), dw.mlp_c_fc_weight, dw.mlp_c_fc_bias, d.fc_pre,
+    linear_backward(kept_before_reduction(d.ln), dw.mlp_c_fc_weight, dw.mlp_c_fc_bias, {d.fc_pre, d.fc_pre_bits},
                     {a.ln_2, stored.ln_2}, {w.mlp_c_fc_weight, w16.mlp_c_fc_weight}, N, C, widths.mlp_pre);
     reduce_and_keep(d.ln, stream);
-    norm_backward(kept(d.residual, nullptr), dw.ln_2_weight, dw.ln_2_bias, d.ln, a.residual_mid, w.ln_2_weight,
+    norm_backward(kept(d.residual, d.residual_bits), dw.ln_2_weight, dw.ln_2_bias, d.ln, a.residual_mid, w.ln_2_weight,
                   a.ln_2_mean, a.ln_2_rstd, N, C);
 
-    linear_backward(kept(d.atty, nullptr), dw.attn_c_proj_weight, dw.attn_c_proj_bias, d.residual,
+    linear_backward(kept(d.atty, nullptr), dw.attn_c_proj_weight, dw.attn_c_proj_bias, residual_grad,
                     {a.atty, stored.atty}, {w.attn_c_proj_weight, w16.attn_c_proj_weight}, N, widths.attn, C);
     progress_collectives();
     // Llama's q and k gradients turn back after the attention's backward, which keeps
     // them.
     const bool turned = config_.is_llama();
-    k.attention_backward(turned ? TensorOut(d.qkv) : kept(d.qkv, nullptr), d.atty,
+    k.attention_backward(turned ? TensorOut(d.qkv) : kept(d.qkv, d.qkv_bits), d.atty,
                          attention_input({a.qkv, stored.qkv}), a.atty, a.lse, B, T, widths.heads, widths.kv_heads,
                          widths.head_size);
     if (turned) {
-      k.rotary_backward(kept(d.qkv, nullptr), B, T, widths.heads, widths.kv_heads, widths.head_size,
+      k.rotary_backward(kept(d.qkv, d.qkv_bits), B, T, widths.heads, widths.kv_heads, widths.head_size,
                         config_.rope_theta);
     }
     progress_collectives();
-    linear_backward(kept_before_reduction(d.ln), dw.attn_c_attn_weight, dw.attn_c_attn_bias, d.qkv,
+    linear_backward(kept_before_reduction(d.ln), dw.attn_c_attn_weight, dw.attn_c_attn_bias, {d.qkv, d.qkv_bits},
                     {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight}, N, C, widths.qkv);
     reduce_and_keep(d.ln, stream);
-    norm_backward(kept(d.residual, nullptr), dw.ln_1_weight, dw.ln_1_bias, d.ln, residual_in, w.ln_1_weight,
+    norm_backward(kept(d.residual, d.residual_bits), dw.ln_1_weight, dw.ln_1_bias, d.ln, residual_in, w.ln_1_weight,
                   a.ln_1_mean, a.ln_1_rstd, N, C);
     if (layer_gradient_sink_ != nullptr) hand_off_layer_gradient(l);
   }

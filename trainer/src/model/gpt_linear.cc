@@ -27,12 +27,12 @@ void GPT::linear_bias_gelu_forward(TensorOut out, TensorOut pre, Operand x, Oper
   kernels_->matmul_bias_gelu_forward(out, pre, typed(x), typed(weight), bias, N, C, OC);
 }
 
-void GPT::linear_backward(TensorOut dx, float* dweight, float* dbias, const float* dout, Operand x, Operand weight,
+void GPT::linear_backward(TensorOut dx, float* dweight, float* dbias, KeptIn dout, Operand x, Operand weight,
                           int N, int C, int OC) {
   kernels_->matmul_backward(dx, dweight, dbias, dout, typed(x), typed(weight), N, C, OC);
 }
 
-void GPT::linear_gelu_backward(TensorOut dpre, float* dweight, float* dbias, const float* dout, Operand x,
+void GPT::linear_gelu_backward(TensorOut dpre, float* dweight, float* dbias, KeptIn dout, Operand x,
                                Operand weight, const float* pre, int N, int C, int OC) {
   kernels_->matmul_gelu_backward(dpre, dweight, dbias, dout, typed(x), typed(weight), pre, N, C, OC);
 }

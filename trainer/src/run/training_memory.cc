@@ -181,7 +181,8 @@ double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parall
   // 4 C + 12 Cl,
   // less the last layer's output already counted), in bf16 under bf16, which then
   // computes in one fp32 working layer shared by the slots; the last stage's ln_f
-  // and logits; the branch scratch buffer; the tokens and targets.
+  // and logits (under bf16 with the bits of their gradient); the branch scratch
+  // buffer; the tokens and targets.
   // Recomputation keeps less of each layer: selective all but the MLP's two hidden
   // tensors, full only the layer's output (the next one's
   // input) and its LayerNorm statistics. What it drops is computed, in the forward
@@ -198,14 +199,18 @@ double activation_bytes(const GPTConfig& config, int B, int T, int tensor_parall
   // RMSNorm keeps rstd, LayerNorm mean and rstd.
   const double norm_stats = (config.is_llama() ? 1.0 : 2.0) * N;
   double slot = 2.0 * N * C + layers * (2.0 * norm_stats + lse) + (bf16 ? 0.5 : 1.0) * kept;
-  if (stage.is_last()) slot += (bf16 ? 1.5 : 1.0) * N * C + norm_stats + N + N * vocab;  // ln_f (and its bf16 copy)
+  // ln_f (and its bf16 copy), the logits (and their gradient's bits)
+  if (stage.is_last()) slot += (bf16 ? 1.5 : 1.0) * (N * C + N * vocab) + norm_stats + N;
   slot += N * C + 2.0 * N;
   const double working_layer = bf16 ? 2.0 * N * C + layer_tensors + 0.5 * dropped : dropped;
   // The gradients of the activations, one set for every slot: the residual stream's
   // and a LayerNorm output's, atty, qkv and fc_pre (GPT-2's fc_gelu's is never stored:
-  // matmul_gelu_backward goes through the GELU; Llama's SwiGLU output's is).
+  // matmul_gelu_backward goes through the GELU; Llama's SwiGLU output's is); under
+  // bf16 also the bits of those a backward GEMM reads: the residual stream's, qkv's
+  // and fc_pre's.
   const double grads = 2.0 * N * C + N * (widths.attn + widths.qkv + widths.mlp_pre) +
-                       (config.is_llama() ? N * widths.mlp_hidden : 0.0);
+                       (config.is_llama() ? N * widths.mlp_hidden : 0.0) +
+                       (bf16 ? 0.5 * N * (C + widths.qkv + widths.mlp_pre) : 0.0);
   const double loader = static_cast<double>(prefetch) * B * (T + 1.0);
   return 4.0 * (slots * slot + working_layer + grads + loader);
 }

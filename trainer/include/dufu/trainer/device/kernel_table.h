@@ -70,13 +70,29 @@ struct TensorOut {
   bool bf16() const { return type == ElementType::kBf16; }
 };
 
+// A tensor a kernel reads that an earlier kernel wrote as a TensorOut: its fp32 values,
+// and under the bf16 recipe the bf16 bits it stored beside them (null where none were
+// stored, and under fp32). A backend reads the form it computes with: the CPU the
+// values, a GPU the bits, which go to its tensor cores as they are (without bits it
+// copies the values to bf16, exactly: a kept tensor's values are on the bf16 grid).
+// Made implicitly from a float pointer (no bits) or nullptr.
+struct KeptIn {
+  const float* values = nullptr;
+  const std::uint16_t* bits = nullptr;
+
+  constexpr KeptIn() = default;
+  constexpr KeptIn(std::nullptr_t) {}
+  constexpr KeptIn(const float* kept_values) : values(kept_values) {}
+  constexpr KeptIn(const float* kept_values, const std::uint16_t* kept_bits) : values(kept_values), bits(kept_bits) {}
+};
+
 struct KernelTable {
   // Operands of type TensorIn are fp32 or bf16; those of one entry are all of one type
   // (a null one aside): a mix throws dufu::Error. Outputs, biases, dout, pre and
   // gradients are fp32. With bf16 operands an entry computes what it computes on their
-  // float values; dout's values are on the bf16 grid under the bf16 recipe (it rounds
-  // every activation gradient), so a GPU copies it to bf16 exactly and multiplies bf16
-  // with fp32 accumulation.
+  // float values; a backward GEMM's dout is a KeptIn, on the bf16 grid under the bf16
+  // recipe (it keeps every activation gradient), with its bits where the model stored
+  // them, so a GPU multiplies bf16 with fp32 accumulation without a copy.
   //
   // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:], kept as out says (TensorOut). Tokens
   // must index rows of wte (unchecked).
@@ -121,8 +137,8 @@ struct KernelTable {
   void (*matmul_forward)(TensorOut out, TensorIn x, TensorIn weight, const float* bias, int N, int C, int OC);
   // dx[N, C] = dout · weight (overwritten, kept as TensorOut says; dx may be null);
   // dweight += dout^T · x; dbias += column sums of dout (dbias may be null).
-  void (*matmul_backward)(TensorOut dx, float* dweight, float* dbias, const float* dout, TensorIn x, TensorIn weight,
-                          int N, int C, int OC);
+  void (*matmul_backward)(TensorOut dx, float* dweight, float* dbias, KeptIn dout, TensorIn x, TensorIn weight, int N,
+                          int C, int OC);
 
   // GELU (tanh approximation) after adding the bias: pre = x + bias[col] is written to
   // `pre` (kept for backward) and out = gelu(pre). x is [N, C]; pre may be x (in place).
@@ -140,8 +156,8 @@ struct KernelTable {
   // gradient of the GELU's input, so the gradient of x is never stored);
   // dweight += dout^T · x; dbias += column sums of dout (dbias may be null). The values
   // of matmul_backward into dpre, then dpre *= gelu'(pre), then dpre kept (TensorOut).
-  void (*matmul_gelu_backward)(TensorOut dpre, float* dweight, float* dbias, const float* dout, TensorIn x,
-                               TensorIn weight, const float* pre, int N, int C, int OC);
+  void (*matmul_gelu_backward)(TensorOut dpre, float* dweight, float* dbias, KeptIn dout, TensorIn x, TensorIn weight,
+                               const float* pre, int N, int C, int OC);
 
   // Causal self-attention with grouped K/V heads on qkv [B, T, (NH + 2 NKV) hs]: each
   // row holds NH query heads, then NKV key heads, then NKV value heads, hs wide each

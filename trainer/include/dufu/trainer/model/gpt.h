@@ -438,6 +438,7 @@ class GPT {
     float* ln_f_mean;
     float* ln_f_rstd;
     float* logits;  // [N, Vp]
+    std::uint16_t* logits_bits;  // under bf16, the bits of the logits' gradient (the LM head's dout)
     float* losses;  // [N]
     // Scratch reused by every layer: the output of a branch (c_proj of attention or
     // MLP) before it joins the residual.
@@ -451,6 +452,11 @@ class GPT {
     float* qkv;       // [N, 3C]
     float* fc_pre;    // [N, 4C] (fc_gelu's gradient is never stored: matmul_gelu_backward goes through the GELU)
     float* fc_hidden;  // llama: [N, F] the SwiGLU output's gradient (null for gpt2)
+    // Under bf16 the bits of the gradients a backward GEMM reads as its dout, stored by
+    // the kernel that keeps each (null under fp32): a GPU multiplies them as they are.
+    std::uint16_t* residual_bits;
+    std::uint16_t* qkv_bits;
+    std::uint16_t* fc_pre_bits;
   };
 
   // One micro-batch's activations and what its backward needs. Activations are sized
@@ -632,9 +638,9 @@ class GPT {
   void linear_forward(TensorOut out, Operand x, Operand weight, const float* bias, int N, int C, int OC);
   void linear_bias_gelu_forward(TensorOut out, TensorOut pre, Operand x, Operand weight, const float* bias, int N,
                                 int C, int OC);
-  void linear_backward(TensorOut dx, float* dweight, float* dbias, const float* dout, Operand x, Operand weight,
+  void linear_backward(TensorOut dx, float* dweight, float* dbias, KeptIn dout, Operand x, Operand weight,
                        int N, int C, int OC);
-  void linear_gelu_backward(TensorOut dpre, float* dweight, float* dbias, const float* dout, Operand x,
+  void linear_gelu_backward(TensorOut dpre, float* dweight, float* dbias, KeptIn dout, Operand x,
                             Operand weight, const float* pre, int N, int C, int OC);
   // A [rows, C] tensor that tensor parallelism all-reduces after it is computed (the
   // row-parallel outputs, the column-parallel layers' input gradients): kept by the
@@ -717,6 +723,8 @@ class GPT {
   int grad_capacity_b_ = 0;
   int grad_capacity_t_ = 0;
   DeviceBuffer<float> activation_grad_memory_;
+  DeviceBuffer<std::uint16_t> activation_grad_bits_memory_;  // under bf16
+  bool activation_grads_bf16_ = false;                       // how they are laid out
   // Under bf16: the working set of the layer being computed, shared by the slots.
   int working_capacity_b_ = 0;
   int working_capacity_t_ = 0;
