@@ -204,30 +204,63 @@ Outputs run_layernorm_backward_kept(const Shape& s, Device* device, int) {
   return outputs;
 }
 
-// The classifier keeping the logits' gradient it writes in place (GPT-2's padded
-// vocabulary, a row ignored); the losses stay fp32.
-Outputs run_classifier_kept(const Shape& s, Device* device, int) {
-  const int N = std::min(s.N(), 4), V = 50257, Vp = 50304;
-  auto logits = random_floats(static_cast<std::size_t>(N) * Vp, 97, -4.0f, 4.0f);
-  auto targets = random_tokens(N, V, 98);
-  if (N > 1) targets[1] = -1;
-  const float scale = 1.0f / static_cast<float>(N);
-  Outputs outputs;
-  if (device != nullptr) {
-    DeviceArgs a(*device);
-    std::vector<float> losses(N, kNaN);
-    device->kernels().classifier_forward_backward({a.out(logits), ElementType::kBf16, nullptr}, a.out(losses),
-                                                  a.in(targets), scale, N, V, Vp);
-    a.finish();
-    outputs.push_back({"losses", widen(losses)});
-    add_kept(outputs, "dlogits", logits, nullptr);
-    return outputs;
+// The classifiers' inputs: a few rows of GPT-2's padded vocabulary, one row ignored.
+struct ClassifierKeptInputs {
+  int N, V = 50257, Vp = 50304;
+  std::vector<float> logits;
+  std::vector<std::int32_t> targets;
+  float scale;
+  ClassifierKeptInputs(const Shape& s, std::uint32_t seed)
+      : N(std::min(s.N(), 4)),
+        logits(random_floats(static_cast<std::size_t>(N) * Vp, seed, -4.0f, 4.0f)),
+        targets(random_tokens(N, V, seed + 1)),
+        scale(1.0f / static_cast<float>(N)) {
+    if (N > 1) targets[1] = -1;
   }
+};
+
+// The losses and the kept gradient of the logits, as the reference computes them.
+Outputs classifier_kept_reference(const ClassifierKeptInputs& in) {
   Vec losses, dlogits;
-  ref::classifier_losses(losses, widen(logits), targets, N, V, Vp);
-  ref::classifier_grad(dlogits, widen(logits), targets, scale, N, V, Vp);
-  outputs.push_back({"losses", losses});
+  ref::classifier_losses(losses, widen(in.logits), in.targets, in.N, in.V, in.Vp);
+  ref::classifier_grad(dlogits, widen(in.logits), in.targets, in.scale, in.N, in.V, in.Vp);
+  Outputs outputs{{"losses", losses}};
   add_kept_reference(outputs, "dlogits", dlogits);
+  return outputs;
+}
+
+// The classifier keeping the logits' gradient it writes in place; the losses stay fp32.
+Outputs run_classifier_kept(const Shape& s, Device* device, int) {
+  ClassifierKeptInputs in(s, 97);
+  if (device == nullptr) return classifier_kept_reference(in);
+  DeviceArgs a(*device);
+  std::vector<float> losses(in.N, kNaN);
+  device->kernels().classifier_forward_backward({a.out(in.logits), ElementType::kBf16, nullptr}, a.out(losses),
+                                                a.in(in.targets), in.scale, in.N, in.V, in.Vp);
+  a.finish();
+  Outputs outputs{{"losses", widen(losses)}};
+  add_kept(outputs, "dlogits", in.logits, nullptr);
+  return outputs;
+}
+
+// The vocab-parallel classifier's three phases on one rank holding the whole (padded)
+// vocabulary, the last keeping the gradient with its bits.
+Outputs run_vocab_parallel_classifier_kept(const Shape& s, Device* device, int) {
+  ClassifierKeptInputs in(s, 111);
+  if (device == nullptr) return classifier_kept_reference(in);
+  DeviceArgs a(*device);
+  const KernelTable& k = device->kernels();
+  std::vector<float> row_max(in.N, kNaN), losses(in.N, kNaN);
+  std::vector<double> stats(2 * static_cast<std::size_t>(in.N), 0.0);
+  std::vector<std::uint16_t> bits(in.logits.size(), kUnwritten);
+  k.vocab_parallel_classifier_max(a.out(row_max), a.in(in.logits), a.in(in.targets), in.N, in.V, 0, in.Vp);
+  k.vocab_parallel_classifier_exp_sum(a.out(stats), a.out(in.logits), a.in(row_max), a.in(in.targets), in.N, in.V,
+                                      0, in.Vp);
+  k.vocab_parallel_classifier_finish({a.out(in.logits), ElementType::kBf16, a.out(bits)}, a.out(losses), a.in(stats),
+                                     a.in(row_max), a.in(in.targets), in.scale, in.N, in.V, 0, in.Vp);
+  a.finish();
+  Outputs outputs{{"losses", widen(losses)}};
+  add_kept(outputs, "dlogits", in.logits, &bits);
   return outputs;
 }
 
@@ -245,6 +278,7 @@ std::vector<OpCase> kept_op_cases() {
       {"attention_kept", run_attention_kept, {1e-5, 1e-2}, true, true},
       {"layernorm_backward_kept", run_layernorm_backward_kept, {1e-5, 1e-2}, false, true},
       {"classifier_kept", run_classifier_kept, {1e-5, 1e-2}, false, true},
+      {"vocab_parallel_classifier_kept", run_vocab_parallel_classifier_kept, {1e-5, 1e-2}, false, true},
   };
 }
 

@@ -1,10 +1,9 @@
 // Kernel test rows of the row-wise and element-wise kernels that keep their output
 // under the bf16 recipe (TensorOut): the embeddings, the norms' forwards, the residual
-// add, rotary, SwiGLU and the vocab-parallel classifier's last phase. Each kept output
+// add, rotary and SwiGLU. Each kept output
 // is checked as kernel_cases_kept.h says: against the double reference rounded to bf16,
 // and none of its values off the grid or unlike its stored bits. The inputs are not on
 // the bf16 grid, so an entry that ignored its TensorOut would leave values off it.
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -179,42 +178,10 @@ Outputs run_swiglu_kept(const Shape& s, Device* device, int calls) {
   return outputs;
 }
 
-// The vocab-parallel classifier's three phases on one rank holding the whole (padded)
-// vocabulary, the last keeping the gradient with bits; a row ignored.
-Outputs run_vocab_parallel_classifier_kept(const Shape& s, Device* device, int) {
-  const int N = std::min(s.N(), 4), V = 50257, Vp = 50304;
-  auto logits = random_floats(static_cast<std::size_t>(N) * Vp, 111, -4.0f, 4.0f);
-  auto targets = random_tokens(N, V, 112);
-  if (N > 1) targets[1] = -1;
-  const float scale = 1.0f / static_cast<float>(N);
-  Outputs outputs;
-  if (device != nullptr) {
-    DeviceArgs a(*device);
-    const KernelTable& k = device->kernels();
-    std::vector<float> row_max(N, kNaN), losses(N, kNaN);
-    std::vector<double> stats(2 * static_cast<std::size_t>(N), 0.0);
-    std::vector<std::uint16_t> bits(logits.size(), kUnwritten);
-    k.vocab_parallel_classifier_max(a.out(row_max), a.in(logits), a.in(targets), N, V, 0, Vp);
-    k.vocab_parallel_classifier_exp_sum(a.out(stats), a.out(logits), a.in(row_max), a.in(targets), N, V, 0, Vp);
-    k.vocab_parallel_classifier_finish({a.out(logits), kBf16, a.out(bits)}, a.out(losses), a.in(stats),
-                                       a.in(row_max), a.in(targets), scale, N, V, 0, Vp);
-    a.finish();
-    outputs.push_back({"losses", widen(losses)});
-    add_kept(outputs, "dlogits", logits, &bits);
-    return outputs;
-  }
-  Vec losses, dlogits;
-  ref::classifier_losses(losses, widen(logits), targets, N, V, Vp);
-  ref::classifier_grad(dlogits, widen(logits), targets, scale, N, V, Vp);
-  outputs.push_back({"losses", losses});
-  add_kept_reference(outputs, "dlogits", dlogits);
-  return outputs;
-}
-
 }  // namespace
 
 // The tolerance of kernel_cases_kept.cc's rows: a bf16 step (rtol 1e-2) and fp32 noise
-// near 0. The in-place rows (rotary, the classifier) run once.
+// near 0. The in-place rotary rows run once.
 std::vector<OpCase> kept_rowwise_op_cases() {
   return {
       {"embedding_forwards_kept", run_embedding_forwards_kept, {1e-5, 1e-2}, true, true},
@@ -224,7 +191,6 @@ std::vector<OpCase> kept_rowwise_op_cases() {
       {"rotary_forward_kept", run_rotary_kept<false>, {1e-5, 1e-2}, false, true},
       {"rotary_backward_kept", run_rotary_kept<true>, {1e-5, 1e-2}, false, true},
       {"swiglu_kept", run_swiglu_kept, {1e-5, 1e-2}, true, true},
-      {"vocab_parallel_classifier_kept", run_vocab_parallel_classifier_kept, {1e-5, 1e-2}, false, true},
   };
 }
 
