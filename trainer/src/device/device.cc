@@ -59,6 +59,24 @@ const CudaModuleLoad& cuda_module() {
   return load;
 }
 
+#if defined(DUFU_CUDA_MODULE)
+// The CUDA runtime reaches a GPU only through the driver's libcuda.so.1, which it
+// loads by this name: where that cannot be loaded no GPU can be used, which is found
+// out without mapping the module and the cuBLAS it links (tens of milliseconds, paid by
+// every GPU test that skips on a machine without one). Empty when the driver loads.
+std::string missing_cuda_driver() {
+  static const std::string reason = [] {
+    void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver != nullptr) {
+      ::dlclose(driver);
+      return std::string();
+    }
+    return str_cat("no CUDA driver on this machine (", ::dlerror(), ")");
+  }();
+  return reason;
+}
+#endif
+
 }  // namespace
 
 const CudaModule* loaded_cuda_module(std::string* reason) {
@@ -85,6 +103,9 @@ DeviceAvailability device_availability(DeviceKind kind) {
   switch (kind) {
     case DeviceKind::kCpu: return {true, ""};
     case DeviceKind::kCuda: {
+#if defined(DUFU_CUDA_MODULE)
+      if (const std::string missing = missing_cuda_driver(); !missing.empty()) return {false, missing};
+#endif
       const CudaModuleLoad& load = cuda_module();
       if (load.module == nullptr) return {false, load.reason};
       return load.module->availability();
