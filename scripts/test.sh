@@ -3,7 +3,7 @@
 # ctest, first as a Release build and then under AddressSanitizer and
 # UndefinedBehaviorSanitizer (set DUFU_TEST_SANITIZE=0 to skip that second pass);
 # then the threaded tests under ThreadSanitizer (DUFU_TEST_TSAN=0 skips them) and
-# every fuzz target for DUFU_TEST_FUZZ_SECONDS (45) each, two at a time
+# every fuzz target for DUFU_TEST_FUZZ_SECONDS (30) each, two at a time
 # (DUFU_TEST_FUZZ=0 skips them).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -57,5 +57,5 @@ fi
 # libFuzzer (clang, ASan + UBSan): every parser of untrusted input for a bounded time.
 if [[ "${DUFU_TEST_FUZZ:-1}" != 0 ]]; then
   next_phase "fuzz build and runs"
-  DUFU_FUZZ_JOBS=2 "$root/scripts/fuzz.sh" "$root/build-fuzz" "${DUFU_TEST_FUZZ_SECONDS:-45}"
+  DUFU_FUZZ_JOBS=2 "$root/scripts/fuzz.sh" "$root/build-fuzz" "${DUFU_TEST_FUZZ_SECONDS:-30}"
 fi
