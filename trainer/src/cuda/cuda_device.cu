@@ -14,6 +14,7 @@
 #include "dufu/trainer/device/device.h"
 #include "nccl_entries.h"
 #include "stream_wait.h"
+#include "upload_ring.h"
 
 namespace dufu::trainer::cuda {
 
@@ -75,6 +76,57 @@ Context& context() {
 void (*stream_watcher)() = nullptr;
 void (*module_log)(LogLevel, const char*, const char*) = nullptr;
 
+void wait_for_event(cudaEvent_t event) {
+  if (stream_watcher == nullptr) {
+    DUFU_CUDA_CHECK(cudaEventSynchronize(event));
+    return;
+  }
+  wait_checking(
+      [event] {
+        const cudaError_t status = cudaEventQuery(event);
+        if (status == cudaErrorNotReady) return false;
+        DUFU_CUDA_CHECK(status);
+        return true;
+      },
+      stream_watcher);
+}
+
+}  // namespace
+
+// UploadRing's backend: pinned host blocks, copies and events on the device's stream.
+// (Outside the unnamed namespace: the ring lives until exit, so nothing here calls
+// destroy_event, which the compiler would call unused there.)
+struct PinnedUploads {
+  using Event = cudaEvent_t;
+  void* allocate_pinned(std::size_t bytes) {
+    void* memory = nullptr;
+    DUFU_CUDA_CHECK(cudaMallocHost(&memory, bytes));
+    return memory;
+  }
+  void free_pinned(void* memory) { DUFU_CUDA_CHECK(cudaFreeHost(memory)); }
+  Event make_event() {
+    cudaEvent_t event = nullptr;
+    DUFU_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    return event;
+  }
+  void destroy_event(Event event) { DUFU_CUDA_CHECK(cudaEventDestroy(event)); }
+  void copy_async(void* device, const void* pinned, std::size_t bytes) {
+    DUFU_CUDA_CHECK(cudaMemcpyAsync(device, pinned, bytes, cudaMemcpyHostToDevice, stream()));
+  }
+  void record(Event event) { DUFU_CUDA_CHECK(cudaEventRecord(event, stream())); }
+  void wait(Event event) { wait_for_event(event); }
+};
+
+namespace {
+
+// Lives as long as the process, like the context: nothing to free at exit, when the
+// CUDA runtime may be gone.
+UploadRing<PinnedUploads>& staged_uploads() {
+  static PinnedUploads backend;
+  static auto* ring = new UploadRing<PinnedUploads>(backend);
+  return *ring;
+}
+
 class CudaDevice final : public Device {
  public:
   DeviceKind kind() const override { return DeviceKind::kCuda; }
@@ -102,8 +154,13 @@ class CudaDevice final : public Device {
   }
   // A copy from or to pageable host memory waits for the stream inside the CUDA call,
   // where no watcher can see a dead peer: while communicators exist the stream is
-  // waited for first.
+  // waited for first. Small uploads (a micro-batch's tokens) go through pinned memory
+  // and wait for nothing.
   void upload(void* device_destination, const void* host_source, std::size_t bytes) override {
+    if (UploadRing<PinnedUploads>::takes(bytes)) {
+      staged_uploads().upload(device_destination, host_source, bytes);
+      return;
+    }
     if (stream_watcher != nullptr) wait_for_stream();
     DUFU_CUDA_CHECK(cudaMemcpyAsync(device_destination, host_source, bytes, cudaMemcpyHostToDevice, stream()));
     // The host buffer may be reused as soon as this returns.

@@ -326,8 +326,35 @@ float GPT::forward(std::span<const std::int32_t> tokens, std::span<const std::in
   return forward_stage(0, tokens, {}, targets, B, T, dloss_scale);
 }
 
-float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, std::span<const float> input,
+void GPT::forward_keeping_loss(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B,
+                               int T, float dloss_scale) {
+  require_whole_model("GPT::forward_keeping_loss");
+  forward_on_device(0, tokens, {}, targets, B, T, dloss_scale, true);
+}
+
+void GPT::forward_stage_keeping_loss(int slot, std::span<const std::int32_t> tokens, std::span<const float> input,
+                                     std::span<const std::int32_t> targets, int B, int T, float dloss_scale) {
+  forward_on_device(slot, tokens, input, targets, B, T, dloss_scale, true);
+}
+
+float GPT::forward_stage(int slot, std::span<const std::int32_t> tokens, std::span<const float> input,
                          std::span<const std::int32_t> targets, int B, int T, float dloss_scale) {
+  const float* loss_on_device = forward_on_device(slot, tokens, input, targets, B, T, dloss_scale, false);
+  float loss = std::numeric_limits<float>::quiet_NaN();
+  if (loss_on_device != nullptr) device_->download(&loss, loss_on_device, sizeof(float));
+  return loss;
+}
+
+std::vector<float> GPT::read_kept_losses() {
+  std::vector<float> losses(kept_loss_count_);
+  if (!losses.empty()) device_->download(losses.data(), kept_losses_.data(), losses.size() * sizeof(float));
+  kept_loss_count_ = 0;
+  return losses;
+}
+
+const float* GPT::forward_on_device(int slot_index, std::span<const std::int32_t> tokens, std::span<const float> input,
+                                    std::span<const std::int32_t> targets, int B, int T, float dloss_scale,
+                                    bool keep_loss) {
   check_batch(tokens, input, targets, B, T);
   if (!std::isfinite(dloss_scale)) DUFU_FAIL("GPT::forward: dloss_scale ", dloss_scale, " is not finite");
   ActivationSlot& slot = activation_slot(slot_index);
@@ -407,7 +434,7 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
   if (!stage_.is_last()) {
     slot.has_logits = false;
     slot.backward_pending = true;
-    return std::numeric_limits<float>::quiet_NaN();
+    return nullptr;
   }
   // The LM head (tied: wte): this rank's rows of it give its columns of the logits.
   linear_forward(acts.logits, {acts.ln_f, acts.ln_f_bits}, head_weights(), nullptr, N, C, Vl);
@@ -415,7 +442,7 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
   if (targets.empty()) {
     slot.has_logits = true;
     slot.backward_pending = false;
-    return std::numeric_limits<float>::quiet_NaN();
+    return nullptr;
   }
   const int V = config_.vocab_size;
   if (tp_ == 1) {
@@ -442,9 +469,17 @@ float GPT::forward_stage(int slot_index, std::span<const std::int32_t> tokens, s
   }
   slot.has_logits = false;
   slot.backward_pending = true;
-  k.masked_mean_loss(slot.loss.data(), acts.losses, device_targets, N);
-  float loss = 0.0f;
-  slot.loss.download(std::span<float>(&loss, 1));
+  float* loss = slot.loss.data();
+  if (keep_loss) {
+    if (kept_loss_count_ == kept_losses_.size()) {
+      // Grown in the stream's order: the copy runs after the losses it copies are made.
+      DeviceBuffer<float> grown(*device_, std::max<std::size_t>(8, 2 * kept_losses_.size()));
+      if (kept_loss_count_ > 0) device_->copy(grown.data(), kept_losses_.data(), kept_loss_count_ * sizeof(float));
+      kept_losses_ = std::move(grown);
+    }
+    loss = kept_losses_.data() + kept_loss_count_++;
+  }
+  k.masked_mean_loss(loss, acts.losses, device_targets, N);
   return loss;
 }
 

@@ -89,10 +89,10 @@ double pipeline_train_step(GPT& model, Communicator& pipeline_group, Communicato
 
   const auto forward = [&] {
     const PipelineMicroBatch& batch = micro_batches[static_cast<std::size_t>(forwarded)];
-    const float loss = model.forward_stage(
-        forwarded % in_flight, stage.is_first() ? batch.tokens : std::span<const std::int32_t>(), input,
-        stage.is_last() ? batch.targets : std::span<const std::int32_t>(), B, T, dloss_scale);
-    if (stage.is_last()) loss_sum += loss;
+    model.forward_stage_keeping_loss(forwarded % in_flight,
+                                     stage.is_first() ? batch.tokens : std::span<const std::int32_t>(), input,
+                                     stage.is_last() ? batch.targets : std::span<const std::int32_t>(), B, T,
+                                     dloss_scale);
     ++forwarded;
   };
   const auto backward = [&] {
@@ -137,6 +137,13 @@ double pipeline_train_step(GPT& model, Communicator& pipeline_group, Communicato
   DUFU_CHECK(forwarded == M && backwarded == M);
 
   all_reduce_tied_embedding_gradient(model, embedding_group);
+  if (stage.is_last()) {
+    // The losses come back once, when the stage has queued all its work.
+    const std::vector<float> losses = model.read_kept_losses();
+    DUFU_CHECK(losses.size() == static_cast<std::size_t>(M), "pipeline_train_step: ", losses.size(),
+               " losses kept for ", M, " micro-batches (a forward_keeping_loss before the step left its loss unread)");
+    for (const float loss : losses) loss_sum += loss;
+  }
   if (stages > 1) {
     double loss = loss_sum;
     pipeline_group.broadcast(std::span<double>(&loss, 1), stages - 1);

@@ -48,17 +48,18 @@ Trainer::Trainer(const Config& config, std::string resume_from, TrainingReporter
 Trainer::~Trainer() = default;
 
 std::int64_t Trainer::completed_steps() const { return s_->state.step; }
-double Trainer::State::forward_backward() {
+void Trainer::State::forward_backward() {
   GPT& gpt = *model;
   gpt.zero_grad();
-  double loss_sum = 0.0;
   if (topology->pipeline_parallel_size() == 1) {
+    // The losses stay on the device until step_loss_sum: the host queues the whole
+    // step without waiting for the device.
     for (int micro = 0; micro < accumulation; ++micro) {
       split_batch(loader->next(), batch);
-      loss_sum += gpt.forward(batch.inputs, batch.targets, options.micro_batch, T, dloss_scale);
+      gpt.forward_keeping_loss(batch.inputs, batch.targets, options.micro_batch, T, dloss_scale);
       gpt.backward();
     }
-    return loss_sum;
+    return;
   }
   // Every stage of a pipeline reads the same batches (same data-parallel rank); the
   // first uses the tokens, the last the targets.
@@ -68,8 +69,15 @@ double Trainer::State::forward_backward() {
     split_batch(loader->next(), micro_batch);
     views.push_back({micro_batch.inputs, micro_batch.targets});
   }
-  return pipeline_train_step(gpt, *groups.pipeline, groups.embedding.get(), views, options.micro_batch, T, dloss_scale,
-                             pipeline_buffers);
+  pipeline_loss_sum = pipeline_train_step(gpt, *groups.pipeline, groups.embedding.get(), views, options.micro_batch,
+                                          T, dloss_scale, pipeline_buffers);
+}
+
+double Trainer::State::step_loss_sum() {
+  if (topology->pipeline_parallel_size() > 1) return pipeline_loss_sum;
+  double sum = 0.0;
+  for (const float loss : model->read_kept_losses()) sum += loss;
+  return sum;
 }
 
 StepReport Trainer::step() {
@@ -81,15 +89,16 @@ StepReport Trainer::step() {
   for (Communicator* group : s.all_groups()) {
     if (group != nullptr) group->reset_traffic();
   }
-  double loss_sum = 0.0;
   try {
-    loss_sum = s.forward_backward();
+    s.forward_backward();
   } catch (const std::bad_alloc&) {
     fail_out_of_memory(s.activations_what, s.activations_bytes);  // the first step allocates them
   }
+  const double grad_norm = s.optimizer->reduce_gradients_and_clip(options.grad_clip);
+  // After the norm, which has waited for the device: reading the losses waits no more.
+  double loss_sum = s.step_loss_sum();
   if (s.dp > 1) loss_sum = s.groups.data->all_reduce_value(loss_sum, ReduceOp::kSum);
   const double loss = loss_sum / (s.accumulation * s.dp);
-  const double grad_norm = s.optimizer->reduce_gradients_and_clip(options.grad_clip);
   const double lr = learning_rate(options.schedule, state.step);
   const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
   if (finite) {

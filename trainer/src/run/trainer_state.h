@@ -143,9 +143,11 @@ struct Trainer::State {
   // model.init_from: the checkpoint's weights (resharded when its layout is not the
   // run's), AdamW's moments fresh, step and data position zero.
   void initialize_from(const std::string& checkpoint);
-  // The gradient of the step's micro-batches, accumulated; returns the sum of their
-  // losses.
-  double forward_backward();
+  // The gradient of the step's micro-batches, accumulated; step_loss_sum() then reads
+  // the sum of their losses.
+  void forward_backward();
+  double step_loss_sum();
+  double pipeline_loss_sum = 0.0;  // pipeline_train_step's, for step_loss_sum
 };
 
 }  // namespace dufu::trainer

@@ -5,7 +5,8 @@
 // reference that checks it (tests/reference/gpt_torch_reference.py). Between kernels
 // the model does no arithmetic of its own on the host: its parameters, gradients and
 // activations live in device memory, and the host only checks arguments, once, before
-// the first kernel of a call, and reads back the loss.
+// the first kernel of a call, and reads back the loss (at once, or when a step ends:
+// forward_keeping_loss).
 //
 // The same model runs tensor parallel (Megatron-LM's layout, Shoeybi et al. 2019)
 // when given a group of ranks: each rank holds a slice of the heads, of the MLP's
@@ -267,6 +268,15 @@ class GPT {
                 float dloss_scale);
   // The same with dloss_scale = 1 / (number of non-ignored targets).
   float forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B, int T);
+  // forward() that leaves its loss on the device, after those of earlier such calls,
+  // instead of waiting for the device to read it: a step's micro-batches then queue
+  // their kernels without the host waiting once, and read_kept_losses() brings all
+  // their losses back in one copy when the step ends. Kept only with targets.
+  void forward_keeping_loss(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B,
+                            int T, float dloss_scale);
+  // The losses kept since the last call, in the order of their forwards (the same
+  // values forward() would have returned); one download, and none kept after it.
+  std::vector<float> read_kept_losses();
 
   // Logits [B·T, Vp] of the last forward, which must have had no targets (with
   // targets the classifier overwrites them with their gradient). Only the first
@@ -363,6 +373,10 @@ class GPT {
   // one, wrong sizes) or for a negative slot.
   float forward_stage(int slot, std::span<const std::int32_t> tokens, std::span<const float> input,
                       std::span<const std::int32_t> targets, int B, int T, float dloss_scale);
+  // forward_stage whose loss (on the last stage, with targets) is kept on the device
+  // for read_kept_losses(), as forward_keeping_loss keeps it.
+  void forward_stage_keeping_loss(int slot, std::span<const std::int32_t> tokens, std::span<const float> input,
+                                  std::span<const std::int32_t> targets, int B, int T, float dloss_scale);
   // The output [B, T, C] (residual stream after the stage's last layer) of the slot's
   // last forward on a stage other than the last; valid until the slot's next forward.
   std::span<const float> stage_output(int slot) const;
@@ -482,6 +496,12 @@ class GPT {
     bool backward_pending = false;
   };
 
+  // The forward of forward_stage and forward_stage_keeping_loss: the loss (last stage,
+  // with targets) goes after the kept ones with keep_loss, else into the slot's own;
+  // returns where it is on the device, or null when there is none.
+  const float* forward_on_device(int slot, std::span<const std::int32_t> tokens, std::span<const float> input,
+                                 std::span<const std::int32_t> targets, int B, int T, float dloss_scale,
+                                 bool keep_loss);
   // In-place sum over the tensor group (no-op when serial).
   void reduce_over_tensor_group(float* data, std::size_t count);
   ActivationSlot& activation_slot(int slot);
@@ -744,6 +764,9 @@ class GPT {
   // target logit [2N].
   DeviceBuffer<float> row_max_;
   DeviceBuffer<double> row_stats_;
+  // forward_keeping_loss's losses: kept_loss_count_ of them, not yet read back.
+  DeviceBuffer<float> kept_losses_;
+  std::size_t kept_loss_count_ = 0;
 };
 
 }  // namespace dufu::trainer
