@@ -74,7 +74,7 @@ constexpr int kT = 6;
 
 GPTConfig model_config(bool llama) {
   GPTConfig config = dufu::testing::small_gpt_config(
-      {.n_layer = 2, .n_head = 2, .d_model = 16, .vocab_size = 40, .vocab_multiple = 8, .seq_length = kT});
+      {.n_layer = 2, .n_head = 2, .d_model = 16, .vocab_size = 37, .vocab_multiple = 8, .seq_length = kT});
   if (llama) {
     config.arch = Architecture::kLlama;
     config.n_kv_head = 1;
@@ -110,15 +110,17 @@ class GradientBitsTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(GradientBitsTest, EveryBackwardGemmReadsTheBitsOfItsDout) {
   const GPTConfig config = model_config(GetParam());
-  const auto batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 17, {3});
   for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
     SCOPED_TRACE(precision_name(precision));
     DoutRecordingDevice device;
     GPT model(config, nullptr, {}, &device);
     model.init_gpt2(3);
     model.set_precision(precision);
-    // Two steps: the second reads bits its buffers already held from the first.
-    for (int step = 0; step < 2; ++step) {
+    // Two steps: the second reads bits its buffers already held from the first, and
+    // ignores another position, whose row of the logits' gradient is zero only if the
+    // classifier keeps ignored rows too (the padding columns 37..39 as well).
+    for (const std::size_t ignored : {std::size_t{3}, std::size_t{8}}) {
+      const auto batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 17, {ignored});
       DoutRecordingDevice::take_seen();
       model.zero_grad();
       model.forward(batch.tokens, batch.targets, kB, kT);

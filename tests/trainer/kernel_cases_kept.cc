@@ -235,11 +235,14 @@ Outputs run_classifier_kept(const Shape& s, Device* device, int) {
   if (device == nullptr) return classifier_kept_reference(in);
   DeviceArgs a(*device);
   std::vector<float> losses(in.N, kNaN);
-  device->kernels().classifier_forward_backward({a.out(in.logits), ElementType::kBf16, nullptr}, a.out(losses),
+  // Every bit written, the ignored row's and the padding columns' too (the LM head's
+  // backward multiplies them all).
+  std::vector<std::uint16_t> bits(in.logits.size(), kUnwritten);
+  device->kernels().classifier_forward_backward({a.out(in.logits), ElementType::kBf16, a.out(bits)}, a.out(losses),
                                                 a.in(in.targets), in.scale, in.N, in.V, in.Vp);
   a.finish();
   Outputs outputs{{"losses", widen(losses)}};
-  add_kept(outputs, "dlogits", in.logits, nullptr);
+  add_kept(outputs, "dlogits", in.logits, &bits);
   return outputs;
 }
 

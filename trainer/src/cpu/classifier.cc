@@ -34,6 +34,8 @@ DUFU_CPU_CLONES void classifier_forward_backward(TensorOut kept_logits, float* l
     if (target < 0) {
       for (int i = 0; i < V; ++i) row[i] = 0.0f;
       losses[n] = 0.0f;
+      // Kept too: the LM head's backward reads the bits of every row.
+      keep_row(kept_logits, static_cast<std::size_t>(n) * Vp, Vp);
       continue;
     }
     float max_logit = row[0];
@@ -53,7 +55,7 @@ DUFU_CPU_CLONES void classifier_forward_backward(TensorOut kept_logits, float* l
     const float grad_scale = static_cast<float>(dloss_scale / sum);
     for (int i = 0; i < V; ++i) row[i] *= grad_scale;
     row[target] -= dloss_scale;
-    keep_row(kept_logits, static_cast<std::size_t>(n) * Vp, V);
+    keep_row(kept_logits, static_cast<std::size_t>(n) * Vp, Vp);
   }
 }
 

@@ -49,7 +49,11 @@ __global__ void __launch_bounds__(kBlock)
   if (target < 0) {
 #pragma unroll
     for (int k = 0; k < kWidth; ++k) group[k] = 0.0f;
-    for (int i = threadIdx.x; i < groups; i += kBlock) store_group(row, i, group);
+    for (int i = threadIdx.x; i < groups; i += kBlock) {
+      // Kept too: the LM head's backward reads the bits of every row.
+      keep_group(group, logits, offset, i);
+      store_group(row, i, group);
+    }
     if (threadIdx.x == 0) losses[blockIdx.x] = 0.0f;
     return;
   }
