@@ -19,6 +19,7 @@
 #include "cuda/gemm_timing.h"
 #include "cuda/lt_algorithm_choice.h"
 #include "cuda/once_per_kind.h"
+#include "cuda/shared_memory_limit.h"
 #include "cuda/stream_wait.h"
 #include "device/buffer_carver.h"
 #include "device/cuda_module.h"
@@ -320,6 +321,19 @@ TEST(OncePerKind, EachKindOfFallbackIsNotedOnce) {
   EXPECT_TRUE(noted.first(cuda::FusedFallback::kDgeluNoAlgorithm));
   EXPECT_FALSE(noted.first(cuda::FusedFallback::kDgeluNoAlgorithm));
   EXPECT_FALSE(noted.first(cuda::FusedFallback::kGeluForwardWidth));
+}
+
+// The bf16 attention's dk/dv kernel at head size 128 asks 107,008 bytes: an H100's
+// 232,448 take it, an L4's (sm_89) 101,376 do not, and the refusal says so in words.
+TEST(SharedMemoryLimit, ALaunchOverTheGpusLimitIsRefusedInWords) {
+  EXPECT_EQ(cuda::shared_memory_refusal("the bf16 attention backward (dk, dv)", 128, 107008, 232448), "");
+  EXPECT_EQ(cuda::shared_memory_refusal("k", 64, 101376, 101376), "") << "exactly the limit fits";
+  const std::string refusal = cuda::shared_memory_refusal("the bf16 attention backward (dk, dv)", 128, 107008, 101376);
+  EXPECT_NE(refusal.find("the bf16 attention backward (dk, dv) for a head size padded to 128 needs 107008 bytes"),
+            std::string::npos)
+      << refusal;
+  EXPECT_NE(refusal.find("allows 101376"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("HINT: "), std::string::npos) << refusal;
 }
 
 }  // namespace

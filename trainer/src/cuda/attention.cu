@@ -357,8 +357,9 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(TensorOut 
 // past the default 48 KB first (a per-device setting: set at every launch, a host call
 // of about a microsecond).
 template <typename Kernel, typename... Args>
-void launch_tiles(Kernel kernel, dim3 grid, int floats, Args... args) {
+void launch_tiles(const char* what, int dims, Kernel kernel, dim3 grid, int floats, Args... args) {
   const int bytes = floats * static_cast<int>(sizeof(float));
+  require_shared_memory(what, dims, bytes);
   DUFU_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   kernel<<<grid, kThreads, bytes, stream()>>>(args...);
   DUFU_CUDA_CHECK_LAUNCH();
@@ -368,17 +369,19 @@ int tiles_of(int T) { return (T + kTile - 1) / kTile; }
 
 template <int kDims>
 void launch_forward(TensorOut out, float* lse, const float* qkv, int B, const FlashAttentionShape& shape) {
-  launch_tiles(flash_forward_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NH),
+  launch_tiles("the fp32 attention forward", kDims, flash_forward_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NH),
                3 * kRowsFloats<kDims> + kSquareFloats, out, lse, qkv, shape);
 }
 
 template <int kDims>
 void launch_backward(TensorOut dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
                      const FlashAttentionShape& shape) {
-  launch_tiles(flash_backward_dq_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NH),
-               4 * kRowsFloats<kDims> + kSquareFloats, dqkv, dout, qkv, out, lse, shape);
-  launch_tiles(flash_backward_dkv_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NKV),
-               4 * kRowsFloats<kDims> + 2 * kSquareFloats + 2 * kTile, dqkv, dout, qkv, out, lse, shape);
+  launch_tiles("the fp32 attention backward (dq)", kDims, flash_backward_dq_kernel<kDims>,
+               dim3(tiles_of(shape.T), B * shape.NH), 4 * kRowsFloats<kDims> + kSquareFloats, dqkv, dout, qkv, out, lse,
+               shape);
+  launch_tiles("the fp32 attention backward (dk, dv)", kDims, flash_backward_dkv_kernel<kDims>,
+               dim3(tiles_of(shape.T), B * shape.NKV), 4 * kRowsFloats<kDims> + 2 * kSquareFloats + 2 * kTile, dqkv,
+               dout, qkv, out, lse, shape);
 }
 
 // The padded head size: up to 32, 64 and 128.

@@ -387,7 +387,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <typename Kernel, typename... Args>
-void launch(Kernel kernel, dim3 grid, int bytes, Args... args) {
+void launch(const char* what, int dims, Kernel kernel, dim3 grid, int bytes, Args... args) {
+  require_shared_memory(what, dims, bytes);
   DUFU_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   kernel<<<grid, kThreads, bytes, stream()>>>(args...);
   DUFU_CUDA_CHECK_LAUNCH();
@@ -413,7 +414,8 @@ void bf16_attention_forward(TensorOut out, float* lse, const std::uint16_t* qkv,
                             const FlashAttentionShape& shape) {
   with_head_size(shape.hs, [&]<int kDims>() {
     const int bytes = (2 * kRowTile<kDims> + kColumnTile<kDims>) * static_cast<int>(sizeof(Bits));
-    launch(bf16_forward_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NH), bytes, out, lse, qkv, shape);
+    launch("the bf16 attention forward", kDims, bf16_forward_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NH),
+           bytes, out, lse, qkv, shape);
   });
 }
 
@@ -421,12 +423,12 @@ void bf16_attention_backward(TensorOut dqkv, const float* dout, const std::uint1
                              const float* lse, int B, const FlashAttentionShape& shape) {
   with_head_size(shape.hs, [&]<int kDims>() {
     const int dq_bytes = (4 * kRowTile<kDims> + kColumnTile<kDims>) * static_cast<int>(sizeof(Bits));
-    launch(bf16_backward_dq_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NH), dq_bytes, dqkv.values, dout, qkv,
-           out, lse, shape);
+    launch("the bf16 attention backward (dq)", kDims, bf16_backward_dq_kernel<kDims>,
+           dim3(tiles_of(shape.T), B * shape.NH), dq_bytes, dqkv.values, dout, qkv, out, lse, shape);
     const int dkv_bytes = (4 * kRowTile<kDims> + 2 * kColumnTile<kDims>) * static_cast<int>(sizeof(Bits)) +
                           2 * kTile * static_cast<int>(sizeof(float));
-    launch(bf16_backward_dkv_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NKV), dkv_bytes, dqkv.values, dout, qkv,
-           out, lse, shape);
+    launch("the bf16 attention backward (dk, dv)", kDims, bf16_backward_dkv_kernel<kDims>,
+           dim3(tiles_of(shape.T), B * shape.NKV), dkv_bytes, dqkv.values, dout, qkv, out, lse, shape);
   });
   keep(dqkv, static_cast<std::size_t>(B) * static_cast<std::size_t>(shape.T) * shape.qkv_stride());
 }

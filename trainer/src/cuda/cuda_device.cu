@@ -13,6 +13,7 @@
 #include "dufu/common/error.h"
 #include "dufu/trainer/device/device.h"
 #include "nccl_entries.h"
+#include "shared_memory_limit.h"
 #include "stream_wait.h"
 #include "upload_ring.h"
 
@@ -199,6 +200,23 @@ cudaStream_t stream() { return context().stream; }
 void* cublaslt_handle() { return context().lt; }
 void* cublas_handle() { return context().blas; }
 void* matmul_workspace() { return context().workspace; }
+
+int shared_memory_per_block_limit() {
+  static const int limit = [] {
+    context();  // the GPU chosen
+    int device = 0;
+    int bytes = 0;
+    DUFU_CUDA_CHECK(cudaGetDevice(&device));
+    DUFU_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return bytes;
+  }();
+  return limit;
+}
+
+void require_shared_memory(const char* kernel, int head_size, int bytes) {
+  const std::string refusal = shared_memory_refusal(kernel, head_size, bytes, shared_memory_per_block_limit());
+  if (!refusal.empty()) DUFU_FAIL(refusal);
+}
 
 void wait_for_stream() {
   if (stream_watcher == nullptr) {

@@ -62,6 +62,13 @@ void set_log(void (*log)(LogLevel level, const char* subsystem, const char* mess
 // Logs `message` as a warning the first time `kind` happens in this process.
 void note_fallback(FusedFallback kind, const std::string& message);
 
+// The most dynamic shared memory a block may opt into on this process's GPU
+// (cudaDevAttrMaxSharedMemoryPerBlockOptin, asked once); and the check of a launch
+// against it (shared_memory_limit.h; head_size as the kernel pads it), throwing
+// dufu::Error in words.
+int shared_memory_per_block_limit();
+void require_shared_memory(const char* kernel, int head_size, int bytes);
+
 // Bytes the grow-only scratch (block_reduce.cuh) holds now.
 std::size_t scratch_capacity();
 
