@@ -4,8 +4,11 @@
 // status under a cap that is too small. The layout (8 ranks) is larger than this machine: plan starts no ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dufu/common/human_units.h"
@@ -151,6 +154,87 @@ TEST_F(TrainPlanTest, CudaWithoutADeviceLeavesOutOnlyTheScratch) {
   for (int stage = 0; stage < 2; ++stage) {
     EXPECT_TRUE(has_in_order(row(result.output, stage), {"unknown", "fits without the scratch"})) << result.output;
   }
+}
+
+// `--search`: every layout of the 8 ranks that training accepts for this model and
+// batch, each with its largest stage's total as rank_memory_plan gives it here, in the
+// documented order, and the first under the cap named as the cheapest.
+TEST_F(TrainPlanTest, SearchListsEveryLayoutWithItsLargestStageCheapestFirst) {
+  trainer::GPTConfig model;
+  model.n_layer = 3;
+  model.n_head = 2;
+  model.d_model = 64;
+  model.vocab_size = 2000;
+  model.seq_length = 32;
+  // 2 heads: tp 1 or 2; 3 layers: pp up to 3; global batch 16 of micro-batches of 4:
+  // at most 4 replicas. Of 8 ranks that leaves tp 1 x pp 2 x dp 4, tp 2 x pp 1 x dp 4
+  // and tp 2 x pp 2 x dp 2.
+  struct Layout {
+    int tp, pp, dp, zero;
+    trainer::Recompute recompute;
+    double largest;
+    auto cost() const { return std::tuple(static_cast<int>(recompute), tp * pp, zero, pp); }
+  };
+  std::vector<Layout> expected;
+  for (const auto& [tp, pp, dp] : {std::tuple(1, 2, 4), std::tuple(2, 1, 4), std::tuple(2, 2, 2)}) {
+    for (int zero = 0; zero <= 3; ++zero) {
+      for (const trainer::Recompute recompute :
+           {trainer::Recompute::kNone, trainer::Recompute::kSelective, trainer::Recompute::kFull}) {
+        const std::vector<int> split = pp == 2 ? std::vector<int>{2, 1} : std::vector<int>{3};
+        const double bucket = static_cast<double>(trainer::bucket_elements_for(25.0));
+        double largest = 0.0;
+        for (int stage = 0; stage < pp; ++stage) {
+          const trainer::PipelineStage where = pp > 1 ? trainer::pipeline_stage(split, stage) : trainer::PipelineStage{};
+          const trainer::MemoryPlan plan =
+              trainer::rank_memory_plan(model, 4, 32, tp, dp, where, pp - stage, 4, trainer::Precision::kFp32, zero,
+                                        trainer::cpu_device(), recompute, bucket, false);
+          largest = std::max(largest, plan.total());
+        }
+        expected.push_back({tp, pp, dp, zero, recompute, largest});
+      }
+    }
+  }
+  std::stable_sort(expected.begin(), expected.end(),
+                   [](const Layout& a, const Layout& b) { return a.cost() < b.cost(); });
+  // A cap between the smallest and the largest: some fit, some do not.
+  double smallest = expected.front().largest, biggest = 0.0;
+  for (const Layout& layout : expected) {
+    smallest = std::min(smallest, layout.largest);
+    biggest = std::max(biggest, layout.largest);
+  }
+  const double cap = (smallest + biggest) / 2;
+  const CommandResult result = plan("--search train.memory_limit=" + std::to_string(static_cast<long long>(cap)) + "B");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+
+  std::istringstream lines(result.output);
+  std::string line;
+  std::size_t listed = 0;
+  const Layout* cheapest = nullptr;
+  while (std::getline(lines, line)) {
+    int tp = 0, pp = 0, dp = 0, zero = 0;
+    char recompute[16] = {};
+    if (std::sscanf(line.c_str(), "%d %d %d %d %15s", &tp, &pp, &dp, &zero, recompute) != 5) continue;
+    ASSERT_LT(listed, expected.size()) << result.output;
+    const Layout& want = expected[listed++];
+    EXPECT_EQ(std::tuple(tp, pp, dp, zero, std::string(recompute)),
+              std::tuple(want.tp, want.pp, want.dp, want.zero, std::string(trainer::recompute_name(want.recompute))))
+        << line;
+    const bool fits = want.largest <= static_cast<double>(static_cast<long long>(cap));
+    EXPECT_TRUE(has_in_order(line, {human_bytes(want.largest), fits ? "fits" : "does not fit"}));
+    if (fits && cheapest == nullptr) cheapest = &want;
+  }
+  EXPECT_EQ(listed, expected.size()) << result.output;
+  ASSERT_NE(cheapest, nullptr);
+  EXPECT_NE(result.output.find(std::string("cheapest that fits: dist.tensor_parallel_size=") +
+                               std::to_string(cheapest->tp) + " dist.pipeline_parallel_size=" +
+                               std::to_string(cheapest->pp) + " dist.zero_stage=" + std::to_string(cheapest->zero) +
+                               " train.recompute=" + trainer::recompute_name(cheapest->recompute)),
+            std::string::npos)
+      << result.output;
+
+  const CommandResult none = plan("--search train.memory_limit=1KiB");
+  EXPECT_NE(none.exit_code, 0) << none.output;
+  EXPECT_NE(none.output.find("no layout of 8 ranks fits"), std::string::npos) << none.output;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "stage_plans.h"
 #include "dufu/common/config.h"
 #include "dufu/common/error.h"
 #include "dufu/common/human_units.h"
@@ -26,6 +27,7 @@ namespace {
 struct PlanFlags {
   std::vector<std::string> arguments;  // CONFIG.toml, then key=value overrides
   int ranks = 0;                       // the launcher's ranks; 0 = tp x pp (one data-parallel replica)
+  bool search = false;                 // every layout of `ranks`, not the configuration's
 };
 
 Config plan_config(const PlanFlags& flags) {
@@ -48,28 +50,23 @@ void run(const PlanFlags& flags) {
   const int tp = options.tensor_parallel_size;
   const int pp = options.pipeline_parallel_size;
   const int ranks = flags.ranks > 0 ? flags.ranks : tp * pp;
+  // The scratch is the device's answer; a CUDA device that cannot run here cannot give it.
+  const trainer::DeviceAvailability availability = trainer::device_availability(options.device);
+  const trainer::Device* device = availability.available ? &trainer::device_of_kind(options.device) : nullptr;
+  const PlanCap cap = plan_cap(options, device);
+  if (flags.search) {
+    if (!print_layout_search(options, ranks, device, cap) && cap.bytes) {
+      DUFU_FAIL("no layout of ", ranks, " ranks fits ", human_bytes(*cap.bytes), " (", cap.source,
+                "); HINT: lower train.micro_batch or model.seq_length, use train.precision=bf16, or raise --ranks");
+    }
+    return;
+  }
   if (ranks % (tp * pp) != 0) {
     DUFU_FAIL("--ranks ", ranks, " is not a multiple of dist.tensor_parallel_size (", tp,
               ") x dist.pipeline_parallel_size (", pp, ")");
   }
   const int dp = ranks / (tp * pp);
-  // Refuses a tp that does not divide the heads, the K/V heads or the MLP, as training would.
-  (void)trainer::gpt_parameter_layout(options.model, tp);
-  trainer::check_global_batch(options, dp);
-  const std::vector<int> split = trainer::pipeline_layer_split(options.model.n_layer, pp, options.pipeline_num_layers);
-
-  // The scratch is the device's answer; a CUDA device that cannot run here cannot give it.
-  const trainer::DeviceAvailability availability = trainer::device_availability(options.device);
-  const trainer::Device* device = availability.available ? &trainer::device_of_kind(options.device) : nullptr;
-  std::optional<double> cap;
-  std::string cap_source;
-  if (options.memory_limit_bytes > 0.0) {
-    cap = options.memory_limit_bytes;
-    cap_source = "train.memory_limit";
-  } else if (device != nullptr) {
-    cap = device->memory_capacity_bytes();
-    cap_source = device->describe();
-  }
+  const std::vector<StagePlan> plans = stage_plans(options, dp, device);
 
   std::printf("memory plan: %d rank%s (dp %d x tp %d x pp %d), train.device %s, %s, zero_stage %d, recompute %s, "
               "micro-batch %d x %d tokens, prefetch %d\n",
@@ -81,46 +78,29 @@ void run(const PlanFlags& flags) {
     std::printf("device scratch unknown: train.device %s cannot be opened here (%s); the totals leave it out\n",
                 trainer::device_kind_name(options.device), availability.reason.c_str());
   }
-  std::printf("cap: %s\n", cap ? (human_bytes(*cap) + " (" + cap_source + ")").c_str()
-                               : "unknown (no device to ask; set train.memory_limit)");
+  std::printf("cap: %s\n", cap.bytes ? (human_bytes(*cap.bytes) + " (" + cap.source + ")").c_str()
+                                     : "unknown (no device to ask; set train.memory_limit)");
   std::printf("%-5s %-7s %-10s %-10s %-10s %-10s %-10s %-11s %-10s %-10s %s\n", "stage", "layers", "parameters",
               "weights", "gradients", "moments", "bf16 copy", "activations", "scratch", "total", "verdict");
   std::vector<int> refused;
   for (int index = 0; index < pp; ++index) {
-    const trainer::PipelineStage stage = pp > 1 ? trainer::pipeline_stage(split, index) : trainer::PipelineStage{};
-    const int slots = trainer::pipeline_slots(stage);
-    const double parameters = trainer::rank_parameter_count(options.model, tp, stage);
-    trainer::MemoryPlan plan;
-    if (device != nullptr) {
-      plan = trainer::rank_memory_plan(options.model, options.micro_batch, options.model.seq_length, tp, dp, stage,
-                                       slots, options.prefetch_batches, options.precision, options.zero_stage, *device,
-                                       options.recompute,
-                                       static_cast<double>(trainer::bucket_elements_for(options.dp_bucket_mb)),
-                                       options.overlap_reduction);
-    } else {
-      plan = trainer::memory_plan(
-          parameters, dp, options.zero_stage, options.precision == trainer::Precision::kBf16,
-          trainer::activation_bytes(options.model, options.micro_batch, options.model.seq_length, tp, stage, slots,
-                                    options.prefetch_batches, options.precision, options.recompute),
-          trainer::rank_gradient_floats(options.model, tp, stage, dp, options.zero_stage, options.overlap_reduction),
-          static_cast<double>(trainer::bucket_elements_for(options.dp_bucket_mb)),
-          trainer::rank_weight_floats(options.model, tp, stage, dp, options.zero_stage));
-    }
-    if (options.optimizer_offload) trainer::offload_to_host(plan);
+    const StagePlan& row = plans[static_cast<std::size_t>(index)];
+    const trainer::MemoryPlan& plan = row.plan;
     std::string verdict;
-    if (!cap) {
+    if (!cap.bytes) {
       verdict = "unknown";
-    } else if (plan.total() <= *cap) {
+    } else if (plan.total() <= *cap.bytes) {
       verdict = device != nullptr ? "fits" : "fits without the scratch";
     } else {
-      verdict = "does not fit (needs " + human_bytes(plan.total()) + ", cap " + human_bytes(*cap) + ")";
+      verdict = "does not fit (needs " + human_bytes(plan.total()) + ", cap " + human_bytes(*cap.bytes) + ")";
       refused.push_back(index);
     }
-    std::printf("%-5d %-7d %-10s %-10s %-10s %-10s %-10s %-11s %-10s %-10s %s\n", index, split[index],
-                human_count(parameters).c_str(), human_bytes(plan.weights).c_str(), human_bytes(plan.gradients).c_str(),
-                human_bytes(plan.moments).c_str(), bytes_cell(plan.working_copy).c_str(),
-                human_bytes(plan.activations).c_str(), device ? bytes_cell(plan.scratch).c_str() : "unknown",
-                human_bytes(plan.total()).c_str(), verdict.c_str());
+    std::printf("%-5d %-7d %-10s %-10s %-10s %-10s %-10s %-11s %-10s %-10s %s\n", index, row.layers,
+                human_count(row.parameters).c_str(), human_bytes(plan.weights).c_str(),
+                human_bytes(plan.gradients).c_str(), human_bytes(plan.moments).c_str(),
+                bytes_cell(plan.working_copy).c_str(), human_bytes(plan.activations).c_str(),
+                device ? bytes_cell(plan.scratch).c_str() : "unknown", human_bytes(plan.total()).c_str(),
+                verdict.c_str());
     if (plan.host > 0.0) {
       std::printf("      optim.offload = cpu: %s of fp32 masters and AdamW moments in host memory\n",
                   human_bytes(plan.host).c_str());
@@ -131,9 +111,9 @@ void run(const PlanFlags& flags) {
     std::string stages;
     for (const int index : refused) stages += (stages.empty() ? "" : ", ") + std::to_string(index);
     DUFU_FAIL("the memory plan of pipeline stage", refused.size() > 1 ? "s " : " ", stages, " does not fit ",
-              human_bytes(*cap), " (", cap_source, "); HINT: lower train.micro_batch or model.seq_length, set "
+              human_bytes(*cap.bytes), " (", cap.source, "); HINT: lower train.micro_batch or model.seq_length, set "
               "train.recompute=full or dist.zero_stage=1, 2 or 3, or raise dist.tensor_parallel_size, "
-              "dist.pipeline_parallel_size or --ranks");
+              "dist.pipeline_parallel_size or --ranks; `train plan --search` lists the layouts that fit");
   }
 }
 
@@ -150,6 +130,10 @@ void add_plan_command(CLI::App& app) {
   command->add_option("--ranks", flags->ranks,
                       "Ranks the run would start (data parallel = ranks / (tp x pp)); default tp x pp")
       ->check(CLI::PositiveNumber);
+  command->add_flag("--search", flags->search,
+                    "List every layout of --ranks (tensor and pipeline parallel sizes, ZeRO stage, recomputation; "
+                    "the rest as configured) with its largest stage's memory, cheapest first, and the cheapest that "
+                    "fits; exit status 1 when none does");
   command->callback([flags] { run(*flags); });
 }
 
