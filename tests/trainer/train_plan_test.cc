@@ -33,6 +33,17 @@ constexpr const char* kConfig =
     "[train]\nmicro_batch = 4\nglobal_batch = 16\n"
     "[dist]\ntensor_parallel_size = 2\npipeline_parallel_size = 2\nzero_stage = 1\n";
 
+// kConfig's model.
+trainer::GPTConfig config_model() {
+  trainer::GPTConfig model;
+  model.n_layer = 3;
+  model.n_head = 2;
+  model.d_model = 64;
+  model.vocab_size = 2000;
+  model.seq_length = 32;
+  return model;
+}
+
 class TrainPlanTest : public ::testing::Test {
  protected:
   CommandResult plan(const std::string& overrides) {
@@ -66,12 +77,7 @@ class TrainPlanTest : public ::testing::Test {
 };
 
 TEST_F(TrainPlanTest, RowsAreTheRankMemoryPlanOfEachStage) {
-  trainer::GPTConfig model;
-  model.n_layer = 3;
-  model.n_head = 2;
-  model.d_model = 64;
-  model.vocab_size = 2000;
-  model.seq_length = 32;
+  const trainer::GPTConfig model = config_model();
   const std::vector<int> split = {2, 1};
   double stage0_activations[2] = {0.0, 0.0};
   double gradients[4][2] = {};  // by ZeRO stage and pipeline stage
@@ -160,12 +166,7 @@ TEST_F(TrainPlanTest, CudaWithoutADeviceLeavesOutOnlyTheScratch) {
 // batch, each with its largest stage's total as rank_memory_plan gives it here, in the
 // documented order, and the first under the cap named as the cheapest.
 TEST_F(TrainPlanTest, SearchListsEveryLayoutWithItsLargestStageCheapestFirst) {
-  trainer::GPTConfig model;
-  model.n_layer = 3;
-  model.n_head = 2;
-  model.d_model = 64;
-  model.vocab_size = 2000;
-  model.seq_length = 32;
+  const trainer::GPTConfig model = config_model();
   // 2 heads: tp 1 or 2; 3 layers: pp up to 3; global batch 16 of micro-batches of 4:
   // at most 4 replicas. Of 8 ranks that leaves tp 1 x pp 2 x dp 4, tp 2 x pp 1 x dp 4
   // and tp 2 x pp 2 x dp 2.
