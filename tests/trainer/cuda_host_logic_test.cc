@@ -116,6 +116,12 @@ TEST(CudaScratch, TheLargestRequestAndTheWorkspaceAreInThePlan) {
   shapes.bf16_operands = false;
   EXPECT_EQ(cuda::step_scratch_bytes(shapes), sort_bytes);
   EXPECT_GT(sort_bytes, static_cast<std::size_t>(32 * 4 * C * 8));
+  // The bf16 attention backward's D per row and head: at 12 heads 196 KB, below the
+  // sort; at 1 x 32768 tokens of 64 heads, 8 MiB, above it.
+  shapes.attention_row_heads = N * 12;
+  EXPECT_EQ(cuda::step_scratch_bytes(shapes), sort_bytes);
+  StepShapes long_context{.rows = 32768, .width = 4096, .parameters = 1000, .attention_row_heads = 32768 * 64};
+  EXPECT_EQ(cuda::step_scratch_bytes(long_context), std::size_t{32768} * 64 * sizeof(float));
   // An odd copy rounds up to 256 bytes, as the scratch asks.
   EXPECT_EQ(cuda::bf16_copy_scratch_bytes(7), 256u);
   // Few rows: as many chunks as rows.

@@ -71,6 +71,7 @@ TEST(DeviceMemoryPlanTest, ThePlanHoldsTheScratchTheDeviceReports) {
   EXPECT_EQ(asked.width, 32);
   EXPECT_EQ(asked.parameters, static_cast<std::int64_t>(rank_parameter_count(plan_model(), 2, {})));
   EXPECT_TRUE(asked.bf16_operands);
+  EXPECT_EQ(asked.attention_row_heads, 32) << "32 rows x this rank's 1 of 2 heads";
   ASSERT_EQ(asked.matmuls.size(), 5u);
   const MatmulShape expected[] = {{32, 32, 48, true}, {32, 16, 32, true}, {32, 32, 64, true}, {32, 64, 32, true},
                                   {32, 32, 64, false}};

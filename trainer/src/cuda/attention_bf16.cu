@@ -24,8 +24,10 @@
 #include <cstdint>
 
 #include "attention_bf16.h"
+#include "block_reduce.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
+#include "cuda_scratch.h"
 #include "dufu/trainer/device/bf16.h"
 #include "dufu/trainer/device/flash_attention.h"
 #include "dufu/trainer/device/kernel_math.h"
@@ -262,11 +264,14 @@ __global__ void __launch_bounds__(kThreads, 2) bf16_forward_kernel(TensorOut out
                     [&out, out_base](std::size_t at, float value) { keep_store(out, out_base + at, value); });
 }
 
-// dq of one query tile, summed over the key tiles left of its diagonal in order.
+// dq of one query tile, summed over the key tiles left of its diagonal in order. Each
+// row's D = dout . out is written to row_dots ([B, NH, T], as lse) for the dk/dv
+// kernel, whose every key tile needs the D of every query row after it: read there
+// once, where recomputing it read dout and out in fp32 again for each key tile.
 template <int kDims>
-__global__ void __launch_bounds__(kThreads) bf16_backward_dq_kernel(float* dqkv, const float* dout, const Bits* qkv,
-                                                                    const float* out, const float* lse,
-                                                                    FlashAttentionShape shape) {
+__global__ void __launch_bounds__(kThreads) bf16_backward_dq_kernel(float* dqkv, float* row_dots, const float* dout,
+                                                                    const Bits* qkv, const float* out,
+                                                                    const float* lse, FlashAttentionShape shape) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   Bits* const queries = reinterpret_cast<Bits*>(shared_bytes);
   Bits* const grads = queries + kRowTile<kDims>;
@@ -289,6 +294,7 @@ __global__ void __launch_bounds__(kThreads) bf16_backward_dq_kernel(float* dqkv,
     const bool valid = t < T;
     dots[r] = row_dot(dout + shape.out_offset(b, valid ? t : 0, h), out + shape.out_offset(b, valid ? t : 0, h),
                       valid, hs, quad);
+    if (quad == 0 && valid) row_dots[shape.lse_offset(b, h, t)] = dots[r];
     row_lse[r] = valid ? lse[shape.lse_offset(b, h, t)] : 0.0f;
   }
   float dq[kDims / 8][4] = {};
@@ -321,11 +327,12 @@ __global__ void __launch_bounds__(kThreads) bf16_backward_dq_kernel(float* dqkv,
 
 // dk and dv of one key tile of K/V head g, summed over the query heads of g's group
 // in order and, for each, over the query tiles from the tile's diagonal on in order.
-// Each warp's 16 keys are the M side; a query tile's D and lse go through shared memory.
+// Each warp's 16 keys are the M side; a query tile's D (the dq kernel's row_dots) and
+// lse go through shared memory.
 template <int kDims>
 __global__ void __launch_bounds__(kThreads, 1)
-    bf16_backward_dkv_kernel(float* dqkv, const float* dout, const Bits* qkv, const float* out, const float* lse,
-                             FlashAttentionShape shape) {
+    bf16_backward_dkv_kernel(float* dqkv, const float* row_dots, const float* dout, const Bits* qkv,
+                             const float* lse, FlashAttentionShape shape) {
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   Bits* const keys = reinterpret_cast<Bits*>(shared_bytes);
   Bits* const values = keys + kRowTile<kDims>;
@@ -353,13 +360,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       load_tile<kDims>(grads, grads_t, dout_base, shape.out_stride(), t0, T, hs);
       if (threadIdx.x < kTile) {
         const int t = t0 + static_cast<int>(threadIdx.x);
-        float dot = 0.0f;
-        if (t < T) {
-          const float* dout_row = dout + shape.out_offset(b, t, h);
-          const float* out_row = out + shape.out_offset(b, t, h);
-          for (int d = 0; d < hs; ++d) dot += dout_row[d] * out_row[d];
-        }
-        tile_dot[threadIdx.x] = dot;
+        tile_dot[threadIdx.x] = t < T ? row_dots[shape.lse_offset(b, h, t)] : 0.0f;
         tile_lse[threadIdx.x] = t < T ? lse[shape.lse_offset(b, h, t)] : 0.0f;
       }
       __syncthreads();
@@ -421,14 +422,16 @@ void bf16_attention_forward(TensorOut out, float* lse, const std::uint16_t* qkv,
 
 void bf16_attention_backward(TensorOut dqkv, const float* dout, const std::uint16_t* qkv, const float* out,
                              const float* lse, int B, const FlashAttentionShape& shape) {
+  float* const row_dots = static_cast<float*>(scratch(attention_row_dots_scratch_bytes(
+      static_cast<std::size_t>(B) * static_cast<std::size_t>(shape.NH) * static_cast<std::size_t>(shape.T))));
   with_head_size(shape.hs, [&]<int kDims>() {
     const int dq_bytes = (4 * kRowTile<kDims> + kColumnTile<kDims>) * static_cast<int>(sizeof(Bits));
     launch("the bf16 attention backward (dq)", kDims, bf16_backward_dq_kernel<kDims>,
-           dim3(tiles_of(shape.T), B * shape.NH), dq_bytes, dqkv.values, dout, qkv, out, lse, shape);
+           dim3(tiles_of(shape.T), B * shape.NH), dq_bytes, dqkv.values, row_dots, dout, qkv, out, lse, shape);
     const int dkv_bytes = (4 * kRowTile<kDims> + 2 * kColumnTile<kDims>) * static_cast<int>(sizeof(Bits)) +
                           2 * kTile * static_cast<int>(sizeof(float));
     launch("the bf16 attention backward (dk, dv)", kDims, bf16_backward_dkv_kernel<kDims>,
-           dim3(tiles_of(shape.T), B * shape.NKV), dkv_bytes, dqkv.values, dout, qkv, out, lse, shape);
+           dim3(tiles_of(shape.T), B * shape.NKV), dkv_bytes, dqkv.values, row_dots, dout, qkv, lse, shape);
   });
   keep(dqkv, static_cast<std::size_t>(B) * static_cast<std::size_t>(shape.T) * shape.qkv_stride());
 }

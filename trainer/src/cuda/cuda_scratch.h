@@ -42,14 +42,22 @@ constexpr std::size_t bf16_copy_scratch_bytes(std::size_t count) {
   return detail::aligned_count<std::uint16_t>(count) * sizeof(std::uint16_t);
 }
 
+// The bf16 attention backward's D = dout . out of each row and head ([B, NH, T]
+// floats), which its dq kernel writes and its dk/dv kernel reads.
+constexpr std::size_t attention_row_dots_scratch_bytes(std::size_t row_heads) {
+  return detail::aligned_count<float>(row_heads) * sizeof(float);
+}
+
 // The scratch a training step of `shapes` grows to: the largest single request. Under
 // bf16 the backward GEMMs read the bits the model kept of their dout, so no copy of it
 // is made; a bias's bf16 copy is smaller than its gradient's column sums.
 inline std::size_t step_scratch_bytes(const StepShapes& shapes) {
   const int N = static_cast<int>(shapes.rows);
+  const auto row_heads = static_cast<std::size_t>(shapes.attention_row_heads);
   std::size_t largest = std::max({layernorm_scratch_bytes(N, static_cast<int>(shapes.width)),
                                   sum_of_squares_scratch_bytes(static_cast<std::size_t>(shapes.parameters)),
-                                  embedding_backward_scratch_bytes(static_cast<std::size_t>(shapes.rows))});
+                                  embedding_backward_scratch_bytes(static_cast<std::size_t>(shapes.rows)),
+                                  attention_row_dots_scratch_bytes(row_heads)});
   for (const MatmulShape& m : shapes.matmuls) {
     const int rows = static_cast<int>(m.rows);
     if (m.bias) largest = std::max(largest, column_sum_scratch_bytes(rows, static_cast<int>(m.outputs)));

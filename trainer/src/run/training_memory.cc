@@ -141,6 +141,7 @@ StepShapes training_step_shapes(const GPTConfig& config, int B, int T, int tenso
                       {N, width(widths.attn), C, true},
                       {N, C, width(widths.mlp_pre), true},
                       {N, width(widths.mlp_hidden), C, true}};
+    shapes.attention_row_heads = N * (config.n_head / tensor_parallel_size);
   }
   if (stage.is_last()) {
     const std::int64_t vocab = config.padded_vocab_size(tensor_parallel_size) / tensor_parallel_size;

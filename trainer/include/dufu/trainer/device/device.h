@@ -50,13 +50,15 @@ struct MatmulShape {
 
 // What a training step's kernels work on, for Device::scratch_bytes: every distinct
 // matmul, the rows and width of the LayerNorms, the parameters whose gradient norm is
-// taken, and whether the matmuls read bf16 operands (the bf16 recipe).
+// taken, whether the matmuls read bf16 operands (the bf16 recipe), and the rows times
+// the rank's attention heads (0 on a stage without layers).
 struct StepShapes {
   std::vector<MatmulShape> matmuls = {};
   std::int64_t rows = 0;
   std::int64_t width = 0;
   std::int64_t parameters = 0;
   bool bf16_operands = false;
+  std::int64_t attention_row_heads = 0;
 };
 
 class Device {
