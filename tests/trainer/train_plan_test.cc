@@ -1,10 +1,12 @@
 // `train plan`: the table of each pipeline stage's memory against rank_memory_plan
 // computed here for the same layout (stages, slots and data-parallel size worked out
 // by hand), under ZeRO-1 with recompute none and full and under ZeRO-2, and the exit
-// status under a cap that is too small. The layout (8 ranks) is larger than this machine: plan starts no ranks.
+// status under a cap that is too small; under ZeRO-3 the lines that say what is held
+// whole. The layout (8 ranks) is larger than this machine: plan starts no ranks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -160,6 +162,56 @@ TEST_F(TrainPlanTest, CudaWithoutADeviceLeavesOutOnlyTheScratch) {
   for (int stage = 0; stage < 2; ++stage) {
     EXPECT_TRUE(has_in_order(row(result.output, stage), {"unknown", "fits without the scratch"})) << result.output;
   }
+}
+
+// ZeRO-3 says what keeps each stage's model state above 1/dp of stage 0's: the shards,
+// then each part held whole, worked out here from the stage's layer and edge counts:
+// the edges' weights and gradients, two layers of weights and one of gradients (the
+// windows), the piece a bucket's reduction lands in; under bf16 the weights' parts
+// with their working copy (6 bytes a parameter).
+TEST_F(TrainPlanTest, ZeroThreeSaysWhatEachStageHoldsWhole) {
+  const trainer::GPTConfig model = config_model();
+  const std::vector<int> split = {2, 1};
+  const double bucket = static_cast<double>(trainer::bucket_elements_for(0.01));
+  for (const trainer::Precision precision : {trainer::Precision::kFp32, trainer::Precision::kBf16}) {
+    SCOPED_TRACE(trainer::precision_name(precision));
+    const bool bf16 = precision == trainer::Precision::kBf16;
+    const CommandResult result = plan(std::string("train.memory_limit=100GB dist.zero_stage=3 "
+                                                  "train.dp_bucket_mb=0.01 train.precision=") +
+                                      trainer::precision_name(precision));
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    for (int stage = 0; stage < 2; ++stage) {
+      SCOPED_TRACE("stage " + std::to_string(stage));
+      const trainer::PipelineStage pipeline_stage = trainer::pipeline_stage(split, stage);
+      const auto counts = trainer::rank_parameters(model, 2, pipeline_stage);
+      const double parameters = counts.layers * counts.layer + counts.edges;
+      const double shard = std::ceil(parameters / 2);
+      const double weight_bytes = bf16 ? 6.0 : 4.0;
+      const double windows = std::min(counts.layers, 2.0);
+      const double parts[5] = {weight_bytes * counts.edges, 4.0 * counts.edges, weight_bytes * windows * counts.layer,
+                               4.0 * counts.layer, 4.0 * std::min(bucket, shard)};
+      const double held = parts[0] + parts[1] + parts[2] + parts[3] + parts[4];
+      const trainer::MemoryPlan expected =
+          trainer::rank_memory_plan(model, 4, 32, 2, 2, pipeline_stage, 2 - stage, 4, precision, 3,
+                                    trainer::cpu_device(), trainer::Recompute::kNone, bucket);
+      // The shards: a weight and a gradient shard, the moments 1/2 of the parameters'.
+      EXPECT_NEAR(expected.model() - held, 4.0 * 2.0 * shard + 4.0 * parameters, 1e-6 * expected.model());
+      const double stage0 = 4.0 * 4.0 * parameters + (bf16 ? 2.0 * parameters : 0.0);
+      const std::string lines = result.output.substr(result.output.find(row(result.output, stage)));
+      EXPECT_TRUE(has_in_order(lines, {"model state " + human_bytes(expected.model()),
+                                       "shards " + human_bytes(expected.model() - held),
+                                       "stage 0 holds " + human_bytes(stage0), "1/2 of it " + human_bytes(stage0 / 2),
+                                       "held whole " + human_bytes(held), "held whole: edges",
+                                       human_bytes(parts[0]) + " of weights and " + human_bytes(parts[1]),
+                                       "layer windows " + human_bytes(parts[2]) + " of weights and " +
+                                           human_bytes(parts[3]) + " of gradients",
+                                       "reduced piece " + human_bytes(parts[4])}));
+    }
+  }
+  // Only ZeRO-3 shards the weights: stage 2's plan has no such lines.
+  const CommandResult stage2 = plan("train.memory_limit=100GB dist.zero_stage=2");
+  ASSERT_EQ(stage2.exit_code, 0) << stage2.output;
+  EXPECT_EQ(stage2.output.find("held whole"), std::string::npos) << stage2.output;
 }
 
 // `--search`: every layout of the 8 ranks that training accepts for this model and

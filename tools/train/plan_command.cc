@@ -45,6 +45,22 @@ Config plan_config(const PlanFlags& flags) {
 
 std::string bytes_cell(double bytes) { return bytes > 0.0 ? human_bytes(bytes) : "-"; }
 
+// Why ZeRO-3's model state is more than 1/dp of stage 0's: the shards, then each part
+// the model keeps whole.
+void print_held_whole(const StagePlan& row, int dp) {
+  const trainer::HeldWhole& held = *row.held_whole;
+  const double model = row.plan.model();
+  std::printf("      model state %s: shards %s (stage 0 holds %s, 1/%d of it %s) + held whole %s\n",
+              human_bytes(model).c_str(), human_bytes(model - held.total()).c_str(),
+              human_bytes(row.stage0_model_bytes).c_str(), dp, human_bytes(row.stage0_model_bytes / dp).c_str(),
+              human_bytes(held.total()).c_str());
+  std::printf("      held whole: edges (embeddings, final norm, head) %s of weights and %s of gradients, layer "
+              "windows %s of weights and %s of gradients, reduced piece %s\n",
+              human_bytes(held.edge_weights).c_str(), human_bytes(held.edge_gradients).c_str(),
+              human_bytes(held.layer_weights).c_str(), human_bytes(held.layer_gradients).c_str(),
+              human_bytes(held.reduced_piece).c_str());
+}
+
 void run(const PlanFlags& flags) {
   const trainer::TrainingOptions options = trainer::training_options(plan_config(flags));
   const int tp = options.tensor_parallel_size;
@@ -101,6 +117,7 @@ void run(const PlanFlags& flags) {
                 bytes_cell(plan.working_copy).c_str(), human_bytes(plan.activations).c_str(),
                 device ? bytes_cell(plan.scratch).c_str() : "unknown", human_bytes(plan.total()).c_str(),
                 verdict.c_str());
+    if (row.held_whole) print_held_whole(row, dp);
     if (plan.host > 0.0) {
       std::printf("      optim.offload = cpu: %s of fp32 masters and AdamW moments in host memory\n",
                   human_bytes(plan.host).c_str());

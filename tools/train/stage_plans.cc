@@ -42,6 +42,13 @@ std::vector<StagePlan> stage_plans(const trainer::TrainingOptions& options, int 
           bucket, trainer::rank_weight_floats(options.model, tp, stage, data_parallel, options.zero_stage));
     }
     if (options.optimizer_offload) trainer::offload_to_host(row.plan);
+    if (options.zero_stage == 3 && data_parallel > 1) {
+      row.held_whole = trainer::zero3_held_whole(options.model, tp, stage, data_parallel, options.precision,
+                                                 options.overlap_reduction, bucket);
+      row.stage0_model_bytes =
+          trainer::memory_plan(row.parameters, data_parallel, 0, options.precision == trainer::Precision::kBf16, 0.0)
+              .model();
+    }
     plans.push_back(row);
   }
   return plans;

@@ -18,6 +18,10 @@ struct StagePlan {
   int layers = 0;
   double parameters = 0.0;
   trainer::MemoryPlan plan;
+  // Under ZeRO-3 over more than one data-parallel rank: what the rank holds whole
+  // beside its shards, and stage 0's model state for the same layout.
+  std::optional<trainer::HeldWhole> held_whole;
+  double stage0_model_bytes = 0.0;
 };
 
 // One per pipeline stage of `options`' layout (its tp, pp, ZeRO stage, recompute) with

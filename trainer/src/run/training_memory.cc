@@ -63,6 +63,23 @@ double rank_weight_floats(const GPTConfig& config, int tensor_parallel_size, con
   return counts.layers * counts.layer + counts.edges;
 }
 
+HeldWhole zero3_held_whole(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage,
+                           int data_parallel_size, Precision precision, bool overlap_reduction, double bucket_floats) {
+  DUFU_CHECK(data_parallel_size > 1, "zero3_held_whole: ZeRO-3 over ", data_parallel_size,
+             " data-parallel rank shards nothing");
+  const RankParameters counts = rank_parameters(config, tensor_parallel_size, stage);
+  const double shard = std::ceil((counts.layers * counts.layer + counts.edges) / data_parallel_size);
+  // fp32 values, and under bf16 the working copy's bits of each (memory_plan).
+  const double weight_bytes = precision == Precision::kBf16 ? 6.0 : 4.0;
+  const double gradient_floats =
+      rank_gradient_floats(config, tensor_parallel_size, stage, data_parallel_size, 3, overlap_reduction);
+  return {.edge_weights = weight_bytes * counts.edges,
+          .layer_weights = weight_bytes * std::min(counts.layers, 2.0) * counts.layer,
+          .edge_gradients = 4.0 * counts.edges,
+          .layer_gradients = 4.0 * (gradient_floats - counts.edges),
+          .reduced_piece = 4.0 * std::min(bucket_floats, shard)};
+}
+
 RankParameters rank_parameters(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage) {
   const double C = config.d_model;
   const double tp = tensor_parallel_size;

@@ -36,6 +36,21 @@ double rank_gradient_floats(const GPTConfig& config, int tensor_parallel_size, c
 double rank_weight_floats(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage,
                           int data_parallel_size, int zero_stage);
 
+// What a ZeRO-3 rank over more than one data-parallel rank holds beyond its shards of
+// the weights, gradients and moments (each 1/dp of stage 0's), in bytes: what the model
+// keeps whole (GPT::shard_parameters, GPT::set_layer_gradient_sink) and where a
+// reduction lands. Under bf16 the weights' parts include their bf16 working copy.
+struct HeldWhole {
+  double edge_weights = 0.0;     // embeddings, final norm, head: gathered after each update
+  double layer_weights = 0.0;    // the windows: the layer computing and the one gathered ahead
+  double edge_gradients = 0.0;   // summed over the micro-batches, reduced once per step
+  double layer_gradients = 0.0;  // one layer's window (two and their reduced pieces under the overlap)
+  double reduced_piece = 0.0;    // where one bucket's reduce-scatter lands before it is added
+  double total() const { return edge_weights + layer_weights + edge_gradients + layer_gradients + reduced_piece; }
+};
+HeldWhole zero3_held_whole(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage,
+                           int data_parallel_size, Precision precision, bool overlap_reduction, double bucket_floats);
+
 // Bytes of weights, gradients and both AdamW moments for `parameters` under ZeRO
 // stage `zero_stage` (0 to 3; see memory_plan).
 double model_state_bytes(double parameters, int data_parallel_size, int zero_stage);
