@@ -29,6 +29,7 @@
 #include "dufu/trainer/device/collective_fold.h"
 #include "dufu/trainer/device/device.h"
 #include "parallel/nccl_communicator_with.h"
+#include "support/forwarding_cpu_device.h"
 #include "support/mpi_world.h"
 #include "support/uneven_counts.h"
 
@@ -40,22 +41,49 @@ Communicator& world() { return dufu::testing::mpi_world(); }
 // ---- the stand-ins ----
 
 struct HostEvent {
-  std::uint64_t seen = 0;  // the communicator-stream calls before its last record there
+  std::uint64_t seen = 0;        // the communicator-stream calls before its last record there
+  std::uint64_t device_ops = 0;  // the device-stream operations before its last record there
 };
 
 // What the stand-ins saw: calls on the communicator's stream so far, how many of them
 // the device's stream has waited for, and every call made on the device's stream.
+// Also, with StreamCountingDevice, the device's own operations (zero, copy, fill) and
+// how many of them the communicator's stream has waited for: a call on it before it
+// waited for all of them could run beside them.
 struct StreamLedger {
   std::uint64_t stream_calls = 0;
   std::uint64_t device_waited_for = 0;
   std::vector<std::string> on_device_stream;
+  std::uint64_t device_ops = 0;
+  std::uint64_t stream_waited_for_device = 0;
+  std::vector<std::string> unordered_after_device;
 };
 StreamLedger ledger;
 
 void on_stream(void* stream, const char* call) {
   if (stream == nullptr) ledger.on_device_stream.emplace_back(call);
+  if (stream != nullptr && ledger.stream_waited_for_device < ledger.device_ops) {
+    ledger.unordered_after_device.emplace_back(call);
+  }
   ++ledger.stream_calls;
 }
+
+// The CPU device, counting what it is asked to do on its stream.
+class StreamCountingDevice : public dufu::testing::ForwardingCpuDevice {
+ public:
+  void copy(void* to, const void* from, std::size_t bytes) override {
+    ++ledger.device_ops;
+    cpu().copy(to, from, bytes);
+  }
+  void fill(float* to, float value, std::size_t count) override {
+    ++ledger.device_ops;
+    cpu().fill(to, value, count);
+  }
+  void zero(void* to, std::size_t bytes) override {
+    ++ledger.device_ops;
+    cpu().zero(to, bytes);
+  }
+};
 
 // Grouped sends and receives run at the group's end, as NCCL runs them: pairwise
 // exchanges at every shift (send_recv), so no rank waits on another's order.
@@ -172,13 +200,18 @@ const CudaNccl& host_nccl() {
       .destroy_event = [](void* event) noexcept { delete static_cast<HostEvent*>(event); },
       .record =
           [](void* event, void* stream) {
-            // A record on the device's stream marks no communicator-stream call.
+            // A record on the device's stream marks no communicator-stream call, and
+            // one on the communicator's no device operation.
             static_cast<HostEvent*>(event)->seen = stream == nullptr ? 0 : ledger.stream_calls;
+            static_cast<HostEvent*>(event)->device_ops = stream == nullptr ? ledger.device_ops : 0;
           },
       .stream_wait =
           [](void* waiting, void* event) {
+            const HostEvent& marks = *static_cast<HostEvent*>(event);
             if (waiting == nullptr) {
-              ledger.device_waited_for = std::max(ledger.device_waited_for, static_cast<HostEvent*>(event)->seen);
+              ledger.device_waited_for = std::max(ledger.device_waited_for, marks.seen);
+            } else {
+              ledger.stream_waited_for_device = std::max(ledger.stream_waited_for_device, marks.device_ops);
             }
           },
       .event_done = [](void*) { return true; },
@@ -354,6 +387,41 @@ TEST_F(NcclHostLogicTest, StartedCollectivesWaitOnlyAtTheirWaitAndGiveTheBlockin
     expect_device_caught_up();
     expect_bitwise(dropped, expected_scattered);
   }
+}
+
+// The communicator's scratch grows with the largest collective, and a new one is zeroed
+// on the device's stream: the NCCL calls that write into it come after that on the
+// communicator's stream, as after everything else the device was asked to do first.
+TEST_F(NcclHostLogicTest, TheCommunicatorsStreamFollowsTheDevicesWorkBeforeIt) {
+  StreamCountingDevice device;
+  const std::unique_ptr<Communicator> nccl = make_nccl_communicator_with(
+      world().split(0, world().rank(), "nccl counted"), host_nccl(), [](const void*) { return true; }, device);
+  const auto ranks = static_cast<std::size_t>(world().size());
+  const std::size_t own_index = static_cast<std::size_t>(world().rank());
+  for (const std::size_t n : {std::size_t{10}, std::size_t{1000}, std::size_t{5000}}) {
+    SCOPED_TRACE(n);
+    const std::vector<float> input = rank_floats(ranks * n, 10);
+    std::vector<float> expected(n), got(n);
+    world().reduce_scatter(input, expected);
+    nccl->reduce_scatter(input, got);  // the scratch grows first for this one
+    expect_bitwise(got, expected);
+    std::vector<std::size_t> counts(ranks, n);
+    counts[0] = 2 * n;
+    const std::vector<float> uneven_input = rank_floats(sum_of(counts), 11);
+    std::vector<float> uneven(counts[own_index]), uneven_expected(counts[own_index]);
+    world().reduce_scatter_v(uneven_input, uneven_expected, counts);
+    nccl->start_reduce_scatter_v(uneven_input, uneven, counts)->wait();
+    expect_bitwise(uneven, uneven_expected);
+    std::vector<float> summed = rank_floats(3 * ranks * n, 12);
+    std::vector<float> summed_expected = summed;
+    world().all_reduce(summed_expected);
+    nccl->all_reduce(summed);
+    expect_bitwise(summed, summed_expected);
+  }
+  EXPECT_GT(ledger.device_ops, 0u) << "the counting device saw nothing: the check could not fail";
+  EXPECT_TRUE(ledger.unordered_after_device.empty())
+      << ledger.unordered_after_device.size() << " calls on the communicator's stream were not ordered after the "
+      << "device's work before them, the first: " << ledger.unordered_after_device.front();
 }
 
 }  // namespace

@@ -38,3 +38,21 @@ namespace dufu::trainer::cuda {
 
 // After a kernel launch: launch errors (bad geometry, no device) surface here.
 #define DUFU_CUDA_CHECK_LAUNCH() DUFU_CUDA_CHECK(cudaGetLastError())
+
+// A query (cudaEventQuery, cudaStreamQuery): true when the work is done, false when it
+// is not yet, a dufu::Error for anything else. "Not ready" is an answer, but the
+// runtime also leaves it as the thread's last error, which the next launch check would
+// report against an unrelated kernel: it is cleared here (PyTorch's CUDAStream::query
+// clears it the same way).
+#define DUFU_CUDA_QUERY_DONE(call) ::dufu::trainer::cuda::query_done((call), #call, __FILE__, __LINE__)
+
+namespace dufu::trainer::cuda {
+inline bool query_done(cudaError_t status, const char* call, const char* file, int line) {
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (status != cudaSuccess) fail_cuda(call, status, file, line);
+  return true;
+}
+}  // namespace dufu::trainer::cuda

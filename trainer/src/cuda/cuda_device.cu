@@ -83,12 +83,7 @@ void wait_for_event(cudaEvent_t event) {
     return;
   }
   wait_checking(
-      [event] {
-        const cudaError_t status = cudaEventQuery(event);
-        if (status == cudaErrorNotReady) return false;
-        DUFU_CUDA_CHECK(status);
-        return true;
-      },
+      [event] { return DUFU_CUDA_QUERY_DONE(cudaEventQuery(event)); },
       stream_watcher);
 }
 
@@ -224,12 +219,7 @@ void wait_for_stream() {
     return;
   }
   wait_checking(
-      [] {
-        const cudaError_t status = cudaStreamQuery(stream());
-        if (status == cudaErrorNotReady) return false;
-        DUFU_CUDA_CHECK(status);
-        return true;
-      },
+      [] { return DUFU_CUDA_QUERY_DONE(cudaStreamQuery(stream())); },
       stream_watcher);
 }
 

@@ -256,12 +256,7 @@ void stream_wait(void* waiting, void* event) {
   DUFU_CUDA_CHECK(cudaStreamWaitEvent(as_stream(waiting), static_cast<cudaEvent_t>(event), 0));
 }
 
-bool event_done(void* event) {
-  const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
-  if (status == cudaErrorNotReady) return false;
-  DUFU_CUDA_CHECK(status);
-  return true;
-}
+bool event_done(void* event) { return DUFU_CUDA_QUERY_DONE(cudaEventQuery(static_cast<cudaEvent_t>(event))); }
 
 template <typename T>
 __global__ void fold_kernel(T* destination, const T* blocks, std::size_t stride, std::size_t count, int ranks,

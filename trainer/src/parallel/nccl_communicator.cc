@@ -385,6 +385,9 @@ class NcclCommunicator final : public Communicator {
       device_follows();
       device_.synchronize();
       scratch_ = DeviceBuffer<unsigned char>(device_, bytes);
+      // The new buffer is zeroed on the device's stream: the communicator's stream
+      // writes into it only after that (a caller may have followed the device already).
+      follow_device();
     }
     return scratch_.data();
   }
