@@ -79,21 +79,25 @@ TEST(LtAlgorithmCache, AsksOncePerKeyAndKeysTheAlignment) {
   EXPECT_EQ(cache.find_or_choose(misaligned, choose), 2);
   cuda::LtProductKey other_epilogue = key;
   other_epilogue.epilogue = 1;
+  other_epilogue.bias_alignment = 256;
   EXPECT_EQ(cache.find_or_choose(other_epilogue, choose), 3);
-  EXPECT_EQ(asked, 3);
+  cuda::LtProductKey misaligned_bias = other_epilogue;  // a bias one float into its buffer
+  misaligned_bias.bias_alignment = 4;
+  EXPECT_EQ(cache.find_or_choose(misaligned_bias, choose), 4);
+  EXPECT_EQ(asked, 4);
   // "No algorithm" is an answer too, kept so the fallback costs no heuristic either.
   cuda::LtProductKey unsupported = key;
   unsupported.cols = 49;
   EXPECT_FALSE(cache.find_or_choose(unsupported, [&] { ++asked; return std::optional<int>(); }).has_value());
   EXPECT_FALSE(cache.find_or_choose(unsupported, choose).has_value());
-  EXPECT_EQ(asked, 4);
+  EXPECT_EQ(asked, 5);
   // A heuristic that failed keeps nothing: the next call asks again.
   cuda::LtProductKey failing = key;
   failing.rows = 8;
   EXPECT_THROW(cache.find_or_choose(failing, []() -> std::optional<int> { throw std::runtime_error("failed"); }),
                std::runtime_error);
-  EXPECT_EQ(cache.find_or_choose(failing, choose), 5);
-  EXPECT_EQ(cache.size(), 5u);
+  EXPECT_EQ(cache.find_or_choose(failing, choose), 6);
+  EXPECT_EQ(cache.size(), 6u);
 }
 
 TEST(CudaScratch, TheLargestRequestAndTheWorkspaceAreInThePlan) {

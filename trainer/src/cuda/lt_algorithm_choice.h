@@ -31,13 +31,15 @@ inline std::uint32_t operand_alignment_bytes(const void* pointer) {
 }
 
 // Everything the heuristic's answer depends on: cuBLASLt's A, B and D (out, also its
-// C) by shape, transposition and type, the epilogue with its inputs, and alignment.
+// C) by shape, transposition and type, the epilogue with its inputs, and alignment,
+// the epilogue's bias and aux vectors' too (the heuristic sees their pointers; an
+// answer for a 256-byte-aligned bias is not one for a bias a few floats into a buffer).
 struct LtProductKey {
   int rows = 0, inner = 0, cols = 0;
   bool a_transposed = false, b_transposed = false;
   int input_type = 0, output_type = 0;  // cudaDataType_t
   int epilogue = 0;                     // cublasLtEpilogue_t
-  bool bias = false, aux = false;
+  std::uint32_t bias_alignment = 0, aux_alignment = 0;  // 0: no such input
   std::uint32_t a_alignment = 0, b_alignment = 0, out_alignment = 0;
   auto operator<=>(const LtProductKey&) const = default;
 };

@@ -32,8 +32,8 @@ LtProductKey key_of(const LtProduct& p) {
           .input_type = static_cast<int>(p.input_type),
           .output_type = static_cast<int>(p.output_type),
           .epilogue = static_cast<int>(p.epilogue),
-          .bias = p.bias != nullptr,
-          .aux = p.aux != nullptr,
+          .bias_alignment = p.bias != nullptr ? operand_alignment_bytes(p.bias) : 0,
+          .aux_alignment = p.aux != nullptr ? operand_alignment_bytes(p.aux) : 0,
           .a_alignment = operand_alignment_bytes(p.a),
           .b_alignment = operand_alignment_bytes(p.b),
           .out_alignment = operand_alignment_bytes(p.out)};
