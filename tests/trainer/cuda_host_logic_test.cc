@@ -346,5 +346,17 @@ TEST(SharedMemoryLimit, ALaunchOverTheGpusLimitIsRefusedInWords) {
   EXPECT_NE(refusal.find("HINT: "), std::string::npos) << refusal;
 }
 
+// One block row per sequence and head: 65,535 rows launch, one more is refused in words.
+TEST(GridRowsLimit, MoreSequenceHeadsThanCudaGridRowsAreRefusedInWords) {
+  EXPECT_EQ(cuda::grid_rows_refusal("the fp32 attention forward", 16 * 12), "");
+  EXPECT_EQ(cuda::grid_rows_refusal("the fp32 attention forward", 65535), "") << "exactly the limit fits";
+  const std::string refusal = cuda::grid_rows_refusal("the fp32 attention forward", 2048LL * 32);
+  EXPECT_NE(refusal.find("the fp32 attention forward launches one block row per sequence and head: 65536 rows, "
+                         "over CUDA's 65535"),
+            std::string::npos)
+      << refusal;
+  EXPECT_NE(refusal.find("HINT: "), std::string::npos) << refusal;
+}
+
 }  // namespace
 }  // namespace dufu::trainer

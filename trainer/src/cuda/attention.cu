@@ -29,8 +29,9 @@
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "dufu/trainer/device/flash_attention.h"
-#include "float_groups.cuh"
 #include "dufu/trainer/device/kernel_math.h"
+#include "float_groups.cuh"
+#include "shared_memory_limit.h"
 
 namespace dufu::trainer::cuda {
 
@@ -360,6 +361,7 @@ template <typename Kernel, typename... Args>
 void launch_tiles(const char* what, int dims, Kernel kernel, dim3 grid, int floats, Args... args) {
   const int bytes = floats * static_cast<int>(sizeof(float));
   require_shared_memory(what, dims, bytes);
+  if (const std::string refusal = grid_rows_refusal(what, grid.y); !refusal.empty()) DUFU_FAIL(refusal);
   DUFU_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   kernel<<<grid, kThreads, bytes, stream()>>>(args...);
   DUFU_CUDA_CHECK_LAUNCH();

@@ -32,6 +32,7 @@
 #include "dufu/trainer/device/flash_attention.h"
 #include "dufu/trainer/device/kernel_math.h"
 #include "float_groups.cuh"
+#include "shared_memory_limit.h"
 
 namespace dufu::trainer::cuda {
 
@@ -390,6 +391,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <typename Kernel, typename... Args>
 void launch(const char* what, int dims, Kernel kernel, dim3 grid, int bytes, Args... args) {
   require_shared_memory(what, dims, bytes);
+  if (const std::string refusal = grid_rows_refusal(what, grid.y); !refusal.empty()) DUFU_FAIL(refusal);
   DUFU_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   kernel<<<grid, kThreads, bytes, stream()>>>(args...);
   DUFU_CUDA_CHECK_LAUNCH();

@@ -23,4 +23,14 @@ inline std::string shared_memory_refusal(const char* kernel, int head_size, int 
                  "(A100, H100)");
 }
 
+// The attention kernels run one block row per sequence and head (grid.y = B x heads),
+// and CUDA allows at most 65,535 rows: more would fail the launch with "invalid
+// configuration argument". Empty when `rows` fit, else the refusal in words.
+constexpr long long kMaxGridRows = 65535;
+inline std::string grid_rows_refusal(const char* kernel, long long rows) {
+  if (rows <= kMaxGridRows) return {};
+  return str_cat(kernel, " launches one block row per sequence and head: ", rows, " rows, over CUDA's ",
+                 kMaxGridRows, "; HINT: a smaller train.micro_batch (or fewer heads)");
+}
+
 }  // namespace dufu::trainer::cuda
