@@ -73,8 +73,9 @@ HeldWhole zero3_held_whole(const GPTConfig& config, int tensor_parallel_size, co
   const double weight_bytes = precision == Precision::kBf16 ? 6.0 : 4.0;
   const double gradient_floats =
       rank_gradient_floats(config, tensor_parallel_size, stage, data_parallel_size, 3, overlap_reduction);
+  const double weight_floats = rank_weight_floats(config, tensor_parallel_size, stage, data_parallel_size, 3);
   return {.edge_weights = weight_bytes * counts.edges,
-          .layer_weights = weight_bytes * std::min(counts.layers, 2.0) * counts.layer,
+          .layer_weights = weight_bytes * (weight_floats - counts.edges),
           .edge_gradients = 4.0 * counts.edges,
           .layer_gradients = 4.0 * (gradient_floats - counts.edges),
           .reduced_piece = 4.0 * std::min(bucket_floats, shard)};
