@@ -1,69 +1,8 @@
-// Checkpoints of a training run, under <run_dir>/checkpoints/step_<8-digit step>/.
-//
-// A single-process run (and a data-parallel one without ZeRO, whose ranks hold the
-// same weights and moments) writes the serial layout:
-//
-//   model.safetensors      the weights under HuggingFace GPT-2 names ("wte.weight",
-//                          "h.0.attn.c_attn.weight", ...), loadable by transformers'
-//                          GPT2Model / GPT2LMHeadModel: the four Conv1D weights of each
-//                          block transposed to HF's [in, out], wte cut to the real
-//                          vocabulary [vocab_size, C] (the padding rows are always 0);
-//                          metadata "format": "pt" and the model shape ("n_layer",
-//                          "n_head", "d_model", "vocab_size", "vocab_multiple",
-//                          "seq_length", as decimal strings). model.arch = llama: under
-//                          LlamaForCausalLM's names ("model.embed_tokens.weight",
-//                          "model.layers.0.self_attn.q_proj.weight", ...,
-//                          "model.norm.weight", "lm_head.weight" when untied), all
-//                          [out, in] as dufu's, embed_tokens and lm_head cut to
-//                          [vocab_size, C], loadable by LlamaForCausalLM; the metadata
-//                          adds "arch" and the Llama knobs.
-//   optimizer.safetensors  AdamW's moments in dufu's own layout, as
-//                          "exp_avg.<name>" and "exp_avg_sq.<name>" (padded, untransposed,
-//                          so loading them back is a copy), and the step count as the
-//                          I64 scalar "step"; metadata "format": "dufu-adamw".
-//
-// A tensor- or pipeline-parallel run writes one file per model piece instead (as
-// Megatron-LM does), each written by the rank that holds it, so no rank ever holds
-// more than its own piece:
-//
-//   model[-tp<TT>][-pp<PPP>].safetensors      the piece of tensor rank TT on stage PPP
-//                          (the parts whose size is 1 left out), dufu's layout: the
-//                          serial names, each tensor's piece in the piece's shape
-//                          (gpt_stage_layout of gpt_parameter_layout(config, tp));
-//                          metadata "format": "dufu-piece", the model shape and the
-//                          piece ("tensor_parallel_rank", "tensor_parallel_size",
-//                          "pipeline_stage", "pipeline_parallel_size", "first_layer",
-//                          "num_layers").
-//   optimizer[-tp<TT>][-pp<PPP>].safetensors  the piece's moments as above, or, under
-//                          ZeRO-1, optimizer[-tp<TT>][-pp<PPP>]-dp<DDD>.safetensors per
-//                          data-parallel rank: its shard of the piece's flattened moments
-//                          as 1-D "exp_avg" and "exp_avg_sq" plus "step"; metadata
-//                          "format": "dufu-adamw-shard", "shard_begin",
-//                          "piece_parameters".
-//
-// And in every checkpoint:
-//
-//   state.json             written last: format name and version, step, consumed
-//                          samples and tokens, skipped steps, the train loader's state,
-//                          the seeds, the model shape, the layout that wrote it (tensor,
-//                          pipeline and data-parallel sizes, layers per stage, whether
-//                          the optimizer state is sharded), the effective configuration
-//                          (TOML text), the byte size and SHA-256 of every
-//                          .safetensors file, so truncation or corruption is caught, and
-//                          the identity of every shard of the training blend
-//                          ("shards": sizes and digests, shard_identity.h), compared on
-//                          resume; older checkpoints without it still read.
-//   config.toml            the same effective configuration, for people.
-//
-// Any checkpoint loads into any layout (load_checkpoint assembles the serial model
-// from the pieces; parallel_checkpoint.h reads a rank's own files when the layout is
-// the same), and merge_checkpoint writes the serial layout of a sharded one.
-//
-// A checkpoint (a merged one too) is written into <name>.partial-<pid>/ and renamed
-// into place once every file is synced, so a kill at any moment leaves either the
-// complete checkpoint or none (plus a partial directory that the next run removes).
-// One process saves into a run directory at a time (under MPI, the ranks of one job:
-// all on a file system they share).
+// Saving, finding, verifying, loading and merging the checkpoints of a training run
+// (<run_dir>/checkpoints/step_<8-digit step>/), serial or sharded by tensor/pipeline
+// piece and ZeRO shard; any checkpoint loads into any layout. Every file of a
+// checkpoint, its names, metadata and state.json, and how a save stays atomic, is
+// described once, in docs/formats.md (section 9, "Checkpoints").
 //
 // checkpoint_state.h has the layout, the training state and the reader of state.json.
 #pragma once
