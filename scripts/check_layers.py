@@ -5,8 +5,11 @@
 - inside the trainer, a folder includes only its own layer or lower ones
   (TRAINER_LAYERS, lowest first): no backend reaches up to the model; and a backend's
   files (cpu/, cuda/) are included by that backend only;
-- inside dataprep, no two rooms include each other, directly or round a loop (a room
-  is a header and the source of the same name).
+- inside dataprep, a folder of src/ includes only its own layer or lower ones
+  (DATAPREP_LAYERS, lowest first), and two folders of one layer include neither the
+  other; a public header (include/dufu/dataprep/, flat) is of the folder of its
+  source; and no two rooms include each other, directly or round a loop (a room is a
+  header and the source of the same name).
 
 Prints every arrow that breaks a rule, with the line, and exits 1 if there is one.
 usage: scripts/check_layers.py [REPO_ROOT]"""
@@ -27,6 +30,18 @@ TRAINER_LAYERS = [
     {"run"},
 ]
 TRAINER_BACKENDS = ("cpu", "cuda")
+
+# Dataprep folders (of src/), lowest layer first; folders of one layer are side by side
+# and include neither the other. Every dataprep source sits in one of them; a public
+# header (include/dufu/dataprep/x.h) is of the folder of its source (src/<folder>/x.cc),
+# or of DATAPREP_FOLDER_OF_HEADER's when it has none.
+DATAPREP_LAYERS = [
+    {"input"},
+    {"tokenizers"},
+    {"shards"},
+    {"preprocess", "datasets"},
+]
+DATAPREP_FOLDER_OF_HEADER = {"token_dataset": "datasets", "tokenizer_model": "tokenizers"}
 
 # Files of a room named otherwise: preprocess's private header (the parts divided runs
 # reuse) and the sidecar it writes from its options, both parts of the preprocess room.
@@ -81,8 +96,39 @@ def dataprep_room(path):
     inner = room_path(path, "dataprep")
     if inner is None:
         return None
-    room = os.path.splitext(inner)[0]
+    room = os.path.splitext(os.path.basename(inner))[0]
     return DATAPREP_ROOM_OF_HEADER.get(room, room)
+
+
+def dataprep_folders_of_sources(root):
+    """The folder of each source of dataprep/src, by its name without the suffix."""
+    folders = {}
+    source = os.path.join(root, "dataprep", "src")
+    for directory, _, names in os.walk(source):
+        inner = os.path.relpath(directory, source)
+        if inner == ".":
+            continue
+        for name in names:
+            if name.endswith(SOURCE_SUFFIXES):
+                folders.setdefault(os.path.splitext(name)[0], inner.split(os.sep, 1)[0])
+    return folders
+
+
+def dataprep_folder(path, folders_of_sources):
+    if path.startswith("dataprep/src/"):
+        inner = room_path(path, "dataprep")
+        return inner.split("/", 1)[0] if "/" in inner else None
+    if path.startswith("dataprep/include/dufu/dataprep/"):
+        room = os.path.splitext(os.path.basename(path))[0]
+        return folders_of_sources.get(room, DATAPREP_FOLDER_OF_HEADER.get(room))
+    return None
+
+
+def dataprep_layer(folder):
+    for rank, folders in enumerate(DATAPREP_LAYERS):
+        if folder in folders:
+            return rank
+    return None
 
 
 def strongly_connected(graph):
@@ -122,6 +168,7 @@ def main():
     unplaced = set()
     dataprep_graph = defaultdict(set)
     dataprep_arrows = defaultdict(list)
+    folders_of_sources = dataprep_folders_of_sources(root)
     files = 0
     for library in LIBRARY_ORDER:
         for directory, _, names in os.walk(os.path.join(root, library)):
@@ -130,6 +177,9 @@ def main():
                     continue
                 path = os.path.relpath(os.path.join(directory, name), root)
                 files += 1
+                if library == "dataprep" and room_path(path, "dataprep") is not None:
+                    if dataprep_layer(dataprep_folder(path, folders_of_sources)) is None:
+                        unplaced.add(path)
                 with open(os.path.join(root, path), encoding="utf-8") as source:
                     for number, line in enumerate(source, 1):
                         match = INCLUDE.match(line)
@@ -153,6 +203,15 @@ def main():
                             if to_folder in TRAINER_BACKENDS and from_folder != to_folder:
                                 problems.append(f"{where} (a file of the {to_folder} backend, used outside it)")
                         if library == "dataprep" and target_library == "dataprep":
+                            from_folder = dataprep_folder(path, folders_of_sources)
+                            to_folder = dataprep_folder(target, folders_of_sources)
+                            from_layer, to_layer = dataprep_layer(from_folder), dataprep_layer(to_folder)
+                            if from_layer is not None and to_layer is not None:
+                                if to_layer > from_layer:
+                                    problems.append(f"{where} (dataprep's {from_folder}/ reaches up to {to_folder}/)")
+                                elif to_layer == from_layer and from_folder != to_folder:
+                                    problems.append(f"{where} (dataprep's {from_folder}/ and {to_folder}/ are side by "
+                                                    "side: neither includes the other)")
                             from_room, to_room = dataprep_room(path), dataprep_room(target)
                             if from_room and to_room and from_room != to_room:
                                 dataprep_graph[from_room].add(to_room)
@@ -165,7 +224,11 @@ def main():
             problems.append("dataprep rooms that include each other: " + ", ".join(sorted(members)) + "\n    " +
                             "\n    ".join(sorted(arrows)))
     for path in sorted(unplaced):
-        problems.append(f"{path}: in no trainer layer (scripts/check_layers.py, TRAINER_LAYERS)")
+        if path.startswith("dataprep/"):
+            problems.append(f"{path}: in no dataprep folder (scripts/check_layers.py, DATAPREP_LAYERS, "
+                            "DATAPREP_FOLDER_OF_HEADER)")
+        else:
+            problems.append(f"{path}: in no trainer layer (scripts/check_layers.py, TRAINER_LAYERS)")
     for problem in problems:
         print(problem)
     print(f"check_layers: {files} files, {len(problems)} problem(s)")

@@ -3,22 +3,18 @@
 #include "dufu/dataprep/part_manifest.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <simdjson.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <limits>
 #include <map>
-#include <memory>
 
 #include "dufu/common/atomic_file.h"
 #include "dufu/common/digest.h"
 #include "dufu/common/error.h"
-#include "dufu/common/read_only_file.h"
 #include "dufu/common/json_writer.h"
 
 namespace dufu::dataprep {
@@ -74,26 +70,6 @@ std::string manifest_path(const std::string& part_prefix) { return part_prefix +
 
 std::string part_prefix(const std::string& output_prefix, int part, int parts) {
   return str_cat(output_prefix, ".part-", part, "-of-", parts);
-}
-
-std::string sha256_of_file(const std::string& path) {
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!context || EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) != 1) {
-    DUFU_FAIL("cannot start a SHA-256 digest of '", path, "'");
-  }
-  read_in_blocks(path, [&context](const char* data, std::size_t size) {
-    EVP_DigestUpdate(context.get(), data, size);
-  });
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned length = 0;
-  EVP_DigestFinal_ex(context.get(), digest.data(), &length);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned i = 0; i < length; ++i) {
-    hex += kHex[digest[i] >> 4];
-    hex += kHex[digest[i] & 15];
-  }
-  return hex;
 }
 
 std::string job_sha256_of(const PartManifest& m) {

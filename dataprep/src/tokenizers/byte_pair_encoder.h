@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "../huge_page_allocator.h"
+#include "huge_page_allocator.h"
 
 namespace dufu::dataprep {
 

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "../huge_page_allocator.h"
+#include "huge_page_allocator.h"
 
 namespace dufu::dataprep::tokenizers {
 

@@ -7,9 +7,9 @@
 #include <fstream>
 
 #include "dufu/common/error.h"
-#include "tokenizers/huggingface_loader.h"
-#include "tokenizers/sentencepiece_tokenizer.h"
-#include "tokenizers/tiktoken_loader.h"
+#include "huggingface_loader.h"
+#include "sentencepiece_tokenizer.h"
+#include "tiktoken_loader.h"
 
 namespace dufu::dataprep {
 

@@ -2,16 +2,19 @@
 // ids with from its flag and the record (tokenizer_record.h).
 #include "dufu/dataprep/tokenizer_record.h"
 
+#include <openssl/evp.h>
 #include <simdjson.h>
 #include <sys/stat.h>
 
+#include <array>
 #include <cerrno>
 #include <filesystem>
+#include <memory>
 
 #include "dufu/common/digest.h"
 #include "dufu/common/error.h"
 #include "dufu/common/json_writer.h"
-#include "dufu/dataprep/part_manifest.h"
+#include "dufu/common/read_only_file.h"
 
 namespace dufu::dataprep {
 namespace {
@@ -28,7 +31,7 @@ TokenizerFileRecord record_file(const std::string& given) {
   const fs::path absolute = fs::absolute(given, error);
   file.path = error ? given : absolute.lexically_normal().string();
   file.file = fs::path(given).filename().string();
-  // The one digest of tokenizer files dufu has: the part manifests' (part_manifest.h).
+  // The one digest of tokenizer files dufu has, the part manifests' too.
   file.sha256 = sha256_of_file(given);
   file.bytes = static_cast<std::uint64_t>(info.st_size);
   return file;
@@ -94,6 +97,26 @@ void check_recorded_file(const TokenizerFileRecord& file, const std::string& pat
 }
 
 }  // namespace
+
+std::string sha256_of_file(const std::string& path) {
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> context(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!context || EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) != 1) {
+    DUFU_FAIL("cannot start a SHA-256 digest of '", path, "'");
+  }
+  read_in_blocks(path, [&context](const char* data, std::size_t size) {
+    EVP_DigestUpdate(context.get(), data, size);
+  });
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned length = 0;
+  EVP_DigestFinal_ex(context.get(), digest.data(), &length);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned i = 0; i < length; ++i) {
+    hex += kHex[digest[i] >> 4];
+    hex += kHex[digest[i] & 15];
+  }
+  return hex;
+}
 
 std::string tokenizer_kind_name(TokenizerFileKind kind) {
   switch (kind) {

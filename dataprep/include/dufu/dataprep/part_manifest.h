@@ -12,6 +12,7 @@
 
 #include "dufu/dataprep/index.h"
 #include "dufu/dataprep/preprocess_plan.h"
+#include "dufu/dataprep/tokenizer_record.h"  // sha256_of_file
 
 namespace dufu::dataprep {
 
@@ -38,9 +39,6 @@ struct PartManifest {
 std::string manifest_path(const std::string& part_prefix);  // PREFIX.manifest
 // PREFIX.part-K-of-N: where `--shard K/N` writes the part of output prefix PREFIX.
 std::string part_prefix(const std::string& output_prefix, int part, int parts);
-
-// Lower-case hex SHA-256 of a file's contents (streamed). Throws naming the file.
-std::string sha256_of_file(const std::string& path);
 
 // The job_sha256 of a manifest's inputs, options, tokenizer and part count.
 std::string job_sha256_of(const PartManifest& manifest);

@@ -41,6 +41,10 @@ struct TokenizerRecord {
 
 std::string tokenizer_kind_name(TokenizerFileKind kind);
 
+// Lower-case hex SHA-256 of a file's contents (streamed): a tokenizer file's, and a
+// divided job's part .idx (part_manifest.h). Throws naming the file.
+std::string sha256_of_file(const std::string& path);
+
 // Reads and hashes the files of `spec` (the path made absolute, not resolved).
 // Throws dufu::Error naming a file that cannot be read.
 TokenizerRecord record_tokenizer(const TokenizerSpec& spec);
