@@ -67,7 +67,7 @@ double median(std::vector<double> values) {
 
 int main(int argc, char** argv) {
   CLI::App app{"AdamW step: one parallel pass vs one parallel region per tensor"};
-  dufu::trainer::GPTConfig config;  // GPT-2 small
+  dufu::trainer::GPTConfig config = dufu::trainer::gpt2_small();
   int repeats = 15;
   int check_steps = 2;
   app.add_option("--layers", config.n_layer, "transformer blocks")->capture_default_str();

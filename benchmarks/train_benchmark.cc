@@ -57,7 +57,7 @@ using dufu::trainer::GPT;
 using dufu::trainer::GPTConfig;
 
 struct Options {
-  GPTConfig config;
+  GPTConfig config = dufu::trainer::gpt2_small();  // the defaults: GPT-2 small
   std::string arch = "gpt2";
   int seq = 256;
   int micro_batch = 8;

@@ -240,30 +240,86 @@ const char* config_type_name(ConfigType type) {
 
 std::string config_value_to_toml(const ConfigValue& value) { return render_value(value); }
 
+// ---------------------------------------------------------------------------- ranges
+
+namespace {
+
+bool is_unbounded_int(std::int64_t value) {
+  return value == std::numeric_limits<std::int64_t>::min() || value == std::numeric_limits<std::int64_t>::max();
+}
+
+std::string range_number(double value) {
+  std::string text = format_double(value);
+  if (text.size() > 2 && text.ends_with(".0")) text.resize(text.size() - 2);
+  return text;
+}
+
+}  // namespace
+
+std::string KnobRange::describe(ConfigType type) const {
+  switch (type) {
+    case ConfigType::kInt:
+      if (is_unbounded_int(int_min) && is_unbounded_int(int_max)) return "";
+      if (is_unbounded_int(int_max)) return str_cat("at least ", int_min);
+      if (is_unbounded_int(int_min)) return str_cat("at most ", int_max);
+      // The widths knobs are narrowed to, as a reader knows them.
+      if (int_max == std::numeric_limits<std::int32_t>::max()) return str_cat(int_min, " to 2^31-1");
+      if (int_max == std::numeric_limits<std::uint32_t>::max()) return str_cat(int_min, " to 2^32-1");
+      return str_cat(int_min, " to ", int_max);
+    case ConfigType::kDouble:
+      if (std::isinf(min) && std::isinf(max)) return "";
+      if (std::isinf(max)) return str_cat("at least ", range_number(min));
+      return str_cat("in [", range_number(min), ", ", range_number(max), max_open ? ")" : "]");
+    case ConfigType::kString: {
+      std::string words;
+      for (const std::string_view choice : choices) words += str_cat(words.empty() ? "" : " | ", choice);
+      return words;
+    }
+    case ConfigType::kBool:
+    case ConfigType::kStrings: break;
+  }
+  return "";
+}
+
 // ---------------------------------------------------------------------------- schema
 
 ConfigSchema& ConfigSchema::add_int(std::string name, std::int64_t default_value, std::string help) {
-  add({std::move(name), ConfigType::kInt, default_value, std::move(help)});
+  add({std::move(name), ConfigType::kInt, default_value, std::move(help), {}});
   return *this;
 }
 
 ConfigSchema& ConfigSchema::add_double(std::string name, double default_value, std::string help) {
-  add({std::move(name), ConfigType::kDouble, default_value, std::move(help)});
+  add({std::move(name), ConfigType::kDouble, default_value, std::move(help), {}});
   return *this;
 }
 
 ConfigSchema& ConfigSchema::add_bool(std::string name, bool default_value, std::string help) {
-  add({std::move(name), ConfigType::kBool, default_value, std::move(help)});
+  add({std::move(name), ConfigType::kBool, default_value, std::move(help), {}});
   return *this;
 }
 
 ConfigSchema& ConfigSchema::add_string(std::string name, std::string default_value, std::string help) {
-  add({std::move(name), ConfigType::kString, std::move(default_value), std::move(help)});
+  add({std::move(name), ConfigType::kString, std::move(default_value), std::move(help), {}});
   return *this;
 }
 
 ConfigSchema& ConfigSchema::add_strings(std::string name, std::vector<std::string> default_value, std::string help) {
-  add({std::move(name), ConfigType::kStrings, std::move(default_value), std::move(help)});
+  add({std::move(name), ConfigType::kStrings, std::move(default_value), std::move(help), {}});
+  return *this;
+}
+
+ConfigSchema& ConfigSchema::add_table(std::span<const KnobSpec> table) {
+  for (const KnobSpec& spec : table) {
+    ConfigValue value;
+    switch (spec.type) {
+      case ConfigType::kInt: value = spec.int_default; break;
+      case ConfigType::kDouble: value = spec.double_default; break;
+      case ConfigType::kBool: value = spec.bool_default; break;
+      case ConfigType::kString: value = std::string(spec.string_default); break;
+      case ConfigType::kStrings: value = std::vector<std::string>{}; break;
+    }
+    add({std::string(spec.name), spec.type, std::move(value), std::string(spec.help), spec.range});
+  }
   return *this;
 }
 
@@ -295,9 +351,37 @@ bool ConfigSchema::is_table(std::string_view name) const { return tables_.find(n
 std::string ConfigSchema::help_text() const {
   std::string out;
   for (const ConfigKnob& knob : knobs_) {
+    const std::string range = knob.range.describe(knob.type);
     out += str_cat("  ", knob.name, " (", config_type_name(knob.type), ", default ", render_value(knob.default_value),
-                   ")\n");
+                   range.empty() ? "" : str_cat(", ", range), ")\n");
     out += comment_lines(knob.help, "      ");
+  }
+  return out;
+}
+
+std::string ConfigSchema::reference_markdown(std::string_view title, std::string_view preamble) const {
+  // A '|' inside a cell would end it; code spans keep values literal.
+  const auto cell = [](std::string_view text) {
+    std::string out;
+    for (const char c : text) {
+      if (c == '|') out += "\\|";
+      else if (c == '\n') out += ' ';
+      else out += c;
+    }
+    return out;
+  };
+  std::string out = str_cat("# ", title, "\n\n", preamble, "\n");
+  std::string_view current_table = "-";
+  for (const ConfigKnob& knob : knobs_) {
+    const std::string_view table = parent_table(knob.name);
+    if (table != current_table) {
+      current_table = table;
+      out += str_cat("\n## ", table.empty() ? "(top level)" : str_cat("[", table, "]"), "\n\n",
+                     "| knob | type | default | accepted | what it does |\n|---|---|---|---|---|\n");
+    }
+    const std::string range = knob.range.describe(knob.type);
+    out += str_cat("| `", knob.name, "` | ", config_type_name(knob.type), " | `", cell(render_value(knob.default_value)),
+                   "` | ", range.empty() ? "" : cell(range), " | ", cell(knob.help), " |\n");
   }
   return out;
 }
@@ -459,6 +543,41 @@ std::int64_t Config::get_int(std::string_view name) const {
 double Config::get_double(std::string_view name) const { return std::get<double>(value_of(name, ConfigType::kDouble)); }
 
 bool Config::get_bool(std::string_view name) const { return std::get<bool>(value_of(name, ConfigType::kBool)); }
+
+std::int64_t Config::get_int_in_range(std::string_view name) const {
+  const std::int64_t value = get_int(name);
+  const KnobRange& range = schema_.find(name)->range;
+  if (value >= range.int_min && value <= range.int_max) return value;
+  // A bound that is only the limit of the type a knob is narrowed to is not worth
+  // naming beside the one the value broke.
+  if (range.int_max >= std::numeric_limits<std::int32_t>::max()) {
+    if (value < range.int_min) DUFU_FAIL(name, " must be at least ", range.int_min, ", got ", value);
+    DUFU_FAIL(name, " must be at most ", range.int_max, ", got ", value);
+  }
+  DUFU_FAIL(name, " must be in [", range.int_min, ", ", range.int_max, "], got ", value);
+}
+
+double Config::get_double_in_range(std::string_view name) const {
+  const double value = get_double(name);
+  const KnobRange& range = schema_.find(name)->range;
+  const bool below_max = range.max_open ? value < range.max : value <= range.max;
+  if (value >= range.min && below_max) return value;
+  if (range.min == 0.0 && std::isinf(range.max)) DUFU_FAIL(name, " must not be negative, got ", value);
+  DUFU_FAIL(name, " must be ", range.describe(ConfigType::kDouble), ", got ", value);
+}
+
+const std::string& Config::get_choice(std::string_view name) const {
+  const std::string& value = get_string(name);
+  const KnobRange& range = schema_.find(name)->range;
+  for (const std::string_view choice : range.choices) {
+    if (value == choice) return value;
+  }
+  std::string words;
+  for (std::size_t i = 0; i < range.choices.size(); ++i) {
+    words += str_cat(i == 0 ? "" : i + 1 == range.choices.size() ? " or " : ", ", "\"", range.choices[i], "\"");
+  }
+  DUFU_FAIL(name, " must be ", words, ", got \"", value, "\"");
+}
 
 const std::string& Config::get_string(std::string_view name) const {
   return std::get<std::string>(value_of(name, ConfigType::kString));

@@ -262,7 +262,7 @@ TEST(GPTModel, ConfigErrorsNameTheField) {
 }
 
 TEST(GPTModel, LayoutOfGPT2Small) {
-  const GPTConfig config;  // the defaults are GPT-2 124M
+  const GPTConfig config = dufu::trainer::gpt2_small();
   EXPECT_EQ(config.padded_vocab_size(), 50304);
   const std::vector<ParamTensor> layout = dufu::trainer::gpt_parameter_layout(config);
   ASSERT_EQ(layout.size(), 2u + 12u * 12u + 2u);

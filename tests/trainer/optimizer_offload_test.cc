@@ -162,13 +162,13 @@ TEST(OptimizerOffloadRefusalTest, CombinationsThatCannotWorkAreRefusedWithTheRea
         model.set_precision(Precision::kBf16);
         model.set_optimizer_offload(true);
       },
-      "on the cpu device");
+      "with train.device = cpu");
   refused(
       [] {
         auto model = make_model(guarded_device(), true, Architecture::kGpt2);
         model->set_precision(Precision::kFp32);
       },
-      "train.precision = fp32 with optim.offload = cpu");
+      "optim.offload = cpu needs train.precision = bf16");
   // The configuration refuses them before any rank starts.
   const auto options_with = [](const std::vector<std::string>& overrides) {
     std::vector<std::string> all = {"data.blend=unused", "optim.offload=cpu"};

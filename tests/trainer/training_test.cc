@@ -287,7 +287,7 @@ TEST(GradientClipping, FoldedIntoAdamWGivesTheBitsOfClippingFirst) {
 }
 
 TEST(Flops, GPT2SmallIsAbout0Point74GigaflopPerToken) {
-  GPTConfig gpt2;  // the defaults are GPT-2 small: 12 layers, 768, vocab 50257 (50304 padded)
+  const GPTConfig gpt2 = gpt2_small();  // 12 layers, 768, vocab 50257 (50304 padded)
   const double per_token = gpt_training_flops_per_token(gpt2, 64);
   // 6 · (12 · 12 · 768² + 50304 · 768) + 12 · 12 · 768 · 64
   const double expected = 6.0 * (12.0 * 12 * 768 * 768 + 50304.0 * 768) + 12.0 * 12 * 768 * 64;
@@ -310,7 +310,7 @@ TEST(Flops, RooflineTableSumsToTheModelCount) {
     }
   }
   ASSERT_FALSE(digits.empty()) << "no line starting with \"" << prefix << "\"";
-  GPTConfig gpt2;
+  const GPTConfig gpt2 = gpt2_small();
   EXPECT_EQ(std::stod(digits), gpt_training_flops_per_token(gpt2, 1024));
 }
 
@@ -439,7 +439,7 @@ double layout_parameters(const GPTConfig& config, int tp, const PipelineStage& s
 // The memory estimates: a rank's parameters as the layout counts them (within the
 // padding the estimate assumes), and what cannot fit refused naming it.
 TEST(TrainingMemory, CountsTheModelAndRefusesWhatCannotFit) {
-  GPTConfig gpt2;  // GPT-2 small, 124M parameters
+  GPTConfig gpt2 = gpt2_small();  // 124M parameters
   gpt2.validate();
   PipelineStage whole;
   whole.num_layers = gpt2.n_layer;

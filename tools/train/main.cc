@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
       "  train plan CONFIG.toml [key=value ...] [--ranks N]  each pipeline stage's memory, without training\n"
       "  train import-hf HF_DIR CHECKPOINT [--tensor-parallel-size N] [--pipeline-parallel-size M]\n"
       "                                            a HuggingFace model as a checkpoint (model.init_from)\n"
+      "  train config-reference                    every configuration knob as Markdown\n"
       "  (the tokenizer defaults to the one the checkpoint records; see --tokenizer in each command's --help)"};
   app.set_version_flag("--version", "train 0.1.0");
   dufu::tools::add_plot_command(app);

@@ -83,8 +83,6 @@ std::vector<Candidate> candidates(const trainer::TrainingOptions& options, int r
       if (ranks % (tp * pp) != 0) continue;
       const int dp = ranks / (tp * pp);
       for (int zero_stage = 0; zero_stage <= (dp > 1 ? 3 : 0); ++zero_stage) {
-        // Offload is refused at stage 3, as training refuses it.
-        if (options.optimizer_offload && zero_stage == 3) continue;
         for (const trainer::Recompute recompute :
              {trainer::Recompute::kNone, trainer::Recompute::kSelective, trainer::Recompute::kFull}) {
           trainer::TrainingOptions layout = options;
@@ -95,6 +93,7 @@ std::vector<Candidate> candidates(const trainer::TrainingOptions& options, int r
           // The configuration's split of the layers is for its own number of stages.
           if (static_cast<int>(layout.pipeline_num_layers.size()) != pp) layout.pipeline_num_layers.clear();
           if (zero_stage != 0) layout.reduce_each_micro_batch = false;
+          if (!trainer::recipe_refusal(trainer::recipe_choices(layout)).empty()) continue;  // as training refuses
           Candidate candidate{tp, pp, dp, zero_stage, recompute};
           try {
             for (const StagePlan& stage : stage_plans(layout, dp, device)) {

@@ -77,6 +77,9 @@ void add_training_command(CLI::App& app) {
   app.add_flag("--print-config", flags->print_config, "Print the effective configuration and exit");
   app.footer("Configuration knobs (TOML tables and keys; override any with key=value):\n\n" +
              trainer::training_config_schema().help_text());
+  // Writes docs/config-reference.md (training_knobs_test fails when it is stale).
+  app.add_subcommand("config-reference", "Print every configuration knob as Markdown (docs/config-reference.md)")
+      ->callback([] { std::printf("%s", trainer::training_config_reference().c_str()); });
   app.callback([&app, flags]() {
     if (app.get_subcommands().size() > 0) return;  // plot or generate ran instead
     Config config = build_config(*flags);

@@ -74,6 +74,16 @@ PipelineStage resolve_pipeline_stage(const GPTConfig& config, PipelineStage stag
   return stage;
 }
 
+GPTConfig gpt2_small() {
+  GPTConfig config;
+  config.n_layer = 12;
+  config.n_head = 12;
+  config.d_model = 768;
+  config.vocab_size = 50257;
+  config.seq_length = 1024;
+  return config;
+}
+
 int GPTConfig::padded_vocab_size(int tensor_parallel_size) const {
   check_tensor_parallel_size(tensor_parallel_size);
   const long long multiple = static_cast<long long>(vocab_multiple) * tensor_parallel_size;

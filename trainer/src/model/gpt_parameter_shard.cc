@@ -176,10 +176,9 @@ void GPT::shard_parameters(Communicator* data_group, std::size_t bucket_elements
   if (data_group != nullptr && data_group->size() == 1) data_group = nullptr;
   if (data_group == nullptr && !parameters_sharded()) return;
   if (data_group != nullptr) {
-    if (optimizer_offloaded()) {
-      DUFU_FAIL("dist.zero_stage = 3 with optim.offload = cpu is not supported yet: the offloaded masters would be ",
-                "the shard's; HINT: use dist.zero_stage = 2 with offload, or stage 3 without");
-    }
+    RecipeChoices sharded = recipe_choices(precision_, optimizer_offloaded());
+    sharded.zero_stage = 3;
+    check_recipe(sharded);
     if (data_group->memory_space() != device_->memory_space()) {
       DUFU_FAIL("GPT::shard_parameters: the data group ", data_group->describe(), " moves ",
                 memory_space_name(data_group->memory_space()), " but the model's device ", device_->describe(),

@@ -58,11 +58,16 @@ bool has_bf16_kernels(const KernelTable& k) {
 
 }  // namespace
 
+RecipeChoices GPT::recipe_choices(Precision precision, bool offload) const {
+  return {.precision = precision,
+          .attention_products = attention_products_,
+          .optimizer_offload = offload,
+          .zero_stage = parameters_sharded() ? 3 : 0,
+          .device_memory_is_host = device_ == &cpu_device()};
+}
+
 void GPT::set_precision(Precision precision) {
-  if (precision == Precision::kFp32 && optimizer_offloaded()) {
-    DUFU_FAIL("train.precision = fp32 with optim.offload = cpu: offload keeps only the bf16 working copy of the ",
-              "weights on the device; HINT: use train.precision = bf16, or optim.offload = none");
-  }
+  check_recipe(recipe_choices(precision, optimizer_offloaded()));
   if (precision == Precision::kBf16 && !has_bf16_kernels(device_->kernels())) {
     DUFU_FAIL("train.precision = bf16: the device ", device_->describe(),
               " has no bf16 rounding and storage kernels yet; HINT: use train.precision = fp32 on it");
@@ -121,18 +126,7 @@ void GPT::make_parameter_views() {
 
 void GPT::set_optimizer_offload(bool offload) {
   if (offload == optimizer_offloaded()) return;
-  if (offload && precision_ != Precision::kBf16) {
-    DUFU_FAIL("optim.offload = cpu needs train.precision = bf16: under fp32 the device would need the fp32 weights, ",
-              "which are what offload moves to the host; HINT: set train.precision = bf16");
-  }
-  if (offload && parameters_sharded()) {
-    DUFU_FAIL("optim.offload = cpu with dist.zero_stage = 3 is not supported yet: the offloaded masters would be ",
-              "the shard's; HINT: use dist.zero_stage = 2 with offload, or stage 3 without");
-  }
-  if (offload && device_ == &cpu_device()) {
-    DUFU_FAIL("optim.offload = cpu on the cpu device: its memory is the host's already, there is nothing to move; ",
-              "HINT: use optim.offload = none");
-  }
+  check_recipe(recipe_choices(precision_, offload));
   Device& target = offload ? cpu_device() : *device_;
   DeviceBuffer<float> moved(target, params_.size());
   moved.upload(params_.to_host());

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <span>
 #include <string>
@@ -24,11 +25,119 @@ using ConfigValue = std::variant<std::int64_t, double, bool, std::string, std::v
 // "int", "double", "bool", "string", "list of strings".
 const char* config_type_name(ConfigType type);
 
+// The values a knob accepts beyond its type, declared with it: an inclusive integer
+// range, a number range (its upper end open or closed), or a fixed set of words. The
+// reader of the knob enforces it (KnobSpec::int_in_range and friends) and `--help` and
+// the generated reference print it, so the bound is written once.
+struct KnobRange {
+  std::int64_t int_min = std::numeric_limits<std::int64_t>::min();
+  std::int64_t int_max = std::numeric_limits<std::int64_t>::max();
+  double min = -std::numeric_limits<double>::infinity();
+  double max = std::numeric_limits<double>::infinity();
+  bool max_open = false;                       // [min, max) rather than [min, max]
+  std::span<const std::string_view> choices;  // string knobs: the accepted words; empty = any
+
+  // "1 to 4096", "at least 0", "[0, 1)", "gpt2 | llama", or "" when unbounded.
+  std::string describe(ConfigType type) const;
+};
+
+// One knob as a table of knobs declares it: every part a constant, so structs can take
+// their defaults from the declaration (`int n_layer = knob_int(kKnobs, "model.n_layer")`)
+// and the table stays the one place a default is written.
+struct KnobSpec {
+  std::string_view name;
+  ConfigType type = ConfigType::kInt;
+  std::int64_t int_default = 0;
+  double double_default = 0.0;
+  bool bool_default = false;
+  std::string_view string_default;
+  KnobRange range;
+  std::string_view help;
+};
+
+constexpr KnobSpec int_knob(std::string_view name, std::int64_t default_value, std::int64_t min, std::int64_t max,
+                            std::string_view help) {
+  KnobSpec knob;
+  knob.name = name;
+  knob.type = ConfigType::kInt;
+  knob.int_default = default_value;
+  knob.help = help;
+  knob.range.int_min = min;
+  knob.range.int_max = max;
+  return knob;
+}
+constexpr KnobSpec double_knob(std::string_view name, double default_value, std::string_view help,
+                               double min = -std::numeric_limits<double>::infinity(),
+                               double max = std::numeric_limits<double>::infinity(), bool max_open = false) {
+  KnobSpec knob;
+  knob.name = name;
+  knob.type = ConfigType::kDouble;
+  knob.double_default = default_value;
+  knob.help = help;
+  knob.range.min = min;
+  knob.range.max = max;
+  knob.range.max_open = max_open;
+  return knob;
+}
+constexpr KnobSpec bool_knob(std::string_view name, bool default_value, std::string_view help) {
+  KnobSpec knob;
+  knob.name = name;
+  knob.type = ConfigType::kBool;
+  knob.bool_default = default_value;
+  knob.help = help;
+  return knob;
+}
+constexpr KnobSpec string_knob(std::string_view name, std::string_view default_value, std::string_view help,
+                               std::span<const std::string_view> choices = {}) {
+  KnobSpec knob;
+  knob.name = name;
+  knob.type = ConfigType::kString;
+  knob.string_default = default_value;
+  knob.help = help;
+  knob.range.choices = choices;
+  return knob;
+}
+
+// The knob called `name` of a table, found at compile time: a misspelt name does not
+// compile. The *_default readers check the type the same way.
+template <std::size_t N>
+consteval const KnobSpec& find_knob(const KnobSpec (&table)[N], std::string_view name) {
+  for (const KnobSpec& knob : table) {
+    if (knob.name == name) return knob;
+  }
+  throw "no knob of that name in the table";
+}
+template <std::size_t N>
+consteval std::int64_t knob_int(const KnobSpec (&table)[N], std::string_view name) {
+  const KnobSpec& knob = find_knob(table, name);
+  if (knob.type != ConfigType::kInt) throw "not an int knob";
+  return knob.int_default;
+}
+template <std::size_t N>
+consteval double knob_double(const KnobSpec (&table)[N], std::string_view name) {
+  const KnobSpec& knob = find_knob(table, name);
+  if (knob.type != ConfigType::kDouble) throw "not a double knob";
+  return knob.double_default;
+}
+template <std::size_t N>
+consteval bool knob_bool(const KnobSpec (&table)[N], std::string_view name) {
+  const KnobSpec& knob = find_knob(table, name);
+  if (knob.type != ConfigType::kBool) throw "not a bool knob";
+  return knob.bool_default;
+}
+template <std::size_t N>
+consteval std::string_view knob_string(const KnobSpec (&table)[N], std::string_view name) {
+  const KnobSpec& knob = find_knob(table, name);
+  if (knob.type != ConfigType::kString) throw "not a string knob";
+  return knob.string_default;
+}
+
 struct ConfigKnob {
   std::string name;  // dotted: "optim.lr" is key lr of TOML table [optim]
   ConfigType type;
   ConfigValue default_value;
   std::string help;
+  KnobRange range;  // choices point into the declaring table, which outlives every schema
 };
 
 class ConfigSchema {
@@ -42,6 +151,8 @@ class ConfigSchema {
   ConfigSchema& add_bool(std::string name, bool default_value, std::string help);
   ConfigSchema& add_string(std::string name, std::string default_value, std::string help);
   ConfigSchema& add_strings(std::string name, std::vector<std::string> default_value, std::string help);
+  // Declares each knob of a table, in order, with its range.
+  ConfigSchema& add_table(std::span<const KnobSpec> table);
 
   // In declaration order.
   const std::vector<ConfigKnob>& knobs() const { return knobs_; }
@@ -49,8 +160,11 @@ class ConfigSchema {
   const ConfigKnob* find(std::string_view name) const;
   // True when `name` is a table holding knobs ("model" for "model.n_layer").
   bool is_table(std::string_view name) const;
-  // Every knob as "name (type, default D)" and its indented help, for `--help`.
+  // Every knob as "name (type, default D, range R)" and its indented help, for `--help`.
   std::string help_text() const;
+  // Every knob as Markdown, a table per TOML table (knob, type, default, accepted
+  // values, help) under `title`, for a generated reference page.
+  std::string reference_markdown(std::string_view title, std::string_view preamble) const;
 
  private:
   void add(ConfigKnob knob);
@@ -97,6 +211,11 @@ class Config {
   bool get_bool(std::string_view name) const;
   const std::string& get_string(std::string_view name) const;
   const std::vector<std::string>& get_strings(std::string_view name) const;
+  // The value checked against the knob's declared range (KnobRange); throws
+  // dufu::Error naming the knob, its range and the value otherwise.
+  std::int64_t get_int_in_range(std::string_view name) const;
+  double get_double_in_range(std::string_view name) const;
+  const std::string& get_choice(std::string_view name) const;
   const ConfigValue& get(std::string_view name) const;
 
   // The effective configuration as TOML: every knob, defaults included, grouped by

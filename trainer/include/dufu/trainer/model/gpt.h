@@ -39,6 +39,7 @@
 #include "dufu/trainer/model/gpt_pieces.h"
 #include "dufu/trainer/model/gpt_recipe.h"
 #include "dufu/trainer/model/gpt_tensors.h"
+#include "dufu/trainer/model/recipe_rules.h"
 
 namespace dufu::trainer {
 
@@ -286,6 +287,8 @@ class GPT {
   // over the old group). The group must outlive the sharding. Refused under offload.
   void shard_parameters(Communicator* data_group, std::size_t bucket_elements);
   bool parameters_sharded() const { return parameter_group_ != nullptr; }
+  // The rule book's view of this model with `precision` and `offload` (recipe_rules.h).
+  RecipeChoices recipe_choices(Precision precision, bool offload) const;
   // This rank's shard: its first flat offset and its masters (device memory), which an
   // optimizer may update; parameter_shard_updated() (collective) then refreshes the
   // edges and drops the gathered layers, to be gathered again at their next use.

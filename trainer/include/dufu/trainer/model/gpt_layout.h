@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "dufu/trainer/model/training_knobs.h"
+
 namespace dufu::trainer {
 
 // model.arch. kGpt2: LayerNorm with bias, learned positions (wpe), a 4·d_model GELU
@@ -22,23 +24,25 @@ enum class Architecture { kGpt2, kLlama };
 const char* architecture_name(Architecture arch);
 Architecture parse_architecture(std::string_view text, std::string_view knob);
 
+// The defaults are the knob table's (training_knobs.h): a small model for a first
+// run; gpt2_small() below is GPT-2 124M.
 struct GPTConfig {
   Architecture arch = Architecture::kGpt2;
-  int n_layer = 12;
-  int n_head = 12;
-  int d_model = 768;
-  int vocab_size = 50257;
+  int n_layer = training_knob_int<int>("model.n_layer");
+  int n_head = training_knob_int<int>("model.n_head");
+  int d_model = training_knob_int<int>("model.d_model");
+  int vocab_size = training_knob_int<int>("model.vocab_size");
   // wte gets padded_vocab_size() rows, a multiple of this, so the classifier's
   // matmul works on round sizes (50257 -> 50304 with 128, as in llm.c).
-  int vocab_multiple = 128;
-  int seq_length = 1024;  // maximum number of positions (rows of wpe)
+  int vocab_multiple = training_knob_int<int>("model.vocab_multiple");
+  int seq_length = training_knob_int<int>("model.seq_length");  // maximum number of positions (rows of wpe)
   // The Llama family's knobs. GPT-2 fixes them (n_kv_head = n_head, a 4·d_model MLP,
   // LayerNorm's eps 1e-5, a tied head) and validate() refuses other values for it.
-  int n_kv_head = 0;            // key/value heads (grouped-query attention; 1 = MQA); 0 = n_head
-  int ffn_hidden = 0;           // the MLP's hidden width; 0 = the architecture's default (mlp_hidden)
-  float rope_theta = 10000.0f;  // base of the rotary embedding's angles
-  float norm_eps = 1e-5f;       // RMSNorm's epsilon (Llama 1: 1e-6, Llama 2 and 3: 1e-5)
-  bool tie_embeddings = true;   // the LM head is wte; false gives it its own lm_head.weight
+  int n_kv_head = training_knob_int<int>("model.n_kv_head");    // key/value heads (1 = MQA); 0 = n_head
+  int ffn_hidden = training_knob_int<int>("model.ffn_hidden");  // the MLP's hidden width; 0 = mlp_hidden's rule
+  float rope_theta = training_knob_double<float>("model.rope_theta");  // base of the rotary embedding's angles
+  float norm_eps = training_knob_double<float>("model.norm_eps");  // RMSNorm's (Llama 1: 1e-6, 2 and 3: 1e-5)
+  bool tie_embeddings = true;  // the LM head is wte (model.tie_embeddings = auto for gpt2); false: its own lm_head
 
   bool is_llama() const { return arch == Architecture::kLlama; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
@@ -60,6 +64,10 @@ struct GPTConfig {
   // size under rotary positions, or a Llama knob set to another value for gpt2.
   void validate() const;
 };
+
+// GPT-2 small (124M parameters): 12 layers of 768 with 12 heads, GPT-2's vocabulary
+// of 50257 and 1024 positions.
+GPTConfig gpt2_small();
 
 // Which layers one pipeline stage holds. The default is the whole model (one stage).
 // Stage `stage` of `num_stages` holds layers [first_layer, first_layer + num_layers);

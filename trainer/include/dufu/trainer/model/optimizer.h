@@ -12,14 +12,16 @@
 #include "dufu/trainer/device/device.h"
 #include "dufu/trainer/device/kernel_table.h"
 #include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/training_knobs.h"
 
 namespace dufu::trainer {
 
+// The defaults are the knob table's (training_knobs.h, optim.*).
 struct AdamWOptions {
-  float beta1 = 0.9f;
-  float beta2 = 0.95f;
-  float eps = 1e-8f;
-  float weight_decay = 0.1f;
+  float beta1 = training_knob_double<float>("optim.beta1");
+  float beta2 = training_knob_double<float>("optim.beta2");
+  float eps = training_knob_double<float>("optim.eps");
+  float weight_decay = training_knob_double<float>("optim.weight_decay");
 };
 
 class AdamW {

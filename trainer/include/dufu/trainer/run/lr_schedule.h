@@ -4,14 +4,18 @@
 
 #include <cstdint>
 
+#include "dufu/trainer/model/training_knobs.h"
+
 namespace dufu::trainer {
 
+// The defaults are the knob table's: optim.lr, optim.min_lr, optim.warmup_steps, and
+// optim.decay_steps = 0, which is train.steps.
 struct LrSchedule {
-  double max_lr = 6e-4;
-  double min_lr = 6e-5;
-  std::int64_t warmup_steps = 0;
+  double max_lr = training_knob_double<double>("optim.lr");
+  double min_lr = training_knob_double<double>("optim.min_lr");
+  std::int64_t warmup_steps = training_knob_int<std::int64_t>("optim.warmup_steps");
   // The step at which the cosine reaches min_lr (usually the run's total steps).
-  std::int64_t decay_steps = 1;
+  std::int64_t decay_steps = training_knob_int<std::int64_t>("train.steps");
   // Throws dufu::Error naming the field: negative rates, min_lr > max_lr,
   // negative warmup, decay_steps < warmup_steps.
   void validate() const;

@@ -1,8 +1,9 @@
-// Every knob of a training run, declared once (name, type, default, help) for the
-// TOML file, the command-line overrides, `train --help`, the effective configuration
-// printed at start and the copy saved with each checkpoint; and its typed, checked
-// form. A knob read into a field of TrainingOptions takes its default from that
-// field's initialiser, so each default is written once.
+// The schema of a training run, from the knob table (model/training_knobs.h: name,
+// type, default, accepted values and help, each written once) for the TOML file, the
+// command-line overrides, `train --help`, the generated docs/config-reference.md,
+// the effective configuration printed at start and the copy saved with each
+// checkpoint; and its typed, checked form, whose fields take their defaults from the
+// same table (the enumerations' are checked against it by training_knobs_test).
 #pragma once
 
 #include <cstdint>
@@ -15,17 +16,21 @@
 #include "dufu/trainer/device/device.h"
 #include "dufu/trainer/model/gpt.h"
 #include "dufu/trainer/model/optimizer.h"
+#include "dufu/trainer/model/recipe_rules.h"
 #include "dufu/trainer/run/lr_schedule.h"
 
 namespace dufu::trainer {
 
 ConfigSchema training_config_schema();
 
+// docs/config-reference.md: every knob of training_config_schema() as Markdown.
+std::string training_config_reference();
+
 enum class NonFiniteAction { kStop, kSkip };
 
 struct TrainingOptions {
   GPTConfig model;
-  std::uint32_t init_seed = 1234;
+  std::uint32_t init_seed = training_knob_int<std::uint32_t>("model.init_seed");
   // A checkpoint (or run directory) whose weights a new run starts from instead of
   // init_seed's: fine-tuning, e.g. from `train import-hf`. Empty: none.
   std::string init_from;
@@ -33,19 +38,19 @@ struct TrainingOptions {
   // The training and validation data: the same blend, split parts 0 and 1.
   dataprep::BlendConfig train_data;
   dataprep::BlendConfig valid_data;
-  int loader_workers = 2;
-  int prefetch_batches = 4;
+  int loader_workers = training_knob_int<int>("data.workers");
+  int prefetch_batches = training_knob_int<int>("data.prefetch");
   // Resume although a shard's identity differs from the checkpoint's (shard_identity.h).
-  bool allow_changed_shards = false;
+  bool allow_changed_shards = training_knob_bool("data.allow_changed_shards");
 
-  int micro_batch = 8;
+  int micro_batch = training_knob_int<int>("train.micro_batch");
   // A multiple of micro_batch x data-parallel size: gradient accumulation. The knob's
   // default, 0, means one micro-batch.
   int global_batch = micro_batch;
-  std::int64_t steps = 1000;
-  std::int64_t exit_at_step = 0;  // stop after this step with a checkpoint; 0 = never
+  std::int64_t steps = training_knob_int<std::int64_t>("train.steps");
+  std::int64_t exit_at_step = training_knob_int<std::int64_t>("train.exit_at_step");  // 0 = never
   NonFiniteAction on_nonfinite = NonFiniteAction::kStop;
-  int threads = 0;  // OpenMP threads; 0 = OpenMP's default (OMP_NUM_THREADS or all cores)
+  int threads = training_knob_int<int>("train.threads");  // OpenMP threads; 0 = OpenMP's default
   DeviceKind device = DeviceKind::kCpu;
   Precision precision = Precision::kFp32;  // train.precision: fp32, or the bf16 recipe (gpt.h)
   Recompute recompute = Recompute::kNone;  // train.recompute: what a layer keeps for its backward (gpt.h)
@@ -53,34 +58,34 @@ struct TrainingOptions {
   Precision attention_products = Precision::kFp32;
   // train.memory_limit: bytes a rank's memory plan may need; 0 = the device's capacity.
   double memory_limit_bytes = 0.0;
-  double dp_bucket_mb = 25.0;              // MiB of gradient per data-parallel collective (DataParallelOptimizer)
+  double dp_bucket_mb = training_knob_double<double>("train.dp_bucket_mb");  // MiB per data-parallel collective
 
   LrSchedule schedule;
   AdamWOptions adamw;
-  double grad_clip = 1.0;  // 0 = no clipping
+  double grad_clip = training_knob_double<double>("optim.grad_clip");  // 0 = no clipping
 
-  std::int64_t eval_interval = 100;  // 0 = no evaluation
-  int eval_batches = 8;
+  std::int64_t eval_interval = training_knob_int<std::int64_t>("eval.interval");  // 0 = no evaluation
+  int eval_batches = training_knob_int<int>("eval.batches");
 
-  std::int64_t checkpoint_interval = 100;  // 0 = only at the end
-  int checkpoint_keep = 3;
+  std::int64_t checkpoint_interval = training_knob_int<std::int64_t>("checkpoint.interval");  // 0 = at the end
+  int checkpoint_keep = training_knob_int<int>("checkpoint.keep");
 
   // The layout over the launcher's ranks: data parallel = world / (tp x pp).
-  int tensor_parallel_size = 1;
-  int pipeline_parallel_size = 1;
+  int tensor_parallel_size = training_knob_int<int>("dist.tensor_parallel_size");
+  int pipeline_parallel_size = training_knob_int<int>("dist.pipeline_parallel_size");
   std::vector<int> pipeline_num_layers;  // layers per stage; empty = an even split
-  int zero_stage = 0;  // 1: AdamW moments sharded over the data-parallel ranks; 2: gradients too
-  bool reduce_each_micro_batch = false;  // stage 0 summing as ZeRO-2 does (DataParallelOptimizer)
+  int zero_stage = training_knob_int<int>("dist.zero_stage");  // 1: moments sharded; 2: gradients too; 3: parameters
+  bool reduce_each_micro_batch = training_knob_bool("dist.reduce_each_micro_batch");  // stage 0 summing as ZeRO-2
   // Stages 2 and 3: each layer's reduction runs during the next one's backward. Off by
   // default: on MPI over shared memory it measured no faster and holds one more layer
   // (README), and the NCCL backend does not overlap it yet.
-  bool overlap_reduction = false;
+  bool overlap_reduction = training_knob_bool("dist.overlap_reduction");
   // optim.offload = cpu: fp32 masters and AdamW moments in host memory, the update on
   // the host (GPT::set_optimizer_offload); false = none.
   bool optimizer_offload = false;
 
-  std::string run_dir = "runs/gpt";
-  std::int64_t log_interval = 1;
+  std::string run_dir = std::string(training_knob_string("run.dir"));
+  std::int64_t log_interval = training_knob_int<std::int64_t>("run.log_interval");
 
   int accumulation_steps(int data_parallel_size = 1) const {
     return global_batch / (micro_batch * data_parallel_size);
@@ -92,6 +97,9 @@ struct TrainingOptions {
 // that is not a multiple of the micro-batch, a missing data.blend, a float knob that
 // is NaN, infinite or beyond the float range, ...).
 TrainingOptions training_options(const Config& config);
+
+// What the rule book (recipe_rules.h) judges of a run's options.
+RecipeChoices recipe_choices(const TrainingOptions& options);
 
 // Throws dufu::Error naming both knobs unless train.global_batch is a multiple of
 // train.micro_batch x `data_parallel_size`: training_options checks it for one rank,
