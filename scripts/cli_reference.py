@@ -22,11 +22,12 @@ import sys
 TOOLS = [("dataprep", "tools/dataprep/dataprep"), ("train", "tools/train/train")]
 
 
-def run_help(binary, args):
+def run_help(tool, binary, args):
+    # argv[0] is the tool's bare name, so that the usage lines do not name the build tree.
     env = dict(os.environ, LC_ALL="C", COLUMNS="100")
     env.pop("DUFU_LOG_LEVEL", None)
-    result = subprocess.run([binary, *args, "--help"], stdin=subprocess.DEVNULL, capture_output=True,
-                            text=True, env=env, timeout=120)
+    result = subprocess.run([tool, *args, "--help"], executable=binary, stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, env=env, timeout=120)
     if result.returncode != 0:
         raise SystemExit(f"cli_reference.py: '{' '.join([binary, *args, '--help'])}' exited with "
                          f"{result.returncode}: {result.stderr.strip()}")
@@ -64,8 +65,8 @@ def reference(build_dir):
         if not os.access(binary, os.X_OK):
             raise SystemExit(f"cli_reference.py: {binary} is missing; build the tools first "
                              f"(cmake --build {build_dir} --target {tool})")
-        top = run_help(binary, [])
-        commands = [([], top)] + [([name], run_help(binary, [name])) for name in subcommands(top)]
+        top = run_help(tool, binary, [])
+        commands = [([], top)] + [([name], run_help(tool, binary, [name])) for name in subcommands(top)]
         for args, text in commands:
             title = " ".join([tool, *args])
             anchor = re.sub(r"[^a-z0-9 _-]", "", title.lower()).replace(" ", "-")
