@@ -18,7 +18,13 @@
 //     per-element math both share goes in device/kernel_math.h, written once;
 //  4. the double-precision reference, in kernel_reference.h;
 //  5. a runner and a row (name, tolerances, contracts) in the kernel_cases_*.cc of its
-//     family, which runs it on every device and shape against the reference;
+//     family, which runs it on every device and shape against the reference. The
+//     runner hands every buffer of every kernel call to one DeviceArgs
+//     (kernel_test_support.h): in() for what the op only reads, out() for what it
+//     writes (in place included), then finish(); never device memory of its own. That
+//     puts sentinels before and after each buffer and holds inputs unchanged, so a
+//     kernel that writes one element past (or before) a buffer, or into an input,
+//     fails its rows naming the buffer and the element;
 //  6. for a backward, a GradCase in kernels_gradcheck_test.cc (kGradCases), which holds
 //     its gradients against finite differences of the reference forward.
 #pragma once

@@ -1,7 +1,8 @@
 // Every kernel of every device against its naive double-precision reference
 // (kernel_reference.h), through one parameterised harness over devices x ops x
 // shapes: each run uploads its inputs to the device, calls the op from the device's
-// kernel table and downloads the outputs. A device that is not present here is
+// kernel table and downloads the outputs, with sentinels around every buffer and its
+// inputs held unchanged (DeviceArgs, kernel_test_support.h). A device that is not present here is
 // listed with the reason, and its rows are skipped saying so. The same op table
 // drives the contract tests: backward kernels accumulate parameter gradients and
 // overwrite (or accumulate) activation gradients as kernel_table.h says, are bitwise
