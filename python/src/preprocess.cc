@@ -66,9 +66,8 @@ py::dict preprocess(std::vector<std::string> inputs, std::string output_prefix, 
   PreprocessOptions options;
   options.inputs = std::move(inputs);
   options.output_prefix = std::move(output_prefix);
-  options.tokenizer_model = std::move(tokenizer_model);
-  options.tokenizer_merges = std::move(tokenizer_merges);
-  options.tokenizer_pattern = std::move(tokenizer_pattern);
+  options.tokenizer = dataprep::TokenizerSpec{
+      .model = std::move(tokenizer_model), .merges = std::move(tokenizer_merges), .pattern = std::move(tokenizer_pattern)};
   options.reader.json_keys = std::move(json_keys);
   options.reader.max_document_bytes = max_document_bytes;
   options.impl = impl_from_name(impl);

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dufu/common/progress.h"
 #include "dufu/dataprep/preprocess.h"
@@ -31,7 +32,7 @@ TEST(PreprocessStop, LeavesThePreviousPairAndNothingElse) {
   dataprep::PreprocessOptions options;
   options.inputs = {fixture_path("fortunes.jsonl")};
   options.output_prefix = dir.file("out");
-  options.tokenizer_model = fixture_path("fortunes.model");
+  options.tokenizer.model = fixture_path("fortunes.model");
   options.workers = 2;
   dataprep::preprocess(options, nullptr);
   const auto before = files_in(dir.path());
@@ -55,6 +56,37 @@ TEST(PreprocessStop, LeavesThePreviousPairAndNothingElse) {
   returned = true;
   stopper.join();
   EXPECT_EQ(files_in(dir.path()), before);
+}
+
+// The library's refusals name the options as PreprocessOptions and the Python package
+// spell them (`workers`), not the dataprep tool's flags (--workers): a Python caller
+// reads the names it passed; the tool says its flags (tool_limits_test.cc).
+TEST(PreprocessOptionsErrors, NameTheOptionsNotTheFlags) {
+  TempDir dir;
+  dataprep::PreprocessOptions options;
+  options.inputs = {fixture_path("fortunes.jsonl")};
+  options.output_prefix = dir.file("out");
+  options.tokenizer.model = fixture_path("fortunes.model");
+  const auto refused = [](const dataprep::PreprocessOptions& bad, const std::vector<std::string>& words) {
+    const std::string message = expect_error([&] { dataprep::preprocess(bad, nullptr); }, words);
+    EXPECT_EQ(message.find("--"), std::string::npos) << message;
+  };
+  dataprep::PreprocessOptions bad = options;
+  bad.workers = 100000;
+  refused(bad, {"`workers` 100000", "1024"});
+  bad = options;
+  bad.batch_bytes = 0;
+  refused(bad, {"`batch_bytes` 0"});
+  bad = options;
+  bad.eod_id = 5000;
+  refused(bad, {"`eod_id` 5000"});
+  bad = options;
+  bad.reader.json_keys = {"text", "text"};
+  refused(bad, {"'text'", "twice", "`json_keys`"});
+  bad = options;
+  bad.tokenizer.pattern = "cl100k";
+  refused(bad, {"`tokenizer_pattern`"});
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
 
 }  // namespace

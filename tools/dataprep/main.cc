@@ -2,7 +2,8 @@
 // cause (a bad flag, a bad file, a size that does not fit in memory) ends here as one
 // line on stderr and exit status 1 (a write past `ulimit -f` too); temporaries are
 // removed on SIGINT, SIGTERM and SIGHUP as well. Under mpirun one rank's error stops
-// every rank.
+// every rank. The library's messages name options (`workers`); this one says the
+// flags (--workers: flag_names.h).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -14,6 +15,7 @@
 #include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
 #include "dufu/common/rank_agreement.h"
+#include "flag_names.h"
 
 namespace {
 
@@ -65,13 +67,14 @@ int main(int argc, char** argv) {
     return fail(std::string(error.what()) + " (see --help)");
   } catch (const dufu::RanksStopped& stopped) {
     // Every rank of a divided job agreed to stop and cleaned up: one of them reports.
-    if (stopped.report()) fail(stopped.what());
+    if (stopped.report()) fail(dufu::tools::with_flag_names(stopped.what()));
     return 1;
   } catch (const dufu::Error& error) {
     // Under mpirun an error of this rank alone also ends the others (they may be
     // waiting for it); without MPI abort_all does nothing.
-    fail(error.what());
-    dufu::abort_all(error.what(), 1);
+    const std::string message = dufu::tools::with_flag_names(error.what());
+    fail(message);
+    dufu::abort_all(message, 1);
     return 1;
   } catch (const std::bad_alloc&) {
     fail("not enough memory (an allocation failed); lower the sizes asked for, or --workers");

@@ -6,6 +6,7 @@
 
 #include "cli_checks.h"
 #include "commands.h"
+#include "flag_names.h"
 #include "dufu/common/launch_environment.h"
 #include "dufu/common/progress.h"
 #include "dufu/dataprep/distributed_preprocess.h"
@@ -37,9 +38,7 @@ struct PreprocessFlags {
 
 void run(PreprocessFlags& flags, const CLI::App& command) {
   auto& options = flags.options;
-  options.tokenizer_model = flags.tokenizer.spec.model;
-  options.tokenizer_merges = flags.tokenizer.spec.merges;
-  options.tokenizer_pattern = flags.tokenizer.spec.pattern;
+  options.tokenizer = flags.tokenizer.spec;
   options.impl = dataprep::parse_impl(flags.impl);
   options.layout = dataprep::parse_layout_family(flags.layout);
   options.reader.skip_bad_records = flags.on_error == "skip";
@@ -83,7 +82,7 @@ void run(PreprocessFlags& flags, const CLI::App& command) {
   std::printf("  output     %s in", human_bytes(static_cast<double>(stats.output_bytes)).c_str());
   for (const auto& prefix : stats.output_prefixes) std::printf(" %s.{bin,idx}", prefix.c_str());
   std::printf("\n");
-  for (const auto& message : stats.first_errors) std::printf("  skipped: %s\n", message.c_str());
+  for (const auto& message : stats.first_errors) std::printf("  skipped: %s\n", with_flag_names(message).c_str());
   if (stats.bad_skipped > stats.first_errors.size()) {
     std::printf("  skipped: ... and %llu more bad records\n",
                 static_cast<unsigned long long>(stats.bad_skipped - stats.first_errors.size()));

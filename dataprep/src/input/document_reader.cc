@@ -178,7 +178,7 @@ std::string DocumentReader::place(std::size_t input, std::uint64_t input_line) c
 
 std::string DocumentReader::too_long_message(const std::string& where, std::uint64_t line) const {
   return str_cat(where, ":", line, ": line longer than ", options_.max_document_bytes,
-                 " bytes, the limit of one document (--max-document-bytes)");
+                 " bytes, the limit of one document (`max_document_bytes`)");
 }
 
 std::uint64_t DocumentReader::line_number() const {
@@ -205,7 +205,7 @@ bool DocumentReader::next(Document* doc) {
         std::string content;
         if (!reader.read_all(&content)) {
           record_bad(str_cat(where, ": longer than ", options_.max_document_bytes,
-                             " bytes, the limit of one document (--max-document-bytes)"));
+                             " bytes, the limit of one document (`max_document_bytes`)"));
         } else if (!simdjson::validate_utf8(content.data(), content.size())) {
           record_bad(str_cat(where, ": invalid UTF-8"));
         } else {

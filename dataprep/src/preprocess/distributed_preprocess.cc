@@ -108,7 +108,7 @@ void agree(Communicator& world, Step&& step) {
   try {
     step();
   } catch (const std::bad_alloc&) {
-    error = "not enough memory (an allocation failed); lower --workers or --max-document-bytes";
+    error = "not enough memory (an allocation failed); lower `workers` or `max_document_bytes`";
   } catch (const std::exception& failure) {
     error = failure.what();
   }
@@ -346,7 +346,7 @@ PreprocessStats preprocess_distributed(const PreprocessOptions& options, Communi
   } catch (const StopRequested&) {
     stopped = true;
   } catch (const std::bad_alloc&) {
-    failure = "not enough memory (an allocation failed); lower --workers or --max-document-bytes";
+    failure = "not enough memory (an allocation failed); lower `workers` or `max_document_bytes`";
   } catch (const std::exception& error) {
     failure = error.what();
   }
@@ -409,7 +409,7 @@ PreprocessStats preprocess_distributed(const PreprocessOptions& options, Communi
     agree(world, [&] {
       if (rank != 0) return;
       commit_shard_pair(*bin, *idx, prefix);
-      publish_shard_sidecar(prefix, preprocess_sidecar(options, *setup, record_preprocess_tokenizer(options), key));
+      publish_shard_sidecar(prefix, preprocess_sidecar(options, *setup, key));
     });
     stats.output_bytes += join.bin_bytes() + join.idx_bytes();
   }
@@ -441,7 +441,7 @@ PreprocessStats run_preprocess(const PreprocessOptions& options, const std::opti
   const LaunchEnvironment launch = detect_launch_environment();
   if (shard) {
     if (launch.world_size > 1) {
-      DUFU_FAIL("--shard ", shard->part, "/", shard->parts, " under ", launch.describe(),
+      DUFU_FAIL("`shard` ", shard->part, "/", shard->parts, " under ", launch.describe(),
                 ": the launcher already divides the job among its ranks; use one or the other");
     }
     return preprocess_part(options, *shard, progress);

@@ -253,7 +253,7 @@ void tokenize_batches(const Tokenizer& tokenizer, std::size_t num_keys, std::opt
     }
     DUFU_FAIL("not enough memory to tokenize a batch of ", human_bytes(static_cast<double>(bytes)),
               " (its longest document has ", human_bytes(static_cast<double>(longest)),
-              "; sentencepiece takes about 55 bytes per byte of a document); lower --max-document-bytes or --workers");
+              "; sentencepiece takes about 55 bytes per byte of a document); lower `max_document_bytes` or `workers`");
   }
 }
 
@@ -279,32 +279,31 @@ PreprocessSetup set_up_preprocess(const PreprocessOptions& options) {
   std::set<std::string> keys;
   for (const auto& key : options.reader.json_keys) {
     if (!keys.insert(key).second) {
-      DUFU_FAIL("JSON key '", key, "' is given twice (--json-keys); each key writes its own output");
+      DUFU_FAIL("JSON key '", key, "' is given twice (`json_keys`); each key writes its own output");
     }
   }
   if (options.workers < 0 || options.workers > kMaxWorkers) {
-    DUFU_FAIL("--workers ", options.workers, " is out of range: use 1 to ", kMaxWorkers, ", or 0 for all cores");
+    DUFU_FAIL("`workers` ", options.workers, " is out of range: use 1 to ", kMaxWorkers, ", or 0 for all cores");
   }
   if (options.batch_bytes == 0 || options.batch_bytes > kMaxBatchBytes) {
-    DUFU_FAIL("--batch-bytes ", options.batch_bytes, " is out of range: use 1 to ", kMaxBatchBytes);
+    DUFU_FAIL("`batch_bytes` ", options.batch_bytes, " is out of range: use 1 to ", kMaxBatchBytes);
   }
   std::vector<std::string> output_prefixes = output_prefixes_for(options.output_prefix, options.reader.json_keys);
   std::vector<std::string> inputs = expand_inputs(options.inputs);
   for (const auto& prefix : output_prefixes) refuse_output_that_is_an_input(prefix, inputs);
 
-  const Tokenizer tokenizer = Tokenizer::load(TokenizerSpec{
-      .model = options.tokenizer_model, .merges = options.tokenizer_merges, .pattern = options.tokenizer_pattern});
+  const Tokenizer tokenizer = Tokenizer::load(options.tokenizer);
   DUFU_LOG_INFO("preprocess", "tokenizer: ", tokenizer.name());
   if (options.eod_id && (*options.eod_id < 0 || *options.eod_id >= tokenizer.vocab_size())) {
-    DUFU_FAIL("--eod-id ", *options.eod_id, " is not a token of '", options.tokenizer_model, "': its ",
+    DUFU_FAIL("`eod_id` ", *options.eod_id, " is not a token of '", options.tokenizer.model, "': its ",
               tokenizer.vocab_size(), " pieces have ids 0 to ", tokenizer.vocab_size() - 1);
   }
   std::optional<int> eod;
   if (options.append_eod) {
     eod = options.eod_id ? *options.eod_id : tokenizer.eos_id();
     if (*eod < 0) {
-      DUFU_FAIL("the model '", options.tokenizer_model,
-                "' has no end-of-document token (</s>, <|endoftext|>); pass --eod-id to choose its id");
+      DUFU_FAIL("the model '", options.tokenizer.model,
+                "' has no end-of-document token (</s>, <|endoftext|>); pass `eod_id` to choose its id");
     }
   }
   // fairseq's lazy/cached reader cannot take uint16 (the writer says why): that layout
@@ -319,6 +318,7 @@ PreprocessSetup set_up_preprocess(const PreprocessOptions& options) {
   return PreprocessSetup{.inputs = std::move(inputs),
                          .output_prefixes = std::move(output_prefixes),
                          .tokenizer = tokenizer,
+                         .tokenizer_record = record_tokenizer(options.tokenizer),
                          .eod = eod,
                          .dtype = dtype,
                          .workers = workers};
@@ -358,7 +358,7 @@ void run_pipeline(const PreprocessOptions& options, const PreprocessSetup& setup
       // Out of threads (ulimit -u, memory): stop cleanly rather than with terminate().
       pipeline.abort(std::make_exception_ptr(Error(str_cat(
           "cannot start tokenizer thread ", i + 1, " of ", setup.workers, ": ", error.what(),
-          "; use fewer --workers"))));
+          "; use fewer `workers`"))));
       break;
     }
   }
@@ -431,10 +431,9 @@ PreprocessStats preprocess(const PreprocessOptions& options, Progress* progress)
     writers.push_back(std::make_unique<IndexedDatasetWriter>(prefix, output_layout(options), stats.dtype));
   }
   run_pipeline(options, setup, reader, writers, progress, &stats);
-  const TokenizerRecord tokenizer = record_preprocess_tokenizer(options);
   for (std::size_t key = 0; key < writers.size(); ++key) {
     stats.output_bytes += writers[key]->commit();
-    publish_shard_sidecar(stats.output_prefixes[key], preprocess_sidecar(options, setup, tokenizer, key));
+    publish_shard_sidecar(stats.output_prefixes[key], preprocess_sidecar(options, setup, key));
   }
   if (progress) progress->finish();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -40,25 +40,25 @@ std::vector<AgreedSetting> preprocess_job_settings(const PreprocessOptions& opti
   std::string keys;
   for (const std::string& key : options.reader.json_keys) keys += (keys.empty() ? "" : " ") + key;
   std::vector<AgreedSetting> settings = {
-      {"--input (expanded)", inputs, ""},
-      {"--output-prefix", options.output_prefix, ""},
-      {"the SHA-256 of --tokenizer-model", sha256_of_file(options.tokenizer_model), options.tokenizer_model}};
-  if (!options.tokenizer_merges.empty()) {
+      {"`inputs` (expanded)", inputs, ""},
+      {"`output_prefix`", options.output_prefix, ""},
+      {"the SHA-256 of `tokenizer_model`", setup.tokenizer_record.model.sha256, options.tokenizer.model}};
+  if (setup.tokenizer_record.merges) {
     settings.push_back(
-        {"the SHA-256 of --tokenizer-merges", sha256_of_file(options.tokenizer_merges), options.tokenizer_merges});
+        {"the SHA-256 of `tokenizer_merges`", setup.tokenizer_record.merges->sha256, options.tokenizer.merges});
   }
   const std::vector<AgreedSetting> choices = {
-      {"--tokenizer-pattern", options.tokenizer_pattern, ""},
-      {"--json-keys", keys, ""},
-      {"--impl", std::string(impl_name(options.impl)), ""},
-      {"--layout", std::string(layout_name(output_layout(options))), ""},
-      {"--dtype", std::string(dtype_name(setup.dtype)), options.dtype ? "" : "from the vocabulary size"},
-      {"--append-eod", options.append_eod ? "given" : "not given", ""},
-      {"--eod-id", setup.eod ? std::to_string(*setup.eod) : "none", ""},
-      {"--txt-document", options.reader.txt_document == TxtDocument::kFile ? "file" : "line", ""},
-      {"--stdin-format", options.reader.stdin_format == InputFormat::kTxt ? "txt" : "jsonl", ""},
-      {"--max-document-bytes", std::to_string(options.reader.max_document_bytes), ""},
-      {"--on-error", options.reader.skip_bad_records ? "skip" : "fail", ""}};
+      {"`tokenizer_pattern`", options.tokenizer.pattern, ""},
+      {"`json_keys`", keys, ""},
+      {"`impl`", std::string(impl_name(options.impl)), ""},
+      {"`layout`", std::string(layout_name(output_layout(options))), ""},
+      {"`dtype`", std::string(dtype_name(setup.dtype)), options.dtype ? "" : "from the vocabulary size"},
+      {"`append_eod`", options.append_eod ? "given" : "not given", ""},
+      {"`eod_id`", setup.eod ? std::to_string(*setup.eod) : "none", ""},
+      {"`txt_document`", options.reader.txt_document == TxtDocument::kFile ? "file" : "line", ""},
+      {"`stdin_format`", options.reader.stdin_format == InputFormat::kTxt ? "txt" : "jsonl", ""},
+      {"`max_document_bytes`", std::to_string(options.reader.max_document_bytes), ""},
+      {"`on_error`", options.reader.skip_bad_records ? "skip" : "fail", ""}};
   settings.insert(settings.end(), choices.begin(), choices.end());
   return settings;
 }
@@ -72,7 +72,7 @@ ShardSpec parse_shard(std::string_view text) {
   };
   if (slash == std::string_view::npos || !number(text.substr(0, slash), &shard.part) ||
       !number(text.substr(slash + 1), &shard.parts) || shard.parts < 1 || shard.part < 0 || shard.part >= shard.parts) {
-    DUFU_FAIL("--shard '", text, "' is not K/N with 0 <= K < N (part K of N, counted from 0)");
+    DUFU_FAIL("`shard` '", text, "' is not K/N with 0 <= K < N (part K of N, counted from 0)");
   }
   return shard;
 }
@@ -94,10 +94,9 @@ PreprocessStats preprocess_part(const PreprocessOptions& options, ShardSpec shar
   manifest.parts = shard.parts;
   manifest.inputs_sha256 = sha256_hex(plan.inputs_text());
   manifest.options = options_text(options, setup);
-  manifest.tokenizer = options.tokenizer_model;
-  if (!options.tokenizer_merges.empty()) manifest.tokenizer += " + " + options.tokenizer_merges;
-  const TokenizerRecord tokenizer = record_preprocess_tokenizer(options);
-  manifest.tokenizer_sha256 = tokenizer.identity_sha256();
+  manifest.tokenizer = options.tokenizer.model;
+  if (!options.tokenizer.merges.empty()) manifest.tokenizer += " + " + options.tokenizer.merges;
+  manifest.tokenizer_sha256 = setup.tokenizer_record.identity_sha256();
   manifest.job_sha256 = job_sha256_of(manifest);
   manifest.layout = output_layout(options);
   manifest.dtype = setup.dtype;
@@ -128,7 +127,7 @@ PreprocessStats preprocess_part(const PreprocessOptions& options, ShardSpec shar
     manifest.tokens = writer.tokens();
     manifest.bin_bytes = writer.bin_bytes();
     const std::uint64_t bytes = writer.commit();
-    publish_shard_sidecar(prefix, preprocess_sidecar(options, setup, tokenizer, key));
+    publish_shard_sidecar(prefix, preprocess_sidecar(options, setup, key));
     stats.output_bytes += bytes;
     manifest.idx_bytes = bytes - manifest.bin_bytes;
     manifest.idx_sha256 = sha256_of_file(idx_path(prefix));

@@ -14,6 +14,7 @@
 #include "dufu/dataprep/indexed_dataset_writer.h"
 #include "dufu/dataprep/preprocess.h"
 #include "dufu/dataprep/tokenizer.h"
+#include "dufu/dataprep/tokenizer_record.h"
 
 namespace dufu::dataprep {
 
@@ -21,6 +22,9 @@ struct PreprocessSetup {
   std::vector<std::string> inputs;  // expanded, in order
   std::vector<std::string> output_prefixes;
   Tokenizer tokenizer;
+  // Its files, hashed once per job: the sidecars', the part manifests' and the ranks'
+  // agreement's one digest of them.
+  TokenizerRecord tokenizer_record;
   std::optional<int> eod;  // appended to every non-empty document when set
   DType dtype;
   int workers;
@@ -30,7 +34,7 @@ struct PreprocessSetup {
 IndexLayout output_layout(const PreprocessOptions& options);
 
 // Checks the options (ranges, keys, output prefix, output-as-input), expands the
-// inputs and loads the tokenizer. Throws dufu::Error.
+// inputs, loads the tokenizer and records it. Throws dufu::Error.
 PreprocessSetup set_up_preprocess(const PreprocessOptions& options);
 
 // Called by the writing thread between batches, and at least every `interval` while it

@@ -3,15 +3,9 @@
 
 namespace dufu::dataprep {
 
-TokenizerRecord record_preprocess_tokenizer(const PreprocessOptions& options) {
-  return record_tokenizer(TokenizerSpec{
-      .model = options.tokenizer_model, .merges = options.tokenizer_merges, .pattern = options.tokenizer_pattern});
-}
-
-ShardSidecar preprocess_sidecar(const PreprocessOptions& options, const PreprocessSetup& setup,
-                                const TokenizerRecord& tokenizer, std::size_t key) {
+ShardSidecar preprocess_sidecar(const PreprocessOptions& options, const PreprocessSetup& setup, std::size_t key) {
   ShardSidecar sidecar;
-  sidecar.tokenizer = tokenizer;
+  sidecar.tokenizer = setup.tokenizer_record;
   sidecar.dtype = setup.dtype;
   const std::int64_t eod = setup.eod ? *setup.eod : options.eod_id.value_or(setup.tokenizer.eod_id());
   if (eod >= 0) sidecar.eod_id = eod;

@@ -8,12 +8,8 @@
 
 namespace dufu::dataprep {
 
-// The tokenizer of `options`, recorded (its files hashed) once per job.
-TokenizerRecord record_preprocess_tokenizer(const PreprocessOptions& options);
-
-// What the output of JSON key number `key` holds; the sizes are filled in when it is
-// published.
-ShardSidecar preprocess_sidecar(const PreprocessOptions& options, const PreprocessSetup& setup,
-                                const TokenizerRecord& tokenizer, std::size_t key);
+// What the output of JSON key number `key` holds (the tokenizer: setup's record); the
+// sizes are filled in when it is published.
+ShardSidecar preprocess_sidecar(const PreprocessOptions& options, const PreprocessSetup& setup, std::size_t key);
 
 }  // namespace dufu::dataprep

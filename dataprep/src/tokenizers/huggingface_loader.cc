@@ -340,7 +340,7 @@ std::unique_ptr<TokenizerModel> load_huggingface_json(const TokenizerSpec& spec)
   const element& root = file.root();
   const auto model = file.field(root, "model");
   if (!model) DUFU_FAIL("'", spec.model, "' is JSON but not a HuggingFace tokenizer.json (it has no \"model\"); ",
-              "HINT: for GPT-2's vocab.json pass its merges.txt with --tokenizer-merges");
+              "HINT: for GPT-2's vocab.json pass its merges.txt with `tokenizer_merges`");
   ByteLevelBpeConfig config;
 
   const std::string model_type = file.type_of(*model, "model");
@@ -430,7 +430,7 @@ std::unique_ptr<TokenizerModel> load_huggingface_json(const TokenizerSpec& spec)
 
 std::unique_ptr<TokenizerModel> load_gpt2_vocab(const TokenizerSpec& spec) {
   if (spec.merges.empty()) {
-    DUFU_FAIL("'", spec.model, "' is a vocab.json: pass its merges.txt with --tokenizer-merges");
+    DUFU_FAIL("'", spec.model, "' is a vocab.json: pass its merges.txt with `tokenizer_merges`");
   }
   const JsonFile file(spec.model);
   ByteLevelBpeConfig config;

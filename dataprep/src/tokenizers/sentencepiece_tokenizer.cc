@@ -433,7 +433,7 @@ std::unique_ptr<TokenizerModel> load_sentencepiece(const TokenizerSpec& spec) {
     DUFU_FAIL("'", spec.model, "' is not a sentencepiece model (", status.ToString(),
               "). HINT: pass the .model file written by `dataprep train-tokenizer` or spm_train, not the .vocab "
               "file; other tokenizers: a .tiktoken rank file, a HuggingFace tokenizer.json, or a GPT-2 vocab.json "
-              "with --tokenizer-merges");
+              "with `tokenizer_merges`");
   }
   return std::make_unique<SentencePiece>(spec.model, std::move(processor));
 }

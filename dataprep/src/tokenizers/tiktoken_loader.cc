@@ -75,7 +75,7 @@ std::string pattern_from_file_name(const std::string& path) {
   if (stem == "gpt2" || stem == "r50k_base" || stem == "p50k_base") return "gpt2";
   if (stem == "cl100k_base") return "cl100k";
   if (stem == "o200k_base") return "o200k";
-  DUFU_FAIL("'", path, "' is a tiktoken rank file and needs --tokenizer-pattern gpt2|cl100k|o200k|REGEX ",
+  DUFU_FAIL("'", path, "' is a tiktoken rank file and needs `tokenizer_pattern` gpt2|cl100k|o200k|REGEX ",
             "(the pattern is inferred only for the names gpt2, r50k_base, p50k_base, cl100k_base and o200k_base)");
 }
 

@@ -61,7 +61,7 @@ Tokenizer Tokenizer::load(const TokenizerSpec& spec) {
   }
   const TokenizerFileKind kind = tokenizer_file_kind(spec);
   if (!spec.pattern.empty() && kind != TokenizerFileKind::kTiktoken) {
-    DUFU_FAIL("--tokenizer-pattern is for .tiktoken rank files; '", spec.model, "' is not one");
+    DUFU_FAIL("`tokenizer_pattern` is for .tiktoken rank files; '", spec.model, "' is not one");
   }
   switch (kind) {
     case TokenizerFileKind::kTiktoken:
@@ -74,7 +74,7 @@ Tokenizer Tokenizer::load(const TokenizerSpec& spec) {
       break;
   }
   if (!spec.merges.empty()) {
-    DUFU_FAIL("--tokenizer-merges goes with a GPT-2 vocab.json; '", spec.model, "' is not JSON");
+    DUFU_FAIL("`tokenizer_merges` goes with a GPT-2 vocab.json; '", spec.model, "' is not JSON");
   }
   return Tokenizer(spec.model, tokenizers::load_sentencepiece(spec));
 }

@@ -14,6 +14,7 @@
 #include "dufu/dataprep/document_reader.h"
 #include "dufu/dataprep/dtype.h"
 #include "dufu/dataprep/index.h"
+#include "dufu/dataprep/tokenizer_model.h"  // TokenizerSpec
 
 namespace dufu::dataprep {
 
@@ -25,9 +26,7 @@ inline constexpr std::size_t kMaxBatchBytes = std::size_t{1} << 30;
 struct PreprocessOptions {
   std::vector<std::string> inputs;  // paths, globs or "-"
   std::string output_prefix;
-  std::string tokenizer_model;      // any file Tokenizer::load takes (tokenizer.h)
-  std::string tokenizer_merges;     // merges.txt of a GPT-2 vocab.json
-  std::string tokenizer_pattern;    // for .tiktoken: gpt2, cl100k, o200k or a regex
+  TokenizerSpec tokenizer;          // any model Tokenizer::load takes (tokenizer.h), its merges, its pattern
   ReaderOptions reader;
   IndexImpl impl = IndexImpl::kMmap;
   LayoutFamily layout = LayoutFamily::kMegatron;  // with impl, picks the .idx layout
@@ -67,8 +66,11 @@ std::vector<std::string> output_prefixes_for(const std::string& prefix,
 
 // Runs the whole job. Throws dufu::Error on bad input (unless skipping) and then no
 // new output exists under the final names (an earlier pair there is left whole).
-// Refuses out-of-range options (workers, batch bytes, an --eod-id outside the
+// Refuses out-of-range options (workers, batch bytes, an eod_id outside the
 // vocabulary, a JSON key given twice) and an output that is one of the inputs.
+// Messages name an option as `name`, the way these structs and the Python package's
+// keyword arguments spell it (`workers`, `json_keys`, `tokenizer_merges`,
+// `max_document_bytes`); the dataprep tool prints its flag instead (--workers).
 // `progress` may be null; its counters are input bytes, documents and tokens, in
 // that order, counted as batches are written: input bytes are those read, scaled by
 // the share of the text read that is written, so the percentage (of input bytes) is

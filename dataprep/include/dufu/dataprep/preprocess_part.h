@@ -22,11 +22,12 @@ ShardSpec parse_shard(std::string_view text);
 // part's.
 PreprocessStats preprocess_part(const PreprocessOptions& options, ShardSpec shard, Progress* progress);
 
-// Every setting of a job that decides the bytes it writes (not --workers,
-// --batch-bytes or --quiet), the tokenizer by its files' SHA-256, and the expanded
-// input list and output prefix: what the ranks of a divided job must agree on.
-// Throws dufu::Error when a tokenizer file cannot be read. PreprocessSetup is
-// preprocess.cc's (src/preprocess_pipeline.h): this is for distributed_preprocess.cc.
+// Every setting of a job that decides the bytes it writes (not `workers` or
+// `batch_bytes`), named as its option, the tokenizer by its files' SHA-256 (hashed
+// once per job, by set_up_preprocess), and the expanded input list and output prefix:
+// what the ranks of a divided job must agree on.
+// PreprocessSetup is preprocess.cc's (src/preprocess/preprocess_pipeline.h): this is
+// for distributed_preprocess.cc.
 struct PreprocessSetup;
 std::vector<AgreedSetting> preprocess_job_settings(const PreprocessOptions& options, const PreprocessSetup& setup);
 
