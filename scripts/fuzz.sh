@@ -10,7 +10,7 @@
 # build as it is. Each target starts from its seeds (fuzz/corpus/NAME, never written)
 # and the corpus its earlier runs grew in BUILD_DIR/fuzz/corpus/NAME. A finding is
 # saved as BUILD_DIR/fuzz/findings/NAME-crash-... (reproduce: BINARY FILE) and its
-# log is printed; make it a regression test (README, "Fuzzing and sanitizers").
+# log is printed; make it a regression test (docs/install.md, "Sanitizers and fuzzing").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=$(realpath -m "${1:-$root/build-fuzz}")

@@ -50,7 +50,7 @@ std::shared_ptr<Shard> open_shard(const std::string& prefix, const std::string& 
 
 // A view is handed out only while the .bin still has every byte it had when opened
 // (as the library checks each read): numpy would read a truncated mapping with SIGBUS.
-// A view already held when the file shrinks is beyond reach (README, Python).
+// A view already held when the file shrinks is beyond reach (docs/python.md).
 void check_not_truncated(const MappedFile& bin) {
   struct stat st {};
   if (::fstat(bin.descriptor(), &st) != 0) DUFU_FAIL("cannot stat '", bin.path(), "': ", errno_message(errno));
