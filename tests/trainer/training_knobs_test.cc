@@ -1,6 +1,7 @@
-// The knob table (training_knobs.h) against what is derived from it: the generated
-// docs/config-reference.md, the structs' defaults, the ranges the reader enforces,
-// and the rule book's refusals, which the configuration and the model must word alike.
+// The declarations every user of a knob asks: the knob table (training_knobs.h)
+// against what is derived from it (the generated docs/config-reference.md, the
+// structs' defaults, the ranges the reader enforces), the rule book's refusals, which
+// the configuration and the model must word alike, and what a ZeRO stage shards.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "dufu/trainer/model/gpt.h"
 #include "dufu/trainer/model/recipe_rules.h"
 #include "dufu/trainer/model/training_knobs.h"
+#include "dufu/trainer/model/zero_stage.h"
 #include "dufu/trainer/run/training_config.h"
 
 namespace {
@@ -192,6 +194,26 @@ TEST(RecipeRules, TheConfigurationAndTheModelRefuseInTheSameWords) {
   EXPECT_EQ(recipe_refusal({.precision = Precision::kBf16, .attention_products = Precision::kBf16}), "");
   EXPECT_NE(recipe_refusal({.attention_products = Precision::kBf16}), "");
   EXPECT_NE(recipe_refusal({.zero_stage = 1, .reduce_each_micro_batch = true}), "");
+}
+
+// What each stage shards at each data-parallel size, as a table: over one rank
+// nothing, whatever the stage.
+TEST(ZeroStage, ShardsByStageAndDataParallelSize) {
+  struct Row {
+    int stage, dp;
+    bool optimizer_state, gradients, parameters;
+  };
+  const Row rows[] = {{0, 1, false, false, false}, {0, 4, false, false, false}, {1, 1, false, false, false},
+                      {1, 2, true, false, false},  {2, 1, false, false, false}, {2, 2, true, true, false},
+                      {3, 1, false, false, false}, {3, 8, true, true, true}};
+  for (const Row& row : rows) {
+    const ZeroStage zero(row.stage, row.dp);
+    SCOPED_TRACE("stage " + std::to_string(row.stage) + " at dp " + std::to_string(row.dp));
+    EXPECT_EQ(zero.shards_optimizer_state(), row.optimizer_state);
+    EXPECT_EQ(zero.shards_gradients(), row.gradients);
+    EXPECT_EQ(zero.shards_parameters(), row.parameters);
+  }
+  EXPECT_ANY_THROW(ZeroStage(4, 2));
 }
 
 }  // namespace

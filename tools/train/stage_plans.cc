@@ -8,6 +8,7 @@
 #include "dufu/common/error.h"
 #include "dufu/common/human_units.h"
 #include "dufu/trainer/model/gpt_layout.h"
+#include "dufu/trainer/model/zero_stage.h"
 
 namespace dufu::tools {
 
@@ -42,7 +43,7 @@ std::vector<StagePlan> stage_plans(const trainer::TrainingOptions& options, int 
           bucket, trainer::rank_weight_floats(options.model, tp, stage, data_parallel, options.zero_stage));
     }
     if (options.optimizer_offload) trainer::offload_to_host(row.plan);
-    if (options.zero_stage == 3 && data_parallel > 1) {
+    if (trainer::ZeroStage(options.zero_stage, data_parallel).shards_parameters()) {
       row.held_whole = trainer::zero3_held_whole(options.model, tp, stage, data_parallel, options.precision,
                                                  options.overlap_reduction, bucket);
       row.stage0_model_bytes =

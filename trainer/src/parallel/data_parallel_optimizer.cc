@@ -33,14 +33,12 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
       group_(data_group),
       pipeline_group_(pipeline_group != nullptr && pipeline_group->size() > 1 ? pipeline_group : nullptr),
       tensor_group_(tensor_group != nullptr && tensor_group->size() > 1 ? tensor_group : nullptr),
-      sharded_(zero_stage >= 1 && data_group.size() > 1),
-      zero_stage_(zero_stage),
-      layers_each_micro_batch_(data_group.size() > 1 && (zero_stage >= 2 || reduce_each_micro_batch)),
+      zero_(zero_stage, data_group.size()),
+      sharded_(zero_.shards_optimizer_state()),
+      layers_each_micro_batch_(data_group.size() > 1 && (zero_.shards_gradients() || reduce_each_micro_batch)),
       bucket_elements_(bucket_elements),
       optimizer_(make_optimizer(model, options, data_group, sharded_)),
-      overlap_(overlap_reduction && zero_stage >= 2 && data_group.size() > 1) {
-  DUFU_CHECK(zero_stage >= 0 && zero_stage <= 3, "DataParallelOptimizer: ZeRO stage ", zero_stage,
-             "; stages 0 to 3 exist");
+      overlap_(overlap_reduction && zero_.shards_gradients()) {
   DUFU_CHECK(!reduce_each_micro_batch || zero_stage == 0,
              "DataParallelOptimizer: reducing each micro-batch is stage 0's option (stages 2 and 3 always do)");
   DUFU_CHECK(bucket_elements_ >= 1, "DataParallelOptimizer: a bucket of 0 elements");
@@ -48,11 +46,11 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
   if (layers_each_micro_batch_) {
     // Before the model's gradient is allocated (its first use, below): under ZeRO-2
     // the whole gradient is never held.
-    model.set_layer_gradient_sink(this, zero_stage >= 2, overlap_ ? 2 : 1);
+    model.set_layer_gradient_sink(this, zero_.shards_gradients(), overlap_ ? 2 : 1);
   }
   // ZeRO-3: the model keeps only this rank's shard of the parameters, the masters
   // step() updates (the same range as the moments' and the gradient's shard).
-  if (sharded_ && zero_stage == 3) model.shard_parameters(&data_group, bucket_elements_);
+  if (zero_.shards_parameters()) model.shard_parameters(&data_group, bucket_elements_);
   if (sharded_) {
     shard_size_ = zero_shard_range(model.num_parameters(), group_.size(), 0).second;  // the first, longest
     grad_shard_ = DeviceBuffer<float>(device, shard_size_);
@@ -63,7 +61,7 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
     }
   }
   if (layers_each_micro_batch_) {
-    if (zero_stage >= 2) {
+    if (zero_.shards_gradients()) {
       reduced_piece_ = DeviceBuffer<float>(device, std::min(bucket_elements_, shard_size_));
       const std::size_t layer_size = model.layer_gradient_range(0).second;
       for (int window = 0; window < (overlap_ ? 2 : 0); ++window) {
@@ -96,7 +94,7 @@ void DataParallelOptimizer::all_reduce_in_buckets(std::span<float> gradient) {
 
 void DataParallelOptimizer::start_accumulation() {
   Device& device = model_.device();
-  if (zero_stage_ >= 2) {
+  if (zero_.shards_gradients()) {
     device.fill(grad_shard_.data(), 0.0f, grad_shard_.size());
   } else {
     device.fill(layer_sums_.data(), 0.0f, layer_sums_.size());
@@ -112,7 +110,7 @@ void DataParallelOptimizer::take(int local_layer, std::span<float> gradient) {
     start_layer_reduction(local_layer, gradient);
     return;
   }
-  if (zero_stage_ >= 2) {
+  if (zero_.shards_gradients()) {
     reduce_scatter_into_shard(offset, gradient, true);
     return;
   }
@@ -201,7 +199,7 @@ void DataParallelOptimizer::reduce_edges_and_layers() {
   for (int window = 0; window < 2; ++window) {
     if (pending_layer_[window] >= 0) finish_layer_reduction(window);
   }
-  if (zero_stage_ >= 2) {
+  if (zero_.shards_gradients()) {
     for (const GPT::EdgeGradient& edge : model_.edge_gradients()) {
       reduce_scatter_into_shard(edge.offset, edge.gradient, true);
     }

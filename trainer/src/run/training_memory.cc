@@ -11,6 +11,7 @@
 
 #include "dufu/common/error.h"
 #include "dufu/common/human_units.h"
+#include "dufu/trainer/model/zero_stage.h"
 
 namespace dufu::trainer {
 
@@ -48,7 +49,7 @@ double rank_gradient_floats(const GPTConfig& config, int tensor_parallel_size, c
   const RankParameters counts = rank_parameters(config, tensor_parallel_size, stage);
   // ZeRO-2 keeps one layer's window and the edges (GPT::set_layer_gradient_sink); the
   // overlap a second window, and two layers' reduced pieces (DataParallelOptimizer).
-  if (zero_stage >= 2 && data_parallel_size > 1) {
+  if (ZeroStage(zero_stage, data_parallel_size).shards_gradients()) {
     if (!overlap_reduction || counts.layers < 2) return counts.layer + counts.edges;
     const double shard = std::ceil((counts.layers * counts.layer + counts.edges) / data_parallel_size);
     return 2.0 * counts.layer + counts.edges + 2.0 * std::min(counts.layer, shard);
@@ -59,7 +60,9 @@ double rank_gradient_floats(const GPTConfig& config, int tensor_parallel_size, c
 double rank_weight_floats(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage,
                           int data_parallel_size, int zero_stage) {
   const RankParameters counts = rank_parameters(config, tensor_parallel_size, stage);
-  if (zero_stage == 3 && data_parallel_size > 1) return std::min(counts.layers, 2.0) * counts.layer + counts.edges;
+  if (ZeroStage(zero_stage, data_parallel_size).shards_parameters()) {
+    return std::min(counts.layers, 2.0) * counts.layer + counts.edges;
+  }
   return counts.layers * counts.layer + counts.edges;
 }
 
@@ -108,16 +111,17 @@ double model_state_bytes(double parameters, int data_parallel_size, int zero_sta
 MemoryPlan memory_plan(double parameters, int data_parallel_size, int zero_stage, bool bf16_working_copy,
                        double activation_bytes, double gradient_floats, double bucket_floats, double weight_floats) {
   constexpr double kFloat = sizeof(float);
-  const bool sharded = zero_stage >= 1 && data_parallel_size > 1;
+  const ZeroStage zero(zero_stage, data_parallel_size);
+  const bool sharded = zero.shards_optimizer_state();
   const double shard = std::ceil(parameters / data_parallel_size);
   // ZeRO-3: the shard of masters and what the model holds whole (GPT::shard_parameters).
-  const double whole_weights = sharded && zero_stage == 3 && weight_floats >= 0.0 ? weight_floats : parameters;
+  const double whole_weights = zero.shards_parameters() && weight_floats >= 0.0 ? weight_floats : parameters;
   MemoryPlan plan;
-  plan.weights = kFloat * (sharded && zero_stage == 3 ? shard + whole_weights : parameters);
+  plan.weights = kFloat * (zero.shards_parameters() ? shard + whole_weights : parameters);
   plan.gradients = kFloat * (gradient_floats >= 0.0 ? gradient_floats : parameters);
   // ZeRO-1 to 3 add the rank's reduced gradient shard (DataParallelOptimizer).
   if (sharded) plan.gradients += kFloat * shard;
-  if (sharded && zero_stage >= 2) plan.gradients += kFloat * std::min(bucket_floats, shard);
+  if (zero.shards_gradients()) plan.gradients += kFloat * std::min(bucket_floats, shard);
   plan.moments = kFloat * 2.0 * parameters / (sharded ? data_parallel_size : 1);
   // bf16 bits of every parameter held whole (its biases and LayerNorm parameters also
   // as floats, a fraction of a percent of a GPT, left out).

@@ -50,6 +50,7 @@
 #include "dufu/trainer/model/flat_shards.h"  // zero_shard_range, gradient_buckets
 #include "dufu/trainer/model/gpt.h"
 #include "dufu/trainer/model/optimizer.h"
+#include "dufu/trainer/model/zero_stage.h"
 
 namespace dufu::trainer {
 
@@ -134,8 +135,8 @@ class DataParallelOptimizer : private GPT::LayerGradientSink {
   Communicator& group_;
   Communicator* pipeline_group_;
   Communicator* tensor_group_;
+  ZeroStage zero_;  // before sharded_, which is read from it
   bool sharded_;
-  int zero_stage_;
   bool layers_each_micro_batch_;  // ZeRO-2, or stage 0's reduce_each_micro_batch, over > 1 rank
   bool accumulation_fresh_ = true;  // the next layer gradient starts a step's sums
   std::size_t shard_size_ = 0;  // elements per rank, the parameters padded to a multiple of dp

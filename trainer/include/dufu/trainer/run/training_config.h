@@ -78,7 +78,7 @@ struct TrainingOptions {
   bool reduce_each_micro_batch = training_knob_bool("dist.reduce_each_micro_batch");  // stage 0 summing as ZeRO-2
   // Stages 2 and 3: each layer's reduction runs during the next one's backward. Off by
   // default: on MPI over shared memory it measured no faster and holds one more layer
-  // (README), and the NCCL backend does not overlap it yet.
+  // (docs/parallelism.md), and the NCCL backend does not overlap it yet.
   bool overlap_reduction = training_knob_bool("dist.overlap_reduction");
   // optim.offload = cpu: fp32 masters and AdamW moments in host memory, the update on
   // the host (GPT::set_optimizer_offload); false = none.
