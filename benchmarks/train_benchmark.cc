@@ -130,9 +130,7 @@ int run(const Options& options) {
   }
   const double free_before_model = device.memory_capacity_bytes();
 
-  GPT model(config, nullptr, {}, &device);
-  model.set_precision(precision);
-  model.set_attention_products(attention_products);
+  GPT model(config, nullptr, {}, &device, {.precision = precision, .attention_products = attention_products});
   model.init_gpt2(options.seed);
   AdamW optimizer(model, AdamWOptions{});  // GPT-2's betas (0.9, 0.95), eps 1e-8, decay 0.1 on matrices
   std::string initial_checkpoint;
@@ -338,5 +336,8 @@ int main(int argc, char** argv) {
   } catch (const dufu::Error& error) {
     std::fprintf(stderr, "train_benchmark: %s\n", error.what());
     return 1;
+  } catch (const dufu::InternalError& bug) {  // a failed DUFU_CHECK: a bug in dufu
+    std::fprintf(stderr, "train_benchmark: internal error: %s\n", bug.what());
+    return 3;
   }
 }

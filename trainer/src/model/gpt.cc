@@ -28,7 +28,8 @@ using detail::real_rows;
 
 using BufferCarver = detail::BufferCarver<float>;
 
-GPT::GPT(const GPTConfig& config, Communicator* tensor_group, const PipelineStage& stage, Device* device)
+GPT::GPT(const GPTConfig& config, Communicator* tensor_group, const PipelineStage& stage, Device* device,
+         const GPTRecipe& recipe)
     : config_(config),
       device_(device != nullptr ? device : &cpu_device()),
       kernels_(&device_->kernels()),
@@ -56,6 +57,12 @@ GPT::GPT(const GPTConfig& config, Communicator* tensor_group, const PipelineStag
     DUFU_FAIL("model.arch = llama: the device ", device_->describe(),
               " lacks the Llama-family kernels (RMSNorm, rotary, SwiGLU)");
   }
+  // The parts in the one order that holds (offload needs the bf16 recipe in place);
+  // the defaults are the members' own.
+  if (recipe.precision != precision_) set_precision(recipe.precision);
+  set_attention_products(recipe.attention_products);
+  set_recompute(recipe.recompute);
+  set_optimizer_offload(recipe.optimizer_offload);
 }
 
 std::size_t GPT::num_full_parameters() const { return gpt_layout_size(full_layout_); }

@@ -251,11 +251,11 @@ void Trainer::State::build_model(const MemoryNeed& model_memory) {
   groups = make_rank_groups(*world, *topology, *device);
   if (is_main) reporter.layout(describe_layout(*topology, options.model, layer_split));
   try {
-    model = std::make_unique<GPT>(options.model, tp > 1 ? groups.tensor.get() : nullptr, stage, device);
-    model->set_precision(options.precision);
-    model->set_attention_products(options.attention_products);
-    model->set_recompute(options.recompute);
-    model->set_optimizer_offload(options.optimizer_offload);
+    model = std::make_unique<GPT>(options.model, tp > 1 ? groups.tensor.get() : nullptr, stage, device,
+                                  GPTRecipe{.precision = options.precision,
+                                            .attention_products = options.attention_products,
+                                            .recompute = options.recompute,
+                                            .optimizer_offload = options.optimizer_offload});
     optimizer = std::make_unique<DataParallelOptimizer>(*model, options.adamw, *groups.data, options.zero_stage,
                                                         groups.pipeline.get(), groups.tensor.get(),
                                                         bucket_elements_for(options.dp_bucket_mb),

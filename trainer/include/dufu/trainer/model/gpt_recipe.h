@@ -33,4 +33,14 @@ enum class Recompute { kNone, kSelective, kFull };
 const char* recompute_name(Recompute recompute);
 Recompute parse_recompute(std::string_view text, std::string_view knob);
 
+// The whole recipe, fixed when a model is built (GPT's constructor), so no caller has
+// to know in which order its parts may be set: precision, attention's tile products,
+// recomputation and optimizer offload (recipe_rules.h says which combinations hold).
+struct GPTRecipe {
+  Precision precision = Precision::kFp32;
+  Precision attention_products = Precision::kFp32;
+  Recompute recompute = Recompute::kNone;
+  bool optimizer_offload = false;
+};
+
 }  // namespace dufu::trainer
