@@ -65,8 +65,12 @@ class GPT {
   // (null: the CPU device); it must outlive the model. The tensor group's
   // collectives must move that device's memory (Communicator::memory_space()), or
   // this throws dufu::Error naming both.
+  //
+  // recipe: how the model computes (GPTRecipe; the setters below change one part
+  // later, for tests). Throws dufu::Error with the rule book's words for a
+  // combination it refuses (recipe_rules.h).
   explicit GPT(const GPTConfig& config, Communicator* tensor_group = nullptr, const PipelineStage& stage = {},
-               Device* device = nullptr);
+               Device* device = nullptr, const GPTRecipe& recipe = {});
   // The views point into the buffers: a copy would share them, a move keeps them.
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
