@@ -26,22 +26,21 @@
 #include <cmath>
 
 #include "attention_bf16.h"
+#include "attention_launch.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "dufu/trainer/device/flash_attention.h"
 #include "dufu/trainer/device/kernel_math.h"
 #include "float_groups.cuh"
-#include "shared_memory_limit.h"
 
 namespace dufu::trainer::cuda {
 
 namespace {
 
-constexpr int kTile = 64;       // query rows and keys per tile
-constexpr int kSide = 16;       // the thread grid is kSide x kSide
+constexpr int kTile = kAttentionTile;  // query rows and keys per tile (attention_launch.cuh)
+constexpr int kSide = 16;              // the thread grid is kSide x kSide
 constexpr int kThreads = kSide * kSide;
 constexpr int kPer = kTile / kSide;  // rows (and keys) per thread
-constexpr int kMaxHeadSize = 128;
 
 // A tile of kTile rows of kDims floats, one float of padding per row so that the
 // threads of a row group, which read one column of 16 different rows, hit 16 banks.
@@ -354,49 +353,26 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(TensorOut 
   store_rows<kDims>(dqkv, shape.v_offset(b, 0, g), shape.qkv_stride(), dv, j0, T, hs, ty, tx, ones);
 }
 
-// Launches kernel with `floats` of dynamic shared memory, raising the kernel's limit
-// past the default 48 KB first (a per-device setting: set at every launch, a host call
-// of about a microsecond).
-template <typename Kernel, typename... Args>
-void launch_tiles(const char* what, int dims, Kernel kernel, dim3 grid, int floats, Args... args) {
-  const int bytes = floats * static_cast<int>(sizeof(float));
-  require_shared_memory(what, dims, bytes);
-  if (const std::string refusal = grid_rows_refusal(what, grid.y); !refusal.empty()) DUFU_FAIL(refusal);
-  DUFU_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  kernel<<<grid, kThreads, bytes, stream()>>>(args...);
-  DUFU_CUDA_CHECK_LAUNCH();
-}
-
-int tiles_of(int T) { return (T + kTile - 1) / kTile; }
+// Bytes of `floats` of dynamic shared memory.
+constexpr int float_bytes(int floats) { return floats * static_cast<int>(sizeof(float)); }
 
 template <int kDims>
 void launch_forward(TensorOut out, float* lse, const float* qkv, int B, const FlashAttentionShape& shape) {
-  launch_tiles("the fp32 attention forward", kDims, flash_forward_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NH),
-               3 * kRowsFloats<kDims> + kSquareFloats, out, lse, qkv, shape);
+  launch_tiles<kThreads>("the fp32 attention forward", kDims, flash_forward_kernel<kDims>,
+                         dim3(tiles_of(shape.T), B * shape.NH), float_bytes(3 * kRowsFloats<kDims> + kSquareFloats),
+                         out, lse, qkv, shape);
 }
 
 template <int kDims>
 void launch_backward(TensorOut dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
                      const FlashAttentionShape& shape) {
-  launch_tiles("the fp32 attention backward (dq)", kDims, flash_backward_dq_kernel<kDims>,
-               dim3(tiles_of(shape.T), B * shape.NH), 4 * kRowsFloats<kDims> + kSquareFloats, dqkv, dout, qkv, out, lse,
-               shape);
-  launch_tiles("the fp32 attention backward (dk, dv)", kDims, flash_backward_dkv_kernel<kDims>,
-               dim3(tiles_of(shape.T), B * shape.NKV), 4 * kRowsFloats<kDims> + 2 * kSquareFloats + 2 * kTile, dqkv,
-               dout, qkv, out, lse, shape);
-}
-
-// The padded head size: up to 32, 64 and 128.
-template <typename Launch>
-void with_head_size(int hs, Launch launch) {
-  DUFU_CHECK(hs <= kMaxHeadSize, "CUDA attention supports head sizes up to ", kMaxHeadSize, ", not ", hs);
-  if (hs <= 32) {
-    launch.template operator()<32>();
-  } else if (hs <= 64) {
-    launch.template operator()<64>();
-  } else {
-    launch.template operator()<128>();
-  }
+  launch_tiles<kThreads>("the fp32 attention backward (dq)", kDims, flash_backward_dq_kernel<kDims>,
+                         dim3(tiles_of(shape.T), B * shape.NH), float_bytes(4 * kRowsFloats<kDims> + kSquareFloats),
+                         dqkv, dout, qkv, out, lse, shape);
+  launch_tiles<kThreads>("the fp32 attention backward (dk, dv)", kDims, flash_backward_dkv_kernel<kDims>,
+                         dim3(tiles_of(shape.T), B * shape.NKV),
+                         float_bytes(4 * kRowsFloats<kDims> + 2 * kSquareFloats + 2 * kTile), dqkv, dout, qkv, out,
+                         lse, shape);
 }
 
 }  // namespace

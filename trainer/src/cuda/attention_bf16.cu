@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "attention_bf16.h"
+#include "attention_launch.cuh"
 #include "block_reduce.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
@@ -32,7 +33,6 @@
 #include "dufu/trainer/device/flash_attention.h"
 #include "dufu/trainer/device/kernel_math.h"
 #include "float_groups.cuh"
-#include "shared_memory_limit.h"
 
 namespace dufu::trainer::cuda {
 
@@ -43,6 +43,7 @@ using Bits = std::uint16_t;
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kTile = 16 * kWarps;  // rows a block owns; rows of every shared tile
+static_assert(kTile == kAttentionTile, "a warp owns 16 rows of the tile attention_launch.cuh cuts");
 constexpr int kPad = 8;
 constexpr int kColumnStride = kTile + kPad;  // of a transposed tile [dims][kTile]
 template <int kDims>
@@ -388,37 +389,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   store_gradient_tile<kDims>(dqkv + shape.v_offset(b, 0, g), shape.qkv_stride(), dv, first_key, T, hs, group, quad);
 }
 
-template <typename Kernel, typename... Args>
-void launch(const char* what, int dims, Kernel kernel, dim3 grid, int bytes, Args... args) {
-  require_shared_memory(what, dims, bytes);
-  if (const std::string refusal = grid_rows_refusal(what, grid.y); !refusal.empty()) DUFU_FAIL(refusal);
-  DUFU_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-  kernel<<<grid, kThreads, bytes, stream()>>>(args...);
-  DUFU_CUDA_CHECK_LAUNCH();
-}
-
-int tiles_of(int T) { return (T + kTile - 1) / kTile; }
-
-template <typename Launch>
-void with_head_size(int hs, Launch launch_for) {
-  DUFU_CHECK(hs <= 128, "CUDA attention supports head sizes up to 128, not ", hs);
-  if (hs <= 32) {
-    launch_for.template operator()<32>();
-  } else if (hs <= 64) {
-    launch_for.template operator()<64>();
-  } else {
-    launch_for.template operator()<128>();
-  }
-}
-
 }  // namespace
 
 void bf16_attention_forward(TensorOut out, float* lse, const std::uint16_t* qkv, int B,
                             const FlashAttentionShape& shape) {
   with_head_size(shape.hs, [&]<int kDims>() {
     const int bytes = (2 * kRowTile<kDims> + kColumnTile<kDims>) * static_cast<int>(sizeof(Bits));
-    launch("the bf16 attention forward", kDims, bf16_forward_kernel<kDims>, dim3(tiles_of(shape.T), B * shape.NH),
-           bytes, out, lse, qkv, shape);
+    launch_tiles<kThreads>("the bf16 attention forward", kDims, bf16_forward_kernel<kDims>,
+                           dim3(tiles_of(shape.T), B * shape.NH), bytes, out, lse, qkv, shape);
   });
 }
 
@@ -428,12 +406,14 @@ void bf16_attention_backward(TensorOut dqkv, const float* dout, const std::uint1
       static_cast<std::size_t>(B) * static_cast<std::size_t>(shape.NH) * static_cast<std::size_t>(shape.T))));
   with_head_size(shape.hs, [&]<int kDims>() {
     const int dq_bytes = (4 * kRowTile<kDims> + kColumnTile<kDims>) * static_cast<int>(sizeof(Bits));
-    launch("the bf16 attention backward (dq)", kDims, bf16_backward_dq_kernel<kDims>,
-           dim3(tiles_of(shape.T), B * shape.NH), dq_bytes, dqkv.values, row_dots, dout, qkv, out, lse, shape);
+    launch_tiles<kThreads>("the bf16 attention backward (dq)", kDims, bf16_backward_dq_kernel<kDims>,
+                           dim3(tiles_of(shape.T), B * shape.NH), dq_bytes, dqkv.values, row_dots, dout, qkv, out, lse,
+                           shape);
     const int dkv_bytes = (4 * kRowTile<kDims> + 2 * kColumnTile<kDims>) * static_cast<int>(sizeof(Bits)) +
                           2 * kTile * static_cast<int>(sizeof(float));
-    launch("the bf16 attention backward (dk, dv)", kDims, bf16_backward_dkv_kernel<kDims>,
-           dim3(tiles_of(shape.T), B * shape.NKV), dkv_bytes, dqkv.values, row_dots, dout, qkv, lse, shape);
+    launch_tiles<kThreads>("the bf16 attention backward (dk, dv)", kDims, bf16_backward_dkv_kernel<kDims>,
+                           dim3(tiles_of(shape.T), B * shape.NKV), dkv_bytes, dqkv.values, row_dots, dout, qkv, lse,
+                           shape);
   });
   keep(dqkv, static_cast<std::size_t>(B) * static_cast<std::size_t>(shape.T) * shape.qkv_stride());
 }
