@@ -1,9 +1,10 @@
 // The library names its options in messages as `name`, the way PreprocessOptions, its
 // ReaderOptions and the Python package's keyword arguments spell them (`workers`,
 // `json_keys`, `tokenizer_merges`), so that a Python caller reads the names it passes.
-// The dataprep tool says its flags instead: with_flag_names turns each `name` it knows
-// into the flag (--workers, --json-keys, --tokenizer-merges) where an error or a
-// skipped record's message is printed. A name it does not know is left as it is.
+// The tools say their flags instead: with_flag_names turns each `name` it knows into
+// the flag (--workers, --json-keys, --tokenizer-merges) where an error or a skipped
+// record's message is printed, in dataprep and in train (whose --tokenizer flags are
+// the same, tokenizer_flags.h). A name it does not know is left as it is.
 #pragma once
 
 #include <cstddef>
