@@ -108,5 +108,8 @@ int main(int argc, char** argv) {
   } catch (const dufu::Error& error) {
     std::fprintf(stderr, "gpu_ceilings: %s\n", error.what());
     return 1;
+  } catch (const dufu::InternalError& bug) {  // a failed DUFU_CHECK: a bug in dufu
+    std::fprintf(stderr, "gpu_ceilings: internal error: %s\n", bug.what());
+    return 3;
   }
 }

@@ -107,6 +107,9 @@ int main(int argc, char** argv) {
   } catch (const dufu::Error& error) {
     std::fprintf(stderr, "spm_encode_rate: %s\n", error.what());
     return 1;
+  } catch (const dufu::InternalError& bug) {  // a failed DUFU_CHECK: a bug in dufu
+    std::fprintf(stderr, "spm_encode_rate: internal error: %s\n", bug.what());
+    return 3;
   }
   return 0;
 }

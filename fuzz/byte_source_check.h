@@ -49,8 +49,9 @@ inline ReadResult read_source(const std::string& path, dataprep::Compression exp
     }
     // Once at the end, the source stays there.
     fuzz_require(source->read(buffer.data(), buffer.size()) == 0, "read after the end returned bytes");
+  } catch (const dufu::InternalError& e) {
+    finding(e.what());
   } catch (const dufu::Error& e) {
-    if (std::string_view(e.what()).starts_with("internal check failed")) finding(e.what());
     result.outcome = Outcome::kError;
     result.error = e.what();
   }

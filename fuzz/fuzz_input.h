@@ -2,7 +2,7 @@
 // and some choose the format by the name), and the line between a parser refusing an
 // input and a bug. A parser may refuse anything with dufu::Error, which is what the
 // tools print as one line; everything else is a finding and ends the run:
-//   - a DUFU_CHECK failure ("internal check failed"): an invariant the input broke;
+//   - a DUFU_CHECK failure (dufu::InternalError): an invariant the input broke;
 //   - any other exception (std::bad_alloc, std::out_of_range, simdjson's, ...): the
 //     tools would print "unexpected error" instead of naming the file;
 //   - a broken promise checked by the target itself (fuzz_require);
@@ -35,15 +35,16 @@ inline void fuzz_require(bool condition, std::string_view what) {
   if (!condition) finding(what);
 }
 
-// Runs `parse`; a dufu::Error is an accepted refusal unless it is a DUFU_CHECK
-// failure. Returns true when `parse` returned normally.
+// Runs `parse`; a dufu::Error is an accepted refusal, a DUFU_CHECK failure
+// (dufu::InternalError) a finding. Returns true when `parse` returned normally.
 template <typename Parse>
 bool refused_cleanly_or_parsed(Parse&& parse) {
   try {
     parse();
     return true;
-  } catch (const dufu::Error& e) {
-    if (std::string_view(e.what()).starts_with("internal check failed")) finding(e.what());
+  } catch (const dufu::InternalError& e) {
+    finding(e.what());
+  } catch (const dufu::Error&) {
     return false;
   }
 }

@@ -1,5 +1,5 @@
 // errno_message: strerror is not thread-safe, and readers, writers and tokenizer
-// workers report IO errors from many threads at once.
+// workers report IO errors from many threads at once. InternalError's message.
 #include "dufu/common/error.h"
 
 #include <cstring>
@@ -16,5 +16,20 @@ std::string errno_message(int error_number) {
   }
   return message;
 }
+
+namespace {
+
+std::string internal_error_message(const char* condition, const char* file, int line, const std::string& detail) {
+  return str_cat("internal check failed: ", condition, " at ", file, ":", line, detail.empty() ? "" : ": ", detail,
+                 " (a bug in dufu; please report it with this message)");
+}
+
+}  // namespace
+
+InternalError::InternalError(const char* condition, const char* file, int line, const std::string& detail)
+    : std::logic_error(internal_error_message(condition, file, line, detail)),
+      condition_(condition),
+      file_(file),
+      line_(line) {}
 
 }  // namespace dufu

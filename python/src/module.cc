@@ -2,6 +2,9 @@
 // bindings of each topic. The Python package (python/dufu) re-exports everything.
 #include <pybind11/pybind11.h>
 
+#include <exception>
+#include <string>
+
 #include "bindings.h"
 #include "dufu/common/error.h"
 
@@ -83,6 +86,16 @@ PYBIND11_MODULE(_dufu, module) {
   // Every dufu::Error (bad input, IO) arrives in Python as dufu.DufuError carrying
   // dufu's one-line message; it derives from RuntimeError.
   py::register_exception<dufu::Error>(module, "DufuError", PyExc_RuntimeError);
+  // A dufu::InternalError (a failed DUFU_CHECK: a bug in dufu, not bad input) is not a
+  // DufuError, so code catching bad input does not swallow it: a plain RuntimeError
+  // whose message starts "internal error: " and says to report it.
+  py::register_exception_translator([](std::exception_ptr thrown) {
+    try {
+      if (thrown) std::rethrow_exception(thrown);
+    } catch (const dufu::InternalError& bug) {
+      PyErr_SetString(PyExc_RuntimeError, (std::string("internal error: ") + bug.what()).c_str());
+    }
+  });
   dufu::python::bind_shards(module);
   dufu::python::bind_datasets(module);
   dufu::python::bind_samplers(module);

@@ -106,8 +106,8 @@ TEST(AtomicFile, DiscardRemovesTemporaryAndForbidsWrites) {
   file.write("abc", 3);
   file.discard();
   EXPECT_TRUE(dir.list().empty());
-  EXPECT_THROW(file.write("x", 1), Error);
-  EXPECT_THROW(file.commit(), Error);
+  EXPECT_THROW(file.write("x", 1), InternalError);
+  EXPECT_THROW(file.commit(), InternalError);
   file.discard();  // idempotent
   EXPECT_TRUE(dir.list().empty());
 }
@@ -147,8 +147,8 @@ TEST(AtomicFile, WriteAfterCommitIsAnError) {
   AtomicFile file(dir.file("out.bin"));
   file.write("a", 1);
   file.commit();
-  EXPECT_THROW(file.write("b", 1), Error);
-  EXPECT_THROW(file.commit(), Error);
+  EXPECT_THROW(file.write("b", 1), InternalError);
+  EXPECT_THROW(file.commit(), InternalError);
   EXPECT_EQ(testing::read_all(dir.file("out.bin")), "a");
 }
 
@@ -173,7 +173,7 @@ TEST(AtomicFile, MoveLeavesSourceInert) {
     // Destroying or discarding the source must not touch the target's temporary.
     source.discard();  // NOLINT(bugprone-use-after-move): checking the moved-from state
     EXPECT_TRUE(file_exists(temp));
-    EXPECT_THROW(source.write("x", 1), Error);
+    EXPECT_THROW(source.write("x", 1), InternalError);
     target.write("bytes", 5);
     EXPECT_EQ(target.temp_path(), temp);
     EXPECT_EQ(target.bytes_written(), 11u);
@@ -284,7 +284,7 @@ TEST(AtomicFile, PrepareWritesEverythingAndCommitOnlyRenames) {
   file.write(bytes.data(), 100);
   file.write(bytes.data() + 100, bytes.size() - 100);
   file.prepare();
-  EXPECT_THROW(file.write("x", 1), Error);
+  EXPECT_THROW(file.write("x", 1), InternalError);
   EXPECT_FALSE(file_exists(dir.file("out.bin")));
   EXPECT_EQ(testing::read_all(file.temp_path()), bytes);
   file.commit();

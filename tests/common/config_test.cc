@@ -19,6 +19,7 @@ namespace dufu {
 namespace {
 
 using dufu::testing::error_of;
+using dufu::testing::internal_error_of;
 
 using testing::TempDir;
 
@@ -45,7 +46,7 @@ ConfigSchema make_schema() {
 TEST(ConfigSchema, DeclaringANameTwiceIsAnInternalError) {
   ConfigSchema schema;
   schema.add_int("model.n_layer", 12, "Blocks.");
-  const std::string message = error_of([&] { schema.add_double("model.n_layer", 1.0, "Again."); });
+  const std::string message = internal_error_of([&] { schema.add_double("model.n_layer", 1.0, "Again."); });
   EXPECT_TRUE(Contains(message, "internal check failed"));
   EXPECT_TRUE(Contains(message, "\"model.n_layer\" declared twice"));
 }
@@ -53,11 +54,12 @@ TEST(ConfigSchema, DeclaringANameTwiceIsAnInternalError) {
 TEST(ConfigSchema, RefusesMalformedNamesAndTablesThatAreKnobs) {
   ConfigSchema schema;
   schema.add_int("model.n_layer", 12, "Blocks.");
-  EXPECT_TRUE(Contains(error_of([&] { schema.add_int("model", 1, "A table too."); }), "internal check failed"));
-  EXPECT_TRUE(Contains(error_of([&] { schema.add_int("model.n_layer.x", 1, "Inside a knob."); }),
+  EXPECT_TRUE(
+      Contains(internal_error_of([&] { schema.add_int("model", 1, "A table too."); }), "internal check failed"));
+  EXPECT_TRUE(Contains(internal_error_of([&] { schema.add_int("model.n_layer.x", 1, "Inside a knob."); }),
               "internal check failed"));
   for (const char* bad : {"", ".a", "a.", "a..b", "a b", "a=b", "\"a\""}) {
-    EXPECT_TRUE(Contains(error_of([&] { schema.add_int(bad, 1, "Bad."); }), "internal check failed")) << bad;
+    EXPECT_TRUE(Contains(internal_error_of([&] { schema.add_int(bad, 1, "Bad."); }), "internal check failed")) << bad;
   }
 }
 
@@ -257,11 +259,11 @@ TEST(Config, AMissingFileIsNamed) {
 
 TEST(Config, GettersFailLoudlyOnTheWrongTypeOrName) {
   const Config config(make_schema());
-  EXPECT_TRUE(Contains(error_of([&] { config.get_int("optim.lr"); }),
+  EXPECT_TRUE(Contains(internal_error_of([&] { config.get_int("optim.lr"); }),
               "config knob \"optim.lr\" is declared as double but read as int"));
-  EXPECT_TRUE(Contains(error_of([&] { config.get_double("model.n_layer"); }), "internal check failed"));
-  EXPECT_TRUE(Contains(error_of([&] { config.get_strings("data.blend"); }), "internal check failed"));
-  EXPECT_TRUE(Contains(error_of([&] { config.get_bool("optim.lrr"); }), "no config knob named \"optim.lrr\""));
+  EXPECT_TRUE(Contains(internal_error_of([&] { config.get_double("model.n_layer"); }), "internal check failed"));
+  EXPECT_TRUE(Contains(internal_error_of([&] { config.get_strings("data.blend"); }), "internal check failed"));
+  EXPECT_TRUE(Contains(internal_error_of([&] { config.get_bool("optim.lrr"); }), "no config knob named \"optim.lrr\""));
 }
 
 TEST(ConfigToml, RoundTripsEveryValueExactly) {

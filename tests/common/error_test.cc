@@ -1,7 +1,10 @@
-// Tests for dufu::Error, str_cat, errno_message and the DUFU_FAIL/DUFU_CHECK macros.
+// Tests for dufu::Error, dufu::InternalError, str_cat, errno_message and the
+// DUFU_FAIL/DUFU_CHECK macros.
 #include "dufu/common/error.h"
 
 #include <cerrno>
+#include <stdexcept>
+#include <type_traits>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -44,16 +47,48 @@ TEST(Check, ThrowsWithConditionLocationAndDetail) {
     const int value = 3;
     DUFU_CHECK(value < 2, "value=", value);
     FAIL() << "DUFU_CHECK did not throw";
-  } catch (const Error& e) {
+  } catch (const InternalError& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("internal check failed: value < 2"), std::string::npos) << what;
     EXPECT_NE(what.find("error_test.cc:"), std::string::npos) << what;
-    EXPECT_NE(what.find("value=3"), std::string::npos) << what;
+    EXPECT_NE(what.find(": value=3"), std::string::npos) << what;
+    EXPECT_NE(what.find("a bug in dufu; please report it"), std::string::npos) << what;
+    EXPECT_STREQ(e.condition(), "value < 2");
+    EXPECT_NE(std::string(e.file()).find("error_test.cc"), std::string::npos) << e.file();
+    EXPECT_GT(e.line(), 0);
   }
 }
 
 TEST(Check, WorksWithoutDetail) {
-  EXPECT_THROW(DUFU_CHECK(false), Error);
+  try {
+    DUFU_CHECK(false);
+    FAIL() << "DUFU_CHECK did not throw";
+  } catch (const InternalError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("internal check failed: false at "), std::string::npos) << what;
+    EXPECT_EQ(what.find(": ("), std::string::npos) << "no empty detail: " << what;
+  }
+}
+
+// A bug is not bad input: code that catches dufu::Error (to add context, to fall back)
+// does not catch a failed DUFU_CHECK, which reaches the tool's boundary as itself.
+static_assert(!std::is_base_of_v<Error, InternalError>);
+static_assert(!std::is_base_of_v<std::runtime_error, InternalError>);
+TEST(Check, IsNotCaughtAsBadInput) {
+  bool caught_as_error = false;
+  bool caught_as_internal = false;
+  try {
+    try {
+      DUFU_CHECK(2 < 1, "in the inner block");
+    } catch (const Error&) {
+      caught_as_error = true;
+    }
+  } catch (const InternalError&) {
+    caught_as_internal = true;
+  }
+  EXPECT_FALSE(caught_as_error);
+  EXPECT_TRUE(caught_as_internal);
+  EXPECT_THROW(DUFU_FAIL("bad input"), Error);
 }
 
 }  // namespace

@@ -138,7 +138,7 @@ TEST(JsonWriter, MisuseThrows) {
   };
   for (const auto& [what, misuse] : misuses) {
     SCOPED_TRACE(what);
-    dufu::testing::expect_error(misuse, {"internal check failed", "JsonWriter"});
+    dufu::testing::expect_internal_error(misuse, {"internal check failed", "JsonWriter"});
   }
 }
 

@@ -2,7 +2,11 @@
 // dufu::Error (command-line errors as CLI11's) and end here as one clear line on
 // stderr and exit status 1; under
 // mpirun the failing rank also stops every other rank (abort_all) instead of leaving
-// them waiting in a collective.
+// them waiting in a collective. Exit statuses: 0 done; 1 an error in the input, the
+// command line, the files or the machine (dufu::Error, CLI11's, out of memory); 2 an
+// exception dufu does not throw (std::exception: "unexpected error"); 3 a broken
+// internal invariant (dufu::InternalError, a DUFU_CHECK: "internal error", a bug in
+// dufu to report); 130 stopped by a signal after a checkpoint.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -67,6 +71,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train: error: %s\n", error.what());
     dufu::abort_all(error.what(), 1);
     return 1;
+  } catch (const dufu::InternalError& bug) {
+    std::fprintf(stderr, "train: internal error: %s\n", bug.what());
+    dufu::abort_all(bug.what(), 3);
+    return 3;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "train: unexpected error: %s\n", error.what());
     dufu::abort_all(error.what(), 2);
