@@ -18,6 +18,7 @@
 #include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
 #include "dufu/common/rank_agreement.h"
+#include "flag_names.h"
 
 int main(int argc, char** argv) {
   dufu::tools::report_bus_errors();  // a shard truncated under the run: one line, not "Bus error"
@@ -65,10 +66,12 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const dufu::RanksStopped& stopped) {
     // Every rank found the same and stops alike: one of them reports.
-    if (stopped.report()) std::fprintf(stderr, "train: error: %s\n", stopped.what());
+    if (stopped.report()) {
+      std::fprintf(stderr, "train: error: %s\n", dufu::tools::with_flag_names(stopped.what()).c_str());
+    }
     return 1;
   } catch (const dufu::Error& error) {
-    std::fprintf(stderr, "train: error: %s\n", error.what());
+    std::fprintf(stderr, "train: error: %s\n", dufu::tools::with_flag_names(error.what()).c_str());
     dufu::abort_all(error.what(), 1);
     return 1;
   } catch (const dufu::InternalError& bug) {
