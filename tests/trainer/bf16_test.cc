@@ -3,7 +3,7 @@
 // kernel against the helper, and the GPT under train.precision = bf16 without data:
 // fp32 untouched by the knob, bf16 close to fp32 but not equal, deterministic, and
 // its working copy of the weights following the fp32 masters.
-#include "dufu/trainer/device/bf16.h"
+#include "device/bf16.h"
 
 #include <gtest/gtest.h>
 

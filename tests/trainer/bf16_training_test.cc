@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "dufu/trainer/checkpoint/safetensors.h"
-#include "dufu/trainer/device/bf16.h"
+#include "device/bf16.h"
 #include "support/fortunes_shard.h"
 #include "support/run_dir.h"
 #include "support/temp_dir.h"

@@ -4,7 +4,7 @@
 // and the whole classifier as the CUDA kernel orders it (256 threads reading 4 logits
 // at a time, warp butterflies, warps merged in order) against the double reference
 // at GPT-2's vocabulary.
-#include "dufu/trainer/device/classifier_math.h"
+#include "device/classifier_math.h"
 
 #include <gtest/gtest.h>
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "dufu/trainer/device/collective_fold.h"
+#include "device/collective_fold.h"
 #include "dufu/trainer/parallel/data_parallel_optimizer.h"
 
 namespace dufu::trainer {

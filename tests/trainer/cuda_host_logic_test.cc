@@ -23,10 +23,10 @@
 #include "cuda/stream_wait.h"
 #include "device/buffer_carver.h"
 #include "device/cuda_module.h"
-#include "dufu/trainer/device/adamw_segments.h"
+#include "device/adamw_segments.h"
 #include "dufu/trainer/device/device.h"
-#include "dufu/trainer/device/embedding_buckets.h"
-#include "dufu/trainer/device/kernel_partition.h"
+#include "device/embedding_buckets.h"
+#include "device/kernel_partition.h"
 
 namespace dufu::trainer {
 namespace {

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "dufu/common/communicator.h"
-#include "dufu/trainer/device/collective_fold.h"
+#include "device/collective_fold.h"
 #include "dufu/trainer/model/gpt.h"
 #include "dufu/trainer/parallel/data_parallel_optimizer.h"
 #include "support/counting_cpu_device.h"

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "dufu/common/error.h"
-#include "dufu/trainer/device/bf16.h"
+#include "device/bf16.h"
 #include "dufu/trainer/device/device.h"
-#include "dufu/trainer/device/flash_attention.h"
+#include "device/flash_attention.h"
 #include "dufu/trainer/device/kernel_table.h"
 #include "kernel_reference.h"
 #include "kernel_test_support.h"

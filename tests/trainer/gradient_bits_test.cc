@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "dufu/common/error.h"
-#include "dufu/trainer/device/bf16.h"
+#include "device/bf16.h"
 #include "dufu/trainer/model/gpt.h"
 #include "support/forwarding_cpu_device.h"
 #include "support/gpt_fixture.h"

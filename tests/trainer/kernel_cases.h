@@ -35,7 +35,7 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/device/bf16.h"
+#include "device/bf16.h"
 #include "dufu/trainer/device/device.h"
 #include "kernel_test_support.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/device/bf16.h"
+#include "device/bf16.h"
 #include "dufu/trainer/device/device.h"
 #include "dufu/trainer/device/kernel_table.h"
 #include "kernel_cases.h"

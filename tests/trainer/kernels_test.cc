@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "dufu/trainer/device/bf16.h"
+#include "device/bf16.h"
 #include "dufu/trainer/device/device.h"
-#include "dufu/trainer/device/kernel_math.h"
-#include "dufu/trainer/device/kernel_partition.h"
+#include "device/kernel_math.h"
+#include "device/kernel_partition.h"
 #include "dufu/trainer/device/kernel_table.h"
 #include "kernel_cases.h"
 #include "kernel_reference.h"

@@ -26,7 +26,7 @@
 #include "device/cuda_module.h"
 #include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
-#include "dufu/trainer/device/collective_fold.h"
+#include "device/collective_fold.h"
 #include "dufu/trainer/device/device.h"
 #include "parallel/nccl_communicator_with.h"
 #include "support/forwarding_cpu_device.h"

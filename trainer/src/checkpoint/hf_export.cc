@@ -23,7 +23,7 @@
 #include "dufu/common/json_writer.h"
 #include "dufu/trainer/checkpoint/checkpoint.h"
 #include "dufu/trainer/checkpoint/run_tokenizer.h"
-#include "dufu/trainer/device/kernel_math.h"
+#include "device/kernel_math.h"
 #include "dufu/trainer/model/gpt.h"
 #include "hf_tokenizer_files.h"
 #include "host_staging.h"

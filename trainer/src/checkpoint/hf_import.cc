@@ -26,7 +26,7 @@
 #include "dufu/dataprep/tokenizer.h"
 #include "dufu/dataprep/tokenizer_record.h"
 #include "dufu/trainer/checkpoint/run_tokenizer.h"
-#include "dufu/trainer/device/kernel_math.h"
+#include "device/kernel_math.h"
 #include "dufu/trainer/model/gpt_pieces.h"
 #include "hf_import_llama.h"
 #include "hf_weights.h"

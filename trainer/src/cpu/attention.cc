@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "cpu_kernels.h"
-#include "dufu/trainer/device/bf16.h"
-#include "dufu/trainer/device/flash_attention.h"
+#include "device/bf16.h"
+#include "device/flash_attention.h"
 
 namespace dufu::trainer::cpu {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "cpu_kernels.h"
-#include "dufu/trainer/device/bf16.h"
+#include "device/bf16.h"
 
 namespace dufu::trainer::cpu {
 

@@ -12,7 +12,7 @@
 
 #include "cpu_kernels.h"
 #include "dufu/common/error.h"
-#include "dufu/trainer/device/kernel_math.h"
+#include "device/kernel_math.h"
 
 namespace dufu::trainer::cpu {
 

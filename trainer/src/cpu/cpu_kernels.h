@@ -18,7 +18,7 @@
 #include <span>
 
 #include "device/kernel_list.h"
-#include "dufu/trainer/device/bf16.h"
+#include "device/bf16.h"
 #include "dufu/trainer/device/kernel_table.h"
 
 namespace dufu::trainer::cpu {

@@ -4,7 +4,7 @@
 #include <cstddef>
 
 #include "cpu_kernels.h"
-#include "dufu/trainer/device/kernel_math.h"
+#include "device/kernel_math.h"
 
 namespace dufu::trainer::cpu {
 

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "cpu_kernels.h"
-#include "dufu/trainer/device/kernel_math.h"
-#include "dufu/trainer/device/kernel_partition.h"
-#include "dufu/trainer/device/llama_math.h"
+#include "device/kernel_math.h"
+#include "device/kernel_partition.h"
+#include "device/llama_math.h"
 
 namespace dufu::trainer::cpu {
 

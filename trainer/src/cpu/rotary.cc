@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cpu_kernels.h"
-#include "dufu/trainer/device/llama_math.h"
+#include "device/llama_math.h"
 
 namespace dufu::trainer::cpu {
 

@@ -2,7 +2,7 @@
 #include <cstddef>
 
 #include "cpu_kernels.h"
-#include "dufu/trainer/device/llama_math.h"
+#include "device/llama_math.h"
 
 namespace dufu::trainer::cpu {
 

@@ -29,8 +29,8 @@
 #include "attention_launch.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
-#include "dufu/trainer/device/flash_attention.h"
-#include "dufu/trainer/device/kernel_math.h"
+#include "device/flash_attention.h"
+#include "device/kernel_math.h"
 #include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {

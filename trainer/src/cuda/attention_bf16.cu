@@ -29,9 +29,9 @@
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "cuda_scratch.h"
-#include "dufu/trainer/device/bf16.h"
-#include "dufu/trainer/device/flash_attention.h"
-#include "dufu/trainer/device/kernel_math.h"
+#include "device/bf16.h"
+#include "device/flash_attention.h"
+#include "device/kernel_math.h"
 #include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {

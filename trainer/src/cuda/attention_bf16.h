@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "dufu/trainer/device/flash_attention.h"
+#include "device/flash_attention.h"
 #include "dufu/trainer/device/kernel_table.h"
 
 namespace dufu::trainer::cuda {

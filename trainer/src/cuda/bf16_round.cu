@@ -10,8 +10,8 @@
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
-#include "dufu/trainer/device/bf16.h"
-#include "dufu/trainer/device/kernel_partition.h"
+#include "device/bf16.h"
+#include "device/kernel_partition.h"
 
 namespace dufu::trainer::cuda {
 

@@ -4,8 +4,8 @@
 // ones combine by a butterfly of shuffles, also in a fixed order.
 #pragma once
 
-#include "dufu/trainer/device/classifier_math.h"
-#include "dufu/trainer/device/kernel_partition.h"
+#include "device/classifier_math.h"
+#include "device/kernel_partition.h"
 
 namespace dufu::trainer::cuda {
 

@@ -12,9 +12,9 @@
 #include "block_reduce.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
-#include "dufu/trainer/device/classifier_math.h"
-#include "dufu/trainer/device/kernel_math.h"
-#include "dufu/trainer/device/kernel_partition.h"
+#include "device/classifier_math.h"
+#include "device/kernel_math.h"
+#include "device/kernel_partition.h"
 #include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {

@@ -12,8 +12,8 @@
 
 #include "device/buffer_carver.h"
 #include "dufu/trainer/device/device.h"
-#include "dufu/trainer/device/embedding_buckets.h"
-#include "dufu/trainer/device/kernel_partition.h"
+#include "device/embedding_buckets.h"
+#include "device/kernel_partition.h"
 
 namespace dufu::trainer::cuda {
 

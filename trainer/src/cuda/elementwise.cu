@@ -11,9 +11,9 @@
 #include "cuda_check.h"
 #include "cuda_kernels.h"
 #include "cuda_scratch.h"
-#include "dufu/trainer/device/adamw_segments.h"
-#include "dufu/trainer/device/kernel_math.h"
-#include "dufu/trainer/device/kernel_partition.h"
+#include "device/adamw_segments.h"
+#include "device/kernel_math.h"
+#include "device/kernel_partition.h"
 #include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {

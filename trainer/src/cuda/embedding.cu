@@ -14,9 +14,9 @@
 #include "block_reduce.cuh"
 #include "cuda_check.h"
 #include "cuda_kernels.h"
-#include "dufu/trainer/device/bf16.h"
-#include "dufu/trainer/device/embedding_buckets.h"
-#include "dufu/trainer/device/kernel_partition.h"
+#include "device/bf16.h"
+#include "device/embedding_buckets.h"
+#include "device/kernel_partition.h"
 #include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "dufu/trainer/device/bf16.h"
+#include "device/bf16.h"
 #include "dufu/trainer/device/kernel_table.h"
 
 namespace dufu::trainer::cuda {

@@ -22,7 +22,7 @@
 #include "cuda_kernels.h"
 #include "device/cuda_module.h"
 #include "dufu/common/error.h"
-#include "dufu/trainer/device/collective_fold.h"
+#include "device/collective_fold.h"
 #include "nccl_entries.h"
 
 namespace dufu::trainer::cuda {

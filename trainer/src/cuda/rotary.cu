@@ -7,8 +7,8 @@
 
 #include "cuda_check.h"
 #include "cuda_kernels.h"
-#include "dufu/trainer/device/kernel_partition.h"
-#include "dufu/trainer/device/llama_math.h"
+#include "device/kernel_partition.h"
+#include "device/llama_math.h"
 #include "float_groups.cuh"
 
 namespace dufu::trainer::cuda {

@@ -41,7 +41,7 @@
 #include "device/cuda_module.h"
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
-#include "dufu/trainer/device/collective_fold.h"
+#include "device/collective_fold.h"
 #include "parallel/nccl_communicator_with.h"
 
 namespace dufu::trainer {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "dufu/trainer/device/kernel_math.h"
+#include "device/kernel_math.h"
 
 namespace dufu::trainer {
 

@@ -12,7 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "dufu/trainer/device/kernel_math.h"
+#include "device/kernel_math.h"
 
 namespace dufu::trainer {
 

@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "dufu/trainer/device/kernel_math.h"  // DUFU_HOST_DEVICE
+#include "device/kernel_math.h"  // DUFU_HOST_DEVICE
 
 namespace dufu::trainer {
 

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "dufu/trainer/device/kernel_math.h"
+#include "device/kernel_math.h"
 
 namespace dufu::trainer {
 

@@ -24,7 +24,7 @@
 #include <cstddef>
 
 #include "dufu/common/error.h"
-#include "dufu/trainer/device/kernel_math.h"
+#include "device/kernel_math.h"
 
 namespace dufu::trainer {
 

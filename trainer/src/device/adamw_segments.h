@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "dufu/trainer/device/kernel_math.h"
+#include "device/kernel_math.h"
 #include "dufu/trainer/device/kernel_table.h"
 
 namespace dufu::trainer {

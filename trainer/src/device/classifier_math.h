@@ -10,8 +10,8 @@
 
 #include <cmath>
 
-#include "dufu/trainer/device/flash_attention.h"
-#include "dufu/trainer/device/kernel_math.h"
+#include "device/flash_attention.h"
+#include "device/kernel_math.h"
 
 namespace dufu::trainer {
 
