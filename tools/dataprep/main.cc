@@ -3,7 +3,8 @@
 // line on stderr and exit status 1 (a write past `ulimit -f` too); temporaries are
 // removed on SIGINT, SIGTERM and SIGHUP as well. Under mpirun one rank's error stops
 // every rank. The library's messages name options (`workers`); this one says the
-// flags (--workers: flag_names.h).
+// flags (--workers: flag_names.h). Exit status: 0 done, 1 an error (of input, files,
+// memory or flags), 3 an internal error (a failed DUFU_CHECK: a bug in dufu).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -76,6 +77,10 @@ int main(int argc, char** argv) {
     fail(message);
     dufu::abort_all(message, 1);
     return 1;
+  } catch (const dufu::InternalError& bug) {
+    fail(std::string("internal error: ") + bug.what());
+    dufu::abort_all(bug.what(), 3);
+    return 3;
   } catch (const std::bad_alloc&) {
     fail("not enough memory (an allocation failed); lower the sizes asked for, or --workers");
     dufu::abort_all("not enough memory", 1);

@@ -159,22 +159,12 @@ TrainingOptions training_options(const Config& config) {
       config.get_choice("train.on_nonfinite") == "skip" ? NonFiniteAction::kSkip : NonFiniteAction::kStop;
   options.exit_at_step = int_in_range(config, "train.exit_at_step");
   options.threads = static_cast<int>(int_in_range(config, "train.threads"));
-  try {
-    options.device = parse_device_kind(config.get_choice("train.device"));
-  } catch (const Error& e) {
-    DUFU_FAIL("train.device: ", e.what());
-  }
+  options.device = parse_device_kind(config.get_choice("train.device"));
   options.precision = parse_precision(config.get_choice("train.precision"), "train.precision");
   options.recompute = parse_recompute(config.get_choice("train.recompute"), "train.recompute");
   options.attention_products =
       parse_precision(config.get_choice("train.attention_products"), "train.attention_products");
 
-  options.schedule.max_lr = config.get_double_in_range("optim.lr");
-  options.schedule.min_lr = config.get_double_in_range("optim.min_lr");
-  options.schedule.warmup_steps = int_in_range(config, "optim.warmup_steps");
-  const std::int64_t decay_steps = int_in_range(config, "optim.decay_steps");
-  options.schedule.decay_steps = decay_steps == 0 ? options.steps : decay_steps;
-  options.schedule.validate();
   options.adamw.beta1 = float_in_range(config, "optim.beta1");
   options.adamw.beta2 = float_in_range(config, "optim.beta2");
   options.adamw.eps = float_in_range(config, "optim.eps");
@@ -207,6 +197,13 @@ TrainingOptions training_options(const Config& config) {
   options.reduce_each_micro_batch = config.get_bool("dist.reduce_each_micro_batch");
   options.overlap_reduction = config.get_bool("dist.overlap_reduction");
   check_recipe(recipe_choices(options));
+  // The learning-rate schedule after the recipe's rules, whose refusal says more.
+  options.schedule.max_lr = config.get_double_in_range("optim.lr");
+  options.schedule.min_lr = config.get_double_in_range("optim.min_lr");
+  options.schedule.warmup_steps = int_in_range(config, "optim.warmup_steps");
+  const std::int64_t decay_steps = int_in_range(config, "optim.decay_steps");
+  options.schedule.decay_steps = decay_steps == 0 ? options.steps : decay_steps;
+  options.schedule.validate();
   options.run_dir = config.get_string("run.dir");
   if (options.run_dir.empty()) DUFU_FAIL("run.dir must not be empty");
   options.log_interval = int_in_range(config, "run.log_interval");

@@ -55,13 +55,18 @@ struct KnobSpec {
   std::string_view help;
 };
 
-constexpr KnobSpec int_knob(std::string_view name, std::int64_t default_value, std::int64_t min, std::int64_t max,
-                            std::string_view help) {
+// The name, type and help every knob has; the builders below add the default and range.
+constexpr KnobSpec declared_knob(std::string_view name, ConfigType type, std::string_view help) {
   KnobSpec knob;
   knob.name = name;
-  knob.type = ConfigType::kInt;
-  knob.int_default = default_value;
+  knob.type = type;
   knob.help = help;
+  return knob;
+}
+constexpr KnobSpec int_knob(std::string_view name, std::int64_t default_value, std::int64_t min, std::int64_t max,
+                            std::string_view help) {
+  KnobSpec knob = declared_knob(name, ConfigType::kInt, help);
+  knob.int_default = default_value;
   knob.range.int_min = min;
   knob.range.int_max = max;
   return knob;
@@ -69,31 +74,22 @@ constexpr KnobSpec int_knob(std::string_view name, std::int64_t default_value, s
 constexpr KnobSpec double_knob(std::string_view name, double default_value, std::string_view help,
                                double min = -std::numeric_limits<double>::infinity(),
                                double max = std::numeric_limits<double>::infinity(), bool max_open = false) {
-  KnobSpec knob;
-  knob.name = name;
-  knob.type = ConfigType::kDouble;
+  KnobSpec knob = declared_knob(name, ConfigType::kDouble, help);
   knob.double_default = default_value;
-  knob.help = help;
   knob.range.min = min;
   knob.range.max = max;
   knob.range.max_open = max_open;
   return knob;
 }
 constexpr KnobSpec bool_knob(std::string_view name, bool default_value, std::string_view help) {
-  KnobSpec knob;
-  knob.name = name;
-  knob.type = ConfigType::kBool;
+  KnobSpec knob = declared_knob(name, ConfigType::kBool, help);
   knob.bool_default = default_value;
-  knob.help = help;
   return knob;
 }
 constexpr KnobSpec string_knob(std::string_view name, std::string_view default_value, std::string_view help,
                                std::span<const std::string_view> choices = {}) {
-  KnobSpec knob;
-  knob.name = name;
-  knob.type = ConfigType::kString;
+  KnobSpec knob = declared_knob(name, ConfigType::kString, help);
   knob.string_default = default_value;
-  knob.help = help;
   knob.range.choices = choices;
   return knob;
 }
