@@ -94,35 +94,37 @@ constexpr KnobSpec string_knob(std::string_view name, std::string_view default_v
   return knob;
 }
 
-// The knob called `name` of a table, found at compile time: a misspelt name does not
-// compile. The *_default readers check the type the same way.
+// The knob called `name` of a table. Called from a consteval function (as
+// training_knobs.h's readers are), a misspelt name or the wrong type does not compile.
+// Constexpr rather than consteval: clang 14 refuses a consteval call whose table is the
+// parameter of another.
 template <std::size_t N>
-consteval const KnobSpec& find_knob(const KnobSpec (&table)[N], std::string_view name) {
+constexpr const KnobSpec& find_knob(const KnobSpec (&table)[N], std::string_view name) {
   for (const KnobSpec& knob : table) {
     if (knob.name == name) return knob;
   }
   throw "no knob of that name in the table";
 }
 template <std::size_t N>
-consteval std::int64_t knob_int(const KnobSpec (&table)[N], std::string_view name) {
+constexpr std::int64_t knob_int(const KnobSpec (&table)[N], std::string_view name) {
   const KnobSpec& knob = find_knob(table, name);
   if (knob.type != ConfigType::kInt) throw "not an int knob";
   return knob.int_default;
 }
 template <std::size_t N>
-consteval double knob_double(const KnobSpec (&table)[N], std::string_view name) {
+constexpr double knob_double(const KnobSpec (&table)[N], std::string_view name) {
   const KnobSpec& knob = find_knob(table, name);
   if (knob.type != ConfigType::kDouble) throw "not a double knob";
   return knob.double_default;
 }
 template <std::size_t N>
-consteval bool knob_bool(const KnobSpec (&table)[N], std::string_view name) {
+constexpr bool knob_bool(const KnobSpec (&table)[N], std::string_view name) {
   const KnobSpec& knob = find_knob(table, name);
   if (knob.type != ConfigType::kBool) throw "not a bool knob";
   return knob.bool_default;
 }
 template <std::size_t N>
-consteval std::string_view knob_string(const KnobSpec (&table)[N], std::string_view name) {
+constexpr std::string_view knob_string(const KnobSpec (&table)[N], std::string_view name) {
   const KnobSpec& knob = find_knob(table, name);
   if (knob.type != ConfigType::kString) throw "not a string knob";
   return knob.string_default;
