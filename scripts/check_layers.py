@@ -9,7 +9,10 @@
   (DATAPREP_LAYERS, lowest first), and two folders of one layer include neither the
   other; a public header (include/dufu/dataprep/, flat) is of the folder of its
   source; and no two rooms include each other, directly or round a loop (a room is a
-  header and the source of the same name).
+  header and the source of the same name);
+- the model room knows no data-parallel storage: no identifier of its code (comments
+  and strings aside) names a window, sink, prefetch or parameter gather
+  (MODEL_FOREIGN_WORDS); those are the parameter store's (parallel/).
 
 Prints every arrow that breaks a rule, with the line, and exits 1 if there is one.
 usage: scripts/check_layers.py [REPO_ROOT]"""
@@ -46,6 +49,17 @@ DATAPREP_FOLDER_OF_HEADER = {"token_dataset": "datasets", "tokenizer_model": "to
 # Files of a room named otherwise: preprocess's private header (the parts divided runs
 # reuse) and the sidecar it writes from its options, both parts of the preprocess room.
 DATAPREP_ROOM_OF_HEADER = {"preprocess_pipeline": "preprocess", "preprocess_sidecar": "preprocess"}
+
+# Words of ZeRO's machinery that no identifier in the trainer's model room may hold.
+MODEL_FOREIGN_WORDS = re.compile(r"[A-Za-z_0-9]*(window|sink|prefetch|gather_param|shard_param)[A-Za-z_0-9]*",
+                                 re.IGNORECASE)
+COMMENT_OR_STRING = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', re.DOTALL)
+
+
+def model_foreign_identifiers(text):
+    """The identifiers of C++ `text`, comments and string literals removed, that name ZeRO's machinery."""
+    return sorted({m.group(0) for m in MODEL_FOREIGN_WORDS.finditer(COMMENT_OR_STRING.sub(" ", text))})
+
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SOURCE_SUFFIXES = (".h", ".cc", ".cu", ".cuh", ".cpp", ".hpp")
@@ -217,6 +231,15 @@ def main():
                                 dataprep_graph[from_room].add(to_room)
                                 dataprep_graph.setdefault(to_room, set())
                                 dataprep_arrows[(from_room, to_room)].append(where)
+    for folder in ("trainer/src/model", "trainer/include/dufu/trainer/model"):
+        for name in sorted(os.listdir(os.path.join(root, folder))):
+            if not name.endswith(SOURCE_SUFFIXES):
+                continue
+            with open(os.path.join(root, folder, name), encoding="utf-8") as source:
+                foreign = model_foreign_identifiers(source.read())
+            if foreign:
+                problems.append(f"{folder}/{name}: the model room names the parameter store's machinery "
+                                f"({', '.join(foreign)}); it belongs in parallel/ (parameter_store.h)")
     for component in strongly_connected(dataprep_graph):
         if len(component) > 1:
             members = set(component)

@@ -244,7 +244,7 @@ TEST(ZeroStage2Test, GivesStageZerosBitsForTheSameSums) {
 TEST(ZeroStage2Test, KeepsOneLayersGradientInsteadOfAll) {
   GPT shape(dufu::testing::small_gpt_config(
       {.n_layer = 6, .n_head = 2, .d_model = 32, .vocab_size = 97, .vocab_multiple = 8, .seq_length = 8}));
-  const std::size_t layer_bytes = shape.layer_gradient_range(0).second * sizeof(float);
+  const std::size_t layer_bytes = shape.layer_range(0).second * sizeof(float);
   const std::size_t bucket = 4096;
   const std::size_t stage1 =
       train({.zero_stage = 1, .bucket_elements = bucket, .n_layer = 6}).peak_device_bytes;
@@ -280,7 +280,7 @@ TEST(ZeroStage3Test, KeepsTheShardTheEdgesAndTwoLayersOfParameters) {
   GPT shape(dufu::testing::small_gpt_config(
       {.n_layer = 6, .n_head = 2, .d_model = 32, .vocab_size = 97, .vocab_multiple = 8, .seq_length = 8}));
   const std::size_t n = shape.num_parameters();
-  const std::size_t layer = shape.layer_gradient_range(0).second;
+  const std::size_t layer = shape.layer_range(0).second;
   const std::size_t edges = n - 6 * layer;
   const auto [begin, end] = zero_shard_range(n, world().size(), world().rank());
   const std::size_t stage2 = train({.zero_stage = 2, .bucket_elements = 4096, .n_layer = 6}).peak_device_bytes;
@@ -320,7 +320,7 @@ TEST(OverlappedReductionTest, GivesTheBlockingBits) {
 TEST(OverlappedReductionTest, HoldsASecondLayerWindowAndTwoReducedPieces) {
   GPT shape(dufu::testing::small_gpt_config(
       {.n_layer = 6, .n_head = 2, .d_model = 32, .vocab_size = 97, .vocab_multiple = 8, .seq_length = 8}));
-  const std::size_t layer = shape.layer_gradient_range(0).second;
+  const std::size_t layer = shape.layer_range(0).second;
   const std::size_t shard = (shape.num_parameters() + world().size() - 1) / world().size();
   for (const int zero_stage : {2, 3}) {
     const TrainingRun blocking{.zero_stage = zero_stage, .bucket_elements = 4096, .n_layer = 6};
@@ -344,7 +344,7 @@ TEST(ZeroStage3Test, ReadsAndWritesTheWholePieceThroughTheShards) {
   GPT model(config);
   model.init_gpt2(9);
   DataParallelOptimizer optimizer(model, AdamWOptions{}, world(), 3, nullptr, nullptr, 777);
-  ASSERT_TRUE(model.parameters_sharded());
+  ASSERT_FALSE(model.parameters_whole());
   expect_bitwise_equal(model.download_parameters(), expected, "downloaded");
   expect_bitwise_equal(model.gather_full_parameters(), expected, "gathered full");
   EXPECT_THROW((void)model.params(), Error);

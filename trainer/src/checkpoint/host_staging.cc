@@ -25,7 +25,7 @@ StagedState::StagedState(const GPT& model, const AdamW* optimizer, bool with_par
   buffer_.resize(params_count_ + 2 * moments_count_);
   const std::span<float> all(buffer_);
   Device& device = model.parameter_device();
-  if (model.parameters_sharded()) {
+  if (!model.parameters_whole()) {
     // ZeRO-3: the piece is gathered from the data-parallel ranks' shards, collective,
     // so every rank of the group gathers, whether it keeps the result or not.
     const std::vector<float> gathered = model.download_parameters();

@@ -29,12 +29,6 @@ DUFU_KERNEL_OPS(DUFU_DECLARE_KERNEL)
 
 const KernelTable& kernel_table();
 
-// matmul_backward and matmul_gelu_backward with bf16 operands (matmul_bf16.cu).
-void bf16_matmul_backward(float* dx, float* dweight, float* dbias, KeptIn dout, const std::uint16_t* x,
-                          const std::uint16_t* weight, int N, int C, int OC);
-void bf16_matmul_gelu_backward(float* dpre, float* dweight, float* dbias, KeptIn dout, const std::uint16_t* x,
-                               const std::uint16_t* weight, const float* pre, int N, int C, int OC);
-
 // An fp32 result already in out.values kept as TensorOut says: under bf16 rounded in
 // place, its bits stored when asked for (one pass, store_bf16's); fp32 untouched.
 void keep(TensorOut out, std::size_t count);

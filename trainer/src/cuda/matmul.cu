@@ -1,14 +1,24 @@
-// CUDA matmuls through cuBLASLt with what follows a product fused in its epilogue: the
-// bias in the forward (and for the MLP's first projection the GELU, keeping its input
-// for backward), and in the MLP's second projection's backward the GELU's derivative
-// applied to dx. The other backward products are cuBLAS GEMMs (dx overwritten, dweight
-// accumulated with beta = 1), and every bias gradient is a deterministic column sum
+// CUDA matmuls, one path for both operand types: fp32 values, or under the bf16 recipe
+// bf16 bits (the activations kept for the backward, the weights' working copy, dout's
+// kept bits) on the tensor cores, always with fp32 accumulation and fp32 outputs unless
+// the recipe keeps the output in bf16. The forward goes through cuBLASLt with what
+// follows a product fused in its epilogue: the bias (and for the MLP's first projection
+// the GELU, keeping its input for backward); in the MLP's second projection's backward
+// the GELU's derivative is applied to dx the same way. The other backward products are
+// cuBLAS GEMMs (cublasGemmEx: dx overwritten, dweight accumulated with beta = 1), and
+// every bias gradient is a deterministic column sum of dout's fp32 values
 // (accumulate_column_sums), never cuBLASLt's BGRAD epilogues, whose reduction order is
 // not documented. A row-major [rows, cols] matrix is a column-major [cols, rows] one to
 // cuBLAS: each call below says which product it computes in those terms.
 // cuBLASLt is asked for algorithms without split-K reductions (reduction scheme
 // NONE, lt_matmul.cu), and cuBLAS runs with atomics disallowed, so the sums keep one
 // order.
+//
+// Under bf16 without dout's kept bits (a caller that stored none), its values, on the
+// bf16 grid (the rounding table of docs/architecture.md), are copied to bf16 exactly,
+// into the shared scratch (block_reduce.cuh); work on the stream is ordered, and
+// scratch() waits for the stream before it grows, so a later user of the scratch (the
+// bias gradient's partial sums) starts after these GEMMs have read it.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -26,24 +36,58 @@ namespace dufu::trainer::cuda {
 
 namespace {
 
+// A backward's GEMM operands in the type its products read, and dout's fp32 values for
+// the bias gradient.
+struct BackwardOperands {
+  const void* dout;
+  const void* x;
+  const void* weight;
+  cudaDataType_t type;
+  const float* dout_values;
+};
+
+// dout's bits: those kept beside it, else a copy in the scratch (exact: its values are on
+// the bf16 grid).
+const std::uint16_t* bf16_bits(KeptIn dout, std::size_t count) {
+  if (dout.bits != nullptr) return dout.bits;
+  auto* bits = static_cast<std::uint16_t*>(scratch(bf16_copy_scratch_bytes(count)));
+  to_bf16_bits(bits, dout.values, count);
+  return bits;
+}
+
+BackwardOperands backward_operands(cudaDataType_t type, KeptIn dout, TensorIn x, TensorIn weight, int N, int OC) {
+  if (type == CUDA_R_16BF) {
+    return {bf16_bits(dout, static_cast<std::size_t>(N) * OC), x.bits(), weight.bits(), type, dout.values};
+  }
+  return {dout.values, x.values(), weight.values(), type, dout.values};
+}
+
 // dx [N, C] = dout [N, OC] · weight [OC, C]: column-major, dx^T [C, N] = W^T [C, OC] · dout^T [OC, N].
-void input_grad(float* dx, const float* dout, const float* weight, int N, int C, int OC) {
+void input_grad(float* dx, const BackwardOperands& operands, int N, int C, int OC) {
   auto blas = static_cast<cublasHandle_t>(cublas_handle());
   const float one = 1.0f;
   const float zero = 0.0f;
-  DUFU_CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout, OC, &zero, dx, C));
+  DUFU_CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, operands.weight, operands.type, C,
+                                 operands.dout, operands.type, OC, &zero, dx, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
 }
 
 // dweight += dout^T · x (column-major, dW^T [C, OC] += x^T [C, N] · dout [N, OC]);
 // dbias += the column sums of dout unless it is null.
-void weight_and_bias_grads(float* dweight, float* dbias, const float* dout, const float* x, int N, int C, int OC) {
+void weight_and_bias_grads(float* dweight, float* dbias, const BackwardOperands& operands, int N, int C, int OC) {
   auto blas = static_cast<cublasHandle_t>(cublas_handle());
   const float one = 1.0f;
-  DUFU_CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, x, C, dout, OC, &one, dweight, C));
+  DUFU_CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, operands.x, operands.type, C,
+                                 operands.dout, operands.type, OC, &one, dweight, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
   if (dbias != nullptr) {
     auto* partial = static_cast<double*>(scratch(column_sum_scratch_bytes(N, OC)));
-    accumulate_column_sums(dbias, dout, N, OC, partial);
+    accumulate_column_sums(dbias, operands.dout_values, N, OC, partial);
   }
+}
+
+cudaDataType_t operand_type(const char* operation, TensorIn x, TensorIn weight) {
+  return bf16_operands(operation, x, weight) ? CUDA_R_16BF : CUDA_R_32F;
 }
 
 }  // namespace
@@ -175,7 +219,7 @@ bool gelu_input_grad_product(float* dpre, const void* dout, const void* weight, 
 }
 
 void matmul_forward(TensorOut out, TensorIn x, TensorIn weight, const float* bias, int N, int C, int OC) {
-  const cudaDataType_t type = bf16_operands("matmul_forward", x, weight) ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType_t type = operand_type("matmul_forward", x, weight);
   if (N == 0 || OC == 0) return;
   if (out.bf16() && out.bits != nullptr &&
       product_into_bits(out, {}, x.data, weight.data, bias, N, C, OC, type,
@@ -188,7 +232,7 @@ void matmul_forward(TensorOut out, TensorIn x, TensorIn weight, const float* bia
 
 void matmul_bias_gelu_forward(TensorOut out, TensorOut pre, TensorIn x, TensorIn weight, const float* bias, int N,
                               int C, int OC) {
-  const cudaDataType_t type = bf16_operands("matmul_bias_gelu_forward", x, weight) ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType_t type = operand_type("matmul_bias_gelu_forward", x, weight);
   if (N == 0 || OC == 0) return;
   const std::size_t count = static_cast<std::size_t>(N) * OC;
   if (out.bf16() && pre.bf16() && out.bits != nullptr && pre.bits != nullptr && OC % 8 == 0 &&
@@ -206,42 +250,32 @@ void matmul_bias_gelu_forward(TensorOut out, TensorOut pre, TensorIn x, TensorIn
 
 void matmul_backward(TensorOut dx, float* dweight, float* dbias, KeptIn dout, TensorIn x, TensorIn weight, int N,
                      int C, int OC) {
-  const bool bf16 = bf16_operands("matmul_backward", x, weight);
+  const cudaDataType_t type = operand_type("matmul_backward", x, weight);
   if (N == 0 || OC == 0) return;
-  if (bf16) {
-    bf16_matmul_backward(dx.values, dweight, dbias, dout, x.bits(), weight.bits(), N, C, OC);
-  } else {
-    if (dx.values != nullptr) input_grad(dx.values, dout.values, weight.values(), N, C, OC);
-    weight_and_bias_grads(dweight, dbias, dout.values, x.values(), N, C, OC);
-  }
+  const BackwardOperands operands = backward_operands(type, dout, x, weight, N, OC);
+  if (dx.values != nullptr) input_grad(dx.values, operands, N, C, OC);
+  weight_and_bias_grads(dweight, dbias, operands, N, C, OC);
   if (dx.values != nullptr) keep(dx, static_cast<std::size_t>(N) * C);
 }
 
-void matmul_gelu_backward(TensorOut kept_dpre, float* dweight, float* dbias, KeptIn kept_dout, TensorIn x_in,
-                          TensorIn weight_in, const float* pre, int N, int C, int OC) {
-  float* dpre = kept_dpre.values;
-  const std::size_t count = static_cast<std::size_t>(N) * C;
-  const bool bf16 = bf16_operands("matmul_gelu_backward", x_in, weight_in);
+void matmul_gelu_backward(TensorOut kept_dpre, float* dweight, float* dbias, KeptIn kept_dout, TensorIn x,
+                          TensorIn weight, const float* pre, int N, int C, int OC) {
+  const cudaDataType_t type = operand_type("matmul_gelu_backward", x, weight);
   if (N == 0 || OC == 0) return;
-  if (bf16) {
-    bf16_matmul_gelu_backward(dpre, dweight, dbias, kept_dout, x_in.bits(), weight_in.bits(), pre, N, C, OC);
-    keep(kept_dpre, count);
-    return;
-  }
-  const float* dout = kept_dout.values;
-  const float* x = x_in.values();
-  const float* weight = weight_in.values();
+  const BackwardOperands operands = backward_operands(type, kept_dout, x, weight, N, OC);
+  float* dpre = kept_dpre.values;
   // dpre [N, C] = gelu'(pre) ⊙ (dout [N, OC] · weight [OC, C]), the derivative applied in
-  // the epilogue. As in the forward, a width that is not a multiple of 8 or a shape
-  // with no fused algorithm takes a GEMM and an element-wise kernel.
-  if (!gelu_input_grad_product(dpre, dout, weight, pre, N, C, OC, CUDA_R_32F)) {
-    input_grad(dpre, dout, weight, N, C, OC);
+  // the epilogue (pre stays fp32, the epilogue's aux type follows the fp32 output). As
+  // in the forward, a width that is not a multiple of 8 or a shape with no fused
+  // algorithm takes a GEMM and an element-wise kernel.
+  if (!gelu_input_grad_product(dpre, operands.dout, operands.weight, pre, N, C, OC, type)) {
+    input_grad(dpre, operands, N, C, OC);
     multiply_by_gelu_grad(dpre, pre, static_cast<std::size_t>(N) * C);
   }
   // dweight keeps matmul_backward's cuBLAS GEMM: nothing follows it to fuse, and the
   // c_proj weight gradient is then computed as every other weight gradient is.
-  weight_and_bias_grads(dweight, dbias, dout, x, N, C, OC);
-  keep(kept_dpre, count);
+  weight_and_bias_grads(dweight, dbias, operands, N, C, OC);
+  keep(kept_dpre, static_cast<std::size_t>(N) * C);
 }
 
 }  // namespace dufu::trainer::cuda

@@ -39,10 +39,9 @@ GPT::GPT(const GPTConfig& config, Communicator* tensor_group, const PipelineStag
       tp_rank_(tensor_group_ != nullptr ? tensor_group_->rank() : 0),
       layout_(gpt_stage_layout(config, gpt_parameter_layout(config, tp_), stage_)),
       full_layout_(tp_ > 1 ? gpt_stage_layout(config, gpt_parameter_layout(config), stage_) : layout_),
-      parameter_device_(device_),
       num_parameters_(gpt_layout_size(layout_)),
-      params_(*device_, num_parameters_),
-      p_(tensors(params_.span())) {
+      storage_(std::make_unique<WholeParameterStorage>(storage_shape_with(*device_))),
+      p_(tensors(storage_->parameter_memory())) {
   if (tensor_group_ != nullptr && tensor_group_->memory_space() != device_->memory_space()) {
     DUFU_FAIL("GPT: the tensor group ", tensor_group_->describe(), " moves ",
               memory_space_name(tensor_group_->memory_space()), " but the model's device ", device_->describe(),
@@ -401,7 +400,7 @@ const float* GPT::forward_on_device(int slot_index, std::span<const std::int32_t
     embed(kept_before_reduction(acts.encoded), device_tokens, adds_replicated, B, T, C);
     reduce_and_keep(acts.encoded, stream);
   }
-  ensure_layer_parameters(0);  // ZeRO-3 gathers each layer's before its first use
+  acquire_layer_parameters(0);  // the storage may bring each layer's before its first use
   const LayerActivations first = layer_activations(slot, 0);
   norm_forward(kept(first.ln_1, stored_activations(slot, 0).ln_1), first.ln_1_mean, first.ln_1_rstd, acts.encoded,
                p_.h[0].ln_1_weight, p_.h[0].ln_1_bias, N, C);
@@ -411,9 +410,9 @@ const float* GPT::forward_on_device(int slot_index, std::span<const std::int32_t
         p16_.h.empty() ? BasicGPTLayerTensors<std::uint16_t>{} : p16_.h[static_cast<std::size_t>(l)];
     const LayerActivations a = layer_activations(slot, l);
     const StoredLayerActivations stored = stored_activations(slot, l);
-    // ZeRO-3: this layer's parameters here, the next layer's gathered while it runs.
-    ensure_layer_parameters(l);
-    prefetch_layer_parameters(l + 1);
+    // This layer's parameters here, the next layer's on their way while it runs.
+    acquire_layer_parameters(l);
+    storage_->expect_layer(l + 1);
 
     forward_layer_body(slot, l);
     linear_forward(kept_before_reduction(acts.branch), {a.fc_gelu, stored.fc_gelu},
@@ -425,7 +424,7 @@ const float* GPT::forward_on_device(int slot_index, std::span<const std::int32_t
     // ln_1, or ln_f after the model's last layer. A stage before the last ends in the
     // plain residual add; the next stage's first ln_1 normalises it.
     if (l + 1 < L) {
-      ensure_layer_parameters(l + 1);  // its LayerNorm is fused into this add
+      acquire_layer_parameters(l + 1);  // its LayerNorm is fused into this add
       const GPTLayerTensors& next_w = p_.h[static_cast<std::size_t>(l + 1)];
       const LayerActivations next_a = layer_activations(slot, l + 1);
       residual_layernorm(a.residual_out, next_a.ln_1, next_a.ln_1_mean, next_a.ln_1_rstd, a.residual_mid, acts.branch,
@@ -522,10 +521,10 @@ void GPT::forward_layer_body(const ActivationSlot& slot, int l) {
     linear_forward(kept(a.qkv, stored.qkv), {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight},
                    w.attn_c_attn_bias, N, C, widths.qkv);
   }
-  progress_collectives();
+  storage_->progress();
   k.attention_forward(kept(a.atty, stored.atty), a.lse, attention_input({a.qkv, stored.qkv}), B, T, widths.heads,
                       widths.kv_heads, widths.head_size);
-  progress_collectives();
+  storage_->progress();
   linear_forward(kept_before_reduction(acts.branch), {a.atty, stored.atty},
                  {w.attn_c_proj_weight, w16.attn_c_proj_weight}, adds_replicated ? w.attn_c_proj_bias : nullptr, N,
                  widths.attn, C);

@@ -13,8 +13,7 @@ namespace dufu::trainer {
 
 void GPT::zero_grad() {
   ensure_gradients();
-  reclaim_gradient_windows();
-  device_->fill(grads_.data(), 0.0f, grads_.size());
+  storage_->zero_gradient();
 }
 
 void GPT::backward() {
@@ -44,10 +43,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
               " floats of output gradient; it needs ", stage_.is_last() ? std::size_t{0} : stream,
               " (the last stage starts from its loss)");
   }
-  if (gradients_windowed_ && layer_gradient_sink_ == nullptr) {
-    DUFU_FAIL("GPT::backward: the layers' gradients are windowed but nothing takes them (the optimizer that did is "
-              "gone)");
-  }
+  if (const char* refusal = storage_->backward_refusal()) DUFU_FAIL("GPT::backward: ", refusal);
   ensure_gradients();
   slot.backward_pending = false;
   ensure_activation_grads(B, T);
@@ -91,9 +87,9 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
   for (int l = stage_.num_layers - 1; l >= 0; --l) {
     const GPTLayerTensors& w = p_.h[static_cast<std::size_t>(l)];
     const GPTLayerTensors& dw = g_.h[static_cast<std::size_t>(l)];
-    ensure_layer_parameters(l);
-    prefetch_layer_parameters(l - 1);  // ZeRO-3: gathered while this layer's backward runs
-    if (layer_gradient_sink_ != nullptr) reclaim_gradient_window(l);
+    acquire_layer_parameters(l);
+    storage_->expect_layer(l - 1);  // on its way while this layer's backward runs
+    storage_->begin_layer_gradient(l);
     // Under bf16 the layer's activations that fp32 kernels read come back from their
     // bf16 copies first; the matmuls read the copies themselves. Under recomputation
     // what the forward dropped is made again.
@@ -119,7 +115,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
                            {a.fc_gelu, stored.fc_gelu}, {w.mlp_c_proj_weight, w16.mlp_c_proj_weight}, a.fc_pre, N,
                            widths.mlp_hidden, C);
     }
-    progress_collectives();
+    storage_->progress();
     linear_backward(kept_before_reduction(d.ln), dw.mlp_c_fc_weight, dw.mlp_c_fc_bias, {d.fc_pre, d.fc_pre_bits},
                     {a.ln_2, stored.ln_2}, {w.mlp_c_fc_weight, w16.mlp_c_fc_weight}, N, C, widths.mlp_pre);
     reduce_and_keep(d.ln, stream);
@@ -128,7 +124,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
 
     linear_backward(kept(d.atty, nullptr), dw.attn_c_proj_weight, dw.attn_c_proj_bias, residual_grad,
                     {a.atty, stored.atty}, {w.attn_c_proj_weight, w16.attn_c_proj_weight}, N, widths.attn, C);
-    progress_collectives();
+    storage_->progress();
     // Llama's q and k gradients turn back after the attention's backward, which keeps
     // them.
     const bool turned = config_.is_llama();
@@ -139,13 +135,13 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
       k.rotary_backward(kept(d.qkv, d.qkv_bits), B, T, widths.heads, widths.kv_heads, widths.head_size,
                         config_.rope_theta);
     }
-    progress_collectives();
+    storage_->progress();
     linear_backward(kept_before_reduction(d.ln), dw.attn_c_attn_weight, dw.attn_c_attn_bias, {d.qkv, d.qkv_bits},
                     {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight}, N, C, widths.qkv);
     reduce_and_keep(d.ln, stream);
     norm_backward(kept(d.residual, d.residual_bits), dw.ln_1_weight, dw.ln_1_bias, d.ln, residual_in, w.ln_1_weight,
                   a.ln_1_mean, a.ln_1_rstd, N, C);
-    if (layer_gradient_sink_ != nullptr) hand_off_layer_gradient(l);
+    storage_->end_layer_gradient(l);
   }
   if (!stage_.is_first()) return {d.residual, stream};  // the previous stage's output gradient
   embed_backward(d.residual, slot.tokens.data(), B, T, C);

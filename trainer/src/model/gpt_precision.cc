@@ -62,7 +62,7 @@ RecipeChoices GPT::recipe_choices(Precision precision, bool offload) const {
   return {.precision = precision,
           .attention_products = attention_products_,
           .optimizer_offload = offload,
-          .zero_stage = parameters_sharded() ? 3 : 0,
+          .zero_stage = storage_->parameters_whole() ? 0 : 3,
           .device_memory_is_host = device_ == &cpu_device()};
 }
 
@@ -91,16 +91,20 @@ void GPT::make_parameter_views() {
     working_vectors_.reset();
     vector_runs_.clear();
     p16_ = {};
+    float* const memory = storage_->parameter_memory().data();
     p_ = tensor_views<float>(
-        [&](const ParamTensor& tensor) { return params_.data() + parameter_position(tensor.offset); });
+        [&](const ParamTensor& tensor) { return memory + storage_->parameter_position(tensor.offset); });
     return;
   }
-  if (working_bits_.size() != params_.size()) working_bits_ = DeviceBuffer<std::uint16_t>(*device_, params_.size());
-  p16_ = tensor_views<std::uint16_t>(
-      [&](const ParamTensor& tensor) { return working_bits_.data() + parameter_position(tensor.offset); });
+  const std::size_t memory_size = storage_->parameter_memory().size();
+  if (working_bits_.size() != memory_size) working_bits_ = DeviceBuffer<std::uint16_t>(*device_, memory_size);
+  p16_ = tensor_views<std::uint16_t>([&](const ParamTensor& tensor) {
+    return working_bits_.data() + storage_->parameter_position(tensor.offset);
+  });
   // The biases and LayerNorm parameters, packed in layout order, for the kernels that
   // take them as floats; a run joins the tensors that follow each other in the layout
-  // within one part of it (the edges, or one layer: ZeRO-3 gathers a layer at a time).
+  // within one part of it (the edges, or one layer: a storage may bring a layer at a
+  // time).
   vector_runs_.clear();
   std::size_t vector_count = 0;
   for (const ParamTensor& tensor : layout_) {
@@ -127,16 +131,13 @@ void GPT::make_parameter_views() {
 void GPT::set_optimizer_offload(bool offload) {
   if (offload == optimizer_offloaded()) return;
   check_recipe(recipe_choices(precision_, offload));
-  Device& target = offload ? cpu_device() : *device_;
-  DeviceBuffer<float> moved(target, params_.size());
-  moved.upload(params_.to_host());
-  params_ = std::move(moved);
-  parameter_device_ = &target;
+  storage_->move_parameters(offload ? cpu_device() : *device_);
   if (!offload) host_working_bits_ = {};
   working_weights_stale_ = true;
 }
 
 void GPT::refresh_working_weights() {
+  if (storage_->parameter_version() != working_weights_version_) working_weights_stale_ = true;
   if (precision_ != Precision::kBf16 || !working_weights_stale_) return;
   // A pure function of the masters: remaking it at any time gives the same bits, so a
   // resumed run (which saves and loads only the masters) computes what the
@@ -144,26 +145,29 @@ void GPT::refresh_working_weights() {
   const KernelTable& k = *kernels_;
   if (optimizer_offloaded()) {
     // The same rounding on the host, then one upload: the device never holds fp32 weights.
-    host_working_bits_.resize(params_.size());
-    parameter_device_->kernels().to_bf16(host_working_bits_.data(), params_.data(), params_.size());
-    device_->upload(working_bits_.data(), host_working_bits_.data(), params_.size() * sizeof(std::uint16_t));
+    const std::span<const float> params = storage_->parameter_memory();
+    host_working_bits_.resize(params.size());
+    parameter_device().kernels().to_bf16(host_working_bits_.data(), params.data(), params.size());
+    device_->upload(working_bits_.data(), host_working_bits_.data(), params.size() * sizeof(std::uint16_t));
     for (const VectorRun& run : vector_runs_) {
       k.load_bf16(working_vectors_.data() + run.vector_offset, working_bits_.data() + run.offset, run.count);
     }
   } else {
-    // Sharded, the windows may hold no layer yet: their copy is remade when one is
-    // gathered (refresh_working_range), and so are their runs.
-    refresh_working_range(0, params_.size(), INT_MIN);
+    // A storage that brings layers one at a time may hold none in their place yet:
+    // their copy is remade when one arrives (acquire_layer_parameters), and so are
+    // their runs.
+    refresh_working_range(0, storage_->parameter_memory().size(), INT_MIN);
   }
   working_weights_stale_ = false;
+  working_weights_version_ = storage_->parameter_version();
 }
 
 void GPT::refresh_working_range(std::size_t position, std::size_t count, int part) {
   const KernelTable& k = *kernels_;
-  k.to_bf16(working_bits_.data() + position, params_.data() + position, count);
+  k.to_bf16(working_bits_.data() + position, storage_->parameter_memory().data() + position, count);
   for (const VectorRun& run : vector_runs_) {
     if (part != INT_MIN && run.part != part) continue;
-    k.load_bf16(working_vectors_.data() + run.vector_offset, working_bits_.data() + parameter_position(run.offset),
+    k.load_bf16(working_vectors_.data() + run.vector_offset, working_bits_.data() + storage_->parameter_position(run.offset),
                 run.count);
   }
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "dufu/common/error.h"
+#include "dufu/trainer/model/recipe_rules.h"
 
 namespace dufu::trainer {
 
@@ -44,13 +45,25 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
   DUFU_CHECK(bucket_elements_ >= 1, "DataParallelOptimizer: a bucket of 0 elements");
   Device& device = model.device();
   if (layers_each_micro_batch_) {
+    if (zero_.shards_parameters()) {
+      RecipeChoices sharded = model.recipe_choices(model.precision(), model.optimizer_offloaded());
+      sharded.zero_stage = 3;
+      check_recipe(sharded);
+    }
     // Before the model's gradient is allocated (its first use, below): under ZeRO-2
-    // the whole gradient is never held.
-    model.set_layer_gradient_sink(this, zero_.shards_gradients(), overlap_ ? 2 : 1);
+    // the whole gradient is never held. ZeRO-3: the store keeps only this rank's shard
+    // of the parameters, the masters step() updates (the same range as the moments'
+    // and the gradient's shard).
+    auto store = std::make_unique<ParameterStore>(
+        model.storage_shape(),
+        ParameterStoreOptions{.sink = this,
+                              .gradient_windowed = zero_.shards_gradients(),
+                              .gradient_windows = overlap_ ? 2 : 1,
+                              .parameter_group = zero_.shards_parameters() ? &data_group : nullptr,
+                              .bucket_elements = bucket_elements_});
+    store_ = store.get();
+    model.replace_parameter_storage(std::move(store));
   }
-  // ZeRO-3: the model keeps only this rank's shard of the parameters, the masters
-  // step() updates (the same range as the moments' and the gradient's shard).
-  if (zero_.shards_parameters()) model.shard_parameters(&data_group, bucket_elements_);
   if (sharded_) {
     shard_size_ = zero_shard_range(model.num_parameters(), group_.size(), 0).second;  // the first, longest
     grad_shard_ = DeviceBuffer<float>(device, shard_size_);
@@ -63,12 +76,12 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
   if (layers_each_micro_batch_) {
     if (zero_.shards_gradients()) {
       reduced_piece_ = DeviceBuffer<float>(device, std::min(bucket_elements_, shard_size_));
-      const std::size_t layer_size = model.layer_gradient_range(0).second;
+      const std::size_t layer_size = model.layer_range(0).second;
       for (int window = 0; window < (overlap_ ? 2 : 0); ++window) {
         reduced_windows_[window] = DeviceBuffer<float>(device, std::min(layer_size, shard_size_));
       }
     } else {
-      const auto [first, layer_size] = model.layer_gradient_range(0);
+      const auto [first, layer_size] = model.layer_range(0);
       const auto layers = static_cast<std::size_t>(model.pipeline_stage().num_layers);
       layer_sums_ = DeviceBuffer<float>(device, layer_size * layers);
     }
@@ -77,9 +90,9 @@ DataParallelOptimizer::DataParallelOptimizer(GPT& model, AdamWOptions options, C
 }
 
 DataParallelOptimizer::~DataParallelOptimizer() {
-  if (!layers_each_micro_batch_) return;
+  if (store_ == nullptr) return;
   try {
-    model_.set_layer_gradient_sink(nullptr, false);
+    store_->detach_sink();
   } catch (...) {
     // A failed fill on a device in error: the model is left without a sink, and its
     // next backward refuses to run (GPT::backward_stage).
@@ -104,7 +117,7 @@ void DataParallelOptimizer::start_accumulation() {
 
 void DataParallelOptimizer::take(int local_layer, std::span<float> gradient) {
   if (accumulation_fresh_) start_accumulation();
-  const auto [offset, size] = model_.layer_gradient_range(local_layer);
+  const auto [offset, size] = model_.layer_range(local_layer);
   DUFU_CHECK(gradient.size() == size);
   if (overlap_) {
     start_layer_reduction(local_layer, gradient);
@@ -115,7 +128,7 @@ void DataParallelOptimizer::take(int local_layer, std::span<float> gradient) {
     return;
   }
   all_reduce_in_buckets(gradient);
-  float* sums = layer_sums_.data() + (offset - model_.layer_gradient_range(0).first);
+  float* sums = layer_sums_.data() + (offset - model_.layer_range(0).first);
   model_.device().kernels().add(sums, sums, gradient.data(), size);
 }
 
@@ -136,7 +149,7 @@ void DataParallelOptimizer::start_layer_reduction(int local_layer, std::span<con
   const int window = local_layer % 2;
   DUFU_CHECK(pending_layer_[window] < 0, "DataParallelOptimizer: layer ", local_layer, " taken while layer ",
              pending_layer_[window], " still reduces in its window");
-  const std::size_t offset = model_.layer_gradient_range(local_layer).first;
+  const std::size_t offset = model_.layer_range(local_layer).first;
   const std::size_t shard_begin = optimizer_.shard_begin();
   std::size_t used = 0;
   for (const auto& [a, b] : gradient_buckets(gradient.size(), bucket_elements_)) {
@@ -200,13 +213,13 @@ void DataParallelOptimizer::reduce_edges_and_layers() {
     if (pending_layer_[window] >= 0) finish_layer_reduction(window);
   }
   if (zero_.shards_gradients()) {
-    for (const GPT::EdgeGradient& edge : model_.edge_gradients()) {
+    for (const ParameterStore::EdgeGradient& edge : store_->edge_gradients()) {
       reduce_scatter_into_shard(edge.offset, edge.gradient, true);
     }
     return;
   }
-  for (const GPT::EdgeGradient& edge : model_.edge_gradients()) all_reduce_in_buckets(edge.gradient);
-  const std::size_t first = model_.layer_gradient_range(0).first;
+  for (const ParameterStore::EdgeGradient& edge : store_->edge_gradients()) all_reduce_in_buckets(edge.gradient);
+  const std::size_t first = model_.layer_range(0).first;
   model_.device().copy(model_.grads().data() + first, layer_sums_.data(), layer_sums_.size() * sizeof(float));
 }
 
@@ -281,10 +294,10 @@ void DataParallelOptimizer::step(float lr) {
   const std::size_t begin = optimizer_.shard_begin();
   const std::size_t count = optimizer_.num_parameters();
   const std::span<const float> gradient_shard(grad_shard_.data(), count);
-  if (model_.parameters_sharded()) {
+  if (store_ != nullptr && store_->parameters_sharded()) {
     // ZeRO-3: the model's shard is the masters; the layers are gathered at their use.
-    optimizer_.step(model_.parameter_shard().first(count), gradient_shard, lr, grad_scale_);
-    model_.parameter_shard_updated();
+    optimizer_.step(store_->parameter_shard().first(count), gradient_shard, lr, grad_scale_);
+    store_->parameter_shard_updated();
     return;
   }
   const auto params = model_.params();

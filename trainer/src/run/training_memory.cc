@@ -47,7 +47,7 @@ double rank_parameter_count(const GPTConfig& config, int tensor_parallel_size, c
 double rank_gradient_floats(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage,
                             int data_parallel_size, int zero_stage, bool overlap_reduction) {
   const RankParameters counts = rank_parameters(config, tensor_parallel_size, stage);
-  // ZeRO-2 keeps one layer's window and the edges (GPT::set_layer_gradient_sink); the
+  // ZeRO-2 keeps one layer's window and the edges (ParameterStore, parallel/parameter_store.h); the
   // overlap a second window, and two layers' reduced pieces (DataParallelOptimizer).
   if (ZeroStage(zero_stage, data_parallel_size).shards_gradients()) {
     if (!overlap_reduction || counts.layers < 2) return counts.layer + counts.edges;
@@ -114,7 +114,7 @@ MemoryPlan memory_plan(double parameters, int data_parallel_size, int zero_stage
   const ZeroStage zero(zero_stage, data_parallel_size);
   const bool sharded = zero.shards_optimizer_state();
   const double shard = std::ceil(parameters / data_parallel_size);
-  // ZeRO-3: the shard of masters and what the model holds whole (GPT::shard_parameters).
+  // ZeRO-3: the shard of masters and what the model holds whole (ParameterStore).
   const double whole_weights = zero.shards_parameters() && weight_floats >= 0.0 ? weight_floats : parameters;
   MemoryPlan plan;
   plan.weights = kFloat * (zero.shards_parameters() ? shard + whole_weights : parameters);

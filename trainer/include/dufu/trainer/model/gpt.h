@@ -39,6 +39,7 @@
 #include "dufu/trainer/model/gpt_pieces.h"
 #include "dufu/trainer/model/gpt_recipe.h"
 #include "dufu/trainer/model/gpt_tensors.h"
+#include "dufu/trainer/model/parameter_storage.h"
 #include "dufu/trainer/model/recipe_rules.h"
 
 namespace dufu::trainer {
@@ -119,13 +120,10 @@ class GPT {
   // This rank's piece of a full-layout buffer, into `local`; no communication.
   void shard_full(std::span<const float> full, std::span<float> local) const;
   // The same for the parameters and gradients, read from the device (the parameters
-  // gathered from the data-parallel shards first when sharded: collective over that
-  // group too); and this rank's piece of full-layout parameters, written to it.
+  // through download_parameters(): collective where the storage spreads them over
+  // ranks); and this rank's piece of full-layout parameters, written to it.
   std::vector<float> gather_full_parameters() const { return gather_full(download_parameters()); }
-  std::vector<float> gather_full_gradients() const {
-    require_whole_gradients("GPT::gather_full_gradients");
-    return gather_full(grads_.to_host());
-  }
+  std::vector<float> gather_full_gradients() const { return gather_full(host_gradients()); }
   void load_full_parameters(std::span<const float> full);
   // Collective over the tensor group: the sum of squares of the full-layout buffer
   // that `local` is this rank's piece of (e.g. grads(), for the gradient norm),
@@ -136,29 +134,16 @@ class GPT {
   // The parameters and their gradients, in device memory (device.h says who may
   // read it directly). Under bf16 these are the fp32 masters; taking them writable
   // marks the bf16 working copy stale, and the next forward remakes it from them.
-  // Both throw while the parameters are sharded (shard_parameters).
-  std::span<float> params() {
-    require_whole_parameters("GPT::params");
-    working_weights_stale_ = true;
-    return params_.span();
-  }
-  std::span<const float> params() const {
-    require_whole_parameters("GPT::params");
-    return params_.span();
-  }
+  // Both throw while the storage does not keep the parameters whole
+  // (parameter_storage.h).
+  std::span<float> params();
+  std::span<const float> params() const;
   // The gradient is allocated by its first use (zero_grad, backward, grads()), so a
-  // model that only runs forward never holds one. grads() throws while the layers'
-  // gradients are windowed (set_layer_gradient_sink), the const one also before the
-  // gradient exists.
-  std::span<float> grads() {
-    ensure_gradients();
-    require_whole_gradients("GPT::grads");
-    return grads_.span();
-  }
-  std::span<const float> grads() const {
-    require_whole_gradients("GPT::grads");
-    return grads_.span();
-  }
+  // model that only runs forward never holds one. grads() throws while the storage
+  // does not keep the layers' gradients whole, the const one also before the gradient
+  // exists.
+  std::span<float> grads();
+  std::span<const float> grads() const;
   // Throws dufu::Error for a name that is not in parameter_tensors().
   const ParamTensor& tensor(std::string_view name) const;
   // Named views into another buffer of num_parameters() floats (e.g. Adam moments).
@@ -191,9 +176,9 @@ class GPT {
   // device whose memory is not the host's; throws dufu::Error naming the reason
   // otherwise. Under offload set_precision(kFp32) throws.
   void set_optimizer_offload(bool offload);
-  bool optimizer_offloaded() const { return parameter_device_ != device_; }
+  bool optimizer_offloaded() const { return &storage_->parameter_device() != device_; }
   // Where params() lives: the model's device, or the CPU device under offload.
-  Device& parameter_device() const { return *parameter_device_; }
+  Device& parameter_device() const { return storage_->parameter_device(); }
   // What the forward keeps for the backward (see Recompute; kNone by default). Changing
   // it drops the activations of earlier forwards, as set_precision does.
   void set_recompute(Recompute recompute);
@@ -237,73 +222,25 @@ class GPT {
   void backward();
   void zero_grad();
 
-  // ---- ZeRO-2 and 3: each layer's gradient handed off as soon as it is made ----
-  // With a sink, every backward calls take(l, gradient) once local layer l's gradient
-  // of that micro-batch is complete (`gradient`: the layer's range of the flat
-  // gradient, layer_gradient_range(l)), and later release(l), after which it zeroes
-  // that memory: the layers' gradients no longer accumulate over micro-batches here,
-  // the sink accumulates what it makes of them (dist.zero_stage = 2: this rank's shard
-  // of their sum over the data-parallel ranks). `windowed` also stops keeping the
-  // layers' gradients whole: the layers share `windows` layers' worth of memory (layer
-  // l in window l % windows), grads() throws, and only the edge tensors (wte, wpe,
-  // ln_f, lm_head) keep whole gradients, which accumulate as before (edge_gradients()).
-  // With one window (or whole) release follows take at once; with two, a layer is
-  // released only when its window is needed again (the backward of layer l - 2, or
-  // zero_grad), so the sink can reduce it while the next layer's backward runs, and
-  // between that backward's kernels the model calls progress(). A null sink restores
-  // the whole gradient. A change of layout drops the gradient; the next use allocates
-  // it zeroed. The sink must outlive its use.
-  class LayerGradientSink {
-   public:
-    virtual ~LayerGradientSink() = default;
-    // The model leaves `gradient` alone until release(local_layer).
-    virtual void take(int local_layer, std::span<float> gradient) = 0;
-    // The sink is done reading that layer's gradient when this returns.
-    virtual void release(int local_layer) = 0;
-    virtual void progress() {}
-  };
-  void set_layer_gradient_sink(LayerGradientSink* sink, bool windowed, int windows = 1);
+  // ---- where the parameters and gradients live (parameter_storage.h) ----
+  // Whole on the model's device by default. A replacement takes over the values the
+  // current storage releases (collective where that one spreads them over ranks), and
+  // the model's views are remade over its memory; the gradient starts afresh, zeroed
+  // at its first use. The data-parallel optimizer installs its ParameterStore so.
+  void replace_parameter_storage(std::unique_ptr<ParameterStorage> storage);
+  // What a storage of this model's layout is made from.
+  StorageShape storage_shape() const;
+  bool parameters_whole() const { return storage_->parameters_whole(); }
   // {offset, size} of local layer l's tensors in the flat layout (of params()).
-  std::pair<std::size_t, std::size_t> layer_gradient_range(int local_layer) const;
-  // The edge tensors' gradients, each run with its offset in the flat layout.
-  struct EdgeGradient {
-    std::size_t offset;
-    std::span<float> gradient;
-  };
-  std::vector<EdgeGradient> edge_gradients();
-  // One tensor's gradient: any tensor's while whole, an edge tensor's always.
+  std::pair<std::size_t, std::size_t> layer_range(int local_layer) const;
+  // One tensor's gradient: any tensor's while the gradient is whole, an edge tensor's
+  // (wte, wpe, ln_f, lm_head) always.
   std::span<float> tensor_gradient(const ParamTensor& tensor);
-
-  // ---- ZeRO-3: the parameters sharded over the data-parallel ranks ----
-  // Collective over `data_group` (the ranks that hold this same piece of the model,
-  // each calling with the same arguments): this rank keeps only its shard of the flat
-  // parameters, zero_shard_range(num_parameters(), size, rank) (flat_shards.h), the
-  // fp32 masters its optimizer updates. The layers' parameters are
-  // gathered from every rank's shard (Communicator::all_gather_v, in buckets of
-  // bucket_elements floats) into one of two layer windows just before a forward or
-  // backward uses them (the next layer's while the current one runs, the forward's
-  // fused residual add needing the next LayerNorm), and the edge tensors (wte, wpe,
-  // ln_f, lm_head) are kept whole, gathered after each update. The gathered values are
-  // the masters' bits, so the arithmetic is unchanged. Every forward and backward is
-  // then collective over the group, as the gradient sink of ZeRO-2 makes backward.
-  // params() throws; download_parameters and upload_parameters move the whole piece.
-  // A null group, or one of one rank, makes the parameters whole again (collective
-  // over the old group). The group must outlive the sharding. Refused under offload.
-  void shard_parameters(Communicator* data_group, std::size_t bucket_elements);
-  bool parameters_sharded() const { return parameter_group_ != nullptr; }
   // The rule book's view of this model with `precision` and `offload` (recipe_rules.h).
   RecipeChoices recipe_choices(Precision precision, bool offload) const;
-  // This rank's shard: its first flat offset and its masters (device memory), which an
-  // optimizer may update; parameter_shard_updated() (collective) then refreshes the
-  // edges and drops the gathered layers, to be gathered again at their next use.
-  std::size_t parameter_shard_begin() const { return parameter_shard_begin_; }
-  std::span<float> parameter_shard();
-  void parameter_shard_updated();
   // This rank's whole piece of the parameters (num_parameters() floats), in host
-  // memory: collective over the data group while sharded (in buckets through one
-  // bucket of device memory). upload_parameters takes the same from the host, keeping
-  // only the shard and the edges when sharded (no communication).
-  std::vector<float> download_parameters() const;
+  // memory, and from it: collective where the storage spreads them over ranks.
+  std::vector<float> download_parameters() const { return storage_->download_parameters(); }
   void upload_parameters(std::span<const float> host);
 
   // ---- pipeline stages ----
@@ -393,52 +330,30 @@ class GPT {
   void require_whole_model(const char* operation) const;
   void require_whole_gradients(const char* operation) const;  // and allocated
   void require_whole_parameters(const char* operation) const;
-  // ZeRO-3 (gpt_parameter_shard.cc): where flat offset `offset` of the parameters lives
-  // in params_ (and working_bits_): whole, or the edges and two layer windows; the
-  // windows in use; local layer l's parameters into its window, if not there yet; the
-  // flat range [offset, offset + count) gathered from the shards into `destination`.
-  std::size_t parameter_position(std::size_t offset) const;
-  int parameter_windows() const;
-  void ensure_layer_parameters(int local_layer);
-  // Starts gathering local layer l's parameters into its window, which must hold a
-  // layer no longer in use (forward: layer l - 2; backward: layer l + 2), so the
-  // gather runs while the current layer computes; ensure_layer_parameters finishes it.
-  // Nothing for a layer outside the stage or already there.
-  void prefetch_layer_parameters(int local_layer);
-  // Both windows emptied, the gathers in flight into them landed first.
-  void drop_parameter_windows();
-  void gather_parameters(std::size_t offset, std::size_t count, float* destination) const;
-  // The same, started: one collective per bucket, appended to `pending`.
-  void start_gathering_parameters(std::size_t offset, std::size_t count, float* destination,
-                                  std::vector<std::unique_ptr<PendingCollective>>& pending) const;
-  // Between kernels: the pending gathers' and the gradient sink's chance to progress
-  // (MPI moves a non-blocking collective only inside MPI calls).
-  void progress_collectives() const;
-  // p_ (and under bf16 p16_ and the vector runs) for params_ as it is laid out now.
+  // Before a forward or backward reads local layer l: its values in place, and under
+  // bf16 their working copy remade where the storage wrote new values.
+  void acquire_layer_parameters(int local_layer);
+  // The gradient in host memory (whole and allocated, or this throws).
+  std::vector<float> host_gradients() const;
+  // p_ (and under bf16 p16_ and the vector runs) for the storage's memory as it is
+  // laid out now.
   void make_parameter_views();
   // Which part of the layout a flat offset is in: -1 the edges before the layers, the
   // local layer, or num_layers the edges after (vector runs do not cross parts).
   int layout_part(std::size_t offset) const;
-  // Under bf16: the working copy of `count` parameters at params_ position `position`,
+  // Under bf16: the working copy of `count` parameters at storage position `position`,
   // and of the vector runs in layout part `part` (all parts when part is INT_MIN).
   void refresh_working_range(std::size_t position, std::size_t count, int part);
-  // Allocates the gradient (whole or windowed), zeroed, if it is not yet.
+  // Allocates the gradient (as the storage lays it out), zeroed, if it is not yet,
+  // and makes g_ over it.
   void ensure_gradients();
   // The stage's layers in the flat layout: {first offset, floats per layer}.
   std::pair<std::size_t, std::size_t> layers_extent() const;
-  // Where the gradient of flat offset `offset` lives in grads_ (windowed or whole).
-  std::size_t gradient_position(std::size_t offset) const;
-  // g_ for grads_ as it is laid out now.
+  // storage_shape() with the parameters on `parameter_device` (the constructor's, before
+  // there is a storage).
+  StorageShape storage_shape_with(Device& parameter_device) const;
+  // g_ for the storage's gradient memory as it is laid out now.
   GPTTensors gradient_views();
-  // After layer l's backward: the sink takes its gradient (and releases it at once
-  // unless it is kept for a second window), which is then zeroed.
-  void hand_off_layer_gradient(int local_layer);
-  // Before layer l's backward under two windows: its window back from the sink, zeroed.
-  void reclaim_gradient_window(int local_layer);
-  // Every window the sink holds, back and zeroed (before zero_grad and a change of sink).
-  void reclaim_gradient_windows();
-  // Between the backward's kernels: the sink's chance to progress what it holds.
-  void progress_gradient_sink() const;
   // Under bf16: the working copy of the weights, remade from the masters if stale.
   void refresh_working_weights();
   // residual_out = residual + branch, norm_out = LayerNorm(residual_out): fused under
@@ -504,22 +419,9 @@ class GPT {
   int tp_rank_ = 0;
   std::vector<ParamTensor> layout_;
   std::vector<ParamTensor> full_layout_;
-  Device* parameter_device_;  // params_'s: device_, or the CPU device under offload
   std::size_t num_parameters_;
-  DeviceBuffer<float> params_;
-  DeviceBuffer<float> grads_;
-  // ZeRO-3: the data group the parameters are sharded over (null: whole), the masters
-  // of this rank's shard, and which local layer each window of params_ holds (-1: none).
-  Communicator* parameter_group_ = nullptr;
-  std::size_t parameter_bucket_elements_ = 0;
-  std::size_t parameter_shard_begin_ = 0;
-  std::size_t parameter_shard_size_ = 0;
-  DeviceBuffer<float> parameter_shard_;
-  int window_layer_[2] = {-1, -1};
-  // The gathers still in flight into each window (prefetch_layer_parameters).
-  std::vector<std::unique_ptr<PendingCollective>> pending_gathers_[2];
-  mutable std::vector<std::size_t> gather_counts_;
-  // The weights forward and backward read: params_ under fp32; under bf16 the
+  std::unique_ptr<ParameterStorage> storage_;  // the parameters and the gradient
+  // The weights forward and backward read: the storage's memory under fp32; under bf16 the
   // working copy, p16_ for every tensor and p_ for the biases and LayerNorm parameters
   // (null for the matrices, which only the *_bf16 kernels read).
   GPTTensors p_;
@@ -540,13 +442,8 @@ class GPT {
   };
   std::vector<VectorRun> vector_runs_;
   bool working_weights_stale_ = true;
-  GPTTensors g_;  // views into grads_
-  LayerGradientSink* layer_gradient_sink_ = nullptr;
-  bool gradients_windowed_ = false;  // grads_: the edges whole and gradient_windows_ layer windows
-  int gradient_windows_ = 1;
-  // With two windows: the layer each window holds that the sink took and has not
-  // released (-1: none).
-  int taken_layer_[2] = {-1, -1};
+  std::uint64_t working_weights_version_ = 0;  // the storage's parameter_version() they were made at
+  GPTTensors g_;  // views into the storage's gradient memory
 
   std::vector<ActivationSlot> slots_;
   // Activation gradients are shared by the slots: one backward runs at a time.

@@ -8,11 +8,12 @@
 //   ZeRO-2      as ZeRO-1, and the gradient is not kept whole either: the backward
 //               hands each layer's gradient over as soon as it is made (every micro-
 //               batch), it is reduce-scattered into this rank's shard of the sum and
-//               its memory reused by the next layer (GPT::set_layer_gradient_sink);
+//               its memory reused by the next layer (the ParameterStore this object
+//               installs in the model, parameter_store.h);
 //               the edge tensors (wte, wpe, ln_f, lm_head) accumulate whole and are
 //               reduced after the last micro-batch, as before.
 //   ZeRO-3      as ZeRO-2, and the parameters are sharded too: the model keeps only
-//               this rank's shard (GPT::shard_parameters), which AdamW updates in
+//               this rank's shard (the store's parameter shard), which AdamW updates in
 //               place; each layer's are gathered just before the forward or backward
 //               uses them, the edge tensors' after each update. Its sums are ZeRO-2's,
 //               and so are its bits.
@@ -47,10 +48,11 @@
 #include <vector>
 
 #include "dufu/common/communicator.h"
-#include "dufu/trainer/model/flat_shards.h"  // zero_shard_range, gradient_buckets
+#include "dufu/trainer/parallel/flat_shards.h"  // zero_shard_range, gradient_buckets
 #include "dufu/trainer/model/gpt.h"
 #include "dufu/trainer/model/optimizer.h"
 #include "dufu/trainer/model/zero_stage.h"
+#include "dufu/trainer/parallel/parameter_store.h"
 
 namespace dufu::trainer {
 
@@ -60,7 +62,7 @@ inline constexpr double kDefaultBucketMegabytes = 25.0;
 // Floats in `megabytes` MiB, at least one.
 std::size_t bucket_elements_for(double megabytes);
 
-class DataParallelOptimizer : private GPT::LayerGradientSink {
+class DataParallelOptimizer : private LayerGradientSink {
  public:
   // `data_group` (and `pipeline_group`, the model's pipeline stages, and
   // `tensor_group`, its tensor-parallel ranks, or nullptr for one) must outlive this
@@ -74,9 +76,9 @@ class DataParallelOptimizer : private GPT::LayerGradientSink {
   // needs the layer's memory again (Communicator::start_reduce_scatter_v; the model
   // keeps two layer windows of gradient), so the reduction runs while the next layer's
   // backward does: the same collectives, the same sums and bits.
-  // Under ZeRO-2 and 3 (and reduce_each_micro_batch) the model's gradient sink is this
-  // object's until it is destroyed. ZeRO-3 leaves the model sharded when destroyed
-  // (unsharding is collective; GPT::shard_parameters(nullptr, ...) does it).
+  // Under ZeRO-2 and 3 (and reduce_each_micro_batch) the model's storage is a
+  // ParameterStore whose gradient sink is this object until it is destroyed. ZeRO-3
+  // leaves the model sharded when destroyed (unsharding would be collective).
   DataParallelOptimizer(GPT& model, AdamWOptions options, Communicator& data_group, int zero_stage,
                         Communicator* pipeline_group = nullptr, Communicator* tensor_group = nullptr,
                         std::size_t bucket_elements = bucket_elements_for(kDefaultBucketMegabytes),
@@ -131,6 +133,7 @@ class DataParallelOptimizer : private GPT::LayerGradientSink {
   void reduce_edges_and_layers();
 
   GPT& model_;
+  ParameterStore* store_ = nullptr;  // the model's storage, installed by this object (null: whole)
   AdamWOptions options_;
   Communicator& group_;
   Communicator* pipeline_group_;

@@ -31,14 +31,14 @@ double rank_gradient_floats(const GPTConfig& config, int tensor_parallel_size, c
                             int data_parallel_size, int zero_stage, bool overlap_reduction = false);
 
 // The parameter floats the model keeps whole beside its shard: under ZeRO-3 over more
-// than one data-parallel rank the edges and two layer windows (GPT::shard_parameters),
+// than one data-parallel rank the edges and two layer windows (ParameterStore),
 // otherwise all of them.
 double rank_weight_floats(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage,
                           int data_parallel_size, int zero_stage);
 
 // What a ZeRO-3 rank over more than one data-parallel rank holds beyond its shards of
 // the weights, gradients and moments (each 1/dp of stage 0's), in bytes: what the model
-// keeps whole (GPT::shard_parameters, GPT::set_layer_gradient_sink) and where a
+// keeps whole (ParameterStore, parallel/parameter_store.h) and where a
 // reduction lands. Under bf16 the weights' parts include their bf16 working copy.
 struct HeldWhole {
   double edge_weights = 0.0;     // embeddings, final norm, head: gathered after each update

@@ -1,5 +1,5 @@
 // ZeRO's flat shards and buckets (see flat_shards.h).
-#include "dufu/trainer/model/flat_shards.h"
+#include "dufu/trainer/parallel/flat_shards.h"
 
 #include <algorithm>
 
