@@ -1,5 +1,8 @@
 // Issue 44, "never lose a run", on the train process: SIGTERM sent more than once (as
-// `timeout` and Slurm do) is still one orderly stop with a complete checkpoint.
+// `timeout` and Slurm do) is still one orderly stop with a complete checkpoint; a run
+// SIGKILLed while checkpoint.keep prunes an old checkpoint leaves no directory under a
+// checkpoint's name that is not a whole checkpoint, and the next run cleans up and
+// keeps `keep`.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,6 +30,11 @@ std::set<std::string> checkpoint_names(const std::string& dir) {
     names.insert(entry.path().filename().string());
   }
   return names;
+}
+
+// Whether `name` is a checkpoint's own name (step_ and digits only).
+bool is_step_name(const std::string& name) {
+  return name.starts_with("step_") && name.size() > 5 && name.find_first_not_of("0123456789", 5) == std::string::npos;
 }
 
 // A whole serial checkpoint: what save_checkpoint writes, state.json last.
@@ -82,6 +90,72 @@ TEST_F(TrainToolTest, SigtermsUntilItExitsAreOneOrderlyStop) {
   ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << " after " << sent << " SIGTERMs\n"
                                  << read_all(log);
   expect_orderly_stop(dir, WEXITSTATUS(status), read_all(log));
+}
+
+TEST_F(TrainToolTest, KilledWhilePruningLeavesNoHalfCheckpointAndTheNextRunCleansUp) {
+  // keep = 1 and a checkpoint every step: each save prunes the one before. Each run
+  // resumes from the newest checkpoint and is killed at a random moment once pruning
+  // of that checkpoint has begun (a file of it, or the directory, is gone).
+  const std::string dir = run_dir("pruning");
+  const std::string arguments = shell_quote(write_config("pruning")) + " run.dir=" + shell_quote(dir) +
+                                " train.steps=100000 checkpoint.interval=1 checkpoint.keep=1 eval.interval=0";
+  const CommandResult first = train(arguments + " train.exit_at_step=1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  std::mt19937 random(44);
+  std::uniform_int_distribution<int> delay_us(0, 400);
+  int killed_mid_prune = 0;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    std::string oldest;
+    for (const std::string& name : checkpoint_names(dir)) {
+      if (is_step_name(name) && is_whole_checkpoint(dir + "/checkpoints/" + name)) oldest = name;
+    }
+    ASSERT_FALSE(oldest.empty()) << "no checkpoint to resume from before attempt " << attempt;
+    const std::string pruned = dir + "/checkpoints/" + oldest;
+    BackgroundTrain run(arguments, dir_.file("pruning.log"));
+    while (run.running() && is_whole_checkpoint(pruned)) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us(random)));
+    if (run.running()) kill(run.pid(), SIGKILL);
+    run.wait();
+    // Nothing under a checkpoint's name is anything but a whole checkpoint.
+    for (const std::string& name : checkpoint_names(dir)) {
+      if (!is_step_name(name)) {
+        killed_mid_prune += name.find(".pruning-") != std::string::npos;
+        continue;
+      }
+      ASSERT_TRUE(is_whole_checkpoint(dir + "/checkpoints/" + name))
+          << name << " is half deleted after attempt " << attempt << "\n"
+          << read_all(dir_.file("pruning.log"));
+    }
+  }
+  RecordProperty("runs_killed_mid_prune", killed_mid_prune);
+  // The next run removes what pruning left, saying so, and keeps one checkpoint.
+  int newest = 0;
+  for (const std::string& name : checkpoint_names(dir)) {
+    if (is_step_name(name)) newest = std::max(newest, std::stoi(name.substr(5)));
+  }
+  const CommandResult last = train(arguments + " train.exit_at_step=" + std::to_string(newest + 1));
+  ASSERT_EQ(last.exit_code, 0) << last.output;
+  if (killed_mid_prune > 0) {
+    EXPECT_NE(last.output.find("half-pruned checkpoint"), std::string::npos) << last.output;
+  }
+  const std::string kept = fs::path(checkpoint_dir(dir, newest + 1)).filename().string();
+  EXPECT_EQ(checkpoint_names(dir), std::set<std::string>{kept}) << last.output;
+}
+
+TEST_F(TrainToolTest, HalfPrunedCheckpointOfAnEarlierVersionIsRemovedByTheNextSave) {
+  // What a kill in the middle of pruning left before pruning renamed first: the old
+  // checkpoint under its own name, without state.json.
+  const std::string dir = run_dir("half-pruned");
+  const std::string arguments = shell_quote(write_config("half-pruned")) + " run.dir=" + shell_quote(dir);
+  const CommandResult first = train(arguments + " train.exit_at_step=4");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  fs::remove(checkpoint_dir(dir, 2) + "/state.json");
+  fs::remove(checkpoint_dir(dir, 2) + "/model.safetensors");
+  const CommandResult next = train(arguments + " train.exit_at_step=6");
+  ASSERT_EQ(next.exit_code, 0) << next.output;
+  EXPECT_NE(next.output.find("removing half-pruned checkpoint '" + checkpoint_dir(dir, 2) + "'"), std::string::npos)
+      << next.output;
+  EXPECT_EQ(checkpoint_names(dir), (std::set<std::string>{"step_00000004", "step_00000006"})) << next.output;
 }
 
 }  // namespace
