@@ -4,7 +4,9 @@
 // moments, the step and the loader position, which together determine everything that
 // follows, so the loss sequence continues bitwise.
 #include <omp.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -111,6 +113,31 @@ LayoutReport describe_layout(const Topology& topology, const GPTConfig& model, c
   return report;
 }
 
+// Creates run.dir (and its parents) and checks the run can write in it, refusing in
+// one line naming run.dir, the path and why.
+void create_run_dir(const std::string& run_dir) {
+  std::error_code error;
+  const fs::file_status status = fs::status(run_dir, error);
+  if (fs::exists(status) && !fs::is_directory(status)) {
+    DUFU_FAIL("run.dir ", run_dir, ": ", fs::is_regular_file(status) ? "is a file, not a directory"
+                                                                     : "is not a directory");
+  }
+  if (!fs::create_directories(run_dir, error) && error) {
+    // The nearest existing ancestor says why: a file where a directory must be, or
+    // one that cannot be written.
+    fs::path ancestor = fs::path(run_dir).parent_path();
+    std::error_code ignored;
+    while (!ancestor.empty() && !fs::exists(fs::symlink_status(ancestor, ignored))) ancestor = ancestor.parent_path();
+    if (!ancestor.empty() && fs::exists(ancestor, ignored) && !fs::is_directory(ancestor, ignored)) {
+      DUFU_FAIL("run.dir ", run_dir, ": cannot create it: ", ancestor.string(), " is a file, not a directory");
+    }
+    DUFU_FAIL("run.dir ", run_dir, ": cannot create it: ", error.message());
+  }
+  if (::access(run_dir.c_str(), W_OK | X_OK) != 0) {
+    DUFU_FAIL("run.dir ", run_dir, ": cannot write in it (", errno_message(errno), ")");
+  }
+}
+
 }  // namespace
 
 bool Trainer::setup() {
@@ -214,7 +241,7 @@ Trainer::State::MemoryNeed Trainer::State::check_memory_plan() {
 
 void Trainer::State::claim_run_dir() {
   if (is_main) {
-    fs::create_directories(options.run_dir);
+    create_run_dir(options.run_dir);
     run_lock = FileLock::try_lock((fs::path(options.run_dir) / ".lock").string());
     if (!run_lock) DUFU_FAIL("run.dir ", options.run_dir, " is in use by another training process");
     // Holding the lock, every partial checkpoint there is a dead process's.
