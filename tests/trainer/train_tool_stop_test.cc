@@ -2,7 +2,8 @@
 // `timeout` and Slurm do) is still one orderly stop with a complete checkpoint; a run
 // SIGKILLed while checkpoint.keep prunes an old checkpoint leaves no directory under a
 // checkpoint's name that is not a whole checkpoint, and the next run cleans up and
-// keeps `keep`.
+// keeps `keep`; train.exit_at_step at or before the step a run resumes from is refused
+// before anything is written.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -43,6 +44,15 @@ bool is_whole_checkpoint(const std::string& path) {
     if (!file_exists(path + "/" + file)) return false;
   }
   return true;
+}
+
+// Every file under `dir` with its bytes, to compare a directory before and after.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file()) files[fs::relative(entry.path(), dir).string()] = read_all(entry.path().string());
+  }
+  return files;
 }
 
 // The stop a signal asked for: status 130, "stopped by a signal", a complete
@@ -156,6 +166,22 @@ TEST_F(TrainToolTest, HalfPrunedCheckpointOfAnEarlierVersionIsRemovedByTheNextSa
   EXPECT_NE(next.output.find("removing half-pruned checkpoint '" + checkpoint_dir(dir, 2) + "'"), std::string::npos)
       << next.output;
   EXPECT_EQ(checkpoint_names(dir), (std::set<std::string>{"step_00000004", "step_00000006"})) << next.output;
+}
+
+TEST_F(TrainToolTest, ExitAtStepNotAfterTheResumedStepIsRefused) {
+  const std::string dir = run_dir("exit-at");
+  const std::string arguments = shell_quote(write_config("exit-at")) + " run.dir=" + shell_quote(dir);
+  const CommandResult first = train(arguments + " train.exit_at_step=4");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto before = snapshot(dir);
+  for (const int exit_at : {4, 3}) {
+    const CommandResult again = train(arguments + " train.exit_at_step=" + std::to_string(exit_at));
+    EXPECT_EQ(again.exit_code, 1) << again.output;
+    EXPECT_TRUE(is_one_line(again.output, "train.exit_at_step = " + std::to_string(exit_at))) << again.output;
+    EXPECT_TRUE(is_one_line(again.output, "step 4")) << again.output;
+    EXPECT_EQ(again.output.find("step 5/8"), std::string::npos) << "trained on: " << again.output;
+    EXPECT_TRUE(snapshot(dir) == before) << "the run directory changed: " << again.output;
+  }
 }
 
 }  // namespace

@@ -151,6 +151,12 @@ bool Trainer::setup() {
   s.open_data(shards);
   s.build_model(model_memory);
   const dataprep::LoaderState loader_start = s.start_or_resume();
+  // Written once resuming is known to be possible: a refused run leaves the run's own.
+  if (s.is_main) {
+    AtomicFile saved((fs::path(s.options.run_dir) / "config.toml").string());
+    saved.write(s.config_toml.data(), s.config_toml.size());
+    saved.commit();
+  }
   if (s.state.step >= s.options.steps) {
     if (s.is_main) s.reporter.nothing_to_do(s.state.step, s.options.steps);
     return false;
@@ -247,9 +253,6 @@ void Trainer::State::claim_run_dir() {
     // Holding the lock, every partial checkpoint there is a dead process's.
     remove_checkpoint_leftovers(options.run_dir);
     reporter.effective_config(config_toml);
-    AtomicFile saved((fs::path(options.run_dir) / "config.toml").string());
-    saved.write(config_toml.data(), config_toml.size());
-    saved.commit();
     if (data_tokenizer) state.tokenizer = install_run_tokenizer(options.run_dir, *data_tokenizer);
     state.tokenizer_dir = options.run_dir;
     for (const std::string& prefix : shards_without_tokenizer) {
@@ -306,6 +309,11 @@ dataprep::LoaderState Trainer::State::start_or_resume() {
   dataprep::LoaderState loader_start;
   if (!found.empty()) {
     loader_start = resume(found);
+    // The stop would never come: the run is past it, and would train to train.steps.
+    if (options.exit_at_step > 0 && options.exit_at_step <= state.step) {
+      DUFU_FAIL("train.exit_at_step = ", options.exit_at_step, " is not after step ", state.step, " of ", found,
+                ", where the run resumes; HINT: give a later step, or train.exit_at_step=0 to train to train.steps");
+    }
   } else if (!options.init_from.empty()) {
     // A run that already saved checkpoints resumes from them above; init.from only
     // starts it.
