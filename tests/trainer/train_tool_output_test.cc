@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <set>
@@ -369,6 +370,17 @@ TEST_F(TrainGenerate, BadSamplingOptionsAreErrors) {
   result = train(generate_args("hello", "--samples 0"));
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_TRUE(Contains(result.output, "--samples"));
+}
+
+TEST_F(TrainGenerate, SeedOutsideUnsigned64BitsIsRefused) {
+  for (const std::string seed : {"-1", "18446744073709551616", "1e23", "0x10"}) {
+    const CommandResult result = train(generate_args("hello", "--seed " + seed));
+    EXPECT_EQ(result.exit_code, 1) << seed << ": " << result.output;
+    EXPECT_EQ(result.output.rfind("train: error: --seed: ", 0), 0u) << seed << ": " << result.output;
+    EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << seed << ": " << result.output;
+  }
+  const CommandResult largest = train(generate_args("hello", "--seed 18446744073709551615 --max-tokens 2"));
+  EXPECT_EQ(largest.exit_code, 0) << largest.output;
 }
 
 }  // namespace
