@@ -6,6 +6,7 @@
 // missing checkpoint and a tokenizer larger than the model's vocabulary.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -224,6 +225,26 @@ TEST(TrainPlot, GnuplotFailingShowsItsMessages) {
   EXPECT_TRUE(Contains(result.output, "line 12: all points y value undefined!"));
   // Neither the final PNG nor the temporary is left.
   EXPECT_EQ(run.list(), (std::set<std::string>{"metrics.jsonl", "bin"}));
+}
+
+TEST(TrainPlot, ReadOnlyOutputDirectoryIsOneLineNamingIt) {
+  TempDir run;
+  write_all(run.file("metrics.jsonl"), kMetrics);
+  const std::string read_only = run.file("read-only");
+  fs::create_directories(read_only);
+  ::chmod(read_only.c_str(), 0555);
+  // Root writes regardless of permissions: drop that capability when running as root.
+  const std::string as_user = ::geteuid() == 0 ? "setpriv --bounding-set=-dac_override,-dac_read_search " : "";
+  if (!as_user.empty() && run_command(as_user + "true").exit_code != 0) {
+    GTEST_SKIP() << "setpriv cannot drop CAP_DAC_OVERRIDE";
+  }
+  const CommandResult result = run_command(as_user + shell_quote(train_tool()) + " plot " + shell_quote(run.path()) +
+                                           " --output " + shell_quote(read_only + "/loss.png"));
+  ::chmod(read_only.c_str(), 0755);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.output,
+            "train: error: cannot write in the output directory '" + read_only + "': Permission denied\n");
+  EXPECT_TRUE(fs::is_empty(read_only));
 }
 
 // A run directory holding one checkpoint of a small random GPT whose vocabulary is
