@@ -105,6 +105,7 @@ void ConsoleReporter::stopped(trainer::StopReason reason, std::int64_t step) {
   } else {
     std::printf("stopped by a signal at step %lld; resume with the same command\n", static_cast<long long>(step));
   }
+  std::fflush(stdout);
 }
 
 void ConsoleReporter::warning(const std::string& message) { DUFU_LOG_WARN("train", message); }
@@ -117,7 +118,13 @@ StopSignals::StopSignals() {
 
 StopSignals::~StopSignals() {
   ::sigaction(SIGINT, &previous_int_, nullptr);
-  ::sigaction(SIGTERM, &previous_term_, nullptr);
+  // After a stop the process is on its way out with the stop's exit status: a SIGTERM
+  // now must not turn that into a kill by the signal.
+  if (g_stop_requested.load()) {
+    install(SIGTERM, SIG_IGN);
+  } else {
+    ::sigaction(SIGTERM, &previous_term_, nullptr);
+  }
 }
 
 const std::atomic<bool>& stop_requested() { return g_stop_requested; }

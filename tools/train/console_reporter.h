@@ -30,7 +30,8 @@ class ConsoleReporter final : public trainer::TrainingReporter {
 // While one exists, SIGINT and SIGTERM (Ctrl-C, a scheduler's preemption) set
 // stop_requested(), which the Trainer reads at each step boundary to stop after a
 // checkpoint. Any number of SIGTERMs is that one stop; a second SIGINT kills as usual.
-// The previous handlers come back when it is destroyed.
+// The previous handlers come back when it is destroyed, but for SIGTERM after a stop,
+// which is ignored from then on (the process is exiting with the stop's status).
 class StopSignals {
  public:
   StopSignals();  // also clears stop_requested()
