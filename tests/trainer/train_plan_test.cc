@@ -290,4 +290,17 @@ TEST_F(TrainPlanTest, SearchListsEveryLayoutWithItsLargestStageCheapestFirst) {
   EXPECT_NE(none.output.find("no layout of 8 ranks fits"), std::string::npos) << none.output;
 }
 
+TEST_F(TrainPlanTest, RanksBelowOneIsOneShortLine) {
+  const std::string config = dir_.file("plan.toml");
+  write_all(config, kConfig);
+  for (const std::string ranks : {"0", "-3", "1e99", "four"}) {
+    const CommandResult result =
+        run_command(shell_quote(train_tool()) + " plan " + shell_quote(config) + " --ranks " + ranks);
+    EXPECT_EQ(result.exit_code, 1) << ranks << ": " << result.output;
+    EXPECT_EQ(result.output.rfind("train: error: --ranks: ", 0), 0u) << ranks << ": " << result.output;
+    EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << ranks << ": " << result.output;
+    EXPECT_LT(result.output.size(), 160u) << ranks << ": " << result.output;
+  }
+}
+
 }  // namespace

@@ -98,24 +98,28 @@ class BackgroundTrain {
     if (posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) != 0) pid_ = -1;
   }
   ~BackgroundTrain() {
-    if (pid_ > 0) {
+    if (pid_ > 0 && !ended_) {
       kill(pid_, SIGKILL);
       wait();
     }
   }
   pid_t pid() const { return pid_; }
+  // The wait status of the process (kept when running() saw it end).
   int wait() {
-    int status = 0;
-    if (pid_ > 0 && waitpid(pid_, &status, 0) == pid_) pid_ = -1;
-    return status;
+    if (pid_ > 0 && !ended_ && waitpid(pid_, &status_, 0) == pid_) ended_ = true;
+    return status_;
   }
   bool running() {
-    int status = 0;
-    return pid_ > 0 && waitpid(pid_, &status, WNOHANG) == 0;
+    if (pid_ <= 0 || ended_) return false;
+    if (waitpid(pid_, &status_, WNOHANG) == 0) return true;
+    ended_ = true;
+    return false;
   }
 
  private:
   pid_t pid_ = -1;
+  bool ended_ = false;
+  int status_ = 0;
 };
 
 // Lines of the file at `path` that contain `needle`.

@@ -6,7 +6,9 @@
 // missing checkpoint and a tokenizer larger than the model's vocabulary.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <set>
@@ -225,6 +227,26 @@ TEST(TrainPlot, GnuplotFailingShowsItsMessages) {
   EXPECT_EQ(run.list(), (std::set<std::string>{"metrics.jsonl", "bin"}));
 }
 
+TEST(TrainPlot, ReadOnlyOutputDirectoryIsOneLineNamingIt) {
+  TempDir run;
+  write_all(run.file("metrics.jsonl"), kMetrics);
+  const std::string read_only = run.file("read-only");
+  fs::create_directories(read_only);
+  ::chmod(read_only.c_str(), 0555);
+  // Root writes regardless of permissions: drop that capability when running as root.
+  const std::string as_user = ::geteuid() == 0 ? "setpriv --bounding-set=-dac_override,-dac_read_search " : "";
+  if (!as_user.empty() && run_command(as_user + "true").exit_code != 0) {
+    GTEST_SKIP() << "setpriv cannot drop CAP_DAC_OVERRIDE";
+  }
+  const CommandResult result = run_command(as_user + shell_quote(train_tool()) + " plot " + shell_quote(run.path()) +
+                                           " --output " + shell_quote(read_only + "/loss.png"));
+  ::chmod(read_only.c_str(), 0755);
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.output,
+            "train: error: cannot write in the output directory '" + read_only + "': Permission denied\n");
+  EXPECT_TRUE(fs::is_empty(read_only));
+}
+
 // A run directory holding one checkpoint of a small random GPT whose vocabulary is
 // the fixture tokenizer's (2000 pieces).
 class TrainGenerate : public ::testing::Test {
@@ -369,6 +391,17 @@ TEST_F(TrainGenerate, BadSamplingOptionsAreErrors) {
   result = train(generate_args("hello", "--samples 0"));
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_TRUE(Contains(result.output, "--samples"));
+}
+
+TEST_F(TrainGenerate, SeedOutsideUnsigned64BitsIsRefused) {
+  for (const std::string seed : {"-1", "18446744073709551616", "1e23", "0x10"}) {
+    const CommandResult result = train(generate_args("hello", "--seed " + seed));
+    EXPECT_EQ(result.exit_code, 1) << seed << ": " << result.output;
+    EXPECT_EQ(result.output.rfind("train: error: --seed: ", 0), 0u) << seed << ": " << result.output;
+    EXPECT_EQ(std::count(result.output.begin(), result.output.end(), '\n'), 1) << seed << ": " << result.output;
+  }
+  const CommandResult largest = train(generate_args("hello", "--seed 18446744073709551615 --max-tokens 2"));
+  EXPECT_EQ(largest.exit_code, 0) << largest.output;
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 // `train` end to end on real shards (the fixture corpus tokenized by `dataprep
 // preprocess`): a run's loss falls and it evaluates and checkpoints; configuration
 // errors, an unavailable device, non-finite losses and hyper-parameters, a run
-// directory in use and a model too large for the machine stop with clear messages
-// naming what is wrong, and a bad command line is one line with status 1. Stopping
-// and resuming is train_tool_resume_test.cc's, the data changing under a run
-// train_tool_data_test.cc's.
+// directory in use or one that cannot be a directory, and a model too large for the
+// machine stop with clear messages naming what is wrong, and a bad command line is
+// one line with status 1. Stopping and resuming is train_tool_resume_test.cc's, the
+// data changing under a run train_tool_data_test.cc's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -143,6 +143,35 @@ TEST_F(TrainToolTest, RunDirectoryInUseIsRefused) {
   const CommandResult result = train(shell_quote(write_config("locked")) + " run.dir=" + shell_quote(dir));
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.output.find("is in use by another training process"), std::string::npos) << result.output;
+}
+
+TEST_F(TrainToolTest, RunDirectoryThatCannotBeOneIsRefusedNamingRunDir) {
+  const std::string config = shell_quote(write_config("not-a-dir"));
+  const std::string file = dir_.file("a-file");
+  write_all(file, "not a run\n");
+  const auto expect_refused = [&](const std::string& prefix, const std::string& run_dir, const std::string& reason) {
+    const CommandResult result = run_command(prefix + shell_quote(train_tool()) + " " + config +
+                                             " run.dir=" + shell_quote(run_dir));
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_TRUE(is_one_line(result.output, "run.dir " + run_dir + ": " + reason)) << result.output;
+    EXPECT_EQ(result.output.find("unexpected error"), std::string::npos) << result.output;
+  };
+  expect_refused("", file, "is a file, not a directory");
+  expect_refused("", file + "/run", "cannot create it: " + file + " is a file, not a directory");
+  EXPECT_EQ(read_all(file), "not a run\n");
+  // Root writes regardless of permissions: drop that capability when running as root.
+  const std::string as_user = ::geteuid() == 0 ? "setpriv --bounding-set=-dac_override,-dac_read_search " : "";
+  if (!as_user.empty() && run_command(as_user + "true").exit_code != 0) {
+    GTEST_SKIP() << "setpriv cannot drop CAP_DAC_OVERRIDE";
+  }
+  const std::string read_only = dir_.file("read-only");
+  fs::create_directories(read_only);
+  fs::permissions(read_only, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                                 fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  expect_refused(as_user, read_only, "cannot write in it (Permission denied)");
+  expect_refused(as_user, read_only + "/run", "cannot create it: Permission denied");
+  EXPECT_TRUE(fs::is_empty(read_only));
+  fs::permissions(read_only, fs::perms::owner_all);
 }
 
 TEST_F(TrainToolTest, NonFiniteHyperParametersAreRefusedNamingTheKnob) {

@@ -14,9 +14,25 @@ namespace {
 
 std::atomic<bool> g_stop_requested{false};
 
+// SIGTERM stays caught however often it comes: `timeout` sends it to the process and
+// then to its group, Slurm to every task, a user again when nothing seems to happen;
+// each must leave the one orderly stop (and its checkpoint) to finish. Ctrl-C twice
+// means "stop now", so the second SIGINT takes the default action.
 extern "C" void request_stop(int signal_number) {
   g_stop_requested.store(true);
-  std::signal(signal_number, SIG_DFL);
+  if (signal_number == SIGINT) std::signal(SIGINT, SIG_DFL);
+}
+
+// Installs `handler` for `signal_number` (restarting interrupted system calls, so a
+// checkpoint's writes are not cut short) and returns the previous one.
+struct sigaction install(int signal_number, void (*handler)(int)) {
+  struct sigaction action {};
+  struct sigaction previous {};
+  action.sa_handler = handler;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(signal_number, &action, &previous);
+  return previous;
 }
 
 std::string format_rate(double value) {
@@ -89,19 +105,26 @@ void ConsoleReporter::stopped(trainer::StopReason reason, std::int64_t step) {
   } else {
     std::printf("stopped by a signal at step %lld; resume with the same command\n", static_cast<long long>(step));
   }
+  std::fflush(stdout);
 }
 
 void ConsoleReporter::warning(const std::string& message) { DUFU_LOG_WARN("train", message); }
 
 StopSignals::StopSignals() {
   g_stop_requested.store(false);
-  previous_int_ = std::signal(SIGINT, request_stop);
-  previous_term_ = std::signal(SIGTERM, request_stop);
+  previous_int_ = install(SIGINT, request_stop);
+  previous_term_ = install(SIGTERM, request_stop);
 }
 
 StopSignals::~StopSignals() {
-  std::signal(SIGINT, previous_int_);
-  std::signal(SIGTERM, previous_term_);
+  ::sigaction(SIGINT, &previous_int_, nullptr);
+  // After a stop the process is on its way out with the stop's exit status: a SIGTERM
+  // now must not turn that into a kill by the signal.
+  if (g_stop_requested.load()) {
+    install(SIGTERM, SIG_IGN);
+  } else {
+    ::sigaction(SIGTERM, &previous_term_, nullptr);
+  }
 }
 
 const std::atomic<bool>& stop_requested() { return g_stop_requested; }

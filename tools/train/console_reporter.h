@@ -4,6 +4,8 @@
 // log on stderr; and the SIGINT/SIGTERM handlers that ask the run to stop.
 #pragma once
 
+#include <signal.h>
+
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -27,8 +29,9 @@ class ConsoleReporter final : public trainer::TrainingReporter {
 
 // While one exists, SIGINT and SIGTERM (Ctrl-C, a scheduler's preemption) set
 // stop_requested(), which the Trainer reads at each step boundary to stop after a
-// checkpoint; a second signal kills as usual. The previous handlers come back when it
-// is destroyed.
+// checkpoint. Any number of SIGTERMs is that one stop; a second SIGINT kills as usual.
+// The previous handlers come back when it is destroyed, but for SIGTERM after a stop,
+// which is ignored from then on (the process is exiting with the stop's status).
 class StopSignals {
  public:
   StopSignals();  // also clears stop_requested()
@@ -37,8 +40,8 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
 
  private:
-  void (*previous_int_)(int);
-  void (*previous_term_)(int);
+  struct sigaction previous_int_ {};
+  struct sigaction previous_term_ {};
 };
 
 const std::atomic<bool>& stop_requested();

@@ -4,10 +4,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "dufu/dataprep/tokenizer_record.h"
 #include "dufu/common/error.h"
@@ -130,6 +132,7 @@ void add_generate_command(CLI::App& app) {
   command->add_option("--top-k,-k", flags->top_k, "Sample among the k most likely tokens; 0 = all")
       ->capture_default_str();
   command->add_option("--seed", flags->seed, "Random seed: same seed, checkpoint and prompt give the same text")
+      ->check(whole_number_in(0, std::numeric_limits<std::uint64_t>::max()))
       ->capture_default_str();
   command->add_option("--samples", flags->samples, "Number of samples")->capture_default_str();
   command->callback([flags] { run(*flags); });

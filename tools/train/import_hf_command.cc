@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "dufu/trainer/checkpoint/hf_import.h"
 
@@ -57,16 +58,16 @@ void add_import_hf_command(CLI::App& app) {
   command->add_option("--tensor-parallel-size", flags->options.tensor_parallel_size,
                       "Tensor-parallel pieces, as dist.tensor_parallel_size (any layout loads into any run; the "
                       "run's own loads without resharding)")
-      ->check(CLI::Range(1, 4096));
+      ->check(whole_number_in(1, 4096));
   command->add_option("--pipeline-parallel-size", flags->options.pipeline_parallel_size,
                       "Pipeline stages, as dist.pipeline_parallel_size")
-      ->check(CLI::Range(1, 4096));
+      ->check(whole_number_in(1, 4096));
   command->add_option("--pipeline-num-layers", flags->options.pipeline_layers,
                       "Layers per stage, as dist.pipeline_num_layers (default: an even split)")
       ->delimiter(',');
   command->add_option("--vocab-multiple", flags->options.vocab_multiple,
                       "model.vocab_multiple of the runs that will load it")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(whole_number_in(1, 1 << 20));
   command->add_flag("--no-tokenizer", flags->no_tokenizer,
                     "Leave the directory's tokenizer files out (by default tokenizer.model, tokenizer.json or "
                     "vocab.json + merges.txt goes into the checkpoint's tokenizer/)");

@@ -6,11 +6,13 @@
 // Exits with status 1 when a stage does not fit the cap: train.memory_limit when it
 // is set (the target machine's memory), else what this machine's device has.
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "cli_checks.h"
 #include "commands.h"
 #include "stage_plans.h"
 #include "dufu/common/config.h"
@@ -146,7 +148,7 @@ void add_plan_command(CLI::App& app) {
   command->add_option("config_and_overrides", flags->arguments, "CONFIG.toml, then key=value overrides")->required();
   command->add_option("--ranks", flags->ranks,
                       "Ranks the run would start (data parallel = ranks / (tp x pp)); default tp x pp")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number_in(1, std::numeric_limits<int>::max()));
   command->add_flag("--search", flags->search,
                     "List every layout of --ranks (tensor and pipeline parallel sizes, ZeRO stage, recomputation; "
                     "the rest as configured) with its largest stage's memory, cheapest first, and the cheapest that "

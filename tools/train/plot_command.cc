@@ -233,6 +233,15 @@ void run(const PlotFlags& flags) {
   if (!fs::is_directory(output_dir, error)) {
     DUFU_FAIL("the output directory '", output_dir.string(), "' does not exist");
   }
+  // The temporary PNG is created here, not by gnuplot, so that a directory it cannot
+  // write in is one line naming it rather than gnuplot's script excerpt.
+  const std::string temp_png = (output_dir / str_cat(".", output.filename().string(), ".tmp.", ::getpid())).string();
+  const int temp_fd = ::open(temp_png.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (temp_fd < 0) {
+    DUFU_FAIL("cannot write in the output directory '", output_dir.string(), "': ", errno_message(errno));
+  }
+  ::close(temp_fd);
+  RemoveOnExit remove_temp(temp_png);
   const std::string title = flags.title.empty()
                                 ? str_cat("loss: ", fs::weakly_canonical(metrics_path, error).parent_path().string())
                                 : flags.title;
@@ -240,8 +249,6 @@ void run(const PlotFlags& flags) {
   ScratchDir scratch;
   write_series(scratch.file("train.dat"), metrics.train);
   if (eval_points > 0) write_series(scratch.file("eval.dat"), metrics.eval);
-  const std::string temp_png = (output_dir / str_cat(".", output.filename().string(), ".tmp.", ::getpid())).string();
-  RemoveOnExit remove_temp(temp_png);
 
   // One point alone would be an invisible line: draw points when there are few.
   const char* train_style = train_points < 2 ? "points pt 7" : "lines lw 1.5";

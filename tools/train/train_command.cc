@@ -54,13 +54,14 @@ Config build_config(const TrainingFlags& flags) {
   return config;
 }
 
-// Trains, printing to stdout; SIGINT and SIGTERM stop the run after a checkpoint once
-// it is set up. Returns whether it was stopped so.
+// Trains, printing to stdout; SIGINT and SIGTERM stop the run after a checkpoint (one
+// that comes while the run is set up, after its first step). Returns whether it was
+// stopped so.
 bool train(const Config& config, const std::string& resume) {
+  const StopSignals stop_signals;
   ConsoleReporter reporter;
   trainer::Trainer trainer(config, resume, reporter, &stop_requested());
   if (!trainer.setup()) return false;
-  const StopSignals stop_signals;
   return trainer.run().interrupted;
 }
 

@@ -32,6 +32,9 @@ constexpr std::string_view kStepPrefix = "step_";
 // being replaced by a new checkpoint of the same step.
 constexpr std::string_view kPartialInfix = ".partial-";
 constexpr std::string_view kReplacedInfix = ".replaced-";
+// And one being removed by the rotation: renamed to this first, so that a kill part-way
+// through leaves no half-deleted directory under a checkpoint's name.
+constexpr std::string_view kPruningInfix = ".pruning-";
 
 // Renames the finished partial directory to its final name, replacing (or refusing)
 // what is there, and makes the rename durable. On failure nothing is left under the
@@ -80,6 +83,27 @@ void remove_directory(const std::string& path, std::string_view why) {
   } else {
     DUFU_LOG_DEBUG(kLog, "removed ", why, " '", path, "'");
   }
+}
+
+// Removes checkpoint `path` for the rotation: renamed out of the checkpoints' names
+// (durably) before anything in it is deleted, so that a kill leaves either the whole
+// checkpoint or a <name>.pruning-<pid> directory, which remove_leftovers removes.
+void prune(const std::string& path, std::string_view why) {
+  const std::string pruning = str_cat(path, kPruningInfix, ::getpid());
+  std::error_code error;
+  fs::remove_all(pruning, error);  // left by an earlier process with this pid
+  fs::rename(path, pruning, error);
+  if (error) {
+    DUFU_LOG_WARN(kLog, "cannot remove ", why, " '", path, "': renaming it to '", pruning, "' failed: ",
+                  error.message());
+    return;
+  }
+  try {
+    sync_directory(fs::path(path).parent_path().string());
+  } catch (const Error& e) {
+    DUFU_LOG_WARN(kLog, "removing ", why, " '", path, "': ", e.what());
+  }
+  remove_directory(pruning, why);
 }
 
 }  // namespace
@@ -242,6 +266,12 @@ void remove_leftovers(const std::string& checkpoints) {
         remove_directory(entry.path, "unfinished checkpoint");
         continue;
       }
+      if (entry.name.find(kPruningInfix) != std::string::npos) {
+        DUFU_LOG_WARN(kLog, "removing half-pruned checkpoint '", entry.path,
+                      "': a process was killed while checkpoint.keep removed it");
+        remove_directory(entry.path, "half-pruned checkpoint");
+        continue;
+      }
       const std::size_t replaced = entry.name.find(kReplacedInfix);
       if (replaced == std::string::npos) continue;
       const std::string final_dir = path_in(checkpoints, entry.name.substr(0, replaced));
@@ -263,24 +293,35 @@ void remove_leftovers(const std::string& checkpoints) {
 }
 
 void remove_stale(const std::string& checkpoints, std::int64_t saved_step, int keep_last) {
-  std::vector<std::pair<std::int64_t, std::string>> complete;
+  std::vector<std::pair<std::int64_t, std::string>> steps;
   remove_leftovers(checkpoints);
   try {
-    complete = complete_checkpoints(checkpoints);
+    steps = step_directories(checkpoints);
   } catch (const Error& e) {
     DUFU_LOG_WARN(kLog, "cannot clean up old checkpoints: ", e.what());
     return;
   }
   int kept = 0;
-  for (auto it = complete.rbegin(); it != complete.rend(); ++it) {
-    if (it->first > saved_step) {
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    std::error_code ignored;
+    const bool complete = fs::is_regular_file(path_in(it->second, checkpoint_state_json::kStateFile), ignored);
+    if (!complete) {
+      // Older than every checkpoint kept, a step directory without state.json is what
+      // pruning by an earlier version (which deleted in place) left when killed.
+      if (it->first < saved_step && kept >= keep_last) {
+        DUFU_LOG_WARN(kLog, "removing half-pruned checkpoint '", it->second, "': it has no ",
+                      checkpoint_state_json::kStateFile, " and is older than the ", kept,
+                      " kept (checkpoint.keep)");
+        prune(it->second, "half-pruned checkpoint");
+      }
+    } else if (it->first > saved_step) {
       DUFU_LOG_WARN(kLog, "removing checkpoint '", it->second, "': its step ", it->first, " is after step ",
                     saved_step, " just saved, so it belongs to the run this one resumed from an earlier point");
-      remove_directory(it->second, "abandoned checkpoint");
+      prune(it->second, "abandoned checkpoint");
     } else if (kept < keep_last) {
       ++kept;
     } else {
-      remove_directory(it->second, "old checkpoint");
+      prune(it->second, "old checkpoint");
     }
   }
 }

@@ -88,18 +88,24 @@ std::string publish_step(const std::string& run_dir, const std::string& partial,
                          const std::map<std::string, checkpoint_files::FileRecord>& files, int keep_last);
 
 // What processes that died while saving left in `checkpoints`: partial directories
-// are removed; a replaced directory (step_<N>.replaced-<pid>, the old checkpoint moved
-// aside while its new version of the same step was renamed into place) is removed
-// when step_<N> is there, and renamed back to step_<N> when it is not (the process
-// died between the two renames). Only for the one process that saves into the run
-// (run.dir locked), before or after its own saves; failures are only logged.
+// and half-pruned ones (step_<N>.pruning-<pid>, an old checkpoint the rotation had
+// renamed to remove it; with a warning) are removed; a replaced directory
+// (step_<N>.replaced-<pid>, the old checkpoint moved aside while its new version of
+// the same step was renamed into place) is removed when step_<N> is there, and
+// renamed back to step_<N> when it is not (the process died between the two
+// renames). Only for the one process that saves into the run (run.dir locked),
+// before or after its own saves; failures are only logged.
 void remove_leftovers(const std::string& checkpoints);
 
 // After a save of `saved_step` into `checkpoints`: remove_leftovers, then removes
 // checkpoints of later steps (with a warning: they belong to a run this one resumed
-// from an earlier point) and all but the newest `keep_last` of the others.
-// Failures are only logged: the new checkpoint is in place, and an old directory left
-// behind costs disk space, not correctness.
+// from an earlier point) and all but the newest `keep_last` of the others, and step
+// directories without state.json older than those kept (with a warning: what pruning
+// in place, before it renamed first, left when killed). Each is renamed to
+// step_<N>.pruning-<pid> before anything in it is deleted, so a kill never leaves a
+// half-deleted directory under a checkpoint's name. Failures are only logged: the new
+// checkpoint is in place, and an old directory left behind costs disk space, not
+// correctness.
 void remove_stale(const std::string& checkpoints, std::int64_t saved_step, int keep_last);
 
 }  // namespace dufu::trainer::checkpoint_directory

@@ -4,7 +4,9 @@
 // moments, the step and the loader position, which together determine everything that
 // follows, so the loss sequence continues bitwise.
 #include <omp.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -111,6 +113,31 @@ LayoutReport describe_layout(const Topology& topology, const GPTConfig& model, c
   return report;
 }
 
+// Creates run.dir (and its parents) and checks the run can write in it, refusing in
+// one line naming run.dir, the path and why.
+void create_run_dir(const std::string& run_dir) {
+  std::error_code error;
+  const fs::file_status status = fs::status(run_dir, error);
+  if (fs::exists(status) && !fs::is_directory(status)) {
+    DUFU_FAIL("run.dir ", run_dir, ": ", fs::is_regular_file(status) ? "is a file, not a directory"
+                                                                     : "is not a directory");
+  }
+  if (!fs::create_directories(run_dir, error) && error) {
+    // The nearest existing ancestor says why: a file where a directory must be, or
+    // one that cannot be written.
+    fs::path ancestor = fs::path(run_dir).parent_path();
+    std::error_code ignored;
+    while (!ancestor.empty() && !fs::exists(fs::symlink_status(ancestor, ignored))) ancestor = ancestor.parent_path();
+    if (!ancestor.empty() && fs::exists(ancestor, ignored) && !fs::is_directory(ancestor, ignored)) {
+      DUFU_FAIL("run.dir ", run_dir, ": cannot create it: ", ancestor.string(), " is a file, not a directory");
+    }
+    DUFU_FAIL("run.dir ", run_dir, ": cannot create it: ", error.message());
+  }
+  if (::access(run_dir.c_str(), W_OK | X_OK) != 0) {
+    DUFU_FAIL("run.dir ", run_dir, ": cannot write in it (", errno_message(errno), ")");
+  }
+}
+
 }  // namespace
 
 bool Trainer::setup() {
@@ -124,6 +151,12 @@ bool Trainer::setup() {
   s.open_data(shards);
   s.build_model(model_memory);
   const dataprep::LoaderState loader_start = s.start_or_resume();
+  // Written once resuming is known to be possible: a refused run leaves the run's own.
+  if (s.is_main) {
+    AtomicFile saved((fs::path(s.options.run_dir) / "config.toml").string());
+    saved.write(s.config_toml.data(), s.config_toml.size());
+    saved.commit();
+  }
   if (s.state.step >= s.options.steps) {
     if (s.is_main) s.reporter.nothing_to_do(s.state.step, s.options.steps);
     return false;
@@ -214,15 +247,12 @@ Trainer::State::MemoryNeed Trainer::State::check_memory_plan() {
 
 void Trainer::State::claim_run_dir() {
   if (is_main) {
-    fs::create_directories(options.run_dir);
+    create_run_dir(options.run_dir);
     run_lock = FileLock::try_lock((fs::path(options.run_dir) / ".lock").string());
     if (!run_lock) DUFU_FAIL("run.dir ", options.run_dir, " is in use by another training process");
     // Holding the lock, every partial checkpoint there is a dead process's.
     remove_checkpoint_leftovers(options.run_dir);
     reporter.effective_config(config_toml);
-    AtomicFile saved((fs::path(options.run_dir) / "config.toml").string());
-    saved.write(config_toml.data(), config_toml.size());
-    saved.commit();
     if (data_tokenizer) state.tokenizer = install_run_tokenizer(options.run_dir, *data_tokenizer);
     state.tokenizer_dir = options.run_dir;
     for (const std::string& prefix : shards_without_tokenizer) {
@@ -279,6 +309,11 @@ dataprep::LoaderState Trainer::State::start_or_resume() {
   dataprep::LoaderState loader_start;
   if (!found.empty()) {
     loader_start = resume(found);
+    // The stop would never come: the run is past it, and would train to train.steps.
+    if (options.exit_at_step > 0 && options.exit_at_step <= state.step) {
+      DUFU_FAIL("train.exit_at_step = ", options.exit_at_step, " is not after step ", state.step, " of ", found,
+                ", where the run resumes; HINT: give a later step, or train.exit_at_step=0 to train to train.steps");
+    }
   } else if (!options.init_from.empty()) {
     // A run that already saved checkpoints resumes from them above; init.from only
     // starts it.

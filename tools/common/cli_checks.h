@@ -1,5 +1,5 @@
-// Strict checks for the numeric flags of `dataprep`: a whole number in a range, so
-// that "-2" for an unsigned count is refused instead of wrapping around to
+// Strict checks for the numeric flags of `dataprep` and `train`: a whole number in a
+// range, so that "-2" for an unsigned count is refused instead of wrapping around to
 // 18446744073709551614, "1e300" is refused instead of being half-parsed, and the
 // message names the range in a few characters (CLI11's own range checks print the
 // largest double in full).
