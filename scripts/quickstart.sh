@@ -4,7 +4,9 @@
 # Linux kernel's Documentation/ (`linux-source-6.1`) - into zstd-compressed jsonl,
 # trains one sentencepiece tokenizer on both, preprocesses each into mmap shards,
 # inspects one, then trains a small GPT on a 50/50 blend of the two for a few minutes,
-# plots the loss and samples text from the last checkpoint. Everything lands in
+# plots the loss, samples text from the last checkpoint and exports it as a HuggingFace
+# directory. The commands after `mkdir` are the README's short tour, as written there
+# (scripts/check_readme_tour.py, the test readme_tour, keeps the two equal). Everything lands in
 # ./quickstart-out; running it again resumes (or finds finished) the same run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,3 +46,7 @@ echo "== plot: the loss curves"
 echo "== generate: text from the last checkpoint (with the tokenizer the run recorded)"
 "$train" generate --checkpoint "$out/run" \
   --prompt "The kernel" --max-tokens 60 --temperature 0.8 --top-k 40 --seed 1
+
+echo "== export-hf: the newest checkpoint as a HuggingFace directory"
+rm -rf "$out/hf"  # export-hf writes a new directory only
+"$train" export-hf "$out/run" "$out/hf"
