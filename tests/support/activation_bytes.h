@@ -15,9 +15,8 @@ namespace dufu::testing {
 inline double measured_activation_bytes(const trainer::GPTConfig& config, trainer::Precision precision,
                                         trainer::Recompute recompute, int B, int T) {
   CountingCpuDevice device;
-  trainer::GPT model(config, nullptr, {}, &device);
-  model.set_precision(precision);
-  model.set_recompute(recompute);
+  trainer::GPT model(config, nullptr, {}, &device,
+                     trainer::GPTRecipe{.precision = precision, .recompute = recompute});
   model.init_gpt2(3);
   const auto batch = next_token_batch(B, T, config.vocab_size, 9, {});
   model.zero_grad();  // the gradient is the model's, not the activations'

@@ -54,8 +54,7 @@ inline void expect_pipeline_stages_match_whole_model(const trainer::GPTConfig& c
   const auto second_batch = next_token_batch(B, T, config.vocab_size, check.first_seed + 1, {});
   const float scale = 1.0f / static_cast<float>(2 * B * T - 1);
 
-  trainer::GPT whole(config);
-  whole.set_precision(check.precision);
+  trainer::GPT whole(config, nullptr, {}, nullptr, trainer::GPTRecipe{.precision = check.precision});
   whole.init_gpt2(5);
   whole.zero_grad();
   const float whole_first = whole.forward(first_batch.tokens, first_batch.targets, B, T, scale);
@@ -64,11 +63,10 @@ inline void expect_pipeline_stages_match_whole_model(const trainer::GPTConfig& c
   whole.backward();
 
   const std::vector<int> split = trainer::pipeline_layer_split(config.n_layer, 2);
-  trainer::GPT head(config, nullptr, trainer::pipeline_stage(split, 0));
-  trainer::GPT tail(config, nullptr, trainer::pipeline_stage(split, 1));
+  const trainer::GPTRecipe stage_recipe{.precision = check.precision, .recompute = check.recompute};
+  trainer::GPT head(config, nullptr, trainer::pipeline_stage(split, 0), nullptr, stage_recipe);
+  trainer::GPT tail(config, nullptr, trainer::pipeline_stage(split, 1), nullptr, stage_recipe);
   for (trainer::GPT* stage : {&head, &tail}) {
-    stage->set_precision(check.precision);
-    stage->set_recompute(check.recompute);
     stage->init_gpt2(5);
     stage->zero_grad();
   }

@@ -128,9 +128,9 @@ struct StepResult {
 };
 
 // Three training steps (forward, backward, AdamW) of a fresh model from seed 7.
+// touch_precision: the recipe names the precision (else the model's default recipe).
 StepResult train_three_steps(const GPTConfig& config, Precision precision, bool touch_precision = true) {
-  GPT model(config);
-  if (touch_precision) model.set_precision(precision);
+  GPT model = touch_precision ? GPT(config, nullptr, {}, nullptr, GPTRecipe{.precision = precision}) : GPT(config);
   model.init_gpt2(7);
   AdamW optimizer(model, AdamWOptions{});
   StepResult result;
@@ -171,8 +171,7 @@ TEST(Bf16Model, Fp32IsUntouchedAndBf16IsCloseButRounded) {
 TEST(Bf16Model, WorkingCopyFollowsTheMasters) {
   const GPTConfig config = small_model();
   const auto batch = dufu::testing::next_token_batch(2, 16, config.vocab_size, 5, {});
-  GPT model(config);
-  model.set_precision(Precision::kBf16);
+  GPT model(config, nullptr, {}, nullptr, GPTRecipe{.precision = Precision::kBf16});
   model.init_gpt2(11);
   const float base = model.forward(batch.tokens, batch.targets, 2, 16);
   std::vector<float> masters(model.params().begin(), model.params().end());
@@ -186,9 +185,15 @@ TEST(Bf16Model, WorkingCopyFollowsTheMasters) {
   }
   ASSERT_GT(nudged, 1000);
   EXPECT_EQ(model.forward(batch.tokens, batch.targets, 2, 16), base);
-  model.set_precision(Precision::kFp32);
-  EXPECT_NE(model.forward(batch.tokens, batch.targets, 2, 16), base);
-  model.set_precision(Precision::kBf16);
+  // The nudged masters under fp32 (another model: the recipe is fixed at construction)
+  // do move the loss, and a fresh bf16 model over them gives the bf16 one's bits.
+  const std::vector<float> nudged_masters = model.download_parameters();
+  GPT fp32_model(config);
+  fp32_model.upload_parameters(nudged_masters);
+  EXPECT_NE(fp32_model.forward(batch.tokens, batch.targets, 2, 16), base);
+  GPT bf16_again(config, nullptr, {}, nullptr, GPTRecipe{.precision = Precision::kBf16});
+  bf16_again.upload_parameters(nudged_masters);
+  EXPECT_EQ(bf16_again.forward(batch.tokens, batch.targets, 2, 16), base);
   EXPECT_EQ(model.forward(batch.tokens, batch.targets, 2, 16), base);
   // A change the rounding keeps: the working copy must be remade to see it.
   for (float& p : model.params()) p *= 1.5f;
@@ -211,11 +216,11 @@ class DeviceWithoutBf16 final : public dufu::testing::ForwardingCpuDevice {
 
 TEST(Bf16Model, RefusedOnADeviceWithoutTheRoundingKernel) {
   DeviceWithoutBf16 device;
-  GPT model(small_model(), nullptr, {}, &device);
-  model.set_precision(Precision::kFp32);  // fp32 needs nothing new
-  dufu::testing::expect_error([&] { model.set_precision(Precision::kBf16); },
-                              {"train.precision = bf16", "cpu without bf16", "no bf16 rounding and storage kernels"});
+  const GPT model(small_model(), nullptr, {}, &device, GPTRecipe{.precision = Precision::kFp32});  // nothing new
   EXPECT_EQ(model.precision(), Precision::kFp32);
+  dufu::testing::expect_error(
+      [&] { GPT bf16_model(small_model(), nullptr, {}, &device, GPTRecipe{.precision = Precision::kBf16}); },
+      {"train.precision = bf16", "cpu without bf16", "no bf16 rounding and storage kernels"});
 }
 
 dufu::Config config_with(std::vector<std::string> overrides) {

@@ -124,9 +124,7 @@ Trained train(const TrainingRun& run) {
                                              .vocab_size = kVocab,
                                              .vocab_multiple = 8,
                                              .seq_length = kT}),
-            nullptr, {}, &device);
-  model.set_precision(run.precision);
-  model.set_optimizer_offload(run.offload);
+            nullptr, {}, &device, GPTRecipe{.precision = run.precision, .optimizer_offload = run.offload});
   model.init_gpt2(5);
   DataParallelOptimizer optimizer(model, AdamWOptions{}, world(), run.zero_stage, nullptr, nullptr,
                                   run.bucket_elements, run.reduce_each_micro_batch, run.overlap);

@@ -68,10 +68,9 @@ std::vector<float> gradient_bits_of(GPT& model) {
 TEST(KeptLossTest, KeptLossesAreTheReturnedOnes) {
   for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
     SCOPED_TRACE(precision == Precision::kBf16 ? "bf16" : "fp32");
-    GPT returning(small_config());
-    GPT keeping(small_config());
+    GPT returning(small_config(), nullptr, {}, nullptr, GPTRecipe{.precision = precision});
+    GPT keeping(small_config(), nullptr, {}, nullptr, GPTRecipe{.precision = precision});
     for (GPT* model : {&returning, &keeping}) {
-      model->set_precision(precision);
       model->init_gpt2(3);
       model->zero_grad();
     }
@@ -121,8 +120,7 @@ TEST(DeviceWaitTest, AStepWaitsForTheNormAndTheLossesOnly) {
     SCOPED_TRACE(precision == Precision::kBf16 ? "bf16" : "fp32");
     WaitCountingDevice device;
     const std::unique_ptr<Communicator> world = make_single_process_communicator();
-    GPT model(small_config(), nullptr, {}, &device);
-    model.set_precision(precision);
+    GPT model(small_config(), nullptr, {}, &device, GPTRecipe{.precision = precision});
     model.init_gpt2(5);
     DataParallelOptimizer optimizer(model, AdamWOptions{}, *world, 0);
     const auto step = [&](std::uint32_t seed, bool keep) {

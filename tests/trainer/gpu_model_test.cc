@@ -52,11 +52,10 @@ struct Model {
   GPT gpt;
   AdamW optimizer;
   Model(Device& device, Precision precision, Recompute recompute = Recompute::kNone,
-        const GPTConfig& config = small_config())
-      : gpt(config, nullptr, {}, &device), optimizer(gpt, AdamWOptions{}) {
-    gpt.set_precision(precision);
-    gpt.set_recompute(recompute);
-  }
+        const GPTConfig& config = small_config(), Precision attention_products = Precision::kFp32)
+      : gpt(config, nullptr, {}, &device,
+            GPTRecipe{.precision = precision, .attention_products = attention_products, .recompute = recompute}),
+        optimizer(gpt, AdamWOptions{}) {}
 };
 
 // Steps [first, last) with clipping at norm 1, one fixed batch per step; their losses.
@@ -77,8 +76,7 @@ std::vector<float> train(Model& model, int first, int last) {
 std::vector<float> losses_on(Device& device, Precision precision, Recompute recompute = Recompute::kNone,
                              Architecture arch = Architecture::kGpt2,
                              Precision attention_products = Precision::kFp32) {
-  Model model(device, precision, recompute, small_config(arch));
-  model.gpt.set_attention_products(attention_products);
+  Model model(device, precision, recompute, small_config(arch), attention_products);
   model.gpt.init_gpt2(42);
   return train(model, 0, kSteps);
 }
@@ -114,9 +112,7 @@ TEST_F(GpuModelTest, Bf16AttentionProductsMatchTheCpu) {
 // kernel where the GPU's ran), the bf16 working copy uploaded to the GPU each step.
 TEST_F(GpuModelTest, OffloadedOptimizerTrainsLikeTheDevicesOwn) {
   const std::vector<float> kept = losses_on(cuda(), Precision::kBf16);
-  GPT gpt(small_config(), nullptr, {}, &cuda());
-  gpt.set_precision(Precision::kBf16);
-  gpt.set_optimizer_offload(true);
+  GPT gpt(small_config(), nullptr, {}, &cuda(), GPTRecipe{.precision = Precision::kBf16, .optimizer_offload = true});
   ASSERT_EQ(&gpt.parameter_device(), &cpu_device());
   gpt.init_gpt2(42);
   AdamW optimizer(gpt, AdamWOptions{});

@@ -113,9 +113,8 @@ TEST_P(GradientBitsTest, EveryBackwardGemmReadsTheBitsOfItsDout) {
   for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
     SCOPED_TRACE(precision_name(precision));
     DoutRecordingDevice device;
-    GPT model(config, nullptr, {}, &device);
+    GPT model(config, nullptr, {}, &device, GPTRecipe{.precision = precision});
     model.init_gpt2(3);
-    model.set_precision(precision);
     // Two steps: the second reads bits its buffers already held from the first, and
     // ignores another position, whose row of the logits' gradient is zero only if the
     // classifier keeps ignored rows too (the padding columns 37..39 as well).
@@ -139,14 +138,11 @@ TEST_P(GradientBitsTest, TwoPipelineStagesKeepTheBitsOfTheGradientPassedBetweenT
     const bool tied = config.tie_embeddings;
     GPT first(config, nullptr, PipelineStage{.stage = 0, .num_stages = 2, .first_layer = 0, .num_layers = 1,
                                              .tied_head = tied},
-              &device);
+              &device, GPTRecipe{.precision = precision});
     GPT last(config, nullptr, PipelineStage{.stage = 1, .num_stages = 2, .first_layer = 1, .num_layers = 1,
                                             .tied_head = tied},
-             &device);
-    for (GPT* stage : {&first, &last}) {
-      stage->init_gpt2(4);
-      stage->set_precision(precision);
-    }
+             &device, GPTRecipe{.precision = precision});
+    for (GPT* stage : {&first, &last}) stage->init_gpt2(4);
     DoutRecordingDevice::take_seen();
     first.forward_stage(0, batch.tokens, {}, {}, kB, kT, 1.0f);
     last.forward_stage(0, {}, first.stage_output(0), batch.targets, kB, kT, 1.0f / (kB * kT));

@@ -82,8 +82,7 @@ struct SerialRun {
 // then greedy and sampled generation; everything on `device`.
 SerialRun serial_run(Device& device, const std::string& run_dir, Precision precision) {
   SerialRun run;
-  GPT model(small_config(), nullptr, {}, &device);
-  model.set_precision(precision);
+  GPT model(small_config(), nullptr, {}, &device, GPTRecipe{.precision = precision});
   model.init_gpt2(7);
   AdamW optimizer(model, AdamWOptions{});
   run.losses = train_steps(model, optimizer, 0, 3);
@@ -91,8 +90,7 @@ SerialRun serial_run(Device& device, const std::string& run_dir, Precision preci
   run.model_file = dufu::testing::read_all(dir + "/model.safetensors");
   run.optimizer_file = dufu::testing::read_all(dir + "/optimizer.safetensors");
 
-  GPT resumed(small_config(), nullptr, {}, &device);
-  resumed.set_precision(precision);
+  GPT resumed(small_config(), nullptr, {}, &device, GPTRecipe{.precision = precision});
   AdamW resumed_optimizer(resumed, AdamWOptions{});
   load_checkpoint(dir, resumed, &resumed_optimizer);
   const std::vector<float> more = train_steps(resumed, resumed_optimizer, 3, 5);
@@ -244,8 +242,8 @@ TEST(DeviceAllocationTest, StepsAfterTheFirstAllocateNothing) {
   for (const bool bf16 : {false, true}) {
     SCOPED_TRACE(bf16 ? "bf16" : "fp32");
     const std::unique_ptr<Communicator> world = make_single_process_communicator();
-    GPT model(small_config(), nullptr, {}, &guarded_device());
-    model.set_precision(bf16 ? Precision::kBf16 : Precision::kFp32);
+    GPT model(small_config(), nullptr, {}, &guarded_device(),
+              GPTRecipe{.precision = bf16 ? Precision::kBf16 : Precision::kFp32});
     model.init_gpt2(1);
     DataParallelOptimizer optimizer(model, AdamWOptions{}, *world, 0);
     const auto step = [&](std::uint32_t seed) {

@@ -26,6 +26,7 @@ using dufu::trainer::AdamW;
 using dufu::trainer::AdamWOptions;
 using dufu::trainer::GPT;
 using dufu::trainer::GPTConfig;
+using dufu::trainer::GPTRecipe;
 using dufu::trainer::PipelineStage;
 using dufu::trainer::Precision;
 using dufu::trainer::Recompute;
@@ -75,8 +76,7 @@ TEST(LlamaBf16Test, TrainsARepeatedBatchLikeFp32) {
   const auto batch = dufu::testing::next_token_batch(kB, kT, config.vocab_size, 41, {});
   std::vector<float> last_losses;
   for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
-    GPT model(config);
-    model.set_precision(precision);
+    GPT model(config, nullptr, {}, nullptr, GPTRecipe{.precision = precision});
     model.init_gpt2(7);
     AdamW optimizer(model, AdamWOptions{});
     std::vector<float> losses;

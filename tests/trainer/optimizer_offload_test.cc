@@ -1,4 +1,4 @@
-// optim.offload = cpu (GPT::set_optimizer_offload): the fp32 masters and the AdamW
+// optim.offload = cpu (GPTRecipe::optimizer_offload): the fp32 masters and the AdamW
 // moments in host memory, the update on the host, the device keeping the bf16 working
 // copy, the gradients and the activations. On the guarded device (device memory the
 // host cannot touch, guarded_device.h) an offloaded run trains, checkpoints and
@@ -49,10 +49,8 @@ GPTConfig small_config(Architecture arch = Architecture::kGpt2) {
 }
 
 std::unique_ptr<GPT> make_model(Device& device, bool offload, Architecture arch) {
-  auto model = std::make_unique<GPT>(small_config(arch), nullptr, PipelineStage{}, &device);
-  model->set_precision(Precision::kBf16);
-  model->set_optimizer_offload(offload);
-  return model;
+  return std::make_unique<GPT>(small_config(arch), nullptr, PipelineStage{}, &device,
+                               GPTRecipe{.precision = Precision::kBf16, .optimizer_offload = offload});
 }
 
 std::vector<float> train_steps(GPT& model, DataParallelOptimizer& optimizer, int first, int last) {
@@ -150,23 +148,21 @@ TEST(OptimizerOffloadRefusalTest, CombinationsThatCannotWorkAreRefusedWithTheRea
       EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
     }
   };
+  // The recipe is fixed at construction, so the model refuses the combination there
+  // (an offloaded model can no longer be switched back to fp32 afterwards: a
+  // different recipe is a different model).
+  refused([] { GPT model(small_config(), nullptr, {}, &guarded_device(), GPTRecipe{.optimizer_offload = true}); },
+          "needs train.precision = bf16");  // the default precision, fp32
   refused(
       [] {
-        GPT model(small_config(), nullptr, {}, &guarded_device());
-        model.set_optimizer_offload(true);  // still fp32
-      },
-      "needs train.precision = bf16");
-  refused(
-      [] {
-        GPT model(small_config(), nullptr, {}, &cpu_device());
-        model.set_precision(Precision::kBf16);
-        model.set_optimizer_offload(true);
+        GPT model(small_config(), nullptr, {}, &cpu_device(),
+                  GPTRecipe{.precision = Precision::kBf16, .optimizer_offload = true});
       },
       "with train.device = cpu");
   refused(
       [] {
-        auto model = make_model(guarded_device(), true, Architecture::kGpt2);
-        model->set_precision(Precision::kFp32);
+        GPT model(small_config(), nullptr, {}, &guarded_device(),
+                  GPTRecipe{.precision = Precision::kFp32, .optimizer_offload = true});
       },
       "optim.offload = cpu needs train.precision = bf16");
   // The configuration refuses them before any rank starts.

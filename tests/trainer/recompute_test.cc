@@ -31,6 +31,7 @@ using dufu::trainer::AdamW;
 using dufu::trainer::AdamWOptions;
 using dufu::trainer::GPT;
 using dufu::trainer::GPTConfig;
+using dufu::trainer::GPTRecipe;
 using dufu::trainer::Precision;
 using dufu::trainer::Recompute;
 
@@ -79,14 +80,10 @@ class RecomputeTest : public ::testing::TestWithParam<std::tuple<RecomputeModel,
 
 TEST_P(RecomputeTest, RecomputationGivesTheSameBits) {
   const GPTConfig config = this->config();
-  GPT stored(config);
-  GPT recomputed(config);
-  recomputed.set_recompute(recompute());
+  GPT stored(config, nullptr, {}, nullptr, GPTRecipe{.precision = precision()});
+  GPT recomputed(config, nullptr, {}, nullptr, GPTRecipe{.precision = precision(), .recompute = recompute()});
   EXPECT_EQ(recomputed.recompute(), recompute());
-  for (GPT* model : {&stored, &recomputed}) {
-    model->set_precision(precision());
-    model->init_gpt2(11);
-  }
+  for (GPT* model : {&stored, &recomputed}) model->init_gpt2(11);
   AdamW stored_optimizer(stored, AdamWOptions{});
   AdamW recomputed_optimizer(recomputed, AdamWOptions{});
   constexpr int kMicroBatches = 2;

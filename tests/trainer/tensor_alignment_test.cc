@@ -35,9 +35,8 @@ TEST(TensorAlignment, GenerationWithAnOddPromptLength) {
   for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
     SCOPED_TRACE(precision_name(precision));
     AlignmentCheckingDevice device;
-    GPT model(odd_sizes_model(), nullptr, {}, &device);
+    GPT model(odd_sizes_model(), nullptr, {}, &device, GPTRecipe{.precision = precision});
     model.init_gpt2(5);
-    model.set_precision(precision);
     AlignmentCheckingDevice::take_misaligned();
     SamplingOptions options;
     options.max_new_tokens = 3;  // forwards over 5, 6 and 7 positions
@@ -51,9 +50,8 @@ TEST(TensorAlignment, TrainingStepWithAnOddNumberOfRows) {
   for (const Precision precision : {Precision::kFp32, Precision::kBf16}) {
     SCOPED_TRACE(precision_name(precision));
     AlignmentCheckingDevice device;
-    GPT model(odd_sizes_model(), nullptr, {}, &device);
+    GPT model(odd_sizes_model(), nullptr, {}, &device, GPTRecipe{.precision = precision});
     model.init_gpt2(6);
-    model.set_precision(precision);
     AlignmentCheckingDevice::take_misaligned();
     const auto batch = dufu::testing::next_token_batch(1, 7, odd_sizes_model().vocab_size, 3, {});
     model.forward(batch.tokens, batch.targets, 1, 7);

@@ -454,11 +454,9 @@ TEST(TensorParallelRecompute, RecomputationGivesTheSameBits) {
       SCOPED_TRACE(::testing::Message() << "tp " << tp << ", " << precision_name(precision) << ", recompute "
                                         << recompute_name(recompute));
       std::unique_ptr<Communicator> group = tensor_group(tp);
-      GPT stored(config, group.get());
-      GPT recomputed(config, group.get());
-      recomputed.set_recompute(recompute);
+      GPT stored(config, group.get(), {}, nullptr, GPTRecipe{.precision = precision});
+      GPT recomputed(config, group.get(), {}, nullptr, GPTRecipe{.precision = precision, .recompute = recompute});
       for (GPT* model : {&stored, &recomputed}) {
-        model->set_precision(precision);
         model->init_gpt2(17);
         model->zero_grad();
       }

@@ -181,15 +181,25 @@ TEST(RecipeRules, TheConfigurationAndTheModelRefuseInTheSameWords) {
   small.n_head = 2;
   small.vocab_size = 64;
   small.seq_length = 8;
-  GPT model(small, nullptr, {}, &cpu_device());
   const std::string on_host = recipe_refusal({.precision = Precision::kBf16, .optimizer_offload = true,
                                               .device_memory_is_host = true});
-  model.set_precision(Precision::kBf16);
-  EXPECT_EQ(error_of([&] { model.set_optimizer_offload(true); }), on_host);
+  EXPECT_EQ(error_of([&] {
+              GPT model(small, nullptr, {}, &cpu_device(),
+                        GPTRecipe{.precision = Precision::kBf16, .optimizer_offload = true});
+            }),
+            on_host);
   EXPECT_EQ(error_of([] {
               training_options(defaults_with({"optim.offload=cpu", "train.precision=bf16"}));
             }),
             on_host);
+  // The constructor judges the recipe whole: bf16 attention products under fp32 too.
+  const std::string products = recipe_refusal({.attention_products = Precision::kBf16});
+  ASSERT_FALSE(products.empty());
+  EXPECT_EQ(error_of([&] {
+              GPT model(small, nullptr, {}, &cpu_device(), GPTRecipe{.attention_products = Precision::kBf16});
+            }),
+            products);
+  EXPECT_EQ(error_of([] { training_options(defaults_with({"train.attention_products=bf16"})); }), products);
   EXPECT_EQ(recipe_refusal({}), "");
   EXPECT_EQ(recipe_refusal({.precision = Precision::kBf16, .attention_products = Precision::kBf16}), "");
   EXPECT_NE(recipe_refusal({.attention_products = Precision::kBf16}), "");

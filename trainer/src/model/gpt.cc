@@ -56,12 +56,15 @@ GPT::GPT(const GPTConfig& config, Communicator* tensor_group, const PipelineStag
     DUFU_FAIL("model.arch = llama: the device ", device_->describe(),
               " lacks the Llama-family kernels (RMSNorm, rotary, SwiGLU)");
   }
-  // The parts in the one order that holds (offload needs the bf16 recipe in place);
-  // the defaults are the members' own.
-  if (recipe.precision != precision_) set_precision(recipe.precision);
-  set_attention_products(recipe.attention_products);
-  set_recompute(recipe.recompute);
-  set_optimizer_offload(recipe.optimizer_offload);
+  // The recipe, fixed for the model's life: the rule book judges it whole (this
+  // model's device, its storage whole), then its parts go in, in the one order that
+  // holds: the precision's parameter views, then offload, which moves the masters to
+  // the host under the bf16 working copy. The defaults are the members' own.
+  attention_products_ = recipe.attention_products;
+  recompute_ = recipe.recompute;
+  check_recipe(recipe_choices(recipe.precision, recipe.optimizer_offload));
+  if (recipe.precision != precision_) apply_precision(recipe.precision);
+  if (recipe.optimizer_offload) offload_optimizer();
 }
 
 std::size_t GPT::num_full_parameters() const { return gpt_layout_size(full_layout_); }

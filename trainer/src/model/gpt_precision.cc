@@ -39,17 +39,6 @@ Recompute parse_recompute(std::string_view text, std::string_view knob) {
   DUFU_FAIL(knob, " must be \"none\", \"selective\" or \"full\", got \"", text, "\"");
 }
 
-void GPT::set_recompute(Recompute recompute) {
-  // As with the precision, the slots' memory is laid out for one mode.
-  if (recompute != recompute_) {
-    for (ActivationSlot& slot : slots_) {
-      slot.has_logits = false;
-      slot.backward_pending = false;
-    }
-  }
-  recompute_ = recompute;
-}
-
 namespace {
 
 bool has_bf16_kernels(const KernelTable& k) {
@@ -66,20 +55,13 @@ RecipeChoices GPT::recipe_choices(Precision precision, bool offload) const {
           .device_memory_is_host = device_ == &cpu_device()};
 }
 
-void GPT::set_precision(Precision precision) {
-  check_recipe(recipe_choices(precision, optimizer_offloaded()));
+void GPT::apply_precision(Precision precision) {
   if (precision == Precision::kBf16 && !has_bf16_kernels(device_->kernels())) {
     DUFU_FAIL("train.precision = bf16: the device ", device_->describe(),
               " has no bf16 rounding and storage kernels yet; HINT: use train.precision = fp32 on it");
   }
-  // The slots' memory is laid out for one precision: a forward under the other would
-  // find the activations of a backward still to come in the wrong place.
-  if (precision != precision_) {
-    for (ActivationSlot& slot : slots_) {
-      slot.has_logits = false;
-      slot.backward_pending = false;
-    }
-  }
+  // Before any forward (the constructor's), so no activation slot is laid out for the
+  // other precision yet.
   precision_ = precision;
   make_parameter_views();
   working_weights_stale_ = true;
@@ -128,11 +110,8 @@ void GPT::make_parameter_views() {
   });
 }
 
-void GPT::set_optimizer_offload(bool offload) {
-  if (offload == optimizer_offloaded()) return;
-  check_recipe(recipe_choices(precision_, offload));
-  storage_->move_parameters(offload ? cpu_device() : *device_);
-  if (!offload) host_working_bits_ = {};
+void GPT::offload_optimizer() {
+  storage_->move_parameters(cpu_device());
   working_weights_stale_ = true;
 }
 

@@ -67,9 +67,12 @@ class GPT {
   // collectives must move that device's memory (Communicator::memory_space()), or
   // this throws dufu::Error naming both.
   //
-  // recipe: how the model computes (GPTRecipe; the setters below change one part
-  // later, for tests). Throws dufu::Error with the rule book's words for a
-  // combination it refuses (recipe_rules.h).
+  // recipe: how the model computes (GPTRecipe: precision, attention's tile products,
+  // recomputation, optimizer offload), fixed here for the model's life; the getters
+  // below read it back. A different recipe is a different model: construct another
+  // and move the weights with download_parameters() and upload_parameters(). Throws
+  // dufu::Error with the rule book's words for a combination it refuses
+  // (recipe_rules.h), and for bf16 on a device whose kernel table lacks the bf16 ops.
   explicit GPT(const GPTConfig& config, Communicator* tensor_group = nullptr, const PipelineStage& stage = {},
                Device* device = nullptr, const GPTRecipe& recipe = {});
   // The views point into the buffers: a copy would share them, a move keeps them.
@@ -149,39 +152,32 @@ class GPT {
   // Named views into another buffer of num_parameters() floats (e.g. Adam moments).
   GPTTensors tensors(std::span<float> buffer) const;
 
-  // Switches the arithmetic of forward and backward (fp32 by default; fp32 is the
-  // model as it was, bit for bit). bf16 keeps a working copy of the weights in bf16,
-  // every parameter rounded, made from the masters by the first forward after they
-  // change (once per step, after the optimizer), and an fp32 copy of its biases and
-  // LayerNorm parameters for the kernels that take floats; it rounds the activations
-  // at the recipe's points, keeps the activations a backward reads in bf16 memory, and
-  // runs the embedding and the matmuls on the bf16 copies (the *_bf16 kernels).
-  // Changing the precision drops the activations of earlier forwards. Throws
-  // dufu::Error for bf16 on a device whose kernel table lacks the bf16 ops.
-  void set_precision(Precision precision);
+  // ---- the recipe, as the constructor fixed it ----
+  // The arithmetic of forward and backward (fp32 by default; fp32 is the model as it
+  // was, bit for bit). bf16 keeps a working copy of the weights in bf16, every
+  // parameter rounded, made from the masters by the first forward after they change
+  // (once per step, after the optimizer), and an fp32 copy of its biases and LayerNorm
+  // parameters for the kernels that take floats; it rounds the activations at the
+  // recipe's points, keeps the activations a backward reads in bf16 memory, and runs
+  // the embedding and the matmuls on the bf16 copies (the *_bf16 kernels).
   Precision precision() const { return precision_; }
   // Attention's tile products (train.attention_products): kFp32 (the default), or kBf16,
   // bf16 operands with fp32 sums as tensor cores run them (kernel_table.h: the
-  // attention entries given qkv's bf16 copy). kBf16 takes effect under
-  // precision() == kBf16 only, where qkv's bf16 copy exists.
-  void set_attention_products(Precision products) { attention_products_ = products; }
+  // attention entries given qkv's bf16 copy); kBf16 needs precision() == kBf16, where
+  // qkv's bf16 copy exists.
   Precision attention_products() const { return attention_products_; }
   // optim.offload = cpu (ZeRO-Offload's split, Ren et al. 2021): the fp32 master
-  // weights move to host memory (the CPU device's), where the optimizer keeps its
+  // weights live in host memory (the CPU device's), where the optimizer keeps its
   // moments and runs AdamW (optimizer.h takes parameter_device()); the model's device
   // keeps the bf16 working copy, remade on the host and uploaded by the first forward
   // after the masters change, the gradients and the activations. The arithmetic is
   // unchanged: the same rounding and the same AdamW formula, on the host. Needs bf16
   // (under fp32 the device would need fp32 weights, all that offload moves) and a
-  // device whose memory is not the host's; throws dufu::Error naming the reason
-  // otherwise. Under offload set_precision(kFp32) throws.
-  void set_optimizer_offload(bool offload);
+  // device whose memory is not the host's; the constructor refuses it otherwise.
   bool optimizer_offloaded() const { return &storage_->parameter_device() != device_; }
   // Where params() lives: the model's device, or the CPU device under offload.
   Device& parameter_device() const { return storage_->parameter_device(); }
-  // What the forward keeps for the backward (see Recompute; kNone by default). Changing
-  // it drops the activations of earlier forwards, as set_precision does.
-  void set_recompute(Recompute recompute);
+  // What the forward keeps for the backward (see Recompute; kNone by default).
   Recompute recompute() const { return recompute_; }
 
   // Runs the model on tokens [B, T] (values in [0, vocab_size), T <= seq_length).
@@ -338,6 +334,13 @@ class GPT {
   // p_ (and under bf16 p16_ and the vector runs) for the storage's memory as it is
   // laid out now.
   void make_parameter_views();
+  // The constructor's two recipe steps that do more than set a member, run once each,
+  // in this order, after the rule book accepted the whole recipe and before any
+  // forward: the precision's parameter views (bf16: the working copy's memory; throws
+  // for a device without the bf16 kernels), then the masters moved to the CPU device
+  // under offload (the working copy is remade from them on the host).
+  void apply_precision(Precision precision);
+  void offload_optimizer();
   // Which part of the layout a flat offset is in: -1 the edges before the layers, the
   // local layer, or num_layers the edges after (vector runs do not cross parts).
   int layout_part(std::size_t offset) const;
