@@ -2,7 +2,9 @@
 // runs on its own thread without the GIL (interruptible.h: Ctrl-C and a failing
 // callback stop it at the next batch); progress goes to the terminal (the tool's bar
 // or lines on stderr), nowhere, or to a Python callable that the calling thread
-// invokes about every `progress_interval` seconds with the counters so far.
+// invokes about every `progress_interval` seconds with the counters so far, and once
+// more with the final ones before the run commits anything (CommitGate), so that an
+// exception from any call leaves the previous output as it was.
 #include "dufu/dataprep/preprocess.h"
 
 #include <pybind11/functional.h>
@@ -10,7 +12,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 
 #include "bindings.h"
 #include "interruptible.h"
@@ -50,6 +54,43 @@ py::dict progress_dict(const Progress& progress) {
   out["seconds"] = progress.elapsed_seconds();
   return out;
 }
+
+// The run's approval to commit, which the calling thread gives: the run waits in
+// wait_for_approval() until the calling thread has made the last progress call (which
+// may raise) and answered. It also looks at `stop` while it waits, so a Ctrl-C, after
+// which the calling thread only waits for the run, cannot leave it waiting.
+class CommitGate {
+ public:
+  explicit CommitGate(const std::atomic<bool>& stop) : stop_(stop) {}
+
+  bool wait_for_approval() {
+    std::unique_lock lock(mutex_);
+    state_ = State::kAsked;
+    while (state_ == State::kAsked) {
+      if (stop_.load()) return false;
+      answered_.wait_for(lock, kSignalPoll);
+    }
+    return state_ == State::kApproved;
+  }
+  bool asked() {
+    const std::lock_guard lock(mutex_);
+    return state_ == State::kAsked;
+  }
+  void answer(bool approved) {
+    {
+      const std::lock_guard lock(mutex_);
+      state_ = approved ? State::kApproved : State::kRefused;
+    }
+    answered_.notify_all();
+  }
+
+ private:
+  enum class State { kRunning, kAsked, kApproved, kRefused };
+  const std::atomic<bool>& stop_;
+  std::mutex mutex_;
+  std::condition_variable answered_;
+  State state_ = State::kRunning;
+};
 
 PreprocessStats run(const PreprocessOptions& options, const std::optional<std::string>& shard, Progress* progress) {
   if (shard) return dataprep::preprocess_part(options, dataprep::parse_shard(*shard), progress);
@@ -97,19 +138,31 @@ py::dict preprocess(std::vector<std::string> inputs, std::string output_prefix, 
   Progress meter("preprocess", {{"MB", 1e6}, {"docs", 1}, {"tokens", 1}}, ProgressOptions{.quiet = !terminal});
   std::atomic<bool> stop{false};
   options.stop = &stop;
+  CommitGate gate(stop);
+  if (callback) options.approve_commit = [&gate] { return gate.wait_for_approval(); };
   const auto interval = std::chrono::duration<double>(std::max(progress_interval, 0.01));
   auto next_call = std::chrono::steady_clock::now() + interval;
   const std::function<void()> call_back = [&] {
-    if (!callback || std::chrono::steady_clock::now() < next_call) return;
+    if (!callback) return;
+    if (gate.asked()) {  // the last call, with the final counters, before the commit
+      try {
+        progress(progress_dict(meter));
+      } catch (...) {
+        gate.answer(false);
+        throw;
+      }
+      gate.answer(true);
+      return;
+    }
+    if (std::chrono::steady_clock::now() < next_call) return;
     progress(progress_dict(meter));
     next_call = std::chrono::steady_clock::now() + interval;
   };
-  // A Ctrl-C or an exception from the callback stops the job at its next batch; the
-  // previous output, if any, stays as it was.
+  // A Ctrl-C or an exception from the callback stops the job at its next batch or at
+  // its commit; the previous output, if any, stays as it was.
   const PreprocessStats stats =
       run_interruptibly(stop, [&options, &shard, &meter] { return run(options, shard, &meter); }, call_back);
   meter.finish();
-  if (callback) progress(progress_dict(meter));
   return stats_dict(stats);
 }
 

@@ -1,6 +1,7 @@
 """Long calls of the package stop when told to: Ctrl-C (SIGINT) at a random moment of
-dufu.preprocess, and an exception from its progress callback, end the run before its
-end and leave the previous output pair as it was with nothing beside it; a Ctrl-C
+dufu.preprocess, and an exception from its progress callback (its last call, with the
+final counters, included), end the run before its end and leave the previous output
+pair as it was with nothing beside it; a Ctrl-C
 while DataLoader waits for a batch raises at once and consumes no batch, and one
 while a CausalLMDataset builds its indices stops the building and caches nothing."""
 
@@ -65,6 +66,36 @@ def test_a_failing_callback_stops_the_run_and_keeps_the_previous_pair(corpus, tm
                         progress_interval=0.01)
     assert len(calls) == 1
     assert files_of(str(out)) == before
+
+
+def test_a_callback_failing_at_its_last_call_keeps_the_previous_pair(corpus, tmp_path):
+    # Issue 44: the last call (the final counters) came after the new pair had replaced
+    # the old one. It comes before the commit now, which waits for its answer.
+    model, jsonl = corpus
+    out = tmp_path / "out"
+    out.mkdir()
+    dufu.preprocess([jsonl], str(out / "corpus"), model)
+    before = files_of(str(out))
+    small = tmp_path / "small.jsonl"
+    with open(jsonl, encoding="utf-8") as source:
+        small.write_text("".join(source.readlines()[:50]), encoding="utf-8")
+    total = os.path.getsize(small)
+    calls = []
+
+    def callback(counters):
+        calls.append(counters)
+        if counters["input_bytes"] == total:
+            raise KeyError("at the last call")
+
+    with pytest.raises(KeyError, match="at the last call"):
+        dufu.preprocess([str(small)], str(out / "corpus"), model, progress=callback, progress_interval=0.01)
+    assert calls and calls[-1]["input_bytes"] == total
+    assert files_of(str(out)) == before
+    # A callback that returns lets the same run commit, its last call with the final counters.
+    calls.clear()
+    stats = dufu.preprocess([str(small)], str(out / "corpus"), model, progress=calls.append, progress_interval=60)
+    assert calls[-1]["documents"] == stats["documents"] == 50 and calls[-1]["input_bytes"] == total
+    assert files_of(str(out)) != before
 
 
 def test_sigint_while_the_loader_waits_consumes_no_batch(tmp_path):

@@ -407,10 +407,11 @@ void run_pipeline(const PreprocessOptions& options, const PreprocessSetup& setup
   reader_thread.join();
   for (auto& worker : workers) worker.join();
   if (auto error = pipeline.first_error()) std::rethrow_exception(error);
-  if (options.stop != nullptr && options.stop->load()) {  // asked after the last batch, before any commit
+  if (progress) progress->add(kBytesCounter, bytes_done_since_last());  // input after the last document
+  // Asked after the last batch, before any commit.
+  if ((options.stop != nullptr && options.stop->load()) || (options.approve_commit && !options.approve_commit())) {
     DUFU_FAIL("preprocess was stopped before its end; its outputs are not written");
   }
-  if (progress) progress->add(kBytesCounter, bytes_done_since_last());  // input after the last document
   stats->records = totals.records;
   stats->input_bytes = totals.input_bytes;
   stats->bad_skipped = totals.bad_records;

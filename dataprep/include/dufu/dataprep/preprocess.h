@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,10 @@ struct PreprocessOptions {
   // package's Ctrl-C): the run then throws dufu::Error and, as on any error, leaves
   // no output and no temporary.
   const std::atomic<bool>* stop = nullptr;
+  // Called once from the run's thread after its last batch, before anything is
+  // committed: false stops the run there as `stop` does (the Python package makes its
+  // last progress call in it, so that the call's exception leaves the old outputs).
+  std::function<bool()> approve_commit;
 };
 
 struct PreprocessStats {

@@ -81,7 +81,7 @@ struct TrainingOptions {
   // (docs/parallelism.md), and the NCCL backend does not overlap it yet.
   bool overlap_reduction = training_knob_bool("dist.overlap_reduction");
   // optim.offload = cpu: fp32 masters and AdamW moments in host memory, the update on
-  // the host (GPT::set_optimizer_offload); false = none.
+  // the host (GPTRecipe::optimizer_offload); false = none.
   bool optimizer_offload = false;
 
   std::string run_dir = std::string(training_knob_string("run.dir"));

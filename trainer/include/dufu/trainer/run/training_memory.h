@@ -98,7 +98,7 @@ MemoryPlan memory_plan(double parameters, int data_parallel_size, int zero_stage
                        double bucket_floats = kDefaultBucketMegabytes * 1024 * 1024 / sizeof(float),
                        double weight_floats = -1.0);
 // optim.offload = cpu: the fp32 masters and the moments move from the device's plan to
-// host memory (GPT::set_optimizer_offload).
+// host memory (GPTRecipe::optimizer_offload).
 void offload_to_host(MemoryPlan& plan);
 
 // The micro-batches whose activations a stage holds at once under the 1F1B schedule:
