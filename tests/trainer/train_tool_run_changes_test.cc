@@ -1,0 +1,83 @@
+// Issue 44 ("never lose a run"), the train tool end to end: files that are not
+// regular (a FIFO, /dev/zero) given as a tokenizer, an HF config.json or a
+// sidecar's tokenizer are refused in one line instead of hanging the tool.
+#include <sys/stat.h>
+
+#include <string>
+
+#include "train_tool_fixture.h"
+
+namespace train_tool_testing {
+namespace {
+
+using dufu::testing::dataprep_tool;
+using dufu::testing::fixture_path;
+
+// A bound on every command: a tool that hangs on a FIFO fails the test instead of
+// hanging ctest (timeout's 124, or 137 after the KILL).
+constexpr char kBound[] = "timeout -s KILL 10 ";
+
+class TrainRunChangesTest : public TrainToolTest {
+ protected:
+  CommandResult bounded_train(const std::string& arguments) {
+    return run_command(kBound + shell_quote(train_tool()) + " " + arguments);
+  }
+  // A two-step run of `write_config(name, extra)`, its checkpoint at step 2.
+  std::string trained_run(const std::string& name, const std::string& extra = "") {
+    const std::string dir = run_dir(name);
+    const CommandResult result = bounded_train(shell_quote(write_config(name, extra)) + " run.dir=" +
+                                               shell_quote(dir) + " train.steps=2 eval.interval=0");
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    return dir;
+  }
+  std::string fifo(const std::string& name) {
+    const std::string path = dir_.file(name);
+    EXPECT_EQ(::mkfifo(path.c_str(), 0600), 0) << path;
+    return path;
+  }
+};
+
+TEST_F(TrainRunChangesTest, TokenizerThatIsNotARegularFileIsRefusedNotWaitedOn) {
+  const std::string dir = trained_run("fifo_tokenizer");
+  const std::string pipe = fifo("tokenizer.pipe");
+  for (const std::string& tokenizer : {pipe, std::string("/dev/zero")}) {
+    CommandResult result =
+        bounded_train("generate -c " + shell_quote(dir) + " -p 'The' -n 2 --tokenizer " + shell_quote(tokenizer));
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_TRUE(is_one_line(result.output, "not a regular file")) << result.output;
+    const std::string exported = dir_.file("fifo_export");
+    result = bounded_train("export-hf " + shell_quote(dir) + " " + shell_quote(exported) + " --tokenizer " +
+                           shell_quote(tokenizer));
+    EXPECT_EQ(result.exit_code, 1) << result.output;
+    EXPECT_TRUE(is_one_line(result.output, "not a regular file")) << result.output;
+  }
+}
+
+TEST_F(TrainRunChangesTest, HfConfigThatIsAFifoIsRefusedNotWaitedOn) {
+  const std::string hf_dir = dir_.file("hf");
+  fs::create_directories(hf_dir);
+  ASSERT_EQ(::mkfifo((hf_dir + "/config.json").c_str(), 0600), 0);
+  const CommandResult result = bounded_train("import-hf " + shell_quote(hf_dir) + " " + shell_quote(dir_.file("imported")));
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_TRUE(is_one_line(result.output, "not a regular file")) << result.output;
+}
+
+// The sidecar names the tokenizer the shard was made with; that path is now a FIFO.
+TEST_F(TrainRunChangesTest, SidecarTokenizerThatIsAFifoIsRefusedNotWaitedOn) {
+  const std::string model = dir_.file("fortunes.model");
+  write_all(model, read_all(fixture_path("fortunes.model")));
+  const std::string prefix = dir_.file("piped");
+  const CommandResult made =
+      run_command(kBound + shell_quote(dataprep_tool()) + " preprocess -q --append-eod -i " +
+                  shell_quote(fixture_path("fortunes.jsonl")) + " -m " + shell_quote(model) + " -o " + shell_quote(prefix));
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  fs::remove(model);
+  ASSERT_EQ(::mkfifo(model.c_str(), 0600), 0);
+  const CommandResult result = bounded_train(shell_quote(write_config("piped")) + " run.dir=" +
+                                             shell_quote(run_dir("piped")) + " data.blend=" + shell_quote(prefix));
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_TRUE(is_one_line(result.output, "not a regular file")) << result.output;
+}
+
+}  // namespace
+}  // namespace train_tool_testing
