@@ -1,6 +1,8 @@
-// Issue 44 ("never lose a run"), the train tool end to end: files that are not
-// regular (a FIFO, /dev/zero) given as a tokenizer, an HF config.json or a
-// sidecar's tokenizer are refused in one line instead of hanging the tool.
+// Issue 44 ("never lose a run"), the train tool end to end: a vocabulary that cannot
+// hold the tokenizer's ids is refused at start and a larger (padded) one trains,
+// generates and exports; export-hf without a tokenizer (--no-tokenizer); files that
+// are not regular (a FIFO, /dev/zero) are refused in one line instead of hanging the
+// tool.
 #include <sys/stat.h>
 
 #include <string>
@@ -36,6 +38,53 @@ class TrainRunChangesTest : public TrainToolTest {
     return path;
   }
 };
+
+TEST_F(TrainRunChangesTest, VocabularySmallerThanTheTokenizersIsRefusedAtStart) {
+  const std::string dir = run_dir("small_vocab");
+  const CommandResult result =
+      bounded_train(shell_quote(write_config("small_vocab")) + " run.dir=" + shell_quote(dir) + " model.vocab_size=1000");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_TRUE(is_one_line(result.output, "model.vocab_size = 1000")) << result.output;
+  EXPECT_TRUE(is_one_line(result.output, "2000")) << result.output;
+  EXPECT_FALSE(file_exists(dir + "/checkpoints")) << result.output;
+}
+
+TEST_F(TrainRunChangesTest, PaddedVocabularyTrainsGeneratesAndExports) {
+  const std::string padded = run_dir("padded_vocab");
+  CommandResult result = bounded_train(shell_quote(write_config("padded_vocab")) + " run.dir=" + shell_quote(padded) +
+                                       " train.steps=2 eval.interval=0 model.vocab_size=2100");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  result = bounded_train("generate -c " + shell_quote(padded) + " -p 'The' -n 8 --seed 3");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  const std::string exported = dir_.file("padded_export");
+  result = bounded_train("export-hf " + shell_quote(padded) + " " + shell_quote(exported));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  std::string config = read_all(exported + "/config.json");
+  std::erase(config, ' ');
+  EXPECT_NE(config.find("\"vocab_size\":2100"), std::string::npos) << config;
+}
+
+// Shards without a sidecar: the run, and so its checkpoints, record no tokenizer.
+TEST_F(TrainRunChangesTest, ExportWithoutARecordedTokenizerNeedsNoTokenizerFlag) {
+  const std::string bare = dir_.file("bare");
+  for (const char* ext : {".bin", ".idx"}) {
+    write_all(bare + ext, read_all(fortunes_shard() + ext));
+  }
+  const std::string dir = run_dir("no_tokenizer");
+  CommandResult result = bounded_train(shell_quote(write_config("no_tokenizer")) + " run.dir=" + shell_quote(dir) +
+                                       " train.steps=2 eval.interval=0 data.blend=" + shell_quote(bare));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const std::string exported = dir_.file("no_tokenizer_export");
+  result = bounded_train("export-hf " + shell_quote(dir) + " " + shell_quote(exported));
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_TRUE(is_one_line(result.output, "--no-tokenizer")) << result.output;
+  EXPECT_FALSE(file_exists(exported));
+  result = bounded_train("export-hf --no-tokenizer " + shell_quote(dir) + " " + shell_quote(exported));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(file_exists(exported + "/config.json"));
+  EXPECT_TRUE(file_exists(exported + "/model.safetensors"));
+  EXPECT_FALSE(file_exists(exported + "/tokenizer.model"));
+}
 
 TEST_F(TrainRunChangesTest, TokenizerThatIsNotARegularFileIsRefusedNotWaitedOn) {
   const std::string dir = trained_run("fifo_tokenizer");

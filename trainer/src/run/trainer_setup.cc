@@ -28,6 +28,8 @@
 #include "dufu/common/topology.h"
 #include "dufu/dataprep/blend_builder.h"
 #include "dufu/dataprep/data_loader.h"
+#include "dufu/dataprep/tokenizer.h"
+#include "dufu/dataprep/tokenizer_record.h"
 #include "dufu/trainer/checkpoint/checkpoint.h"
 #include "dufu/trainer/checkpoint/parallel_checkpoint.h"
 #include "dufu/trainer/checkpoint/shard_identity.h"
@@ -195,6 +197,19 @@ std::vector<ShardIdentity> Trainer::State::join_ranks() {
 
 void Trainer::State::find_data_tokenizer() {
   data_tokenizer = dufu::trainer::data_tokenizer(training_prefixes(), &shards_without_tokenizer);
+  if (!data_tokenizer) return;
+  // Before anything is written: a model whose vocabulary cannot hold the data's ids
+  // would stop at the first batch, and no tool could read its checkpoints. A larger
+  // one is padding (Megatron pads its vocabulary too): those rows are never a label.
+  const dataprep::TokenizerSpec spec =
+      dataprep::choose_tokenizer({}, data_tokenizer, data_tokenizer->recorded_by, "no sidecar");
+  const std::int64_t pieces = dataprep::Tokenizer::load(spec).vocab_size();
+  if (options.model.vocab_size < pieces) {
+    DUFU_FAIL("model.vocab_size = ", options.model.vocab_size, " is smaller than the ", pieces,
+              " pieces of the tokenizer '", spec.model, "' that ", data_tokenizer->recorded_by,
+              " records: the model cannot hold the data's ids; HINT: set model.vocab_size=", pieces,
+              " (or more: the rows past the tokenizer's are padding)");
+  }
 }
 
 void Trainer::State::lay_out_ranks() {
