@@ -1,8 +1,8 @@
 // Issue 44 ("never lose a run"), the train tool end to end: a vocabulary that cannot
 // hold the tokenizer's ids is refused at start and a larger (padded) one trains,
-// generates and exports; export-hf without a tokenizer (--no-tokenizer); files that
-// are not regular (a FIFO, /dev/zero) are refused in one line instead of hanging the
-// tool.
+// generates and exports; a resume that changes the architecture is refused naming
+// the knob; export-hf without a tokenizer (--no-tokenizer); files that are not
+// regular (a FIFO, /dev/zero) are refused in one line instead of hanging the tool.
 #include <sys/stat.h>
 
 #include <string>
@@ -62,6 +62,19 @@ TEST_F(TrainRunChangesTest, PaddedVocabularyTrainsGeneratesAndExports) {
   std::string config = read_all(exported + "/config.json");
   std::erase(config, ' ');
   EXPECT_NE(config.find("\"vocab_size\":2100"), std::string::npos) << config;
+}
+
+TEST_F(TrainRunChangesTest, ArchitectureChangeOnResumeIsRefusedNamingTheKnob) {
+  const std::string dir = run_dir("arch_change");
+  const std::string config = write_config("arch_change");
+  CommandResult result =
+      bounded_train(shell_quote(config) + " run.dir=" + shell_quote(dir) + " train.exit_at_step=2 eval.interval=0");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  result = bounded_train(shell_quote(config) + " run.dir=" + shell_quote(dir) + " eval.interval=0 model.n_head=4");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_TRUE(is_one_line(result.output, "model.n_head = 2")) << result.output;
+  EXPECT_TRUE(is_one_line(result.output, "4")) << result.output;
+  EXPECT_FALSE(file_exists(checkpoint_dir(dir, 4))) << result.output;
 }
 
 // Shards without a sidecar: the run, and so its checkpoints, record no tokenizer.

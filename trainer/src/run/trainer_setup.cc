@@ -140,6 +140,20 @@ void create_run_dir(const std::string& run_dir) {
   }
 }
 
+// The knobs that define the model (checkpoint_files::kModelFields: every model.*
+// knob but init_seed and init_from, which only start a run) must be the checkpoint's,
+// for model.init_from and resume alike: a changed n_head, rope_theta or norm_eps keeps
+// every tensor's shape, and the weights would run as another model.
+void refuse_model_change(const GPTConfig& saved, const GPTConfig& run, const std::string& subject,
+                         const std::string& hint_tail) {
+  if (const checkpoint_files::ModelField* field = checkpoint_files::first_difference(saved, run)) {
+    const std::string theirs = field->text(saved);
+    DUFU_FAIL(subject, ": the checkpoint's model has model.", field->name, " = ", theirs, ", the run ",
+              field->text(run), "; HINT: set model.", field->name, "=", theirs, " (see the checkpoint's config.toml)",
+              hint_tail);
+  }
+}
+
 }  // namespace
 
 bool Trainer::setup() {
@@ -377,12 +391,7 @@ RunSummary Trainer::State::run_summary() const {
 
 void Trainer::State::initialize_from(const std::string& checkpoint) {
   const TrainingState saved = read_checkpoint_state(checkpoint, FileCheck::kTrust);
-  if (const checkpoint_files::ModelField* field = checkpoint_files::first_difference(saved.model, options.model)) {
-    const std::string theirs = field->text(saved.model);
-    DUFU_FAIL("model.init_from ", checkpoint, ": the checkpoint's model has model.", field->name, " = ", theirs,
-              ", the run ", field->text(options.model), "; HINT: set model.", field->name, "=", theirs,
-              " (see the checkpoint's config.toml)");
-  }
+  refuse_model_change(saved.model, options.model, str_cat("model.init_from ", checkpoint), "");
   if (const std::optional<std::string> change = tokenizer_change(saved, state, checkpoint)) DUFU_FAIL(*change);
   load_parallel_checkpoint(checkpoint, saved, place, dp, *model, *optimizer);
   // Fine-tuning starts its own optimizer: the moments of another run (or the zeros of
@@ -402,6 +411,10 @@ dataprep::LoaderState Trainer::State::resume(const std::string& checkpoint) {
       reporter.warning(str_cat("resuming as data.allow_changed_shards=true says, although the ", *change));
     }
   }
+  // Tensor shapes alone would let a changed n_head, rope_theta or norm_eps load: the
+  // run would continue as another model.
+  refuse_model_change(saved.model, options.model, str_cat("resuming from ", checkpoint),
+                      ", or give another run.dir to train that model");
   if (const std::optional<std::string> change = tokenizer_change(saved, state, checkpoint)) DUFU_FAIL(*change);
   load_parallel_checkpoint(checkpoint, saved, place, dp, *model, *optimizer);
   if (saved.data_seed != state.data_seed) {
