@@ -1,8 +1,9 @@
 // Issue 44 ("never lose a run"), the train tool end to end: a vocabulary that cannot
 // hold the tokenizer's ids is refused at start and a larger (padded) one trains,
 // generates and exports; a resume that changes the architecture is refused naming
-// the knob; export-hf without a tokenizer (--no-tokenizer); files that are not
-// regular (a FIFO, /dev/zero) are refused in one line instead of hanging the tool.
+// the knob; raising train.steps of a finished run trains on; export-hf without a
+// tokenizer (--no-tokenizer); files that are not regular (a FIFO, /dev/zero) are
+// refused in one line instead of hanging the tool.
 #include <sys/stat.h>
 
 #include <string>
@@ -75,6 +76,31 @@ TEST_F(TrainRunChangesTest, ArchitectureChangeOnResumeIsRefusedNamingTheKnob) {
   EXPECT_TRUE(is_one_line(result.output, "model.n_head = 2")) << result.output;
   EXPECT_TRUE(is_one_line(result.output, "4")) << result.output;
   EXPECT_FALSE(file_exists(checkpoint_dir(dir, 4))) << result.output;
+}
+
+// Ten documents: 8 steps of 8 samples take the dataset's 3 epochs (66 samples) to the
+// end, where the loader wraps; 12 steps build it with 5 epochs, as Megatron sizes its
+// dataset for train_iters.
+TEST_F(TrainRunChangesTest, RaisingTrainStepsOfAFinishedRunTrainsOn) {
+  std::istringstream corpus(read_all(fixture_path("fortunes.jsonl")));
+  std::string documents, line;
+  for (int i = 0; i < 10 && std::getline(corpus, line); ++i) documents += line + "\n";
+  write_all(dir_.file("ten.jsonl"), documents);
+  const std::string prefix = dir_.file("ten");
+  const CommandResult made = run_command(kBound + shell_quote(dataprep_tool()) + " preprocess -q --append-eod -i " +
+                                         shell_quote(dir_.file("ten.jsonl")) + " -m " +
+                                         shell_quote(fixture_path("fortunes.model")) + " -o " + shell_quote(prefix));
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const std::string dir = run_dir("extend");
+  const std::string run = shell_quote(write_config("extend")) + " run.dir=" + shell_quote(dir) +
+                          " eval.interval=0 data.blend=" + shell_quote(prefix) + " data.cache_dir=" +
+                          shell_quote(dir_.file("ten_cache"));
+  CommandResult result = bounded_train(run);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  ASSERT_TRUE(file_exists(checkpoint_dir(dir, 8))) << result.output;
+  result = bounded_train(run + " train.steps=12");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(file_exists(checkpoint_dir(dir, 12))) << result.output;
 }
 
 // Shards without a sidecar: the run, and so its checkpoints, record no tokenizer.

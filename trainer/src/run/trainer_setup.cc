@@ -437,6 +437,19 @@ dataprep::LoaderState Trainer::State::resume(const std::string& checkpoint) {
   dataprep::LoaderState loader_start;
   if (saved_loader.next.epoch * rank_epoch + saved_loader.next.position == per_rank) {
     loader_start = saved_loader;
+  } else if (saved.layout.data_parallel_size == dp && rank_epoch > 0) {
+    // Same data-parallel size, another dataset size: train.steps changed (a finished
+    // run trained longer), and the dataset holds the epochs of train.steps x
+    // global_batch samples, as Megatron's does of train_iters. Megatron's sampler
+    // then reads on from consumed_samples in the dataset built for the new count;
+    // so does this (its order past here is that dataset's shuffle).
+    loader_start.next = {per_rank / rank_epoch, per_rank % rank_epoch};
+    loader_start.batches_served = per_rank / micro;
+    if (is_main) {
+      DUFU_LOG_INFO("train", "the training data now has ", train_blend.dataset->size(), " samples (train.steps = ",
+                    options.steps, "): continuing after the ", saved.consumed_samples,
+                    " consumed samples, in the order of the new size, as Megatron does");
+    }
   } else if (saved_loader.next.epoch == 0 && per_rank < rank_epoch) {
     loader_start.next = {0, per_rank};
     loader_start.batches_served = per_rank / micro;
@@ -445,9 +458,9 @@ dataprep::LoaderState Trainer::State::resume(const std::string& checkpoint) {
                     " consumed samples (", per_rank, " per rank)");
     }
   } else {
-    DUFU_FAIL(checkpoint, ": its loader is past the first epoch of a run with another data-parallel size or "
-              "data size, where the order cannot be carried over; resume with the data-parallel size it was "
-              "trained with");
+    DUFU_FAIL(checkpoint, ": its loader is past the first epoch of a run with data-parallel size ",
+              saved.layout.data_parallel_size, ", where the order cannot be carried over to size ", dp,
+              "; resume with the data-parallel size it was trained with");
   }
   if (is_main) DUFU_LOG_INFO("train", "resuming from ", checkpoint, " at step ", state.step);
   return loader_start;
