@@ -33,8 +33,10 @@ ReadOnlyFile::~ReadOnlyFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-ReadOnlyFile ReadOnlyFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+int open_regular_file(const std::string& path, std::uint64_t* size) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; the
+  // flag is dropped again once the file is known to be regular.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) DUFU_FAIL("cannot open '", path, "': ", errno_message(errno));
   struct stat info {};
   if (::fstat(fd, &info) != 0) {
@@ -46,7 +48,25 @@ ReadOnlyFile ReadOnlyFile::open(const std::string& path) {
     ::close(fd);
     DUFU_FAIL("cannot open '", path, "': Is a directory");
   }
-  return ReadOnlyFile(path, fd, static_cast<std::uint64_t>(info.st_size));
+  // A FIFO, a device (/dev/zero) or a socket would never end, or never start.
+  if (!S_ISREG(info.st_mode)) {
+    ::close(fd);
+    DUFU_FAIL("cannot open '", path, "': not a regular file");
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    const int error = errno;
+    ::close(fd);
+    DUFU_FAIL("cannot open '", path, "': ", errno_message(error));
+  }
+  if (size != nullptr) *size = static_cast<std::uint64_t>(info.st_size);
+  return fd;
+}
+
+ReadOnlyFile ReadOnlyFile::open(const std::string& path) {
+  std::uint64_t size = 0;
+  const int fd = open_regular_file(path, &size);
+  return ReadOnlyFile(path, fd, size);
 }
 
 void ReadOnlyFile::read_exact(std::uint64_t offset, std::uint64_t size, std::byte* out) const {
@@ -70,8 +90,7 @@ std::vector<std::byte> ReadOnlyFile::read_all() const {
 }
 
 void read_in_blocks(const std::string& path, const std::function<void(const char* data, std::size_t size)>& consume) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) DUFU_FAIL("cannot open '", path, "': ", errno_message(errno));
+  const int fd = open_regular_file(path, nullptr);
   std::vector<char> block(std::size_t{1} << 20);
   try {
     for (;;) {

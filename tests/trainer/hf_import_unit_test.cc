@@ -3,7 +3,8 @@
 // hand-made GPT-2 directory of F32, BF16 and F16 tensors, in one file and in shards,
 // lands in the checkpoint as an independent mapping says (Conv1D weights transposed,
 // wte padded with zero rows), serially and in tp 2 x pp 2 pieces; and the refusals name
-// what is wrong and leave nothing behind.
+// what is wrong and leave nothing behind; config.json keys given twice read as Python's
+// json reads them.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -228,6 +229,18 @@ TEST(ImportHf, RefusalsNameTheCauseAndLeaveNothing) {
   HfImportOptions options;
   options.vocab_multiple = config.vocab_multiple;
   expect_error([&] { import_hf(temp.file("untied"), out, options); }, {"already exists"});
+}
+
+// A key given twice is its last value, as in Python's json, which transformers reads
+// config.json with (the first would make the import another model than transformers').
+TEST(HfConfig, AKeyGivenTwiceIsItsLastValueAsInPython) {
+  TempDir dir;
+  const std::string path = dir.file("config.json");
+  std::ofstream(path) << R"({"n_layer": 2, "n_head": 4, "n_layer": 3, "task_specific_params": {"a": "x", "a": "y"}})";
+  const hf_weights::HfConfig config = hf_weights::HfConfig::read(path);
+  EXPECT_EQ(config.integer("n_layer"), 3);
+  EXPECT_EQ(config.integer("n_head"), 4);
+  EXPECT_EQ(config.member_string_or("task_specific_params", "a", ""), "y");
 }
 
 }  // namespace

@@ -73,12 +73,12 @@ void run(const GenerateFlags& flags) {
                                  "checkpoint '" + checkpoint + "'",
                                  "its run's shards had no sidecar, or it was written before dufu recorded tokenizers");
   const auto tokenizer = dataprep::Tokenizer::load(spec);
-  // The model's ids are the tokenizer's: with another vocabulary the prompt's ids
-  // would mean other pieces to the model (or none), and so would its output.
-  if (tokenizer.vocab_size() != state.model.vocab_size) {
+  // The model's ids are the tokenizer's: with fewer the prompt's ids would mean
+  // nothing to the model. More is padding (Megatron pads the vocabulary), never drawn.
+  if (tokenizer.vocab_size() > state.model.vocab_size) {
     DUFU_FAIL("the tokenizer '", spec.model, "' has ", tokenizer.vocab_size(), " pieces but the model in '",
               checkpoint, "' has vocab_size ", state.model.vocab_size,
-              "; HINT: use the tokenizer the run's data was tokenized with");
+              ", too few for its ids; HINT: use the tokenizer the run's data was tokenized with");
   }
   trainer::GPT model(state.model);
   trainer::load_checkpoint(checkpoint, model, nullptr);
@@ -98,6 +98,7 @@ void run(const GenerateFlags& flags) {
   // End of document ends the sample (only if the model can produce that id).
   const int eos = tokenizer.eos_id();
   options.stop_token = eos >= 0 && eos < state.model.vocab_size ? eos : -1;
+  options.drawn_vocab_size = static_cast<int>(tokenizer.vocab_size());
   for (int sample = 0; sample < flags.samples; ++sample) {
     options.seed = flags.seed + static_cast<std::uint64_t>(sample);
     std::vector<std::int32_t> generated = trainer::generate(model, prompt, options);

@@ -15,7 +15,7 @@
 #include "dufu/dataprep/byte_source.h"
 #include "dufu/dataprep/line_range_source.h"
 #include "dufu/dataprep/line_reader.h"
-#include "json_members.h"
+#include "dufu/common/json_members.h"
 
 namespace dufu::dataprep {
 namespace {

@@ -13,7 +13,7 @@
 #include <optional>
 #include <unordered_map>
 
-#include "../input/json_members.h"
+#include "dufu/common/json_members.h"
 #include "byte_level_bpe.h"
 #include "dufu/common/error.h"
 #include "pretokenizer_patterns.h"

@@ -19,8 +19,12 @@ bool ends_with(const std::string& text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The first non-blank byte of the file (JSON starts with '{').
+// The first non-blank byte of the file (JSON starts with '{'); 0 for what is not a
+// regular file, which is not opened (a FIFO would wait for a writer): Tokenizer::load
+// refuses it by name.
 char first_non_blank(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) return 0;
   std::ifstream in(path, std::ios::binary);
   char c = 0;
   while (in.get(c)) {

@@ -13,6 +13,7 @@
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string_view>
 #include <system_error>
 
@@ -160,7 +161,11 @@ void rename_into_place(const std::string& partial, const std::string& target) {
 }  // namespace
 
 HfExport export_hf(const std::string& checkpoint, const std::string& destination,
-                   const dataprep::TokenizerSpec& given_tokenizer, Device* device) {
+                   const dataprep::TokenizerSpec& given_tokenizer, Device* device, ExportTokenizer with_tokenizer) {
+  const bool omit_tokenizer = with_tokenizer == ExportTokenizer::kOmit;
+  if (omit_tokenizer && !given_tokenizer.model.empty()) {
+    DUFU_FAIL("--no-tokenizer and --tokenizer '", given_tokenizer.model, "' were both given; HINT: give one");
+  }
   std::error_code error;
   if (fs::exists(fs::symlink_status(destination, error))) {
     DUFU_FAIL(destination, ": already exists; HINT: name a new directory for the export");
@@ -173,16 +178,27 @@ HfExport export_hf(const std::string& checkpoint, const std::string& destination
   }
   // find_usable_checkpoint verified every file's digest just now.
   const TrainingState state = read_checkpoint_state(*found, FileCheck::kTrust);
-  const dataprep::TokenizerSpec tokenizer_spec = dataprep::choose_tokenizer(
-      given_tokenizer, checkpoint_tokenizer(*found, state), str_cat("checkpoint '", *found, "'"),
-      "its run's shards had no sidecar, or it was written before dufu recorded tokenizers");
-  hf_tokenizer_files::check_exportable(tokenizer_spec);
-  const dataprep::Tokenizer tokenizer = dataprep::Tokenizer::load(tokenizer_spec);
-  // The exported tokenizer's ids must be the model's, as for `train generate`.
-  if (tokenizer.vocab_size() != state.model.vocab_size) {
-    DUFU_FAIL("the tokenizer '", tokenizer_spec.model, "' has ", tokenizer.vocab_size(), " pieces but the model in '",
-              *found, "' has vocab_size ", state.model.vocab_size,
-              "; HINT: use the tokenizer the run's data was tokenized with");
+  std::optional<dataprep::TokenizerSpec> tokenizer_spec;
+  std::optional<dataprep::Tokenizer> tokenizer;
+  if (!omit_tokenizer) {
+    const std::optional<dataprep::RecordedTokenizer> recorded = checkpoint_tokenizer(*found, state);
+    if (!recorded && given_tokenizer.model.empty()) {
+      DUFU_FAIL("checkpoint '", *found, "' records no tokenizer (its run's shards had no sidecar, or it was written ",
+                "before dufu recorded tokenizers): give --tokenizer FILE, or --no-tokenizer to export the weights ",
+                "and config.json alone");
+    }
+    tokenizer_spec = dataprep::choose_tokenizer(given_tokenizer, recorded, str_cat("checkpoint '", *found, "'"),
+                                                "its run's shards had no sidecar");
+    hf_tokenizer_files::check_exportable(*tokenizer_spec);
+    tokenizer.emplace(dataprep::Tokenizer::load(*tokenizer_spec));
+    // The exported tokenizer's ids must be the model's, as for `train generate`; a
+    // larger model vocabulary is padding, and config.json's vocab_size is the model's,
+    // as in HuggingFace models with padded vocabularies.
+    if (tokenizer->vocab_size() > state.model.vocab_size) {
+      DUFU_FAIL("the tokenizer '", tokenizer_spec->model, "' has ", tokenizer->vocab_size(),
+                " pieces but the model in '", *found, "' has vocab_size ", state.model.vocab_size,
+                ", too few for its ids; HINT: use the tokenizer the run's data was tokenized with");
+    }
   }
   GPT model(state.model, nullptr, {}, device);
   load_checkpoint(*found, model, nullptr);
@@ -202,7 +218,8 @@ HfExport export_hf(const std::string& checkpoint, const std::string& destination
     const host_staging::StagedState staged(model, nullptr);
     checkpoint_files::write_model(path_in(partial, "model.safetensors"), whole, staged.params());
     const hf_tokenizer_files::TokenizerFiles tokenizer_files =
-        hf_tokenizer_files::write(partial, tokenizer_spec, tokenizer, state.model.seq_length);
+        tokenizer ? hf_tokenizer_files::write(partial, *tokenizer_spec, *tokenizer, state.model.seq_length)
+                  : hf_tokenizer_files::TokenizerFiles{};
     write_file(path_in(partial, "config.json"), config_json(state.model, tokenizer_files));
     write_file(path_in(partial, "generation_config.json"), generation_config_json(tokenizer_files));
     sync_directory(partial);

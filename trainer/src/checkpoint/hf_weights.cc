@@ -7,10 +7,14 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <optional>
+#include <vector>
 
 #include <simdjson.h>
 
 #include "dufu/common/error.h"
+#include "dufu/common/json_members.h"
+#include "dufu/common/read_only_file.h"
 #include "json_type_name.h"
 
 namespace dufu::trainer::hf_weights {
@@ -32,9 +36,9 @@ namespace {
 // The JSON object of `path`, kept with its parser so its views stay valid.
 simdjson::dom::object parse_object(const std::string& path, simdjson::padded_string& text,
                                    simdjson::dom::parser& parser) {
-  if (const auto error = simdjson::padded_string::load(path).get(text); error) {
-    DUFU_FAIL(path, ": cannot read (", simdjson::error_message(error), ")");
-  }
+  // Read through open_regular_file: simdjson's own load would wait on a FIFO.
+  const std::vector<std::byte> bytes = ReadOnlyFile::open(path).read_all();
+  text = simdjson::padded_string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   simdjson::dom::element root;
   if (const auto error = parser.parse(text).get(root); error) {
     DUFU_FAIL(path, ": not valid JSON (", simdjson::error_message(error), ")");
@@ -59,8 +63,9 @@ HfConfig HfConfig::read(const std::string& path) {
 }
 
 bool HfConfig::has(const std::string& key) const {
-  simdjson::dom::element value;
-  return !json_->object.at_key(key).get(value) && !value.is_null();
+  // A key given twice is its last value, as in Python's json (transformers).
+  const std::optional<simdjson::dom::element> value = last_member(json_->object, key);
+  return value && !value->is_null();
 }
 
 std::int64_t HfConfig::integer(const std::string& key) const {
@@ -78,7 +83,7 @@ int HfConfig::positive_int(const std::string& key) const {
 
 std::int64_t HfConfig::integer_or(const std::string& key, std::int64_t fallback) const {
   if (!has(key)) return fallback;
-  const simdjson::dom::element value = json_->object.at_key(key).value_unsafe();
+  const simdjson::dom::element value = *last_member(json_->object, key);
   std::int64_t number = 0;
   if (value.get(number)) DUFU_FAIL(path_, ": \"", key, "\" is ", json_type_name(value.type()), ", not an integer");
   return number;
@@ -86,7 +91,7 @@ std::int64_t HfConfig::integer_or(const std::string& key, std::int64_t fallback)
 
 double HfConfig::number_or(const std::string& key, double fallback) const {
   if (!has(key)) return fallback;
-  const simdjson::dom::element value = json_->object.at_key(key).value_unsafe();
+  const simdjson::dom::element value = *last_member(json_->object, key);
   double number = 0;
   if (value.get(number)) DUFU_FAIL(path_, ": \"", key, "\" is ", json_type_name(value.type()), ", not a number");
   return number;
@@ -94,7 +99,7 @@ double HfConfig::number_or(const std::string& key, double fallback) const {
 
 bool HfConfig::boolean_or(const std::string& key, bool fallback) const {
   if (!has(key)) return fallback;
-  const simdjson::dom::element value = json_->object.at_key(key).value_unsafe();
+  const simdjson::dom::element value = *last_member(json_->object, key);
   bool flag = false;
   if (value.get(flag)) DUFU_FAIL(path_, ": \"", key, "\" is ", json_type_name(value.type()), ", not a boolean");
   return flag;
@@ -102,7 +107,7 @@ bool HfConfig::boolean_or(const std::string& key, bool fallback) const {
 
 std::string HfConfig::string_or(const std::string& key, const std::string& fallback) const {
   if (!has(key)) return fallback;
-  const simdjson::dom::element value = json_->object.at_key(key).value_unsafe();
+  const simdjson::dom::element value = *last_member(json_->object, key);
   std::string_view text;
   if (value.get(text)) DUFU_FAIL(path_, ": \"", key, "\" is ", json_type_name(value.type()), ", not a string");
   return std::string(text);
@@ -111,7 +116,7 @@ std::string HfConfig::string_or(const std::string& key, const std::string& fallb
 std::vector<std::string> HfConfig::strings(const std::string& key) const {
   std::vector<std::string> out;
   if (!has(key)) return out;
-  const simdjson::dom::element value = json_->object.at_key(key).value_unsafe();
+  const simdjson::dom::element value = *last_member(json_->object, key);
   simdjson::dom::array array;
   if (value.get(array)) DUFU_FAIL(path_, ": \"", key, "\" is ", json_type_name(value.type()), ", not an array");
   for (const simdjson::dom::element item : array) {
@@ -124,14 +129,16 @@ std::vector<std::string> HfConfig::strings(const std::string& key) const {
 
 std::string HfConfig::json_text(const std::string& key) const {
   if (!has(key)) return "null";
-  return simdjson::minify(json_->object.at_key(key).value_unsafe());
+  return simdjson::minify(*last_member(json_->object, key));
 }
 
 std::string HfConfig::member_string_or(const std::string& key, const std::string& member,
                                        const std::string& fallback) const {
   simdjson::dom::object object;
   std::string_view text;
-  if (!has(key) || json_->object.at_key(key).get(object) || object.at_key(member).get(text)) return fallback;
+  if (!has(key) || last_member(json_->object, key)->get(object)) return fallback;
+  const std::optional<simdjson::dom::element> value = last_member(object, member);
+  if (!value || value->get(text)) return fallback;
   return std::string(text);
 }
 
@@ -157,7 +164,8 @@ HfWeights HfWeights::open(const std::string& dir) {
   simdjson::dom::parser parser;
   const simdjson::dom::object object = parse_object(index.string(), text, parser);
   simdjson::dom::object weight_map;
-  if (object.at_key("weight_map").get(weight_map)) {
+  const std::optional<simdjson::dom::element> map = last_member(object, "weight_map");
+  if (!map || map->get(weight_map)) {
     DUFU_FAIL(index.string(), ": \"weight_map\" is missing or not an object");
   }
   std::map<std::string, std::size_t> file_index;

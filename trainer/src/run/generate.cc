@@ -110,6 +110,11 @@ std::vector<std::int32_t> generate(GPT& model, std::span<const std::int32_t> pro
     DUFU_FAIL("generate: stop_token ", options.stop_token, " is neither -1 (never stop) nor in [0, ", config.vocab_size,
               ")");
   }
+  if (options.drawn_vocab_size < 0 || options.drawn_vocab_size > config.vocab_size) {
+    DUFU_FAIL("generate: drawn_vocab_size ", options.drawn_vocab_size, " is not in [0, ", config.vocab_size,
+              "], the model's vocab_size");
+  }
+  const int drawn = options.drawn_vocab_size > 0 ? options.drawn_vocab_size : config.vocab_size;
   // Checks temperature and top_k before any forward, also when no token is wanted.
   const std::vector<float> no_logits(1, 0.0f);
   check_sampling(no_logits, 1, options.temperature, options.top_k);
@@ -130,7 +135,7 @@ std::vector<std::int32_t> generate(GPT& model, std::span<const std::int32_t> pro
     model.forward(tokens, {}, 1, T);
     const auto last_on_device = model.logits().subspan((window - 1) * row, row);
     model.device().download(last.data(), last_on_device.data(), last_on_device.size_bytes());
-    const std::int32_t next = sample_token(last, config.vocab_size, options.temperature, options.top_k, rng);
+    const std::int32_t next = sample_token(last, drawn, options.temperature, options.top_k, rng);
     generated.push_back(next);
     context.push_back(next);
     if (next == options.stop_token) break;

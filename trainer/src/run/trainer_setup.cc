@@ -28,6 +28,8 @@
 #include "dufu/common/topology.h"
 #include "dufu/dataprep/blend_builder.h"
 #include "dufu/dataprep/data_loader.h"
+#include "dufu/dataprep/tokenizer.h"
+#include "dufu/dataprep/tokenizer_record.h"
 #include "dufu/trainer/checkpoint/checkpoint.h"
 #include "dufu/trainer/checkpoint/parallel_checkpoint.h"
 #include "dufu/trainer/checkpoint/shard_identity.h"
@@ -138,6 +140,20 @@ void create_run_dir(const std::string& run_dir) {
   }
 }
 
+// The knobs that define the model (checkpoint_files::kModelFields: every model.*
+// knob but init_seed and init_from, which only start a run) must be the checkpoint's,
+// for model.init_from and resume alike: a changed n_head, rope_theta or norm_eps keeps
+// every tensor's shape, and the weights would run as another model.
+void refuse_model_change(const GPTConfig& saved, const GPTConfig& run, const std::string& subject,
+                         const std::string& hint_tail) {
+  if (const checkpoint_files::ModelField* field = checkpoint_files::first_difference(saved, run)) {
+    const std::string theirs = field->text(saved);
+    DUFU_FAIL(subject, ": the checkpoint's model has model.", field->name, " = ", theirs, ", the run ",
+              field->text(run), "; HINT: set model.", field->name, "=", theirs, " (see the checkpoint's config.toml)",
+              hint_tail);
+  }
+}
+
 }  // namespace
 
 bool Trainer::setup() {
@@ -195,6 +211,19 @@ std::vector<ShardIdentity> Trainer::State::join_ranks() {
 
 void Trainer::State::find_data_tokenizer() {
   data_tokenizer = dufu::trainer::data_tokenizer(training_prefixes(), &shards_without_tokenizer);
+  if (!data_tokenizer) return;
+  // Before anything is written: a model whose vocabulary cannot hold the data's ids
+  // would stop at the first batch, and no tool could read its checkpoints. A larger
+  // one is padding (Megatron pads its vocabulary too): those rows are never a label.
+  const dataprep::TokenizerSpec spec =
+      dataprep::choose_tokenizer({}, data_tokenizer, data_tokenizer->recorded_by, "no sidecar");
+  const std::int64_t pieces = dataprep::Tokenizer::load(spec).vocab_size();
+  if (options.model.vocab_size < pieces) {
+    DUFU_FAIL("model.vocab_size = ", options.model.vocab_size, " is smaller than the ", pieces,
+              " pieces of the tokenizer '", spec.model, "' that ", data_tokenizer->recorded_by,
+              " records: the model cannot hold the data's ids; HINT: set model.vocab_size=", pieces,
+              " (or more: the rows past the tokenizer's are padding)");
+  }
 }
 
 void Trainer::State::lay_out_ranks() {
@@ -362,12 +391,7 @@ RunSummary Trainer::State::run_summary() const {
 
 void Trainer::State::initialize_from(const std::string& checkpoint) {
   const TrainingState saved = read_checkpoint_state(checkpoint, FileCheck::kTrust);
-  if (const checkpoint_files::ModelField* field = checkpoint_files::first_difference(saved.model, options.model)) {
-    const std::string theirs = field->text(saved.model);
-    DUFU_FAIL("model.init_from ", checkpoint, ": the checkpoint's model has model.", field->name, " = ", theirs,
-              ", the run ", field->text(options.model), "; HINT: set model.", field->name, "=", theirs,
-              " (see the checkpoint's config.toml)");
-  }
+  refuse_model_change(saved.model, options.model, str_cat("model.init_from ", checkpoint), "");
   if (const std::optional<std::string> change = tokenizer_change(saved, state, checkpoint)) DUFU_FAIL(*change);
   load_parallel_checkpoint(checkpoint, saved, place, dp, *model, *optimizer);
   // Fine-tuning starts its own optimizer: the moments of another run (or the zeros of
@@ -387,6 +411,10 @@ dataprep::LoaderState Trainer::State::resume(const std::string& checkpoint) {
       reporter.warning(str_cat("resuming as data.allow_changed_shards=true says, although the ", *change));
     }
   }
+  // Tensor shapes alone would let a changed n_head, rope_theta or norm_eps load: the
+  // run would continue as another model.
+  refuse_model_change(saved.model, options.model, str_cat("resuming from ", checkpoint),
+                      ", or give another run.dir to train that model");
   if (const std::optional<std::string> change = tokenizer_change(saved, state, checkpoint)) DUFU_FAIL(*change);
   load_parallel_checkpoint(checkpoint, saved, place, dp, *model, *optimizer);
   if (saved.data_seed != state.data_seed) {
@@ -409,6 +437,19 @@ dataprep::LoaderState Trainer::State::resume(const std::string& checkpoint) {
   dataprep::LoaderState loader_start;
   if (saved_loader.next.epoch * rank_epoch + saved_loader.next.position == per_rank) {
     loader_start = saved_loader;
+  } else if (saved.layout.data_parallel_size == dp && rank_epoch > 0) {
+    // Same data-parallel size, another dataset size: train.steps changed (a finished
+    // run trained longer), and the dataset holds the epochs of train.steps x
+    // global_batch samples, as Megatron's does of train_iters. Megatron's sampler
+    // then reads on from consumed_samples in the dataset built for the new count;
+    // so does this (its order past here is that dataset's shuffle).
+    loader_start.next = {per_rank / rank_epoch, per_rank % rank_epoch};
+    loader_start.batches_served = per_rank / micro;
+    if (is_main) {
+      DUFU_LOG_INFO("train", "the training data now has ", train_blend.dataset->size(), " samples (train.steps = ",
+                    options.steps, "): continuing after the ", saved.consumed_samples,
+                    " consumed samples, in the order of the new size, as Megatron does");
+    }
   } else if (saved_loader.next.epoch == 0 && per_rank < rank_epoch) {
     loader_start.next = {0, per_rank};
     loader_start.batches_served = per_rank / micro;
@@ -417,9 +458,9 @@ dataprep::LoaderState Trainer::State::resume(const std::string& checkpoint) {
                     " consumed samples (", per_rank, " per rank)");
     }
   } else {
-    DUFU_FAIL(checkpoint, ": its loader is past the first epoch of a run with another data-parallel size or "
-              "data size, where the order cannot be carried over; resume with the data-parallel size it was "
-              "trained with");
+    DUFU_FAIL(checkpoint, ": its loader is past the first epoch of a run with data-parallel size ",
+              saved.layout.data_parallel_size, ", where the order cannot be carried over to size ", dp,
+              "; resume with the data-parallel size it was trained with");
   }
   if (is_main) DUFU_LOG_INFO("train", "resuming from ", checkpoint, " at step ", state.step);
   return loader_start;

@@ -11,8 +11,16 @@
 
 namespace dufu {
 
+// Opens `path` for reading and returns the descriptor (its size in `size` when not
+// null). Every file dufu opens by name goes through here (or MappedFile::open): what
+// is not a regular file (a FIFO, /dev/zero, a socket) is refused, "cannot open
+// '<path>': not a regular file", instead of read forever or waited on.
+int open_regular_file(const std::string& path, std::uint64_t* size);
+
 class ReadOnlyFile {
  public:
+  // Throws dufu::Error naming the path for a missing, unreadable or directory path, or
+  // one that is not a regular file (open_regular_file).
   static ReadOnlyFile open(const std::string& path);
   ReadOnlyFile(ReadOnlyFile&& other) noexcept;
   ReadOnlyFile& operator=(ReadOnlyFile&& other) noexcept;

@@ -66,10 +66,16 @@ struct HfExport {
 // checkpoint records, run_tokenizer.h; a given one must have the recorded contents,
 // dataprep::choose_tokenizer). Throws dufu::Error when the
 // checkpoint does not verify, the destination exists, the tokenizer cannot be loaded,
-// is a .tiktoken file or its vocabulary size is not the model's, or a write fails; no
+// is a .tiktoken file or has more pieces than the model's vocab_size (a larger
+// vocabulary is padding: config.json's vocab_size is the model's), or a write fails; no
 // destination is left behind then. The weights are loaded onto `device` (null: the
 // CPU device) and staged back through host memory for the file.
+// kOmit (`export-hf --no-tokenizer`): the weights, config.json and
+// generation_config.json alone (token ids null), for a checkpoint that records no
+// tokenizer; `tokenizer` must then be empty.
+enum class ExportTokenizer { kInclude, kOmit };
 HfExport export_hf(const std::string& checkpoint, const std::string& destination,
-                   const dataprep::TokenizerSpec& tokenizer, Device* device = nullptr);
+                   const dataprep::TokenizerSpec& tokenizer, Device* device = nullptr,
+                   ExportTokenizer with_tokenizer = ExportTokenizer::kInclude);
 
 }  // namespace dufu::trainer

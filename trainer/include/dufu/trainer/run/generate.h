@@ -19,6 +19,10 @@ struct SamplingOptions {
   int top_k = 0;                // sample among the k most likely tokens; 0 = all
   std::uint64_t seed = 0;       // same seed, model and prompt -> same text
   std::int32_t stop_token = -1; // stop after emitting it (e.g. EOD); -1 = never
+  // Draw only among the first `drawn_vocab_size` ids: a model whose vocab_size is
+  // larger than its tokenizer's (padded, as Megatron pads) has rows no piece decodes.
+  // 0 = the model's vocab_size.
+  int drawn_vocab_size = 0;
 };
 
 // One token drawn from the first `vocab_size` logits (the padding is never drawn)
@@ -41,7 +45,8 @@ std::int32_t sample_token(std::span<const float> logits, int vocab_size, float t
 // stop_token is drawn, which is then the last one returned. There is no KV cache: each
 // step is a full forward over up to seq_length positions. Throws dufu::Error for an
 // empty prompt, a prompt token outside [0, vocab_size), a negative max_new_tokens, a
-// stop_token that is neither -1 nor in the vocabulary, or sampling options that
+// stop_token that is neither -1 nor in the vocabulary, a drawn_vocab_size that is
+// negative or larger than the model's vocab_size, or sampling options that
 // sample_token refuses.
 std::vector<std::int32_t> generate(GPT& model, std::span<const std::int32_t> prompt, const SamplingOptions& options);
 

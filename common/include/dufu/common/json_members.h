@@ -1,9 +1,11 @@
-// The one rule for JSON objects with a key given twice, shared by dufu's JSON readers
-// (jsonl records, tokenizer.json, vocab.json, tokenizer_config.json): the last member
+// The one rule for JSON objects with a key given twice, shared by dufu's readers of
+// JSON that other tools write (jsonl records, tokenizer.json, vocab.json,
+// tokenizer_config.json, HuggingFace's config.json and safetensors index): the last member
 // wins, as in the readers whose results dufu must reproduce (Python's json, which
 // Megatron's preprocess_data.py and transformers use, and HuggingFace tokenizers'
 // serde_json). simdjson keeps every member and its at_key() returns the first, so the
-// readers look members up through this instead.
+// readers look members up through this instead. Header-only: common does not link
+// simdjson; its users (dataprep, trainer) do.
 #pragma once
 
 #include <simdjson.h>
@@ -11,7 +13,7 @@
 #include <optional>
 #include <string_view>
 
-namespace dufu::dataprep {
+namespace dufu {
 
 // The value of the last member of `object` named `key` (compared unescaped), if any.
 inline std::optional<simdjson::dom::element> last_member(const simdjson::dom::object& object,
@@ -23,4 +25,4 @@ inline std::optional<simdjson::dom::element> last_member(const simdjson::dom::ob
   return found;
 }
 
-}  // namespace dufu::dataprep
+}  // namespace dufu
