@@ -124,6 +124,13 @@ void run(const PlanFlags& flags) {
       std::printf("      optim.offload = cpu: %s of fp32 masters and AdamW moments in host memory\n",
                   human_bytes(plan.host).c_str());
     }
+    if (plan.save_staging > 0.0) {
+      std::printf("      checkpoint save: %s host copy of the weights and AdamW moments %s; host memory at the peak %s\n",
+                  human_bytes(plan.save_staging).c_str(),
+                  plan.device_is_host ? "(in the total: the CPU device's memory is host memory)"
+                                      : "(beside the device's total)",
+                  human_bytes(plan.host_total()).c_str());
+    }
   }
   std::fflush(stdout);
   if (!refused.empty()) {

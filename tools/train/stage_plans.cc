@@ -41,6 +41,9 @@ std::vector<StagePlan> stage_plans(const trainer::TrainingOptions& options, int 
           trainer::rank_gradient_floats(options.model, tp, stage, data_parallel, options.zero_stage,
                                         options.overlap_reduction),
           bucket, trainer::rank_weight_floats(options.model, tp, stage, data_parallel, options.zero_stage));
+      // A device that cannot be opened here is not the CPU: the save's copy is beside it.
+      row.plan.save_staging =
+          trainer::checkpoint_save_bytes(options.model, tp, stage, data_parallel, options.zero_stage);
     }
     if (options.optimizer_offload) trainer::offload_to_host(row.plan);
     if (trainer::ZeroStage(options.zero_stage, data_parallel).shards_parameters()) {

@@ -258,7 +258,12 @@ Trainer::State::MemoryNeed Trainer::State::check_memory_plan() {
                                         " parameters on this rank, with their gradients and AdamW moments)"),
                                 plan.model()};
   check_memory(model_memory.what, model_memory.bytes);
-  check_memory(str_cat(model_memory.what, " and ", activations_what), plan.total());
+  check_memory(str_cat(model_memory.what, " and ", activations_what),
+               plan.total() - (plan.device_is_host ? plan.save_staging : 0.0));
+  // A save that cannot get its host copy would end the run at its first checkpoint.
+  check_memory(str_cat(plan.device_is_host ? "all that and " : "", "a checkpoint save's host copy of this rank's "
+                       "weights and AdamW moments"),
+               plan.host_total());
   // train.memory_limit caps the plan below what the device has (a cap above it cannot
   // help: the allocations would fail), so that "does not fit" is the same on any machine.
   const double device_capacity = device->memory_capacity_bytes();

@@ -104,6 +104,21 @@ RankParameters rank_parameters(const GPTConfig& config, int tensor_parallel_size
   return {.layer = layer, .layers = static_cast<double>(stage_layers(config, stage)), .edges = edges};
 }
 
+double checkpoint_save_bytes(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage,
+                             int data_parallel_size, int zero_stage) {
+  const RankParameters counts = rank_parameters(config, tensor_parallel_size, stage);
+  const double parameters = counts.layers * counts.layer + counts.edges;
+  const ZeroStage zero(zero_stage, data_parallel_size);
+  const double moments = zero.shards_optimizer_state() ? std::ceil(parameters / data_parallel_size) : parameters;
+  double floats = parameters + 2.0 * moments;
+  if (zero.shards_parameters()) floats += parameters;
+  if (tensor_parallel_size == 1 && stage.num_stages == 1 && !config.is_llama()) {
+    const RankWidths widths = rank_widths(config, 1);
+    floats += counts.layers * config.d_model * (widths.qkv + widths.attn + widths.mlp_pre + widths.mlp_hidden);
+  }
+  return sizeof(float) * floats;
+}
+
 double model_state_bytes(double parameters, int data_parallel_size, int zero_stage) {
   return memory_plan(parameters, data_parallel_size, zero_stage, false, 0.0).model();
 }
@@ -141,9 +156,13 @@ std::string MemoryPlan::describe(double limit_bytes) const {
                              ", AdamW moments ", human_bytes(moments));
   if (working_copy > 0.0) text += str_cat(", bf16 working copy ", human_bytes(working_copy));
   text += str_cat(", activations ", human_bytes(activations));
+  if (device_is_host && save_staging > 0.0) text += str_cat(", checkpoint save's copy ", human_bytes(save_staging));
   if (scratch > 0.0) text += str_cat(", device scratch ", human_bytes(scratch));
   text = str_cat(text, ": ", human_bytes(total()), " of at most ", human_bytes(limit_bytes));
   if (host > 0.0) text += str_cat(" (and ", human_bytes(host), " of masters and moments in host memory)");
+  if (!device_is_host && save_staging > 0.0) {
+    text += str_cat(" (and a checkpoint save's copy of ", human_bytes(save_staging), " in host memory)");
+  }
   return text;
 }
 
@@ -186,6 +205,8 @@ MemoryPlan rank_memory_plan(const GPTConfig& config, int B, int T, int tensor_pa
                   rank_weight_floats(config, tensor_parallel_size, stage, data_parallel_size, zero_stage));
   plan.scratch = device.scratch_bytes(training_step_shapes(config, B, T, tensor_parallel_size, stage, precision,
                                                            parameters));
+  plan.save_staging = checkpoint_save_bytes(config, tensor_parallel_size, stage, data_parallel_size, zero_stage);
+  plan.device_is_host = device.memory_space() == MemorySpace::kHost;
   return plan;
 }
 

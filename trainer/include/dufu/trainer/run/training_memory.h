@@ -78,14 +78,28 @@ struct MemoryPlan {
   double activations = 0.0;   // activations, their gradients, the loader's batches
   double scratch = 0.0;       // the device's own (Device::scratch_bytes), e.g. cuBLASLt's workspace
   double host = 0.0;          // in host memory instead (optim.offload = cpu: the masters and moments)
-  // The device's part: host is not in it.
+  double save_staging = 0.0;  // the host copy a checkpoint save holds beside all the above (checkpoint_save_bytes)
+  bool device_is_host = false;  // the device's memory is the process's (the CPU device)
+  // The device's part: host is not in it; on the CPU device the save's copy is.
   double model() const { return weights + gradients + moments + working_copy; }
-  double total() const { return model() + activations + scratch; }
+  double total() const { return model() + activations + scratch + (device_is_host ? save_staging : 0.0); }
+  // Host memory at the peak, a checkpoint save: on the CPU device everything, on another
+  // the offloaded state and the save's copy.
+  double host_total() const { return device_is_host ? total() + host : host + save_staging; }
   // "weights 498 MB, gradients 498 MB, AdamW moments 995 MB, activations 5.43 GB,
-  // device scratch 856 MB: 8.28 GB of at most 25.0 GB" (the working copy and the
-  // scratch only when there are any).
+  // device scratch 856 MB: 8.28 GB of at most 25.0 GB" (the working copy, the CPU
+  // device's checkpoint save and the scratch only when there are any).
   std::string describe(double limit_bytes) const;
 };
+
+// The host memory a checkpoint save of this rank holds at once, in bytes, while the
+// training state stays allocated (the save is synchronous: no second copy is in flight):
+// host_staging.h's copy of the weights (the first data-parallel replica writes them)
+// and of both AdamW moments (this rank's shard under ZeRO-1 to 3); under ZeRO-3 also the
+// piece gathered whole from the shards, which the copy is made from; and a serial GPT-2
+// checkpoint's transposed Conv1D matrices (checkpoint_files.cc's write_model).
+double checkpoint_save_bytes(const GPTConfig& config, int tensor_parallel_size, const PipelineStage& stage,
+                             int data_parallel_size, int zero_stage);
 // ZeRO stages 1 and 2 over more than one data-parallel rank divide the moments over the
 // ranks and add the rank's reduced gradient shard to the gradients, and stage 2 the
 // piece of one bucket (`bucket_floats`, train.dp_bucket_mb) each reduction lands in
