@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "checkpoint/checkpoint_files.h"
+#include "init_from_length.h"
 #include "dufu/common/atomic_file.h"
 #include "dufu/common/communicator.h"
 #include "dufu/common/error.h"
@@ -36,6 +37,7 @@
 #include "dufu/trainer/device/device.h"
 #include "dufu/trainer/model/flops.h"
 #include "dufu/trainer/model/gpt.h"
+#include "dufu/trainer/model/gpt_pieces.h"
 #include "dufu/trainer/parallel/data_parallel_optimizer.h"
 #include "dufu/trainer/parallel/rank_groups.h"
 #include "dufu/trainer/run/training_config.h"
@@ -396,9 +398,27 @@ RunSummary Trainer::State::run_summary() const {
 
 void Trainer::State::initialize_from(const std::string& checkpoint) {
   const TrainingState saved = read_checkpoint_state(checkpoint, FileCheck::kTrust);
-  refuse_model_change(saved.model, options.model, str_cat("model.init_from ", checkpoint), "");
+  // Fine-tuning at another context length is common: the one knob of the model that
+  // may differ here (not on resume), as far as the positions allow.
+  GPTConfig saved_at_run_length = saved.model;
+  saved_at_run_length.seq_length = options.model.seq_length;
+  refuse_model_change(saved_at_run_length, options.model, str_cat("model.init_from ", checkpoint), "");
+  refuse_positions_beyond_checkpoint(saved.model, options.model, checkpoint);
   if (const std::optional<std::string> change = tokenizer_change(saved, state, checkpoint)) DUFU_FAIL(*change);
-  load_parallel_checkpoint(checkpoint, saved, place, dp, *model, *optimizer);
+  if (saved.model.seq_length == options.model.seq_length) {
+    load_parallel_checkpoint(checkpoint, saved, place, dp, *model, *optimizer);
+  } else {
+    const std::vector<float> whole = weights_at_seq_length(checkpoint, saved.model, options.model);
+    std::vector<float> piece(model->num_parameters());
+    shard_gpt_piece(options.model, model->tensor_parallel_size(), model->tensor_parallel_rank(),
+                    model->pipeline_stage(), whole, piece);
+    model->upload_parameters(piece);
+    if (is_main) {
+      DUFU_LOG_INFO("train", "model.seq_length ", options.model.seq_length, " where ", checkpoint, " has ",
+                    saved.model.seq_length, options.model.is_llama() ? " (RoPE: the weights as they are)"
+                                                                       : " (wpe: its first rows)");
+    }
+  }
   // Fine-tuning starts its own optimizer: the moments of another run (or the zeros of
   // an import) and their step count do not carry over.
   optimizer->load_full_state(optimizer->make_full_state());
