@@ -64,7 +64,7 @@ TEST_F(TrainInitFromLengthTest, Gpt2AtALongerSeqLengthIsRefusedNamingTheKnob) {
   EXPECT_EQ(longer.exit_code, 1) << longer.output;
   EXPECT_TRUE(is_one_line(longer.output, "model.seq_length = 64")) << longer.output;
   EXPECT_TRUE(is_one_line(longer.output, "32")) << longer.output;
-  EXPECT_FALSE(file_exists(run_dir("longer") + "/checkpoints")) << longer.output;
+  EXPECT_FALSE(fs::exists(run_dir("longer"))) << "the refused start left its run.dir";
 }
 
 }  // namespace

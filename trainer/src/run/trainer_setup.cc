@@ -12,6 +12,7 @@
 #include <memory>
 #include <new>
 #include <optional>
+#include <set>
 #include <span>
 #include <tuple>
 #include <string>
@@ -142,6 +143,44 @@ void create_run_dir(const std::string& run_dir) {
   }
 }
 
+// What run.dir held before a start claimed it (creating it and its parents, the lock
+// file, the run's tokenizer/), so that a refused start takes back what it wrote: the
+// directory it created, or in one that was there the entries that were not. Nothing
+// it wrote is overwritten: install_run_tokenizer refuses a tokenizer/ that differs, and
+// config.toml is written once the start is accepted.
+class RunDirSnapshot {
+ public:
+  explicit RunDirSnapshot(const std::string& run_dir) : run_dir_(run_dir) {
+    std::error_code error;
+    // The topmost directory the start will create: run.dir or an ancestor of it.
+    for (fs::path path(run_dir); !path.empty() && !fs::exists(fs::symlink_status(path, error));
+         path = path.parent_path()) {
+      created_ = path;
+    }
+    if (!created_.empty()) return;
+    for (const fs::directory_entry& entry : fs::directory_iterator(run_dir, error)) {
+      entries_.insert(entry.path().filename().string());
+    }
+  }
+  void take_back() const {
+    std::error_code ignored;
+    if (!created_.empty()) {
+      fs::remove_all(created_, ignored);
+      return;
+    }
+    std::vector<fs::path> added;
+    for (const fs::directory_entry& entry : fs::directory_iterator(run_dir_, ignored)) {
+      if (!entries_.contains(entry.path().filename().string())) added.push_back(entry.path());
+    }
+    for (const fs::path& path : added) fs::remove_all(path, ignored);
+  }
+
+ private:
+  std::string run_dir_;
+  fs::path created_;
+  std::set<std::string> entries_;
+};
+
 // The knobs that define the model (checkpoint_files::kModelFields: every model.*
 // knob but init_seed and init_from, which only start a run) must be the checkpoint's,
 // for model.init_from and resume alike: a changed n_head, rope_theta or norm_eps keeps
@@ -165,10 +204,27 @@ bool Trainer::setup() {
   s.find_data_tokenizer();
   s.lay_out_ranks();
   const State::MemoryNeed model_memory = s.check_memory_plan();
-  s.claim_run_dir();
-  s.open_data(shards);
-  s.build_model(model_memory);
-  const dataprep::LoaderState loader_start = s.start_or_resume();
+  std::optional<RunDirSnapshot> before_claim;
+  if (s.is_main) before_claim.emplace(s.options.run_dir);
+  dataprep::LoaderState loader_start;
+  try {
+    s.claim_run_dir();
+    s.open_data(shards);
+    s.build_model(model_memory);
+    loader_start = s.start_or_resume();
+  } catch (...) {
+    // Only a start that holds the lock wrote there: without it the new entries would be
+    // another process's.
+    if (before_claim && s.run_lock) {
+      s.run_lock.reset();
+      try {
+        before_claim->take_back();
+      } catch (...) {
+        // The refusal is what the user must read; a leftover is only untidy.
+      }
+    }
+    throw;
+  }
   // Written once resuming is known to be possible: a refused run leaves the run's own.
   if (s.is_main) {
     AtomicFile saved((fs::path(s.options.run_dir) / "config.toml").string());
