@@ -81,6 +81,11 @@ class TrainMemoryPeakTest : public ::testing::Test {
 };
 
 TEST_F(TrainMemoryPeakTest, PeakOfARunThatSavesIsItsPlanWithin15Percent) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // Measured there: 624 MB against the plan's 372 MB. The shadow memory and the
+  // quarantine of freed blocks are not the program's, and no plan counts them.
+  GTEST_SKIP() << "a sanitizer's shadow memory and quarantine inflate the peak RSS; the Release build measures it";
+#endif
   // 6 layers of width 384: 11.6 M parameters, 46 MB of them; their weights, gradients,
   // moments and the save's copy are most of the run's memory.
   const std::string large = write_config("large", "n_layer = 6\nn_head = 6\nd_model = 384\n");
