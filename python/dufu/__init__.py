@@ -66,6 +66,15 @@ class DataLoader:
     is ``(tokens, dataset_indices)``. ``state_dict()`` is the position of the next
     batch; a loader made with ``state=`` or given ``load_state_dict()`` continues with
     exactly that batch.
+
+    With ``eod_id`` (document masking, as Megatron's ``reset_position_ids`` and
+    ``reset_attention_mask``) each item is a dict: ``tokens``; ``position_ids``
+    ``[micro_batch, seq_length]``, each input token's position in its document
+    (restarting after every ``eod_id``); ``cu_seqlens``, where each document starts in
+    the flattened inputs ``tokens[:, :-1]``, then ``micro_batch * seq_length``
+    (flash-attention's varlen layout); and ``indices`` with ``with_indices``. An
+    end-of-document token belongs to the document it ends, exactly as Megatron's
+    ``_get_ltor_masks_and_position_ids``.
     """
 
     def __init__(
@@ -79,6 +88,7 @@ class DataLoader:
         output: str = "numpy",
         with_indices: bool = False,
         state: Optional[Dict[str, int]] = None,
+        eod_id: Optional[int] = None,
     ) -> None:
         if output not in _OUTPUTS:
             raise ValueError(f"output must be 'numpy' or 'torch', got {output!r}")
@@ -88,16 +98,22 @@ class DataLoader:
 
             self._to_torch = torch.from_numpy
         self._with_indices = with_indices
-        self._loader = _dufu._Loader(dataset, sampler, micro_batch, workers, prefetch_batches, state)
+        self._documents = eod_id is not None
+        self._loader = _dufu._Loader(dataset, sampler, micro_batch, workers, prefetch_batches, state, eod_id)
 
     def __iter__(self) -> "DataLoader":
         return self
 
     def __next__(self) -> Any:
-        tokens, indices = self._loader.next()
+        arrays = self._loader.next()
         if self._to_torch is not None:
-            tokens = self._to_torch(tokens)
-            indices = self._to_torch(indices)
+            arrays = tuple(None if array is None else self._to_torch(array) for array in arrays)
+        tokens, indices, position_ids, cu_seqlens = arrays
+        if self._documents:
+            item = {"tokens": tokens, "position_ids": position_ids, "cu_seqlens": cu_seqlens}
+            if self._with_indices:
+                item["indices"] = indices
+            return item
         return (tokens, indices) if self._with_indices else tokens
 
     def state_dict(self) -> Dict[str, int]:

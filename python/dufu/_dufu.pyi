@@ -150,8 +150,16 @@ class _Loader:
         workers: int = 2,
         prefetch_batches: int = 4,
         state: Optional[Dict[str, int]] = None,
+        eod_id: Optional[int] = None,
     ) -> None: ...
-    def next(self) -> Tuple[npt.NDArray[np.int32], npt.NDArray[np.int64]]: ...
+    def next(
+        self,
+    ) -> Tuple[
+        npt.NDArray[np.int32],
+        npt.NDArray[np.int64],
+        Optional[npt.NDArray[np.int32]],
+        Optional[npt.NDArray[np.int32]],
+    ]: ...
     def state_dict(self) -> Dict[str, int]: ...
     def load_state_dict(self, state: Dict[str, int]) -> None: ...
 

@@ -46,7 +46,8 @@ LoaderState state_from_dict(const py::dict& state) {
 
 std::unique_ptr<InfiniteDataLoader> make_loader(std::shared_ptr<dataprep::TokenDataset> dataset,
                                                 const SamplerRecipe& sampler, std::uint64_t micro_batch, int workers,
-                                                int prefetch_batches, const std::optional<py::dict>& state) {
+                                                int prefetch_batches, const std::optional<py::dict>& state,
+                                                std::optional<std::int32_t> eod_id) {
   if (workers < 1) DUFU_FAIL("workers must be at least 1, got ", workers);
   if (prefetch_batches < 1) DUFU_FAIL("prefetch_batches must be at least 1, got ", prefetch_batches);
   LoaderState start;
@@ -54,7 +55,7 @@ std::unique_ptr<InfiniteDataLoader> make_loader(std::shared_ptr<dataprep::TokenD
   if (state) start = state_from_dict(*state);
   auto made = sampler.make();
   if (made->size() == 0) DUFU_FAIL("the sampler yields no index per epoch (", sampler.description, ")");
-  const dataprep::LoaderOptions options{micro_batch, workers, prefetch_batches};
+  const dataprep::LoaderOptions options{micro_batch, workers, prefetch_batches, eod_id};
   py::gil_scoped_release release;
   return std::make_unique<InfiniteDataLoader>(std::move(dataset), std::move(made), options, start);
 }
@@ -74,8 +75,16 @@ py::tuple next_batch(InfiniteDataLoader& loader) {
   dataprep::Batch& batch = *ready;
   std::vector<std::int64_t> indices(batch.indices.begin(), batch.indices.end());
   const auto rows = static_cast<py::ssize_t>(batch.rows);
-  return py::make_tuple(owned_array(std::move(batch.tokens), {rows, static_cast<py::ssize_t>(batch.columns)}),
-                        owned_array(std::move(indices), {rows}));
+  const auto columns = static_cast<py::ssize_t>(batch.columns);
+  py::object positions = py::none();
+  py::object cu_seqlens = py::none();
+  if (!batch.cu_seqlens.empty()) {
+    const auto documents = static_cast<py::ssize_t>(batch.cu_seqlens.size());
+    positions = owned_array(std::move(batch.position_ids), {rows, columns - 1});
+    cu_seqlens = owned_array(std::move(batch.cu_seqlens), {documents});
+  }
+  return py::make_tuple(owned_array(std::move(batch.tokens), {rows, columns}), owned_array(std::move(indices), {rows}),
+                        positions, cu_seqlens);
 }
 
 }  // namespace
@@ -83,8 +92,11 @@ py::tuple next_batch(InfiniteDataLoader& loader) {
 void bind_loader(py::module_& module) {
   py::class_<InfiniteDataLoader>(module, "_Loader", "The C++ loader behind dufu.DataLoader.")
       .def(py::init(&make_loader), py::arg("dataset"), py::arg("sampler"), py::arg("micro_batch"),
-           py::arg("workers") = 2, py::arg("prefetch_batches") = 4, py::arg("state") = py::none())
-      .def("next", &next_batch, "(tokens [micro_batch, seq_length + 1] int32, dataset indices int64)")
+           py::arg("workers") = 2, py::arg("prefetch_batches") = 4, py::arg("state") = py::none(),
+           py::arg("eod_id") = py::none())
+      .def("next", &next_batch,
+           "(tokens [micro_batch, seq_length + 1] int32, dataset indices int64, position_ids [micro_batch, "
+           "seq_length] int32 or None, cu_seqlens int32 or None): the last two with eod_id")
       .def("state_dict", [](const InfiniteDataLoader& loader) { return state_dict(loader.state()); })
       .def(
           "load_state_dict",

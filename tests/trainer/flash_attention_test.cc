@@ -137,13 +137,16 @@ std::vector<AttentionShape> attention_shapes() {
 
 // dqkv in double through the softmax backward's row form dS = P (dP - sum P dP); the
 // full-Jacobian reference of kernel_reference.h is O(T^3) per head, too slow at 1024.
-Vec reference_attention_backward(const Vec& dout, const Vec& qkv, const AttentionShape& s) {
+// With document_starts, the probabilities before a row's document are 0, and so are the
+// terms they bring.
+Vec reference_attention_backward(const Vec& dout, const Vec& qkv, const AttentionShape& s,
+                                 const std::vector<std::int32_t>* document_starts = nullptr) {
   using reference::qkv_index;
   const reference::AttentionHeads a = s.heads();
   const int T = s.T, NH = s.NH, hs = s.hs;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
   Vec att, lse;
-  reference::attention_probabilities(att, lse, qkv, s.B, T, a);
+  reference::attention_probabilities(att, lse, qkv, s.B, T, a, document_starts);
   Vec dqkv(qkv.size(), 0.0);
   for (int b = 0; b < s.B; ++b)
     for (int h = 0; h < NH; ++h)
@@ -201,8 +204,8 @@ TEST_P(FlashAttentionTest, MatchesTheNaiveDoubleAttention) {
   std::vector<float> out(s.tokens() * a.out_width(), kNaN), lse(s.tokens() * s.NH, kNaN), dqkv(qkv.size(), kNaN);
   DeviceArgs d(*device_);
   const KernelTable& k = device_->kernels();
-  k.attention_forward(d.out(out), d.out(lse), d.in(qkv), s.B, s.T, s.NH, s.NKV, s.hs);
-  k.attention_backward(d.out(dqkv), d.in(dout), d.in(qkv), d.in(out), d.in(lse), s.B, s.T, s.NH, s.NKV, s.hs);
+  k.attention_forward(d.out(out), d.out(lse), d.in(qkv), nullptr, s.B, s.T, s.NH, s.NKV, s.hs);
+  k.attention_backward(d.out(dqkv), d.in(dout), d.in(qkv), d.in(out), d.in(lse), nullptr, s.B, s.T, s.NH, s.NKV, s.hs);
   d.finish();
 
   Vec want_out, want_lse;
@@ -244,10 +247,10 @@ TEST_P(FlashAttentionTest, Bf16ProductsAreWithinBf16OfTheDoubleAttention) {
   std::vector<float> fp32_out(out.size(), kNaN), fp32_lse(lse.size(), kNaN), fp32_dqkv(qkv.size(), kNaN);
   DeviceArgs d(*device_);
   const KernelTable& k = device_->kernels();
-  k.attention_forward(d.out(out), d.out(lse), d.in(qkv_bits), s.B, s.T, s.NH, s.NKV, s.hs);
-  k.attention_backward(d.out(dqkv), d.in(dout), d.in(qkv_bits), d.in(out), d.in(lse), s.B, s.T, s.NH, s.NKV, s.hs);
-  k.attention_forward(d.out(fp32_out), d.out(fp32_lse), d.in(qkv), s.B, s.T, s.NH, s.NKV, s.hs);
-  k.attention_backward(d.out(fp32_dqkv), d.in(dout), d.in(qkv), d.in(fp32_out), d.in(fp32_lse), s.B, s.T, s.NH, s.NKV,
+  k.attention_forward(d.out(out), d.out(lse), d.in(qkv_bits), nullptr, s.B, s.T, s.NH, s.NKV, s.hs);
+  k.attention_backward(d.out(dqkv), d.in(dout), d.in(qkv_bits), d.in(out), d.in(lse), nullptr, s.B, s.T, s.NH, s.NKV, s.hs);
+  k.attention_forward(d.out(fp32_out), d.out(fp32_lse), d.in(qkv), nullptr, s.B, s.T, s.NH, s.NKV, s.hs);
+  k.attention_backward(d.out(fp32_dqkv), d.in(dout), d.in(qkv), d.in(fp32_out), d.in(fp32_lse), nullptr, s.B, s.T, s.NH, s.NKV,
                        s.hs);
   d.finish();
 
@@ -269,6 +272,89 @@ TEST_P(FlashAttentionTest, Bf16ProductsAreWithinBf16OfTheDoubleAttention) {
 INSTANTIATE_TEST_SUITE_P(TiledAttention, FlashAttentionTest,
                          ::testing::Combine(::testing::ValuesIn(kTestDevices), ::testing::ValuesIn(attention_shapes())),
                          flash_case_name);
+
+// ---- document masking over many tiles ------------------------------------------------
+
+// Where each token's document starts, for rows whose documents begin at `starts`
+// (ascending, after 0).
+std::vector<std::int32_t> starts_of_documents(int T, const std::vector<int>& starts) {
+  std::vector<std::int32_t> out(static_cast<std::size_t>(T), 0);
+  for (int t = 0; t < T; ++t) {
+    for (const int start : starts) {
+      if (start <= t) out[static_cast<std::size_t>(t)] = start;
+    }
+  }
+  return out;
+}
+
+class DocumentAttentionTest : public ::testing::TestWithParam<TestDevice> {
+ protected:
+  void SetUp() override {
+    const DeviceAvailability availability = device_availability(GetParam().kind);
+    if (!availability.available) GTEST_SKIP() << GetParam().name << " skipped: " << availability.reason;
+    device_ = &device_of_kind(GetParam().kind);
+  }
+  Device* device_ = nullptr;
+};
+
+// Documents that start on either side of the tiles' edges (64 rows on a GPU, 64-row
+// query blocks and 256-key tiles on the CPU), one of a single token, and a long one
+// whose query blocks skip every key tile of the documents before it: out, lse and
+// dqkv equal the naive attention with the block-diagonal causal mask, for fp32 and
+// bf16 products. A row that is one document gives the bits of the unmasked kernels.
+TEST_P(DocumentAttentionTest, MatchesTheNaiveDoubleAttentionWithTheDocumentsMask) {
+  const AttentionShape s{2, 600, 2, 1, 64};
+  const reference::AttentionHeads a = s.heads();
+  std::vector<std::int32_t> document_starts = starts_of_documents(s.T, {63, 64, 65, 255, 256, 257, 258, 330});
+  const std::vector<std::int32_t> row_1 = starts_of_documents(s.T, {});
+  document_starts.insert(document_starts.end(), row_1.begin(), row_1.end());
+  for (const bool bf16 : {false, true}) {
+    const std::string label = std::string(GetParam().name) + (bf16 ? " bf16" : " fp32") + " document attention";
+    auto qkv = random_floats(s.tokens() * a.qkv_width(), 94, -2.0f, 2.0f);
+    auto dout = random_floats(s.tokens() * a.out_width(), 95);
+    if (bf16) {
+      for (float& value : qkv) value = round_to_bf16(value);
+      for (float& value : dout) value = round_to_bf16(value);
+    }
+    std::vector<std::uint16_t> qkv_bits(qkv.size());
+    for (std::size_t i = 0; i < qkv.size(); ++i) qkv_bits[i] = float_to_bf16_bits(qkv[i]);
+    std::vector<float> out(s.tokens() * a.out_width(), kNaN), lse(s.tokens() * s.NH, kNaN), dqkv(qkv.size(), kNaN);
+    std::vector<float> plain_out(out.size()), plain_lse(lse.size()), plain_dqkv(dqkv.size());
+    DeviceArgs d(*device_);
+    const KernelTable& k = device_->kernels();
+    const TensorIn input = bf16 ? TensorIn(d.in(qkv_bits)) : TensorIn(d.in(qkv));
+    const std::int32_t* starts = d.in(document_starts);
+    k.attention_forward(d.out(out), d.out(lse), input, starts, s.B, s.T, s.NH, s.NKV, s.hs);
+    k.attention_backward(d.out(dqkv), d.in(dout), input, d.in(out), d.in(lse), starts, s.B, s.T, s.NH, s.NKV, s.hs);
+    k.attention_forward(d.out(plain_out), d.out(plain_lse), input, nullptr, s.B, s.T, s.NH, s.NKV, s.hs);
+    k.attention_backward(d.out(plain_dqkv), d.in(dout), input, d.in(plain_out), d.in(plain_lse), nullptr, s.B, s.T,
+                         s.NH, s.NKV, s.hs);
+    d.finish();
+
+    Vec want_out, want_lse;
+    reference::attention_forward(want_out, want_lse, widen(qkv), s.B, s.T, a, &document_starts);
+    const Vec want_dqkv = reference_attention_backward(widen(dout), widen(qkv), s, &document_starts);
+    if (bf16) {
+      EXPECT_LT(relative_error(widen(out), want_out), 5e-3) << label;
+      EXPECT_LT(relative_error(widen(dqkv), want_dqkv), 5e-3) << label;
+    } else {
+      testing::report_close(label + " out", widen(out), want_out, Tolerance{1e-5, 1e-5});
+      testing::report_close(label + " dqkv", widen(dqkv), want_dqkv, Tolerance{3e-5, 3e-5});
+    }
+    testing::report_close(label + " lse", widen(lse), want_lse, Tolerance{1e-5, 1e-5});
+    // Row 1 is one document: its out and lse are the unmasked kernels' bits.
+    const std::size_t out_row = s.tokens() / 2 * a.out_width();
+    EXPECT_TRUE(std::equal(out.begin() + static_cast<std::ptrdiff_t>(out_row), out.end(),
+                           plain_out.begin() + static_cast<std::ptrdiff_t>(out_row)))
+        << label;
+    EXPECT_TRUE(std::equal(lse.begin() + static_cast<std::ptrdiff_t>(lse.size() / 2), lse.end(),
+                           plain_lse.begin() + static_cast<std::ptrdiff_t>(lse.size() / 2)))
+        << label;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, DocumentAttentionTest, ::testing::ValuesIn(kTestDevices),
+                         [](const ::testing::TestParamInfo<TestDevice>& info) { return std::string(info.param.name); });
 
 // ---- grouped heads against multi-head attention with repeated K/V heads -----------
 
@@ -300,8 +386,8 @@ AttentionRun run_attention(Device& device, const std::vector<float>& qkv, const 
                    std::vector<float>(qkv.size())};
   DeviceArgs d(device);
   const KernelTable& k = device.kernels();
-  k.attention_forward(d.out(run.out), d.out(run.lse), d.in(qkv), s.B, s.T, s.NH, s.NKV, s.hs);
-  k.attention_backward(d.out(run.dqkv), d.in(dout), d.in(qkv), d.in(run.out), d.in(run.lse), s.B, s.T, s.NH, s.NKV,
+  k.attention_forward(d.out(run.out), d.out(run.lse), d.in(qkv), nullptr, s.B, s.T, s.NH, s.NKV, s.hs);
+  k.attention_backward(d.out(run.dqkv), d.in(dout), d.in(qkv), d.in(run.out), d.in(run.lse), nullptr, s.B, s.T, s.NH, s.NKV,
                        s.hs);
   d.finish();
   return run;
@@ -368,8 +454,8 @@ TEST(GroupedAttention, RejectsQueryHeadsThatAreNotAMultipleOfTheKvHeads) {
     if (!device_availability(test_device.kind).available) continue;
     const KernelTable& k = device_of_kind(test_device.kind).kernels();
     for (const auto& [NH, NKV] : {std::pair{3, 2}, std::pair{2, 4}, std::pair{2, 0}}) {
-      EXPECT_THROW(k.attention_forward(nullptr, nullptr, nullptr, 1, 1, NH, NKV, 4), Error) << NH << "/" << NKV;
-      EXPECT_THROW(k.attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1, NH, NKV, 4), Error)
+      EXPECT_THROW(k.attention_forward(nullptr, nullptr, nullptr, nullptr, 1, 1, NH, NKV, 4), Error) << NH << "/" << NKV;
+      EXPECT_THROW(k.attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 1, NH, NKV, 4), Error)
           << NH << "/" << NKV;
     }
   }

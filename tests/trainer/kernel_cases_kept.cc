@@ -157,12 +157,12 @@ Outputs run_attention_kept(const Shape& s, Device* device, int calls) {
     std::vector<std::uint16_t> out_bits(out.size(), kUnwritten);
     std::vector<float> lse(static_cast<std::size_t>(s.B) * heads.NH * s.T, kNaN);
     std::vector<float> dqkv(qkv.size(), kNaN), fp32_out(out.size(), kNaN);
-    k.attention_forward({a.out(out), ElementType::kBf16, a.out(out_bits)}, a.out(lse), a.in(qkv), s.B, s.T,
+    k.attention_forward({a.out(out), ElementType::kBf16, a.out(out_bits)}, a.out(lse), a.in(qkv), nullptr, s.B, s.T,
                         heads.NH, heads.NKV, heads.hs);
-    k.attention_forward(a.out(fp32_out), a.out(lse), a.in(qkv), s.B, s.T, heads.NH, heads.NKV, heads.hs);
+    k.attention_forward(a.out(fp32_out), a.out(lse), a.in(qkv), nullptr, s.B, s.T, heads.NH, heads.NKV, heads.hs);
     for (int i = 0; i < calls; ++i) {
       k.attention_backward({a.out(dqkv), ElementType::kBf16, nullptr}, a.in(dout), a.in(qkv), a.out(fp32_out),
-                           a.out(lse), s.B, s.T, heads.NH, heads.NKV, heads.hs);
+                           a.out(lse), nullptr, s.B, s.T, heads.NH, heads.NKV, heads.hs);
     }
     a.finish();
     add_kept(outputs, "out", out, &out_bits);

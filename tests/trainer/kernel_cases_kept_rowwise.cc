@@ -35,8 +35,8 @@ Outputs run_embedding_forwards_kept(const Shape& s, Device* device, int) {
     const KernelTable& k = device->kernels();
     std::vector<float> out(n, kNaN), vocab_parallel_out(n, kNaN);
     std::vector<std::uint16_t> bits(n, kUnwritten);
-    k.embedding_forward({a.out(out), kBf16, a.out(bits)}, a.in(in.tokens), a.in(in.wte), a.in(in.wpe), s.B, s.T, s.C);
-    k.vocab_parallel_embedding_forward({a.out(vocab_parallel_out), kBf16, nullptr}, a.in(in.tokens), a.in(in.wte),
+    k.embedding_forward({a.out(out), kBf16, a.out(bits)}, a.in(in.tokens), nullptr, a.in(in.wte), a.in(in.wpe), s.B, s.T, s.C);
+    k.vocab_parallel_embedding_forward({a.out(vocab_parallel_out), kBf16, nullptr}, a.in(in.tokens), nullptr, a.in(in.wte),
                                        a.in(in.wpe), 0, s.Vp, s.B, s.T, s.C);
     a.finish();
     add_kept(outputs, "out", out, &bits);
@@ -135,9 +135,9 @@ Outputs run_rotary_kept(const Shape& s, Device* device, int) {
     const KernelTable& k = device->kernels();
     std::vector<std::uint16_t> bits(qkv.size(), kUnwritten);
     if constexpr (kBackward) {
-      k.rotary_backward({a.out(qkv), kBf16, nullptr}, s.B, s.T, m.NH, m.NKV, m.hs, kTheta);
+      k.rotary_backward({a.out(qkv), kBf16, nullptr}, nullptr, s.B, s.T, m.NH, m.NKV, m.hs, kTheta);
     } else {
-      k.rotary_forward({a.out(qkv), kBf16, a.out(bits)}, s.B, s.T, m.NH, m.NKV, m.hs, kTheta);
+      k.rotary_forward({a.out(qkv), kBf16, a.out(bits)}, nullptr, s.B, s.T, m.NH, m.NKV, m.hs, kTheta);
     }
     a.finish();
     add_kept(outputs, "qkv", qkv, kBackward ? nullptr : &bits);

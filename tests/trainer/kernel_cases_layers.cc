@@ -22,10 +22,13 @@ namespace ref = reference;
 
 namespace {
 
-template <Operands kOperands = Operands::kFp32>
+// kPositions: position ids that restart in each packed document (document masking).
+template <Operands kOperands = Operands::kFp32, bool kPositions = false>
 Outputs run_embedding_forward(const Shape& s, Device* device, int) {
   const EmbeddingInputs inputs(s);
   const auto& tokens = inputs.tokens;
+  const PackedRows packed = packed_rows(s.B, s.T, 45);
+  const std::vector<std::int32_t>* positions = kPositions ? &packed.positions : nullptr;
   const auto wte = on_grid<kOperands>(inputs.wte);
   const auto wpe = on_grid<kOperands>(inputs.wpe);
   const auto wte_bits = bf16_bits(wte);
@@ -34,33 +37,39 @@ Outputs run_embedding_forward(const Shape& s, Device* device, int) {
     DeviceArgs d(*device);
     const KernelTable& k = device->kernels();
     std::vector<float> out(static_cast<std::size_t>(s.N()) * s.C, kNaN);
+    const std::int32_t* device_positions = kPositions ? d.in(packed.positions) : nullptr;
     if constexpr (kOperands == Operands::kBf16) {
-      k.embedding_forward(d.out(out), d.in(tokens), d.in(wte_bits), d.in(wpe_bits), s.B, s.T, s.C);
+      k.embedding_forward(d.out(out), d.in(tokens), device_positions, d.in(wte_bits), d.in(wpe_bits), s.B, s.T,
+                          s.C);
     } else {
-      k.embedding_forward(d.out(out), d.in(tokens), d.in(wte), d.in(wpe), s.B, s.T, s.C);
+      k.embedding_forward(d.out(out), d.in(tokens), device_positions, d.in(wte), d.in(wpe), s.B, s.T, s.C);
     }
     d.finish();
     return {{"out", widen(out)}};
   }
   Vec out;
-  ref::embedding_forward(out, tokens, widen(wte), widen(wpe), s.B, s.T, s.C);
+  ref::embedding_forward(out, tokens, widen(wte), widen(wpe), s.B, s.T, s.C, positions);
   return {{"out", out}};
 }
 
+template <bool kPositions = false>
 Outputs run_embedding_backward(const Shape& s, Device* device, int calls) {
   const auto [tokens, dout, dwte0, dwpe0] = EmbeddingGradInputs(s);
+  const PackedRows packed = packed_rows(s.B, s.T, 46);
+  const std::vector<std::int32_t>* positions = kPositions ? &packed.positions : nullptr;
   if (device != nullptr) {
     DeviceArgs d(*device);
     const KernelTable& k = device->kernels();
     auto dwte = dwte0;
     auto dwpe = dwpe0;
+    const std::int32_t* device_positions = kPositions ? d.in(packed.positions) : nullptr;
     for (int i = 0; i < calls; ++i)
-      k.embedding_backward(d.out(dwte), d.out(dwpe), d.in(dout), d.in(tokens), s.B, s.T, s.C);
+      k.embedding_backward(d.out(dwte), d.out(dwpe), d.in(dout), d.in(tokens), device_positions, s.B, s.T, s.C);
     d.finish();
     return {{"dwte", widen(dwte)}, {"dwpe", widen(dwpe)}};
   }
   Vec dwte(dwte0.size(), 0.0), dwpe(dwpe0.size(), 0.0);
-  ref::embedding_backward(dwte, dwpe, widen(dout), tokens, s.B, s.T, s.C);
+  ref::embedding_backward(dwte, dwpe, widen(dout), tokens, s.B, s.T, s.C, positions);
   return {{"dwte", accumulated(dwte0, dwte, calls)}, {"dwpe", accumulated(dwpe0, dwpe, calls)}};
 }
 
@@ -365,10 +374,13 @@ std::vector<float> attention_qkv(const Shape& s, const ref::AttentionHeads& a) {
   return random_floats(static_cast<std::size_t>(s.N()) * a.qkv_width(), 40, -2.0f, 2.0f);
 }
 
-template <Heads kHeads>
+// kDocuments: several documents packed into each row but the first (document masking).
+template <Heads kHeads, bool kDocuments = false>
 Outputs run_attention_forward(const Shape& s, Device* device, int) {
   const ref::AttentionHeads a = attention_heads<kHeads>(s);
   const auto qkv = attention_qkv(s, a);
+  const PackedRows packed = packed_rows(s.B, s.T, 43);
+  const std::vector<std::int32_t>* starts = kDocuments ? &packed.document_starts : nullptr;
   Vec out, lse;
   if (device != nullptr) {
     DeviceArgs d(*device);
@@ -376,36 +388,41 @@ Outputs run_attention_forward(const Shape& s, Device* device, int) {
     // NaN everywhere: every output must be written.
     std::vector<float> out_f(static_cast<std::size_t>(s.N()) * a.out_width(), kNaN);
     std::vector<float> lse_f(static_cast<std::size_t>(s.B) * a.NH * s.T, kNaN);
-    k.attention_forward(d.out(out_f), d.out(lse_f), d.in(qkv), s.B, s.T, a.NH, a.NKV, a.hs);
+    k.attention_forward(d.out(out_f), d.out(lse_f), d.in(qkv), kDocuments ? d.in(packed.document_starts) : nullptr,
+                        s.B, s.T, a.NH, a.NKV, a.hs);
     d.finish();
     out = widen(out_f);
     lse = widen(lse_f);
   } else {
-    ref::attention_forward(out, lse, widen(qkv), s.B, s.T, a);
+    ref::attention_forward(out, lse, widen(qkv), s.B, s.T, a, starts);
   }
   return {{"out", out}, {"lse", lse}};
 }
 
-template <Heads kHeads>
+template <Heads kHeads, bool kDocuments = false>
 Outputs run_attention_backward(const Shape& s, Device* device, int calls) {
   const ref::AttentionHeads a = attention_heads<kHeads>(s);
   const auto qkv = attention_qkv(s, a);
+  const PackedRows packed = packed_rows(s.B, s.T, 44);
+  const std::vector<std::int32_t>* starts = kDocuments ? &packed.document_starts : nullptr;
   const auto dout = random_floats(static_cast<std::size_t>(s.N()) * a.out_width(), 41);
   if (device != nullptr) {
     DeviceArgs d(*device);
     const KernelTable& k = device->kernels();
     std::vector<float> out(static_cast<std::size_t>(s.N()) * a.out_width());
     std::vector<float> lse(static_cast<std::size_t>(s.B) * a.NH * s.T);
-    k.attention_forward(d.out(out), d.out(lse), d.in(qkv), s.B, s.T, a.NH, a.NKV, a.hs);
+    const std::int32_t* device_starts = kDocuments ? d.in(packed.document_starts) : nullptr;
+    k.attention_forward(d.out(out), d.out(lse), d.in(qkv), device_starts, s.B, s.T, a.NH, a.NKV, a.hs);
     std::vector<float> dqkv(qkv.size(), kNaN);
     for (int i = 0; i < calls; ++i) {
-      k.attention_backward(d.out(dqkv), d.in(dout), d.in(qkv), d.in(out), d.in(lse), s.B, s.T, a.NH, a.NKV, a.hs);
+      k.attention_backward(d.out(dqkv), d.in(dout), d.in(qkv), d.in(out), d.in(lse), device_starts, s.B, s.T, a.NH,
+                           a.NKV, a.hs);
     }
     d.finish();
     return {{"dqkv", widen(dqkv)}};
   }
   Vec dqkv;
-  ref::attention_backward(dqkv, widen(dout), widen(qkv), s.B, s.T, a);
+  ref::attention_backward(dqkv, widen(dout), widen(qkv), s.B, s.T, a, starts);
   return {{"dqkv", dqkv}};
 }
 
@@ -416,6 +433,8 @@ std::vector<OpCase> layer_op_cases() {
       {"embedding_forward", run_embedding_forward, {1e-6, 1e-6}, true, true},
       {"embedding_forward_bf16", run_embedding_forward<Operands::kBf16>, {1e-6, 1e-6}, true, true},
       {"embedding_backward", run_embedding_backward, {1e-5, 1e-5}, true, true},
+      {"embedding_forward_positions", run_embedding_forward<Operands::kFp32, true>, {1e-6, 1e-6}, true, true},
+      {"embedding_backward_positions", run_embedding_backward<true>, {1e-5, 1e-5}, true, true},
       {"layernorm_forward", run_layernorm_forward, {2e-5, 2e-5}, true, true},
       {"residual_layernorm_forward", run_residual_layernorm_forward, {2e-5, 2e-5}, true, true},
       {"residual_layernorm_forward_in_place", run_residual_layernorm_forward_in_place, {2e-5, 2e-5}, true, true},
@@ -464,6 +483,12 @@ std::vector<OpCase> layer_op_cases() {
       {"attention_backward", run_attention_backward<Heads::kMultiHead>, {2e-5, 2e-5}, true, true},
       {"attention_forward_grouped", run_attention_forward<Heads::kGrouped>, {1e-5, 1e-5}, true, true},
       {"attention_backward_grouped", run_attention_backward<Heads::kGrouped>, {2e-5, 2e-5}, true, true},
+      {"attention_forward_documents", run_attention_forward<Heads::kMultiHead, true>, {1e-5, 1e-5}, true, true},
+      {"attention_backward_documents", run_attention_backward<Heads::kMultiHead, true>, {2e-5, 2e-5}, true, true},
+      {"attention_forward_grouped_documents", run_attention_forward<Heads::kGrouped, true>, {1e-5, 1e-5}, true,
+       true},
+      {"attention_backward_grouped_documents", run_attention_backward<Heads::kGrouped, true>, {2e-5, 2e-5}, true,
+       true},
   };
 }
 

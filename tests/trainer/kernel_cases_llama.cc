@@ -105,24 +105,28 @@ Outputs run_rmsnorm_backward(const Shape& s, Device* device, int calls) {
 
 // The whole buffer comes back, so v (which must stay as it was) is compared too. The
 // forward runs at Llama 2's theta, the backward at Llama 3's.
-template <bool kBackward>
+// kPositions: position ids that restart in each packed document (document masking).
+template <bool kBackward, bool kPositions = false>
 Outputs run_rotary(const Shape& s, Device* device, int) {
   const LlamaDims m = llama_dims(s);
   const float theta = kBackward ? 500000.0f : 10000.0f;
   auto qkv = random_floats(static_cast<std::size_t>(s.N()) * m.qkv_width(), kBackward ? 78 : 77, -2.0f, 2.0f);
+  const PackedRows packed = packed_rows(s.B, s.T, 79);
   if (device != nullptr) {
     DeviceArgs d(*device);
     const KernelTable& k = device->kernels();
+    const std::int32_t* positions = kPositions ? d.in(packed.positions) : nullptr;
     if constexpr (kBackward) {
-      k.rotary_backward(d.out(qkv), s.B, s.T, m.NH, m.NKV, m.hs, theta);
+      k.rotary_backward(d.out(qkv), positions, s.B, s.T, m.NH, m.NKV, m.hs, theta);
     } else {
-      k.rotary_forward(d.out(qkv), s.B, s.T, m.NH, m.NKV, m.hs, theta);
+      k.rotary_forward(d.out(qkv), positions, s.B, s.T, m.NH, m.NKV, m.hs, theta);
     }
     d.finish();
     return {{kBackward ? "dqkv" : "qkv", widen(qkv)}};
   }
   Vec values = widen(qkv);
-  ref::rotary(values, s.B, s.T, m.NH, m.NKV, m.hs, theta, kBackward ? -1.0 : 1.0);
+  ref::rotary(values, s.B, s.T, m.NH, m.NKV, m.hs, theta, kBackward ? -1.0 : 1.0,
+              kPositions ? &packed.positions : nullptr);
   return {{kBackward ? "dqkv" : "qkv", values}};
 }
 
@@ -187,6 +191,8 @@ std::vector<OpCase> llama_op_cases() {
       {"rmsnorm_backward", run_rmsnorm_backward, {5e-5, 5e-5}, true, true},
       {"rotary_forward", run_rotary<false>, {4e-5, 4e-5}, false, true},
       {"rotary_backward", run_rotary<true>, {4e-5, 4e-5}, false, true},
+      {"rotary_forward_positions", run_rotary<false, true>, {4e-5, 4e-5}, false, true},
+      {"rotary_backward_positions", run_rotary<true, true>, {4e-5, 4e-5}, false, true},
       {"swiglu_forward", run_swiglu_forward, {1e-5, 1e-5}, true, true},
       {"swiglu_backward", run_swiglu_backward, {2e-5, 2e-5}, true, true},
   };

@@ -106,10 +106,10 @@ Outputs run_vocab_parallel_embedding_forward(const Shape& s, Device* device, int
       std::vector<float> out(sum.size(), kNaN);
       if constexpr (kOperands == Operands::kBf16) {
         const auto slice_bits = bf16_bits(slice);
-        k.vocab_parallel_embedding_forward(d.out(out), d.in(tokens), d.in(slice_bits),
+        k.vocab_parallel_embedding_forward(d.out(out), d.in(tokens), nullptr, d.in(slice_bits),
                                                 rank == 0 ? d.in(wpe_bits) : nullptr, rank * Vl, Vl, s.B, s.T, s.C);
       } else {
-        k.vocab_parallel_embedding_forward(d.out(out), d.in(tokens), d.in(slice), rank == 0 ? d.in(wpe) : nullptr,
+        k.vocab_parallel_embedding_forward(d.out(out), d.in(tokens), nullptr, d.in(slice), rank == 0 ? d.in(wpe) : nullptr,
                                            rank * Vl, Vl, s.B, s.T, s.C);
       }
       d.finish();
@@ -134,7 +134,7 @@ Outputs run_vocab_parallel_embedding_backward(const Shape& s, Device* device, in
       auto slice = rows_of(dwte0, s.C, rank * Vl, Vl);
       for (int i = 0; i < calls; ++i) {
         k.vocab_parallel_embedding_backward(d.out(slice), rank == 0 ? d.out(dwpe) : nullptr, d.in(dout), d.in(tokens),
-                                            rank * Vl, Vl, s.B, s.T, s.C);
+                                            nullptr, rank * Vl, Vl, s.B, s.T, s.C);
       }
       d.finish();
       const std::size_t first = static_cast<std::size_t>(rank) * Vl * s.C;

@@ -19,25 +19,28 @@ using Vec = std::vector<double>;
 
 inline std::size_t at(std::size_t row, std::size_t col, std::size_t cols) { return row * cols + col; }
 
+// positions (null: t) index wpe's rows, as under document masking.
 inline void embedding_forward(Vec& out, const std::vector<std::int32_t>& tokens, const Vec& wte, const Vec& wpe, int B,
-                              int T, int C) {
+                              int T, int C, const std::vector<std::int32_t>* positions = nullptr) {
   out.assign(static_cast<std::size_t>(B) * T * C, 0.0);
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
       for (int c = 0; c < C; ++c) {
         const std::size_t n = static_cast<std::size_t>(b) * T + t;
-        out[at(n, c, C)] = wte[at(tokens[n], c, C)] + wpe[at(t, c, C)];
+        const std::size_t p = positions == nullptr ? static_cast<std::size_t>(t) : (*positions)[n];
+        out[at(n, c, C)] = wte[at(tokens[n], c, C)] + wpe[at(p, c, C)];
       }
 }
 
 inline void embedding_backward(Vec& dwte, Vec& dwpe, const Vec& dout, const std::vector<std::int32_t>& tokens, int B,
-                               int T, int C) {
+                               int T, int C, const std::vector<std::int32_t>* positions = nullptr) {
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
       for (int c = 0; c < C; ++c) {
         const std::size_t n = static_cast<std::size_t>(b) * T + t;
+        const std::size_t p = positions == nullptr ? static_cast<std::size_t>(t) : (*positions)[n];
         dwte[at(tokens[n], c, C)] += dout[at(n, c, C)];
-        dwpe[at(t, c, C)] += dout[at(n, c, C)];
+        dwpe[at(p, c, C)] += dout[at(n, c, C)];
       }
 }
 
@@ -160,8 +163,11 @@ inline std::size_t qkv_index(int b, int t, int part, int head, int i, int T, con
 }
 
 // The full softmax matrix att [B, NH, T, T], zeros above the diagonal, and each row's
-// log-sum-exp lse [B, NH, T] of the scaled scores (what the flash kernels keep).
-inline void attention_probabilities(Vec& att, Vec& lse, const Vec& qkv, int B, int T, const AttentionHeads& a) {
+// log-sum-exp lse [B, NH, T] of the scaled scores (what the flash kernels keep). With
+// document_starts [B, T] (document masking) a row also has zeros before its
+// document's start.
+inline void attention_probabilities(Vec& att, Vec& lse, const Vec& qkv, int B, int T, const AttentionHeads& a,
+                                    const std::vector<std::int32_t>* document_starts = nullptr) {
   const int NH = a.NH, hs = a.hs;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
   att.assign(static_cast<std::size_t>(B) * NH * T * T, 0.0);
@@ -174,7 +180,8 @@ inline void attention_probabilities(Vec& att, Vec& lse, const Vec& qkv, int B, i
           double s = 0.0;
           for (int i = 0; i < hs; ++i)
             s += qkv[qkv_index(b, t, 0, h, i, T, a)] * qkv[qkv_index(b, k, 1, a.kv_head(h), i, T, a)];
-          scores[k] = k <= t ? s * scale : -std::numeric_limits<double>::infinity();
+          const int start = document_starts == nullptr ? 0 : (*document_starts)[static_cast<std::size_t>(b) * T + t];
+          scores[k] = k <= t && k >= start ? s * scale : -std::numeric_limits<double>::infinity();
         }
         double max_score = scores[0];
         for (int k = 0; k < T; ++k) max_score = std::max(max_score, scores[k]);
@@ -188,9 +195,10 @@ inline void attention_probabilities(Vec& att, Vec& lse, const Vec& qkv, int B, i
 }
 
 // out [B, T, NH hs] = att V per query head, and lse as attention_probabilities gives it.
-inline void attention_forward(Vec& out, Vec& lse, const Vec& qkv, int B, int T, const AttentionHeads& a) {
+inline void attention_forward(Vec& out, Vec& lse, const Vec& qkv, int B, int T, const AttentionHeads& a,
+                              const std::vector<std::int32_t>* document_starts = nullptr) {
   Vec att;
-  attention_probabilities(att, lse, qkv, B, T, a);
+  attention_probabilities(att, lse, qkv, B, T, a, document_starts);
   out.assign(static_cast<std::size_t>(B) * T * a.out_width(), 0.0);
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < a.NH; ++h)
@@ -206,10 +214,11 @@ inline void attention_forward(Vec& out, Vec& lse, const Vec& qkv, int B, int T, 
 
 // dqkv (overwritten), through the full softmax Jacobian datt -> dscores; a K/V head's
 // gradient collects every query head that reads it.
-inline void attention_backward(Vec& dqkv, const Vec& dout, const Vec& qkv, int B, int T, const AttentionHeads& a) {
+inline void attention_backward(Vec& dqkv, const Vec& dout, const Vec& qkv, int B, int T, const AttentionHeads& a,
+                               const std::vector<std::int32_t>* document_starts = nullptr) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(a.hs));
   Vec att, lse;
-  attention_probabilities(att, lse, qkv, B, T, a);
+  attention_probabilities(att, lse, qkv, B, T, a, document_starts);
   dqkv.assign(qkv.size(), 0.0);
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < a.NH; ++h)

@@ -52,7 +52,9 @@ inline void rmsnorm_backward(Vec& dx, Vec& dweight, const Vec& dout, const Vec& 
 // x * cos + rotate_half(x) * sin with rotate_half(x) = cat(-x[hs/2:], x[:hs/2]) and the
 // angle of element c at position t = t * theta^(-2 (c mod hs/2) / hs) (HF's
 // emb = cat(freqs, freqs)). `sign` -1 turns by -angle.
-inline void rotary(Vec& qkv, int B, int T, int NH, int NKV, int hs, double theta, double sign = 1.0) {
+// positions (null: t) give each row's position, as under document masking.
+inline void rotary(Vec& qkv, int B, int T, int NH, int NKV, int hs, double theta, double sign = 1.0,
+                   const std::vector<std::int32_t>* positions = nullptr) {
   const int half = hs / 2;
   const std::size_t width = static_cast<std::size_t>(NH + 2 * NKV) * hs;
   for (int b = 0; b < B; ++b)
@@ -61,7 +63,8 @@ inline void rotary(Vec& qkv, int B, int T, int NH, int NKV, int hs, double theta
         double* x = qkv.data() + (static_cast<std::size_t>(b) * T + t) * width + static_cast<std::size_t>(head) * hs;
         Vec rotated(hs);
         for (int c = 0; c < hs; ++c) {
-          const double angle = sign * t * std::pow(theta, -2.0 * (c % half) / hs);
+          const int p = positions == nullptr ? t : (*positions)[static_cast<std::size_t>(b) * T + t];
+          const double angle = sign * p * std::pow(theta, -2.0 * (c % half) / hs);
           const double rotate_half = c < half ? -x[c + half] : x[c - half];
           rotated[c] = x[c] * std::cos(angle) + rotate_half * std::sin(angle);
         }

@@ -50,6 +50,32 @@ inline std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float
   return values;
 }
 
+// Documents packed into B rows of T (document masking): each row's documents of random
+// lengths from 1 to max(T / 3, 2) (row 0 one document when B > 1, as unpacked rows are),
+// as document_starts [B, T] (where each token's document starts in its row) and the
+// positions [B, T] in the documents.
+struct PackedRows {
+  std::vector<std::int32_t> document_starts, positions;
+};
+inline PackedRows packed_rows(int B, int T, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> length(1, std::max(T / 3, 2));
+  PackedRows rows;
+  for (int b = 0; b < B; ++b) {
+    int start = 0;
+    int next = b == 0 && B > 1 ? T : length(rng);
+    for (int t = 0; t < T; ++t) {
+      if (t == next) {
+        start = t;
+        next = t + length(rng);
+      }
+      rows.document_starts.push_back(start);
+      rows.positions.push_back(t - start);
+    }
+  }
+  return rows;
+}
+
 inline std::vector<std::int32_t> random_tokens(std::size_t n, int vocab, std::uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<std::int32_t> dist(0, vocab - 1);

@@ -82,7 +82,7 @@ Checks embedding(const Shape& s, Device& device) {
   std::vector<float> dwte(wte.size(), 0.0f), dwpe(wpe.size(), 0.0f);
   DeviceArgs d(device);
   const KernelTable& k = device.kernels();
-  k.embedding_backward(d.arg(dwte), d.arg(dwpe), d.arg(w), d.arg(tokens), s.B, s.T, s.C);
+  k.embedding_backward(d.arg(dwte), d.arg(dwpe), d.arg(w), d.arg(tokens), nullptr, s.B, s.T, s.C);
   d.finish();
 
   Vec wte_d = widen(wte), wpe_d = widen(wpe);
@@ -214,8 +214,8 @@ Checks attention_with_heads(const Shape& s, const ref::AttentionHeads& a, Device
   std::vector<float> out(w.size()), lse(static_cast<std::size_t>(s.B) * a.NH * s.T), dqkv(qkv.size());
   DeviceArgs d(device);
   const KernelTable& k = device.kernels();
-  k.attention_forward(d.arg(out), d.arg(lse), d.arg(qkv), s.B, s.T, a.NH, a.NKV, a.hs);
-  k.attention_backward(d.arg(dqkv), d.arg(w), d.arg(qkv), d.arg(out), d.arg(lse), s.B, s.T, a.NH, a.NKV, a.hs);
+  k.attention_forward(d.arg(out), d.arg(lse), d.arg(qkv), nullptr, s.B, s.T, a.NH, a.NKV, a.hs);
+  k.attention_backward(d.arg(dqkv), d.arg(w), d.arg(qkv), d.arg(out), d.arg(lse), nullptr, s.B, s.T, a.NH, a.NKV, a.hs);
   d.finish();
 
   Vec qkv_d = widen(qkv);
@@ -329,7 +329,7 @@ Checks rotary(const Shape& s, Device& device) {
   const auto w = random_floats(qkv.size(), 79);
   std::vector<float> dqkv = w;
   DeviceArgs d(device);
-  device.kernels().rotary_backward(d.arg(dqkv), s.B, s.T, m.NH, m.NKV, m.hs, theta);
+  device.kernels().rotary_backward(d.arg(dqkv), nullptr, s.B, s.T, m.NH, m.NKV, m.hs, theta);
   d.finish();
 
   Vec qkv_d = widen(qkv);

@@ -264,7 +264,7 @@ TEST(TypedOperands, OneEntryReadsEitherTypeAndRefusesAMix) {
   EXPECT_EQ(untouched, std::vector<float>(N * OC, 7.0f));
   const std::vector<std::int32_t> tokens{0, 1, 2};
   std::vector<float> embedded(N * C);
-  EXPECT_THROW(k.embedding_forward(embedded.data(), tokens.data(), x_bits.data(), weight.data(), 1, N, C),
+  EXPECT_THROW(k.embedding_forward(embedded.data(), tokens.data(), nullptr, x_bits.data(), weight.data(), 1, N, C),
                std::exception);
 }
 
@@ -406,16 +406,16 @@ TEST(KeptOutputs, GemmsAndAttentionRoundAsTheStorePassDid) {
   for (std::size_t i = 0; i < qkv.size(); ++i) qkv[i] = bf16_bits_to_float(got_bits[i]);
   std::vector<float> plain_att(static_cast<std::size_t>(N) * C), got_att(plain_att.size()), lse(B * NH * T);
   std::vector<std::uint16_t> att_bits(plain_att.size());
-  k.attention_forward(plain_att.data(), lse.data(), qkv.data(), B, T, NH, NH, hs);
-  k.attention_forward({got_att.data(), ElementType::kBf16, att_bits.data()}, lse.data(), qkv.data(), B, T, NH, NH,
+  k.attention_forward(plain_att.data(), lse.data(), qkv.data(), nullptr, B, T, NH, NH, hs);
+  k.attention_forward({got_att.data(), ElementType::kBf16, att_bits.data()}, lse.data(), qkv.data(), nullptr, B, T, NH, NH,
                       hs);
   const Stored att = store(plain_att);
   expect_kept(att, got_att, &att_bits, "attention_forward");
   std::vector<float> plain_dqkv(qkv.size()), got_dqkv(qkv.size());
   const std::vector<float> datt(dout_values.begin(), dout_values.begin() + static_cast<std::ptrdiff_t>(N * C));
-  k.attention_backward(plain_dqkv.data(), datt.data(), qkv.data(), att.values.data(), lse.data(), B, T, NH, NH, hs);
+  k.attention_backward(plain_dqkv.data(), datt.data(), qkv.data(), att.values.data(), lse.data(), nullptr, B, T, NH, NH, hs);
   k.attention_backward({got_dqkv.data(), ElementType::kBf16, nullptr}, datt.data(), qkv.data(), att.values.data(),
-                       lse.data(), B, T, NH, NH, hs);
+                       lse.data(), nullptr, B, T, NH, NH, hs);
   expect_kept(store(plain_dqkv), got_dqkv, nullptr, "attention_backward");
   // The norms' backward, adding into dx and keeping the sum.
   std::vector<float> mean(N), rstd(N), norm_out(plain_att.size()), norm_weight(C, 1.1f), norm_bias(C, 0.1f);

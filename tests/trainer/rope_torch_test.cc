@@ -88,8 +88,8 @@ TEST_P(RopeTorch, ForwardAndBackwardMatchHuggingFaceLlama) {
   Device& device = device_of_kind(GetParam().kind);
   std::vector<float> rotated = want.qkv, grad = want.w;
   DeviceArgs d(device);
-  device.kernels().rotary_forward(d.out(rotated), kB, kT, kNH, kNKV, kHs, kTheta);
-  device.kernels().rotary_backward(d.out(grad), kB, kT, kNH, kNKV, kHs, kTheta);
+  device.kernels().rotary_forward(d.out(rotated), nullptr, kB, kT, kNH, kNKV, kHs, kTheta);
+  device.kernels().rotary_backward(d.out(grad), nullptr, kB, kT, kNH, kNKV, kHs, kTheta);
   d.finish();
   const std::string name = GetParam().name;
   testing::report_close(name + " rotary_forward vs torch", widen(rotated), widen(want.rotated), kTolerance);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "dufu/common/error.h"
+#include "dufu/dataprep/packed_documents.h"
 
 namespace dufu::dataprep {
 
@@ -139,6 +140,11 @@ struct InfiniteDataLoader::Impl {
                   " samples (", dataset->describe(), ")");
       }
       dataset->get(index, std::span<std::int32_t>(batch.tokens).subspan(row * batch.columns, batch.columns));
+    }
+    if (options.document_eod_id) {
+      PackedDocuments documents = find_packed_documents(batch.tokens, batch.rows, batch.columns, *options.document_eod_id);
+      batch.position_ids = std::move(documents.position_ids);
+      batch.cu_seqlens = std::move(documents.cu_seqlens);
     }
   }
 

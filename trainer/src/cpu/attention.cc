@@ -17,6 +17,12 @@
 // bf16 for the products it enters (D = dout · out keeps its fp32 values), and the
 // tiles that enter a second product (P for P V and dV, dS for dQ and dK) are rounded
 // to bf16 after they are computed in fp32: the values a tensor core would be given.
+//
+// Document masking (document_starts): a query row sees the keys of its own document
+// only, from its start to the row itself. A query block's key tiles then begin at the
+// start of its first row's document (the earliest any of its rows sees), so the tiles
+// of earlier documents are never computed; in the tiles it does compute, each row's
+// keys outside its range are masked as the causal part of the diagonal tile is.
 #include <cblas.h>
 
 #include <algorithm>
@@ -53,8 +59,17 @@ inline float visible_max(const float* row, int visible) {
   return max_score;
 }
 
-// Keys of the tile [j0, j0 + cols) that query t sees: 0 .. min(cols, t - j0 + 1).
-inline int visible_keys(int t, int j0, int cols) { return std::clamp(t - j0 + 1, 0, cols); }
+// The keys of the tile [j0, j0 + cols) that query t sees, as tile columns [first,
+// end): from its document's start (0 without masking) to t itself. Empty when end <=
+// first.
+struct VisibleKeys {
+  int first, end;
+  int count() const { return end - first; }
+};
+inline VisibleKeys visible_keys(int t, int document_start, int j0, int cols) {
+  return {std::clamp(document_start - j0, 0, cols), std::clamp(t - j0 + 1, 0, cols)};
+}
+
 
 // qkv as floats: fp32 as it is, bf16 bits widened into `widened`.
 const float* qkv_floats(TensorIn qkv, int B, int T, const FlashAttentionShape& shape, std::vector<float>& widened) {
@@ -74,12 +89,12 @@ inline void round_row_to_bf16(float* row, int count) {
 
 }  // namespace
 
-DUFU_CPU_CLONES void attention_forward(TensorOut kept_out, float* lse, TensorIn qkv_in, int B, int T, int NH,
-                                       int NKV, int hs) {
+DUFU_CPU_CLONES void attention_forward(TensorOut kept_out, float* lse, TensorIn qkv_in,
+                                       const std::int32_t* document_starts, int B, int T, int NH, int NKV, int hs) {
   float* out = kept_out.values;
   check_attention_heads(NH, NKV);
   use_single_threaded_blas();
-  const FlashAttentionShape shape{T, NH, NKV, hs};
+  const FlashAttentionShape shape{T, NH, NKV, hs, document_starts};
   const bool bf16_products = qkv_in.bf16();
   std::vector<float> widened;
   const float* qkv = qkv_floats(qkv_in, B, T, shape, widened);
@@ -106,27 +121,33 @@ DUFU_CPU_CLONES void attention_forward(TensorOut kept_out, float* lse, TensorIn 
         softmax[r] = online_softmax_start();
         std::fill(o + static_cast<std::size_t>(r) * out_ld, o + static_cast<std::size_t>(r) * out_ld + hs, 0.0f);
       }
-      for (int j0 = 0; j0 < qb.t1; j0 += kKeyTile) {
+      for (int j0 = shape.document_start(b, qb.t0); j0 < qb.t1; j0 += kKeyTile) {
         const int cols = std::min(qb.t1 - j0, kKeyTile);
         float* scores = tile.data();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, qb.rows(), cols, hs, scale, q, ld,
                     k + static_cast<std::size_t>(j0) * ld, ld, 0.0f, scores, cols);
         for (int r = 0; r < qb.rows(); ++r) {
           float* s = scores + static_cast<std::size_t>(r) * cols;
-          const int visible = visible_keys(qb.t0 + r, j0, cols);
-          std::fill(s + visible, s + cols, 0.0f);
-          if (visible == 0) continue;
+          const int t = qb.t0 + r;
+          const VisibleKeys visible = visible_keys(t, shape.document_start(b, t), j0, cols);
+          if (visible.count() <= 0) {
+            std::fill(s, s + cols, 0.0f);
+            continue;
+          }
+          std::fill(s, s + visible.first, 0.0f);
+          std::fill(s + visible.end, s + cols, 0.0f);
+          float* seen = s + visible.first;
           OnlineSoftmax& row = softmax[r];
-          const float factor = online_softmax_rescale(row, visible_max(s, visible));
+          const float factor = online_softmax_rescale(row, visible_max(seen, visible.count()));
           float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-          for (int j = 0; j < visible; ++j) {
-            const float w = online_softmax_weight(row, s[j]);
-            s[j] = w;
+          for (int j = 0; j < visible.count(); ++j) {
+            const float w = online_softmax_weight(row, seen[j]);
+            seen[j] = w;
             sum += w;
           }
           row.sum += sum;
-          if (bf16_products) round_row_to_bf16(s, visible);
+          if (bf16_products) round_row_to_bf16(seen, visible.count());
           if (factor != 1.0f) {
             float* orow = o + static_cast<std::size_t>(r) * out_ld;
 #pragma omp simd
@@ -149,11 +170,12 @@ DUFU_CPU_CLONES void attention_forward(TensorOut kept_out, float* lse, TensorIn 
 }
 
 DUFU_CPU_CLONES void attention_backward(TensorOut kept_dqkv, const float* dout, TensorIn qkv_in, const float* out,
-                                        const float* lse, int B, int T, int NH, int NKV, int hs) {
+                                        const float* lse, const std::int32_t* document_starts, int B, int T, int NH,
+                                        int NKV, int hs) {
   float* dqkv = kept_dqkv.values;
   check_attention_heads(NH, NKV);
   use_single_threaded_blas();
-  const FlashAttentionShape shape{T, NH, NKV, hs};
+  const FlashAttentionShape shape{T, NH, NKV, hs, document_starts};
   const bool bf16_products = qkv_in.bf16();
   std::vector<float> widened, rounded_dout;
   const float* qkv = qkv_floats(qkv_in, B, T, shape, widened);
@@ -209,7 +231,7 @@ DUFU_CPU_CLONES void attention_backward(TensorOut kept_dqkv, const float* dout, 
               for (int i = 0; i < hs; ++i) dot += gr[i] * orow[i];
               row_dot[r] = dot;
             }
-            for (int j0 = 0; j0 < qb.t1; j0 += kKeyTile) {
+            for (int j0 = shape.document_start(b, qb.t0); j0 < qb.t1; j0 += kKeyTile) {
               const int cols = std::min(qb.t1 - j0, kKeyTile);
               const float* kj = k + static_cast<std::size_t>(j0) * ld;
               const float* vj = v + static_cast<std::size_t>(j0) * ld;
@@ -223,20 +245,28 @@ DUFU_CPU_CLONES void attention_backward(TensorOut kept_dqkv, const float* dout, 
               for (int r = 0; r < qb.rows(); ++r) {
                 float* pr = p + static_cast<std::size_t>(r) * cols;
                 float* dr = dp + static_cast<std::size_t>(r) * cols;
-                const int visible = visible_keys(qb.t0 + r, j0, cols);
-                const float row_lse = lse[shape.lse_offset(b, h, qb.t0 + r)];
+                const int t = qb.t0 + r;
+                const VisibleKeys visible = visible_keys(t, shape.document_start(b, t), j0, cols);
+                if (visible.count() <= 0) {
+                  std::fill(pr, pr + cols, 0.0f);
+                  std::fill(dr, dr + cols, 0.0f);
+                  continue;
+                }
+                const float row_lse = lse[shape.lse_offset(b, h, t)];
                 const float dot = row_dot[r];
 #pragma omp simd
-                for (int j = 0; j < visible; ++j) {
+                for (int j = visible.first; j < visible.end; ++j) {
                   pr[j] = flash_probability(pr[j], row_lse);
                   dr[j] = flash_score_grad(pr[j], dr[j], dot, scale);
                 }
                 if (bf16_products) {
-                  round_row_to_bf16(pr, visible);
-                  round_row_to_bf16(dr, visible);
+                  round_row_to_bf16(pr + visible.first, visible.count());
+                  round_row_to_bf16(dr + visible.first, visible.count());
                 }
-                std::fill(pr + visible, pr + cols, 0.0f);
-                std::fill(dr + visible, dr + cols, 0.0f);
+                std::fill(pr, pr + visible.first, 0.0f);
+                std::fill(dr, dr + visible.first, 0.0f);
+                std::fill(pr + visible.end, pr + cols, 0.0f);
+                std::fill(dr + visible.end, dr + cols, 0.0f);
               }
               // dV_j += P^T dout; dQ_i += dS K_j; dK_j += dS^T Q_i.
               cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, qb.rows(), 1.0f, p, cols, grad_products,

@@ -3,7 +3,8 @@
 // working copy of the weights (train.precision = bf16). The backward scatters into dwte,
 // where positions sharing a token collide; instead of atomics each thread owns a block
 // of channels and walks the rows in order, so the sums are identical for any thread
-// count.
+// count. With position ids (document masking: positions restart in each document),
+// dwpe's rows collide as dwte's do and are summed the same way.
 #include <climits>
 #include <cstddef>
 #include <cstdint>
@@ -22,11 +23,12 @@ float as_float(float value) { return value; }
 float as_float(std::uint16_t bits) { return bf16_bits_to_float(bits); }
 
 // Every forward: tokens outside [vocab_begin, vocab_end) look up a zero row; wpe may
-// be null. The serial kernel passes the whole id range, so only the per-row test is
-// added to its loop. Weight is float, or bf16 bits. Each row kept as `kept` says.
+// be null, and positions (null: row t reads wpe's row t). The serial kernel passes the
+// whole id range, so only the per-row test is added to its loop. Weight is float, or
+// bf16 bits. Each row kept as `kept` says.
 template <typename Weight>
-void embed(TensorOut kept, const std::int32_t* tokens, const Weight* wte, const Weight* wpe, int vocab_begin,
-           int vocab_end, int B, int T, int C) {
+void embed(TensorOut kept, const std::int32_t* tokens, const std::int32_t* positions, const Weight* wte,
+           const Weight* wpe, int vocab_begin, int vocab_end, int B, int T, int C) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < T; ++t) {
@@ -35,7 +37,8 @@ void embed(TensorOut kept, const std::int32_t* tokens, const Weight* wte, const 
       const std::int32_t id = tokens[row];
       const bool in_range = id >= vocab_begin && id < vocab_end;
       const Weight* token_row = in_range ? wte + static_cast<std::size_t>(id - vocab_begin) * C : nullptr;
-      const Weight* position_row = wpe == nullptr ? nullptr : wpe + static_cast<std::size_t>(t) * C;
+      const std::size_t position = positions == nullptr ? static_cast<std::size_t>(t) : positions[row];
+      const Weight* position_row = wpe == nullptr ? nullptr : wpe + position * C;
       if (in_range && position_row != nullptr) {
         for (int c = 0; c < C; ++c) o[c] = as_float(token_row[c]) + as_float(position_row[c]);
       } else if (in_range) {
@@ -51,8 +54,8 @@ void embed(TensorOut kept, const std::int32_t* tokens, const Weight* wte, const 
 }
 
 // Both backwards: only tokens in [vocab_begin, vocab_end) reach dwte; dwpe may be null.
-void scatter(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int vocab_begin, int vocab_end,
-             int B, int T, int C) {
+void scatter(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, const std::int32_t* positions,
+             int vocab_begin, int vocab_end, int B, int T, int C) {
   const int blocks = (C + kChannelBlock - 1) / kChannelBlock;
   const std::size_t N = static_cast<std::size_t>(B) * T;
 #pragma omp parallel
@@ -67,10 +70,14 @@ void scatter(float* dwte, float* dwpe, const float* dout, const std::int32_t* to
         float* g = dwte + static_cast<std::size_t>(id - vocab_begin) * C;
         const float* d = dout + row * C;
         for (int c = c0; c < c1; ++c) g[c] += d[c];
+        if (dwpe != nullptr && positions != nullptr) {
+          float* gp = dwpe + static_cast<std::size_t>(positions[row]) * C;
+          for (int c = c0; c < c1; ++c) gp[c] += d[c];
+        }
       }
     }
-    // Rows of dwpe are disjoint per position, so positions split cleanly.
-    if (dwpe != nullptr) {
+    // Without position ids, rows of dwpe are disjoint per position, so positions split cleanly.
+    if (dwpe != nullptr && positions == nullptr) {
 #pragma omp for schedule(static)
       for (int t = 0; t < T; ++t) {
         float* g = dwpe + static_cast<std::size_t>(t) * C;
@@ -84,31 +91,34 @@ void scatter(float* dwte, float* dwpe, const float* dout, const std::int32_t* to
 }
 }  // namespace
 
-void embedding_forward(TensorOut out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T, int C) {
+void embedding_forward(TensorOut out, const std::int32_t* tokens, const std::int32_t* positions, TensorIn wte,
+                       TensorIn wpe, int B, int T, int C) {
   if (bf16_operands("embedding_forward", wte, wpe)) {
-    embed(out, tokens, wte.bits(), wpe.bits(), 0, INT_MAX, B, T, C);
+    embed(out, tokens, positions, wte.bits(), wpe.bits(), 0, INT_MAX, B, T, C);
   } else {
-    embed(out, tokens, wte.values(), wpe.values(), 0, INT_MAX, B, T, C);
+    embed(out, tokens, positions, wte.values(), wpe.values(), 0, INT_MAX, B, T, C);
   }
 }
 
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C) {
-  scatter(dwte, dwpe, dout, tokens, 0, INT_MAX, B, T, C);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                        const std::int32_t* positions, int B, int T, int C) {
+  scatter(dwte, dwpe, dout, tokens, positions, 0, INT_MAX, B, T, C);
 }
 
-void vocab_parallel_embedding_forward(TensorOut out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe,
-                                      int vocab_begin, int V_local, int B, int T, int C) {
+void vocab_parallel_embedding_forward(TensorOut out, const std::int32_t* tokens, const std::int32_t* positions,
+                                      TensorIn wte, TensorIn wpe, int vocab_begin, int V_local, int B, int T, int C) {
   const int vocab_end = vocab_begin + V_local;
   if (bf16_operands("vocab_parallel_embedding_forward", wte, wpe)) {
-    embed(out, tokens, wte.bits(), wpe.bits(), vocab_begin, vocab_end, B, T, C);
+    embed(out, tokens, positions, wte.bits(), wpe.bits(), vocab_begin, vocab_end, B, T, C);
   } else {
-    embed(out, tokens, wte.values(), wpe.values(), vocab_begin, vocab_end, B, T, C);
+    embed(out, tokens, positions, wte.values(), wpe.values(), vocab_begin, vocab_end, B, T, C);
   }
 }
 
 void vocab_parallel_embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
-                                       int vocab_begin, int V_local, int B, int T, int C) {
-  scatter(dwte, dwpe, dout, tokens, vocab_begin, vocab_begin + V_local, B, T, C);
+                                       const std::int32_t* positions, int vocab_begin, int V_local, int B, int T,
+                                       int C) {
+  scatter(dwte, dwpe, dout, tokens, positions, vocab_begin, vocab_begin + V_local, B, T, C);
 }
 
 }  // namespace dufu::trainer::cpu

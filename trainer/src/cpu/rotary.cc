@@ -4,6 +4,7 @@
 // allocate or keep in step with T and theta, and the cost (hs/2 double cos/sin per
 // row) is small beside reading and writing (NH + NKV) hs values.
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "cpu_kernels.h"
@@ -15,7 +16,9 @@ namespace {
 
 // direction +1 turns by +angle (forward), -1 by -angle (backward: the transpose). Each
 // row kept whole as `kept` says, its v heads too.
-void rotate_rows(TensorOut kept, int B, int T, int NH, int NKV, int hs, float theta, float direction) {
+// positions null: row t's position is t.
+void rotate_rows(TensorOut kept, const std::int32_t* positions, int B, int T, int NH, int NKV, int hs, float theta,
+                 float direction) {
   const int half = hs / 2;
   const int rotated_heads = NH + NKV;  // q heads, then k heads; v follows, untouched
   const std::size_t row_width = static_cast<std::size_t>(NH + 2 * NKV) * hs;
@@ -24,7 +27,7 @@ void rotate_rows(TensorOut kept, int B, int T, int NH, int NKV, int hs, float th
     std::vector<float> cos_t(half), sin_t(half);
 #pragma omp for schedule(static)
     for (int n = 0; n < B * T; ++n) {
-      const int t = n % T;
+      const int t = positions == nullptr ? n % T : positions[n];
       for (int i = 0; i < half; ++i) {
         rotary_cos_sin(t, i, hs, theta, cos_t[i], sin_t[i]);
         sin_t[i] *= direction;
@@ -41,12 +44,14 @@ void rotate_rows(TensorOut kept, int B, int T, int NH, int NKV, int hs, float th
 
 }  // namespace
 
-void rotary_forward(TensorOut qkv, int B, int T, int NH, int NKV, int hs, float theta) {
-  rotate_rows(qkv, B, T, NH, NKV, hs, theta, 1.0f);
+void rotary_forward(TensorOut qkv, const std::int32_t* positions, int B, int T, int NH, int NKV, int hs,
+                    float theta) {
+  rotate_rows(qkv, positions, B, T, NH, NKV, hs, theta, 1.0f);
 }
 
-void rotary_backward(TensorOut dqkv, int B, int T, int NH, int NKV, int hs, float theta) {
-  rotate_rows(dqkv, B, T, NH, NKV, hs, theta, -1.0f);
+void rotary_backward(TensorOut dqkv, const std::int32_t* positions, int B, int T, int NH, int NKV, int hs,
+                     float theta) {
+  rotate_rows(dqkv, positions, B, T, NH, NKV, hs, theta, -1.0f);
 }
 
 }  // namespace dufu::trainer::cpu

@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(TensorOut out, 
   const float* k_base = qkv + shape.k_offset(b, 0, shape.kv_head(h));
   const float* v_base = qkv + shape.v_offset(b, 0, shape.kv_head(h));
   const int keys_seen = min(T, t0 + kTile);  // by the tile's last row
-  for (int j0 = 0; j0 < keys_seen; j0 += kTile) {
+  for (int j0 = shape.first_key_tile(b, t0, kTile); j0 < keys_seen; j0 += kTile) {
     __syncthreads();
     load_rows<kDims>(keys, k_base, shape.qkv_stride(), j0, T, hs);
     load_rows<kDims>(values, v_base, shape.qkv_stride(), j0, T, hs);
@@ -187,14 +187,15 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(TensorOut out, 
     add_row_products<kDims>(scores, queries, keys, ty, tx);
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      // Every row of the tile sees key j0 (the tiles are aligned, j0 <= t0 <= t), so
-      // the tile's max is finite.
+      // Without document masking every row of the tile sees key j0 (the tiles are
+      // aligned, j0 <= t0 <= t), so the tile's max is finite; with it a row may see
+      // none of the tile (max -inf), which leaves its running softmax as it was.
       const int t = t0 + ty + kSide * i;
       float tile_max = -INFINITY;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
         const int key = j0 + tx + kSide * j;
-        if (key <= t && key < T) tile_max = fmaxf(tile_max, scores[i][j]);
+        if (key < T && shape.sees(b, t, key)) tile_max = fmaxf(tile_max, scores[i][j]);
       }
       const float factor = online_softmax_rescale(softmax[i], row_max(tile_max));
 #pragma unroll
@@ -203,7 +204,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(TensorOut out, 
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
         const int key = j0 + tx + kSide * j;
-        const float w = key <= t && key < T ? online_softmax_weight(softmax[i], scores[i][j]) : 0.0f;
+        const float w = key < T && shape.sees(b, t, key) ? online_softmax_weight(softmax[i], scores[i][j]) : 0.0f;
         weights[ty + kSide * i][tx + kSide * j] = w;
         sum += w;
       }
@@ -253,7 +254,7 @@ __global__ void __launch_bounds__(kThreads)
   const float* k_base = qkv + shape.k_offset(b, 0, shape.kv_head(h));
   const float* v_base = qkv + shape.v_offset(b, 0, shape.kv_head(h));
   const int keys_seen = min(T, t0 + kTile);
-  for (int j0 = 0; j0 < keys_seen; j0 += kTile) {
+  for (int j0 = shape.first_key_tile(b, t0, kTile); j0 < keys_seen; j0 += kTile) {
     __syncthreads();
     load_rows<kDims>(keys, k_base, shape.qkv_stride(), j0, T, hs);
     load_rows<kDims>(values, v_base, shape.qkv_stride(), j0, T, hs);
@@ -267,7 +268,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
         const int key = j0 + tx + kSide * j;
-        const bool visible = t < T && key <= t;
+        const bool visible = t < T && shape.sees(b, t, key);
         score_grads[ty + kSide * i][tx + kSide * j] =
             visible ? flash_score_grad(flash_probability(scores[i][j], row_lse[i]), dprobs[i][j], dots[i], scale)
                     : 0.0f;
@@ -298,6 +299,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(TensorOut 
   const Square score_grads = reinterpret_cast<Square>(shared + 4 * kRowsFloats<kDims> + kSquareFloats);
   float* const row_dot = shared + 4 * kRowsFloats<kDims> + 2 * kSquareFloats;
   float* const row_lse = row_dot + kTile;
+  int* const row_start = reinterpret_cast<int*>(row_lse + kTile);  // each query row's document start
   const int T = shape.T, hs = shape.hs;
   const float scale = shape.scale();
   const int b = blockIdx.y / shape.NKV;
@@ -311,6 +313,9 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(TensorOut 
     const float* q_base = qkv + shape.q_offset(b, 0, h);
     const float* dout_base = dout + shape.out_offset(b, 0, h);
     for (int t0 = j0; t0 < T; t0 += kTile) {
+      // A query tile whose first row starts its document after the key tile's last
+      // key sees none of it, nor do the tiles after it (the block leaves together).
+      if (shape.document_start(b, t0) >= j0 + kTile) break;
       __syncthreads();
       load_rows<kDims>(queries, q_base, shape.qkv_stride(), t0, T, hs);
       load_rows<kDims>(grads, dout_base, shape.out_stride(), t0, T, hs);
@@ -324,6 +329,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(TensorOut 
             const int r = ty + kSide * i;
             row_dot[r] = dots[i];
             row_lse[r] = t0 + r < T ? lse[shape.lse_offset(b, h, t0 + r)] : 0.0f;
+            row_start[r] = shape.document_start(b, t0 + r);
           }
         }
       }
@@ -337,7 +343,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(TensorOut 
 #pragma unroll
         for (int j = 0; j < kPer; ++j) {
           const int r = tx + kSide * j;
-          const bool visible = key < T && t0 + r < T && key <= t0 + r;
+          const bool visible = key < T && t0 + r < T && key <= t0 + r && key >= row_start[r];
           const float p = visible ? flash_probability(scores[i][j], row_lse[r]) : 0.0f;
           probs[ty + kSide * i][r] = p;
           score_grads[ty + kSide * i][r] = visible ? flash_score_grad(p, dprobs[i][j], row_dot[r], scale) : 0.0f;
@@ -371,15 +377,16 @@ void launch_backward(TensorOut dqkv, const float* dout, const float* qkv, const 
                          dqkv, dout, qkv, out, lse, shape);
   launch_tiles<kThreads>("the fp32 attention backward (dk, dv)", kDims, flash_backward_dkv_kernel<kDims>,
                          dim3(tiles_of(shape.T), B * shape.NKV),
-                         float_bytes(4 * kRowsFloats<kDims> + 2 * kSquareFloats + 2 * kTile), dqkv, dout, qkv, out,
+                         float_bytes(4 * kRowsFloats<kDims> + 2 * kSquareFloats + 3 * kTile), dqkv, dout, qkv, out,
                          lse, shape);
 }
 
 }  // namespace
-void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, int NH, int NKV, int hs) {
+void attention_forward(TensorOut out, float* lse, TensorIn qkv, const std::int32_t* document_starts, int B, int T,
+                       int NH, int NKV, int hs) {
   check_attention_heads(NH, NKV);
   if (B * T == 0) return;
-  const FlashAttentionShape shape{T, NH, NKV, hs};
+  const FlashAttentionShape shape{T, NH, NKV, hs, document_starts};
   if (qkv.bf16()) {
     bf16_attention_forward(out, lse, static_cast<const std::uint16_t*>(qkv.data), B, shape);
     return;
@@ -388,11 +395,11 @@ void attention_forward(TensorOut out, float* lse, TensorIn qkv, int B, int T, in
   with_head_size(hs, [&]<int kDims>() { launch_forward<kDims>(out, lse, floats, B, shape); });
 }
 
-void attention_backward(TensorOut dqkv, const float* dout, TensorIn qkv, const float* out, const float* lse, int B,
-                        int T, int NH, int NKV, int hs) {
+void attention_backward(TensorOut dqkv, const float* dout, TensorIn qkv, const float* out, const float* lse,
+                        const std::int32_t* document_starts, int B, int T, int NH, int NKV, int hs) {
   check_attention_heads(NH, NKV);
   if (B * T == 0) return;
-  const FlashAttentionShape shape{T, NH, NKV, hs};
+  const FlashAttentionShape shape{T, NH, NKV, hs, document_starts};
   if (qkv.bf16()) {
     bf16_attention_backward(dqkv, dout, static_cast<const std::uint16_t*>(qkv.data), out, lse, B, shape);
     return;

@@ -214,14 +214,16 @@ __global__ void __launch_bounds__(kThreads, 2) bf16_forward_kernel(TensorOut out
   const Bits* k_base = qkv + shape.k_offset(b, 0, shape.kv_head(h));
   const Bits* v_base = qkv + shape.v_offset(b, 0, shape.kv_head(h));
   const int keys_seen = min(T, t0 + kTile);
-  for (int j0 = 0; j0 < keys_seen; j0 += kTile) {
+  for (int j0 = shape.first_key_tile(b, t0, kTile); j0 < keys_seen; j0 += kTile) {
     __syncthreads();
     load_tile<kDims>(keys, nullptr, k_base, shape.qkv_stride(), j0, T, hs);
     load_tile<kDims>(nullptr, values_t, v_base, shape.qkv_stride(), j0, T, hs);
     __syncthreads();
     float s[8][4] = {};
     add_row_dots<kDims>(s, queries + 16 * warp * kRowStride<kDims>, keys, group, quad);
-    // Every row sees key j0 (j0 <= t0 <= its row, j0 < T): each row's max is finite.
+    // Without document masking every row sees key j0 (j0 <= t0 <= its row, j0 < T):
+    // each row's max is finite. With it a row may see none of the tile (max -inf),
+    // which leaves its running softmax as it was.
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
@@ -229,7 +231,9 @@ __global__ void __launch_bounds__(kThreads, 2) bf16_forward_kernel(TensorOut out
       for (int e = 0; e < 4; ++e) {
         s[nt][e] *= scale;
         const int key = j0 + column_of(nt, e, quad);
-        if (key <= first_row + row_of(e, group) && key < T) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
+        if (key < T && shape.sees(b, first_row + row_of(e, group), key)) {
+          tile_max[e / 2] = fmaxf(tile_max[e / 2], s[nt][e]);
+        }
       }
     }
     float factor[2], sum[2] = {0.0f, 0.0f};
@@ -240,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, 2) bf16_forward_kernel(TensorOut out
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = j0 + column_of(nt, e, quad);
-        const bool visible = key <= first_row + row_of(e, group) && key < T;
+        const bool visible = key < T && shape.sees(b, first_row + row_of(e, group), key);
         s[nt][e] = visible ? online_softmax_weight(softmax[e / 2], s[nt][e]) : 0.0f;
         sum[e / 2] += s[nt][e];
       }
@@ -303,7 +307,7 @@ __global__ void __launch_bounds__(kThreads) bf16_backward_dq_kernel(float* dqkv,
   const Bits* k_base = qkv + shape.k_offset(b, 0, shape.kv_head(h));
   const Bits* v_base = qkv + shape.v_offset(b, 0, shape.kv_head(h));
   const int keys_seen = min(T, t0 + kTile);
-  for (int j0 = 0; j0 < keys_seen; j0 += kTile) {
+  for (int j0 = shape.first_key_tile(b, t0, kTile); j0 < keys_seen; j0 += kTile) {
     __syncthreads();
     load_tile<kDims>(keys, keys_t, k_base, shape.qkv_stride(), j0, T, hs);
     load_tile<kDims>(values, nullptr, v_base, shape.qkv_stride(), j0, T, hs);
@@ -317,7 +321,7 @@ __global__ void __launch_bounds__(kThreads) bf16_backward_dq_kernel(float* dqkv,
       for (int e = 0; e < 4; ++e) {
         const int t = first_row + row_of(e, group);
         const int key = j0 + column_of(nt, e, quad);
-        const bool visible = t < T && key <= t;
+        const bool visible = t < T && shape.sees(b, t, key);
         const float p = visible ? flash_probability(s[nt][e] * scale, row_lse[e / 2]) : 0.0f;
         s[nt][e] = visible ? flash_score_grad(p, dp[nt][e], dots[e / 2], scale) : 0.0f;
       }
@@ -344,6 +348,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   Bits* const grads_t = queries_t + kColumnTile<kDims>;
   float* const tile_dot = reinterpret_cast<float*>(grads_t + kColumnTile<kDims>);
   float* const tile_lse = tile_dot + kTile;
+  int* const tile_start = reinterpret_cast<int*>(tile_lse + kTile);  // each query row's document start
   const int T = shape.T, hs = shape.hs;
   const float scale = shape.scale();
   const int b = blockIdx.y / shape.NKV;
@@ -357,6 +362,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int h = g * shape.group_size(); h < (g + 1) * shape.group_size(); ++h) {
     const float* dout_base = dout + shape.out_offset(b, 0, h);
     for (int t0 = j0; t0 < T; t0 += kTile) {
+      // A query tile whose first row starts its document after the key tile's last
+      // key sees none of it, nor do the tiles after it (the block leaves together).
+      if (shape.document_start(b, t0) >= j0 + kTile) break;
       __syncthreads();
       load_tile<kDims>(queries, queries_t, qkv + shape.q_offset(b, 0, h), shape.qkv_stride(), t0, T, hs);
       load_tile<kDims>(grads, grads_t, dout_base, shape.out_stride(), t0, T, hs);
@@ -364,6 +372,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int t = t0 + static_cast<int>(threadIdx.x);
         tile_dot[threadIdx.x] = t < T ? row_dots[shape.lse_offset(b, h, t)] : 0.0f;
         tile_lse[threadIdx.x] = t < T ? lse[shape.lse_offset(b, h, t)] : 0.0f;
+        tile_start[threadIdx.x] = shape.document_start(b, t);
       }
       __syncthreads();
       float s[8][4] = {}, dp[8][4] = {};
@@ -375,7 +384,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int e = 0; e < 4; ++e) {
           const int key = first_key + row_of(e, group);
           const int r = column_of(nt, e, quad);
-          const bool visible = key < T && t0 + r < T && key <= t0 + r;
+          const bool visible = key < T && t0 + r < T && key <= t0 + r && key >= tile_start[r];
           const float p = visible ? flash_probability(s[nt][e] * scale, tile_lse[r]) : 0.0f;
           dp[nt][e] = visible ? flash_score_grad(p, dp[nt][e], tile_dot[r], scale) : 0.0f;
           s[nt][e] = p;
@@ -410,7 +419,7 @@ void bf16_attention_backward(TensorOut dqkv, const float* dout, const std::uint1
                            dim3(tiles_of(shape.T), B * shape.NH), dq_bytes, dqkv.values, row_dots, dout, qkv, out, lse,
                            shape);
     const int dkv_bytes = (4 * kRowTile<kDims> + 2 * kColumnTile<kDims>) * static_cast<int>(sizeof(Bits)) +
-                          2 * kTile * static_cast<int>(sizeof(float));
+                          2 * kTile * static_cast<int>(sizeof(float)) + kTile * static_cast<int>(sizeof(int));
     launch_tiles<kThreads>("the bf16 attention backward (dk, dv)", kDims, bf16_backward_dkv_kernel<kDims>,
                            dim3(tiles_of(shape.T), B * shape.NKV), dkv_bytes, dqkv.values, row_dots, dout, qkv, lse,
                            shape);

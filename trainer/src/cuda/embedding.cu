@@ -3,7 +3,9 @@
 // are bucketed by token as llm.c does (embedding_buckets.h): cub's stable radix sort of
 // (key, position) pairs, then blocks that each add one bucket's rows in position
 // order, one thread per channel: the CPU device's chain of additions, on every run.
-// dwpe is a sum over B per (position, channel), one thread each, in b order. The
+// dwpe is a sum over B per (position, channel), one thread each, in b order; with
+// position ids (document masking) positions collide as tokens do, and dwpe is
+// bucketed by position id the same way. The
 // forwards also read the bf16 working copy of the weights (train.precision = bf16),
 // widened with bf16.h's function.
 #include <cuda_runtime.h>
@@ -33,13 +35,14 @@ __device__ float as_float(float value) { return value; }
 __device__ float as_float(std::uint16_t bits) { return ::dufu::trainer::bf16_bits_to_float(bits); }
 
 template <typename Weight>
-__global__ void embed_kernel(TensorOut out, const std::int32_t* tokens, const Weight* wte, const Weight* wpe,
-                             int vocab_begin, int vocab_end, int B, int T, int C) {
+__global__ void embed_kernel(TensorOut out, const std::int32_t* tokens, const std::int32_t* positions,
+                             const Weight* wte, const Weight* wpe, int vocab_begin, int vocab_end, int B, int T,
+                             int C) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i >= static_cast<std::size_t>(B) * T * C) return;
   const std::size_t row = i / C;
   const int c = static_cast<int>(i % C);
-  const int t = static_cast<int>(row % T);
+  const int t = positions == nullptr ? static_cast<int>(row % T) : positions[row];
   const std::int32_t id = tokens[row];
   const bool in_range = id >= vocab_begin && id < vocab_end;
   const float token = in_range ? as_float(wte[static_cast<std::size_t>(id - vocab_begin) * C + c]) : 0.0f;
@@ -79,18 +82,18 @@ __global__ void dwpe_kernel(float* dwpe, const float* dout, int B, int T, int C)
 }
 
 template <typename Weight>
-void embed(TensorOut out, const std::int32_t* tokens, const Weight* wte, const Weight* wpe, int vocab_begin,
-           int vocab_end, int B, int T, int C) {
+void embed(TensorOut out, const std::int32_t* tokens, const std::int32_t* positions, const Weight* wte,
+           const Weight* wpe, int vocab_begin, int vocab_end, int B, int T, int C) {
   const std::size_t n = static_cast<std::size_t>(B) * T * C;
   if (n == 0) return;
-  embed_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(out, tokens, wte, wpe, vocab_begin, vocab_end, B, T, C);
+  embed_kernel<<<blocks_for(n, kBlock), kBlock, 0, stream()>>>(out, tokens, positions, wte, wpe, vocab_begin,
+                                                               vocab_end, B, T, C);
   DUFU_CUDA_CHECK_LAUNCH();
 }
 
-void scatter(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int vocab_begin, int vocab_end,
-             int B, int T, int C) {
-  const int N = B * T;
-  if (N == 0 || C == 0) return;
+// dtable[row of ids[n]] += dout[n] for the N = B T positions whose id is in [begin, end),
+// bucketed by id (embedding_buckets.h).
+void bucket_scatter(float* dtable, const float* dout, const std::int32_t* ids, int begin, int end, int N, int C) {
   // The scratch: two arrays of keys and two of positions (cub's double buffers), then
   // cub's own storage.
   const std::size_t arrays = embedding_bucket_arrays_bytes(static_cast<std::size_t>(N));
@@ -105,7 +108,7 @@ void scatter(float* dwte, float* dwpe, const float* dout, const std::int32_t* to
              " positions asks for ", sort_bytes, " bytes of scratch, more than the ", kEmbeddingSortTemporaryBytes,
              " the memory plan holds (embedding_buckets.h)");
   bucket_keys_kernel<<<blocks_for(static_cast<std::size_t>(N), kBlock), kBlock, 0, stream()>>>(
-      keys.Current(), positions.Current(), tokens, vocab_begin, vocab_end, N);
+      keys.Current(), positions.Current(), ids, begin, end, N);
   DUFU_CUDA_CHECK_LAUNCH();
   DUFU_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(base + arrays, sort_bytes, keys, positions, N, 0,
                                                   kEmbeddingKeyBits, stream()));
@@ -113,40 +116,54 @@ void scatter(float* dwte, float* dwpe, const float* dout, const std::int32_t* to
   const std::int32_t* sorted_positions = positions.Current();
   const dim3 grid(static_cast<unsigned>(N < kBucketBlocks ? N : kBucketBlocks),
                   blocks_for(static_cast<std::size_t>(C), kBucketThreads));
-  dwte_bucket_kernel<<<grid, kBucketThreads, 0, stream()>>>(dwte, dout, sorted_keys, sorted_positions, N, C);
+  dwte_bucket_kernel<<<grid, kBucketThreads, 0, stream()>>>(dtable, dout, sorted_keys, sorted_positions, N, C);
   DUFU_CUDA_CHECK_LAUNCH();
+}
+
+void scatter(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, const std::int32_t* positions,
+             int vocab_begin, int vocab_end, int B, int T, int C) {
+  const int N = B * T;
+  if (N == 0 || C == 0) return;
+  bucket_scatter(dwte, dout, tokens, vocab_begin, vocab_end, N, C);
   if (dwpe == nullptr) return;
+  if (positions != nullptr) {
+    bucket_scatter(dwpe, dout, positions, 0, 0x7fffffff, N, C);
+    return;
+  }
   dwpe_kernel<<<blocks_for(static_cast<std::size_t>(T) * C, kBlock), kBlock, 0, stream()>>>(dwpe, dout, B, T, C);
   DUFU_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void vocab_parallel_embedding_forward(TensorOut out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe,
-                                      int vocab_begin, int V_local, int B, int T, int C) {
+void vocab_parallel_embedding_forward(TensorOut out, const std::int32_t* tokens, const std::int32_t* positions,
+                                      TensorIn wte, TensorIn wpe, int vocab_begin, int V_local, int B, int T, int C) {
   const int vocab_end = vocab_begin + V_local;
   if (bf16_operands("vocab_parallel_embedding_forward", wte, wpe)) {
-    embed(out, tokens, wte.bits(), wpe.bits(), vocab_begin, vocab_end, B, T, C);
+    embed(out, tokens, positions, wte.bits(), wpe.bits(), vocab_begin, vocab_end, B, T, C);
   } else {
-    embed(out, tokens, wte.values(), wpe.values(), vocab_begin, vocab_end, B, T, C);
+    embed(out, tokens, positions, wte.values(), wpe.values(), vocab_begin, vocab_end, B, T, C);
   }
 }
 
-void embedding_forward(TensorOut out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T, int C) {
+void embedding_forward(TensorOut out, const std::int32_t* tokens, const std::int32_t* positions, TensorIn wte,
+                       TensorIn wpe, int B, int T, int C) {
   if (bf16_operands("embedding_forward", wte, wpe)) {
-    embed(out, tokens, wte.bits(), wpe.bits(), 0, 0x7fffffff, B, T, C);
+    embed(out, tokens, positions, wte.bits(), wpe.bits(), 0, 0x7fffffff, B, T, C);
   } else {
-    embed(out, tokens, wte.values(), wpe.values(), 0, 0x7fffffff, B, T, C);
+    embed(out, tokens, positions, wte.values(), wpe.values(), 0, 0x7fffffff, B, T, C);
   }
 }
 
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T, int C) {
-  scatter(dwte, dwpe, dout, tokens, 0, 0x7fffffff, B, T, C);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                        const std::int32_t* positions, int B, int T, int C) {
+  scatter(dwte, dwpe, dout, tokens, positions, 0, 0x7fffffff, B, T, C);
 }
 
 void vocab_parallel_embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
-                                       int vocab_begin, int V_local, int B, int T, int C) {
-  scatter(dwte, dwpe, dout, tokens, vocab_begin, vocab_begin + V_local, B, T, C);
+                                       const std::int32_t* positions, int vocab_begin, int V_local, int B, int T,
+                                       int C) {
+  scatter(dwte, dwpe, dout, tokens, positions, vocab_begin, vocab_begin + V_local, B, T, C);
 }
 
 }  // namespace dufu::trainer::cuda

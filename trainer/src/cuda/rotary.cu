@@ -17,14 +17,16 @@ namespace {
 
 constexpr unsigned kBlock = 256;
 
-__global__ void rotary_kernel(TensorOut qkv, int N, int T, int NH, int NKV, int hs, float theta, float direction) {
+// positions null: row n's position is n % T.
+__global__ void rotary_kernel(TensorOut qkv, const std::int32_t* positions, int N, int T, int NH, int NKV, int hs,
+                              float theta, float direction) {
   const int half = hs / 2;
   const std::size_t index = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (index >= static_cast<std::size_t>(N) * half) return;
   const int n = static_cast<int>(index / half);
   const int i = static_cast<int>(index % half);
   float cos_a, sin_a;
-  rotary_cos_sin(n % T, i, hs, theta, cos_a, sin_a);
+  rotary_cos_sin(positions == nullptr ? n % T : positions[n], i, hs, theta, cos_a, sin_a);
   sin_a *= direction;
   const std::size_t row = static_cast<std::size_t>(n) * (NH + 2 * NKV) * hs;
   for (int head = 0; head < NH + NKV; ++head) {
@@ -44,21 +46,25 @@ __global__ void rotary_kernel(TensorOut qkv, int N, int T, int NH, int NKV, int 
   }
 }
 
-void rotate(TensorOut qkv, int B, int T, int NH, int NKV, int hs, float theta, float direction) {
+void rotate(TensorOut qkv, const std::int32_t* positions, int B, int T, int NH, int NKV, int hs, float theta,
+            float direction) {
   const std::size_t pairs = static_cast<std::size_t>(B) * T * (hs / 2);
   if (pairs == 0) return;
-  rotary_kernel<<<blocks_for(pairs, kBlock), kBlock, 0, stream()>>>(qkv, B * T, T, NH, NKV, hs, theta, direction);
+  rotary_kernel<<<blocks_for(pairs, kBlock), kBlock, 0, stream()>>>(qkv, positions, B * T, T, NH, NKV, hs, theta,
+                                                                    direction);
   DUFU_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void rotary_forward(TensorOut qkv, int B, int T, int NH, int NKV, int hs, float theta) {
-  rotate(qkv, B, T, NH, NKV, hs, theta, 1.0f);
+void rotary_forward(TensorOut qkv, const std::int32_t* positions, int B, int T, int NH, int NKV, int hs,
+                    float theta) {
+  rotate(qkv, positions, B, T, NH, NKV, hs, theta, 1.0f);
 }
 
-void rotary_backward(TensorOut dqkv, int B, int T, int NH, int NKV, int hs, float theta) {
-  rotate(dqkv, B, T, NH, NKV, hs, theta, -1.0f);
+void rotary_backward(TensorOut dqkv, const std::int32_t* positions, int B, int T, int NH, int NKV, int hs,
+                     float theta) {
+  rotate(dqkv, positions, B, T, NH, NKV, hs, theta, -1.0f);
 }
 
 }  // namespace dufu::trainer::cuda

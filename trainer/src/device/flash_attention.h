@@ -18,10 +18,16 @@
 // lowest first, each over its query rows in the order above, into one accumulator;
 // a group of one head (NKV = NH) is multi-head attention's sum, operation for
 // operation.
+//
+// Document masking (FlashAttentionShape::document_starts): query t also does not see
+// the keys before its document's start, so key tiles wholly before the start of a
+// query tile's first row are skipped (first_key_tile), and query tiles wholly after a
+// key tile's document are not visited (the backward's dk and dv).
 #pragma once
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #include "dufu/common/error.h"
 #include "device/kernel_math.h"
@@ -35,6 +41,17 @@ namespace dufu::trainer {
 // h / (NH / NKV). out and dout [B, T, NH hs]; lse [B, NH, T].
 struct FlashAttentionShape {
   int T, NH, NKV, hs;
+  // [B, T] where each token's document starts in its row (kernel_table.h); null: 0.
+  const std::int32_t* document_starts = nullptr;
+  // Rows past T (a tile's padding) start at 0.
+  DUFU_HOST_DEVICE int document_start(int b, int t) const {
+    return document_starts == nullptr || t >= T ? 0 : document_starts[static_cast<std::size_t>(b) * T + t];
+  }
+  // Whether query t of sequence b sees key j (both < T).
+  DUFU_HOST_DEVICE bool sees(int b, int t, int j) const { return j <= t && j >= document_start(b, t); }
+  // The first key tile (tiles of `tile` keys from 0) a query tile starting at row t0
+  // needs: the one holding its first row's document start, the earliest of its rows'.
+  DUFU_HOST_DEVICE int first_key_tile(int b, int t0, int tile) const { return document_start(b, t0) / tile * tile; }
   DUFU_HOST_DEVICE int group_size() const { return NH / NKV; }
   DUFU_HOST_DEVICE int kv_head(int h) const { return h / group_size(); }
   DUFU_HOST_DEVICE float scale() const { return 1.0f / std::sqrt(static_cast<float>(hs)); }

@@ -158,7 +158,7 @@ GPTTensors GPT::tensors(std::span<float> buffer) const {
 }
 
 void GPT::check_batch(std::span<const std::int32_t> tokens, std::span<const float> input,
-                      std::span<const std::int32_t> targets, int B, int T) const {
+                      std::span<const std::int32_t> targets, const BatchDocuments& documents, int B, int T) const {
   if (B <= 0 || T <= 0) DUFU_FAIL("GPT::forward: batch ", B, " x ", T, " must have positive sizes");
   if (T > config_.seq_length) {
     DUFU_FAIL("GPT::forward: sequence of ", T, " positions, the model has ", config_.seq_length,
@@ -198,6 +198,7 @@ void GPT::check_batch(std::span<const std::int32_t> tokens, std::span<const floa
                 config_.vocab_size, ")");
     }
   }
+  check_documents(documents, B, T);
 }
 
 void GPT::require_whole_model(const char* operation) const {
@@ -290,6 +291,8 @@ void GPT::ensure_activations(ActivationSlot& slot, int B, int T) {
   }
   slot.tokens = DeviceBuffer<std::int32_t>(*device_, N);
   slot.targets = DeviceBuffer<std::int32_t>(*device_, N);
+  slot.positions = {};
+  slot.document_starts = {};
   slot.loss = DeviceBuffer<float>(*device_, 1);
   slot.has_logits = false;
   slot.backward_pending = false;
@@ -330,25 +333,27 @@ float GPT::forward(std::span<const std::int32_t> tokens, std::span<const std::in
 }
 
 float GPT::forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B, int T,
-                   float dloss_scale) {
+                   float dloss_scale, const BatchDocuments& documents) {
   require_whole_model("GPT::forward");
-  return forward_stage(0, tokens, {}, targets, B, T, dloss_scale);
+  return forward_stage(0, tokens, {}, targets, B, T, dloss_scale, documents);
 }
 
 void GPT::forward_keeping_loss(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B,
-                               int T, float dloss_scale) {
+                               int T, float dloss_scale, const BatchDocuments& documents) {
   require_whole_model("GPT::forward_keeping_loss");
-  forward_on_device(0, tokens, {}, targets, B, T, dloss_scale, true);
+  forward_on_device(0, tokens, {}, targets, B, T, dloss_scale, documents, true);
 }
 
 void GPT::forward_stage_keeping_loss(int slot, std::span<const std::int32_t> tokens, std::span<const float> input,
-                                     std::span<const std::int32_t> targets, int B, int T, float dloss_scale) {
-  forward_on_device(slot, tokens, input, targets, B, T, dloss_scale, true);
+                                     std::span<const std::int32_t> targets, int B, int T, float dloss_scale,
+                                     const BatchDocuments& documents) {
+  forward_on_device(slot, tokens, input, targets, B, T, dloss_scale, documents, true);
 }
 
 float GPT::forward_stage(int slot, std::span<const std::int32_t> tokens, std::span<const float> input,
-                         std::span<const std::int32_t> targets, int B, int T, float dloss_scale) {
-  const float* loss_on_device = forward_on_device(slot, tokens, input, targets, B, T, dloss_scale, false);
+                         std::span<const std::int32_t> targets, int B, int T, float dloss_scale,
+                         const BatchDocuments& documents) {
+  const float* loss_on_device = forward_on_device(slot, tokens, input, targets, B, T, dloss_scale, documents, false);
   float loss = std::numeric_limits<float>::quiet_NaN();
   if (loss_on_device != nullptr) device_->download(&loss, loss_on_device, sizeof(float));
   return loss;
@@ -363,8 +368,8 @@ std::vector<float> GPT::read_kept_losses() {
 
 const float* GPT::forward_on_device(int slot_index, std::span<const std::int32_t> tokens, std::span<const float> input,
                                     std::span<const std::int32_t> targets, int B, int T, float dloss_scale,
-                                    bool keep_loss) {
-  check_batch(tokens, input, targets, B, T);
+                                    const BatchDocuments& documents, bool keep_loss) {
+  check_batch(tokens, input, targets, documents, B, T);
   if (!std::isfinite(dloss_scale)) DUFU_FAIL("GPT::forward: dloss_scale ", dloss_scale, " is not finite");
   ActivationSlot& slot = activation_slot(slot_index);
   ensure_activations(slot, B, T);
@@ -374,6 +379,7 @@ const float* GPT::forward_on_device(int slot_index, std::span<const std::int32_t
   // The batch goes to the device once; everything below runs there.
   if (stage_.is_first()) slot.tokens.upload(tokens);
   if (!targets.empty()) slot.targets.upload(targets);
+  upload_documents(slot, documents);
   const std::int32_t* device_tokens = slot.tokens.data();
   const std::int32_t* device_targets = slot.targets.data();
   slot.batch_b = B;
@@ -400,7 +406,7 @@ const float* GPT::forward_on_device(int slot_index, std::span<const std::int32_t
   if (!stage_.is_first()) {
     device_->copy(acts.encoded, input.data(), input.size_bytes());
   } else {
-    embed(kept_before_reduction(acts.encoded), device_tokens, adds_replicated, B, T, C);
+    embed(kept_before_reduction(acts.encoded), device_tokens, slot.device_positions(), adds_replicated, B, T, C);
     reduce_and_keep(acts.encoded, stream);
   }
   acquire_layer_parameters(0);  // the storage may bring each layer's before its first use
@@ -518,15 +524,15 @@ void GPT::forward_layer_body(const ActivationSlot& slot, int l) {
   if (config_.is_llama()) {
     linear_forward(a.qkv, {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight}, w.attn_c_attn_bias,
                    N, C, widths.qkv);
-    k.rotary_forward(kept(a.qkv, stored.qkv), B, T, widths.heads, widths.kv_heads, widths.head_size,
-                     config_.rope_theta);
+    k.rotary_forward(kept(a.qkv, stored.qkv), slot.device_positions(), B, T, widths.heads, widths.kv_heads,
+                     widths.head_size, config_.rope_theta);
   } else {
     linear_forward(kept(a.qkv, stored.qkv), {a.ln_1, stored.ln_1}, {w.attn_c_attn_weight, w16.attn_c_attn_weight},
                    w.attn_c_attn_bias, N, C, widths.qkv);
   }
   storage_->progress();
-  k.attention_forward(kept(a.atty, stored.atty), a.lse, attention_input({a.qkv, stored.qkv}), B, T, widths.heads,
-                      widths.kv_heads, widths.head_size);
+  k.attention_forward(kept(a.atty, stored.atty), a.lse, attention_input({a.qkv, stored.qkv}),
+                      slot.device_document_starts(), B, T, widths.heads, widths.kv_heads, widths.head_size);
   storage_->progress();
   linear_forward(kept_before_reduction(acts.branch), {a.atty, stored.atty},
                  {w.attn_c_proj_weight, w16.attn_c_proj_weight}, adds_replicated ? w.attn_c_proj_bias : nullptr, N,

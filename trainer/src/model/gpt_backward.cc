@@ -129,11 +129,11 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
     // them.
     const bool turned = config_.is_llama();
     k.attention_backward(turned ? TensorOut(d.qkv) : kept(d.qkv, d.qkv_bits), d.atty,
-                         attention_input({a.qkv, stored.qkv}), a.atty, a.lse, B, T, widths.heads, widths.kv_heads,
-                         widths.head_size);
+                         attention_input({a.qkv, stored.qkv}), a.atty, a.lse, slot.device_document_starts(), B, T,
+                         widths.heads, widths.kv_heads, widths.head_size);
     if (turned) {
-      k.rotary_backward(kept(d.qkv, d.qkv_bits), B, T, widths.heads, widths.kv_heads, widths.head_size,
-                        config_.rope_theta);
+      k.rotary_backward(kept(d.qkv, d.qkv_bits), slot.device_positions(), B, T, widths.heads, widths.kv_heads,
+                        widths.head_size, config_.rope_theta);
     }
     storage_->progress();
     linear_backward(kept_before_reduction(d.ln), dw.attn_c_attn_weight, dw.attn_c_attn_bias, {d.qkv, d.qkv_bits},
@@ -144,7 +144,7 @@ std::span<const float> GPT::backward_stage(int slot_index, std::span<const float
     storage_->end_layer_gradient(l);
   }
   if (!stage_.is_first()) return {d.residual, stream};  // the previous stage's output gradient
-  embed_backward(d.residual, slot.tokens.data(), B, T, C);
+  embed_backward(d.residual, slot.tokens.data(), slot.device_positions(), B, T, C);
   return {};
 }
 

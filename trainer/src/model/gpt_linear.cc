@@ -53,23 +53,25 @@ void GPT::reduce_and_keep(float* values, std::size_t count) {
 // sum over the group is the embedding (GPT::forward_stage all-reduces it). Llama has
 // no wpe: its one rank of one uses the vocab-parallel kernel over the whole table,
 // which adds nothing for a null wpe.
-void GPT::embed(TensorOut out, const std::int32_t* tokens, bool adds_positions, int B, int T, int C) {
+void GPT::embed(TensorOut out, const std::int32_t* tokens, const std::int32_t* positions, bool adds_positions, int B,
+                int T, int C) {
   const TensorIn wte = typed({p_.wte, p16_.wte});
   const TensorIn wpe = typed({p_.wpe, p16_.wpe});
   if (tp_ == 1 && !config_.is_llama()) {
-    kernels_->embedding_forward(out, tokens, wte, wpe, B, T, C);
+    kernels_->embedding_forward(out, tokens, positions, wte, wpe, B, T, C);
     return;
   }
-  kernels_->vocab_parallel_embedding_forward(out, tokens, wte, adds_positions ? wpe : nullptr, vocab_begin(),
-                                             local_vocab_size(), B, T, C);
+  kernels_->vocab_parallel_embedding_forward(out, tokens, positions, wte, adds_positions ? wpe : nullptr,
+                                             vocab_begin(), local_vocab_size(), B, T, C);
 }
 
-void GPT::embed_backward(const float* dout, const std::int32_t* tokens, int B, int T, int C) {
+void GPT::embed_backward(const float* dout, const std::int32_t* tokens, const std::int32_t* positions, int B, int T,
+                         int C) {
   if (tp_ == 1 && !config_.is_llama()) {
-    kernels_->embedding_backward(g_.wte, g_.wpe, dout, tokens, B, T, C);
+    kernels_->embedding_backward(g_.wte, g_.wpe, dout, tokens, positions, B, T, C);
   } else {
-    kernels_->vocab_parallel_embedding_backward(g_.wte, g_.wpe, dout, tokens, vocab_begin(), local_vocab_size(), B, T,
-                                                C);
+    kernels_->vocab_parallel_embedding_backward(g_.wte, g_.wpe, dout, tokens, positions, vocab_begin(),
+                                                local_vocab_size(), B, T, C);
   }
 }
 

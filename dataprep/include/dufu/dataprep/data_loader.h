@@ -22,12 +22,20 @@ struct Batch {
   std::vector<std::int32_t> tokens;       // rows × columns, row-major
   std::vector<std::uint64_t> indices;     // the dataset index of each row
   SamplerPosition start;                  // where the batch's first row came from
+  // Only with LoaderOptions::document_eod_id (packed_documents.h): each input token's
+  // position in its document [rows, columns - 1], and where the documents of the
+  // flattened inputs start (cu_seqlens, ending with rows × (columns - 1)).
+  std::vector<std::int32_t> position_ids;
+  std::vector<std::int32_t> cu_seqlens;
 };
 
 struct LoaderOptions {
   std::uint64_t micro_batch = 1;
   int workers = 2;             // threads reading samples
   int prefetch_batches = 4;    // bounded queue of ready batches
+  // Set: batches carry their documents' boundaries and position ids, found by this
+  // end-of-document token (document masking; packed_documents.h).
+  std::optional<std::int32_t> document_eod_id = std::nullopt;
 };
 
 // The position of the next batch a loader will return; enough to restore it.

@@ -94,24 +94,31 @@ struct KernelTable {
   // recipe (it keeps every activation gradient), with its bits where the model stored
   // them, so a GPU multiplies bf16 with fp32 accumulation without a copy.
   //
-  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:], kept as out says (TensorOut). Tokens
-  // must index rows of wte (unchecked).
-  void (*embedding_forward)(TensorOut out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe, int B, int T, int C);
-  // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[t,:] += sum_b dout[b,t,:]
-  void (*embedding_backward)(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T,
-                             int C);
+  // out[b,t,:] = wte[tokens[b,t],:] + wpe[p,:], kept as out says (TensorOut), where p
+  // = positions[b,t], or t when positions is null (positions restart in each document
+  // under document masking; they must index rows of wpe). Tokens must index rows of wte
+  // (unchecked).
+  void (*embedding_forward)(TensorOut out, const std::int32_t* tokens, const std::int32_t* positions, TensorIn wte,
+                            TensorIn wpe, int B, int T, int C);
+  // dwte[tokens[b,t],:] += dout[b,t,:]; dwpe[p,:] += dout[b,t,:] (p as above), in the
+  // order of (b, t) for each row of dwpe when positions are given.
+  void (*embedding_backward)(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                             const std::int32_t* positions, int B, int T, int C);
   // Vocab-parallel embedding (tensor parallelism): wte holds rows
   // [vocab_begin, vocab_begin + V_local) of the full table. out[b,t,:] = the token's row
   // if its id is in that range, else 0, plus wpe[t,:] unless wpe is null. When the
   // ranks splitting the table each run this, one of them with wpe, the sum of their
   // outputs is embedding_forward's, exactly: each position's sum has at most two
   // non-zero terms (before out is kept: a group keeps the sum, after its all-reduce).
-  void (*vocab_parallel_embedding_forward)(TensorOut out, const std::int32_t* tokens, TensorIn wte, TensorIn wpe,
-                                           int vocab_begin, int V_local, int B, int T, int C);
+  // Positions as embedding_forward's.
+  void (*vocab_parallel_embedding_forward)(TensorOut out, const std::int32_t* tokens, const std::int32_t* positions,
+                                           TensorIn wte, TensorIn wpe, int vocab_begin, int V_local, int B, int T,
+                                           int C);
   // dwte[tokens[b,t] - vocab_begin,:] += dout[b,t,:] for the tokens in range;
-  // dwpe[t,:] += sum_b dout[b,t,:] unless dwpe is null.
+  // dwpe as embedding_backward's unless dwpe is null.
   void (*vocab_parallel_embedding_backward)(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
-                                            int vocab_begin, int V_local, int B, int T, int C);
+                                            const std::int32_t* positions, int vocab_begin, int V_local, int B,
+                                            int T, int C);
 
   // LayerNorm of each of the N rows: out = (x - mean) * rstd * weight + bias; mean and
   // rstd (N each) are saved for backward. eps = 1e-5 like PyTorch/GPT-2. out is kept as
@@ -172,13 +179,19 @@ struct KernelTable {
   // the probabilities are rounded to bf16 for P V (their row sums stay fp32) and, in
   // the backward, P and dS for dV, dQ and dK. lse stays fp32; out and dqkv are kept
   // as their TensorOut says, each value rounded from its fp32 sum as it is written.
-  void (*attention_forward)(TensorOut out, float* lse, TensorIn qkv, int B, int T, int NH, int NKV, int hs);
+  // document_starts [B, T] (document masking; null: every row one document): the
+  // position in its row where token t's document begins, so that query t attends to
+  // keys [document_starts[b,t], t] only; non-decreasing along a row, each <= t.
+  // Tiles wholly outside a query block's documents are skipped.
+  void (*attention_forward)(TensorOut out, float* lse, TensorIn qkv, const std::int32_t* document_starts, int B,
+                            int T, int NH, int NKV, int hs);
   // dqkv (overwritten whole: q, k and v parts) from dout, recomputing the
   // probabilities tile by tile from qkv and the forward's out and lse. Deterministic:
   // no atomics, a fixed summation order; a K/V head's gradient sums its group's query
   // heads in order, lowest first.
+  // document_starts as the forward's.
   void (*attention_backward)(TensorOut dqkv, const float* dout, TensorIn qkv, const float* out, const float* lse,
-                             int B, int T, int NH, int NKV, int hs);
+                             const std::int32_t* document_starts, int B, int T, int NH, int NKV, int hs);
 
   // Fused classifier: for each of the N rows of logits [N, Vp] (only the first V are
   // real vocabulary; the padding is excluded), losses[n] = -log softmax(logits)[target]
@@ -278,15 +291,18 @@ struct KernelTable {
   // NKV value heads (untouched), each hs wide (hs even; NH a multiple of NKV for
   // grouped-query attention, NKV = NH plain multi-head). HF Llama's convention
   // (rotate_half): element i < hs/2 of a head pairs with i + hs/2 and turns by the
-  // angle t * theta^(-2i/hs) at position t (llama_math.h). Under tensor parallelism a
+  // angle p * theta^(-2i/hs) at position p = positions[b,t], or t when positions is
+  // null (llama_math.h). Under tensor parallelism a
   // rank passes its own NH / tp and NKV / tp heads. The rotation finishes the tensor,
   // so the whole of qkv is kept as its TensorOut says, the v heads too (qkv.values is
   // the buffer read and written): the projection before it leaves fp32 values.
-  void (*rotary_forward)(TensorOut qkv, int B, int T, int NH, int NKV, int hs, float theta) = nullptr;
+  void (*rotary_forward)(TensorOut qkv, const std::int32_t* positions, int B, int T, int NH, int NKV, int hs,
+                         float theta) = nullptr;
   // The backward, in place on dqkv of the same layout: the gradients of q and k turned
   // by -angle (the rotation's transpose); v's gradient unturned; the whole of dqkv kept
   // as rotary_forward keeps qkv.
-  void (*rotary_backward)(TensorOut dqkv, int B, int T, int NH, int NKV, int hs, float theta) = nullptr;
+  void (*rotary_backward)(TensorOut dqkv, const std::int32_t* positions, int B, int T, int NH, int NKV, int hs,
+                          float theta) = nullptr;
   // SwiGLU on the fused gate/up projection gate_up [N, 2H] (each row: H gate values,
   // then H up values): out [N, H] = silu(gate) * up. Under tensor parallelism a rank's
   // projection stacks its column slice of the gate rows over the same slice of the up

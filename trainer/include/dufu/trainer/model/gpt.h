@@ -44,6 +44,19 @@
 
 namespace dufu::trainer {
 
+// The documents packed into a batch's rows (document masking: Megatron's
+// data.reset_position_ids and data.reset_attention_mask; dataprep/packed_documents.h
+// finds them). Both empty: every row one sequence, the model as it always was, bit
+// for bit.
+struct BatchDocuments {
+  // [B, T]: each token's position in its document, which GPT-2's learned positions
+  // and Llama's rotary read instead of t. Each in [0, seq_length).
+  std::span<const std::int32_t> positions;
+  // [B, T]: where in its row each token's document starts; attention then sees the
+  // token's own document only. Non-decreasing along a row, each at most its t.
+  std::span<const std::int32_t> document_starts;
+};
+
 // The tensor views (BasicGPTTensors) and the recipe (Precision, Recompute) are in
 // gpt_tensors.h and gpt_recipe.h; the activations the model keeps, in gpt_activations.h.
 
@@ -191,8 +204,9 @@ class GPT {
   // that backward() accumulates over the micro-batches equal those of one big batch.
   // Without targets (an empty span) it returns NaN and keeps the logits for
   // logits(). Throws dufu::Error for bad sizes or token values.
+  // `documents` (empty by default) packs several documents into a row.
   float forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B, int T,
-                float dloss_scale);
+                float dloss_scale, const BatchDocuments& documents = {});
   // The same with dloss_scale = 1 / (number of non-ignored targets).
   float forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B, int T);
   // forward() that leaves its loss on the device, after those of earlier such calls,
@@ -200,7 +214,7 @@ class GPT {
   // their kernels without the host waiting once, and read_kept_losses() brings all
   // their losses back in one copy when the step ends. Kept only with targets.
   void forward_keeping_loss(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets, int B,
-                            int T, float dloss_scale);
+                            int T, float dloss_scale, const BatchDocuments& documents = {});
   // The losses kept since the last call, in the order of their forwards (the same
   // values forward() would have returned); one download, and none kept after it.
   std::vector<float> read_kept_losses();
@@ -251,13 +265,16 @@ class GPT {
   // stage's stage_output); the last stage takes `targets` (or none, for logits) and
   // returns the loss as forward does, the others return NaN. Throws dufu::Error when
   // the arguments do not fit the stage (tokens on a later stage, targets on an earlier
-  // one, wrong sizes) or for a negative slot.
+  // one, wrong sizes, documents that are not a packing) or for a negative slot. Every
+  // stage takes the batch's documents (its attention, and Llama's rotary, read them).
   float forward_stage(int slot, std::span<const std::int32_t> tokens, std::span<const float> input,
-                      std::span<const std::int32_t> targets, int B, int T, float dloss_scale);
+                      std::span<const std::int32_t> targets, int B, int T, float dloss_scale,
+                      const BatchDocuments& documents = {});
   // forward_stage whose loss (on the last stage, with targets) is kept on the device
   // for read_kept_losses(), as forward_keeping_loss keeps it.
   void forward_stage_keeping_loss(int slot, std::span<const std::int32_t> tokens, std::span<const float> input,
-                                  std::span<const std::int32_t> targets, int B, int T, float dloss_scale);
+                                  std::span<const std::int32_t> targets, int B, int T, float dloss_scale,
+                                  const BatchDocuments& documents = {});
   // The output [B, T, C] (residual stream after the stage's last layer) of the slot's
   // last forward on a stage other than the last; valid until the slot's next forward.
   std::span<const float> stage_output(int slot) const;
@@ -284,7 +301,9 @@ class GPT {
   // returns where it is on the device, or null when there is none.
   const float* forward_on_device(int slot, std::span<const std::int32_t> tokens, std::span<const float> input,
                                  std::span<const std::int32_t> targets, int B, int T, float dloss_scale,
-                                 bool keep_loss);
+                                 const BatchDocuments& documents, bool keep_loss);
+  // The batch's documents into the slot's device buffers (none: the kernels read null).
+  void upload_documents(ActivationSlot& slot, const BatchDocuments& documents);
   // In-place sum over the tensor group (no-op when serial).
   void reduce_over_tensor_group(float* data, std::size_t count);
   ActivationSlot& activation_slot(int slot);
@@ -322,7 +341,8 @@ class GPT {
   void recompute_layer(const ActivationSlot& slot, int l);
   void ensure_activation_grads(int B, int T);
   void check_batch(std::span<const std::int32_t> tokens, std::span<const float> input,
-                   std::span<const std::int32_t> targets, int B, int T) const;
+                   std::span<const std::int32_t> targets, const BatchDocuments& documents, int B, int T) const;
+  void check_documents(const BatchDocuments& documents, int B, int T) const;
   void require_whole_model(const char* operation) const;
   void require_whole_gradients(const char* operation) const;  // and allocated
   void require_whole_parameters(const char* operation) const;
@@ -396,9 +416,12 @@ class GPT {
   // the sum (reduce_and_keep), so every rank rounds the same sum.
   TensorOut kept_before_reduction(float* values) const;
   void reduce_and_keep(float* values, std::size_t count);
-  void embed(TensorOut out, const std::int32_t* tokens, bool adds_positions, int B, int T, int C);
+  // positions null: t.
+  void embed(TensorOut out, const std::int32_t* tokens, const std::int32_t* positions, bool adds_positions, int B,
+             int T, int C);
   // The embedding's backward into g_.wte (and g_.wpe).
-  void embed_backward(const float* dout, const std::int32_t* tokens, int B, int T, int C);
+  void embed_backward(const float* dout, const std::int32_t* tokens, const std::int32_t* positions, int B, int T,
+                      int C);
   // The architecture's normalisation (gpt2: LayerNorm; llama: RMSNorm with the
   // config's eps, no bias and no mean: bias, mean and dbias are null), arguments as
   // the layernorm kernels'.

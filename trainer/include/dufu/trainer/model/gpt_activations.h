@@ -114,6 +114,16 @@ struct ActivationSlot {
   DeviceBuffer<std::int32_t> tokens;
   DeviceBuffer<std::int32_t> targets;
   DeviceBuffer<float> loss;
+  // Its documents (BatchDocuments), uploaded where given: the kernels read null for
+  // those that were not (positions t, one document per row).
+  DeviceBuffer<std::int32_t> positions;
+  DeviceBuffer<std::int32_t> document_starts;
+  bool has_positions = false;
+  bool has_document_starts = false;
+  const std::int32_t* device_positions() const { return has_positions ? positions.data() : nullptr; }
+  const std::int32_t* device_document_starts() const {
+    return has_document_starts ? document_starts.data() : nullptr;
+  }
   int batch_b = 0;
   int batch_t = 0;
   bool has_logits = false;
