@@ -49,16 +49,17 @@ PackedDocuments find_packed_documents(std::span<const std::int32_t> tokens, std:
 std::vector<std::int32_t> document_starts_from_cu_seqlens(std::span<const std::int32_t> cu_seqlens, std::uint64_t rows,
                                                           std::uint64_t T) {
   const std::uint64_t total = rows * T;
-  DUFU_CHECK(cu_seqlens.size() >= 2 && cu_seqlens.front() == 0 &&
-                 static_cast<std::uint64_t>(cu_seqlens.back()) == total,
-             "document_starts_from_cu_seqlens: cu_seqlens must run from 0 to ", total);
+  if (cu_seqlens.size() < 2 || cu_seqlens.front() != 0 || static_cast<std::uint64_t>(cu_seqlens.back()) != total) {
+    DUFU_FAIL("document boundaries (cu_seqlens) must run from 0 to ", total, " for a batch of ", rows, " x ", T);
+  }
   std::vector<std::int32_t> starts(total);
   for (std::size_t document = 0; document + 1 < cu_seqlens.size(); ++document) {
     const auto begin = static_cast<std::uint64_t>(cu_seqlens[document]);
     const auto end = static_cast<std::uint64_t>(cu_seqlens[document + 1]);
-    DUFU_CHECK(begin < end && end <= total && (begin / T == (end - 1) / T),
-               "document_starts_from_cu_seqlens: document ", document, " [", begin, ", ", end,
-               ") is empty or crosses a row");
+    if (begin >= end || end > total || begin / T != (end - 1) / T) {
+      DUFU_FAIL("document boundaries (cu_seqlens): document ", document, " [", begin, ", ", end,
+                ") is empty or crosses the edge of a row of ", T);
+    }
     const auto row_start = static_cast<std::int32_t>(begin % T);
     for (std::uint64_t i = begin; i < end; ++i) starts[i] = row_start;
   }
