@@ -19,6 +19,17 @@ Everything is exchanged as .npy files in one directory (--dir):
   out  out/adamw_losses.npy   float32 [steps]: the loss before each of `steps`
                               torch.optim.AdamW steps on the same batch
 
+With --eod-id E and any of --reset-position-ids, --reset-attention-mask and
+--eod-mask-loss (document masking), each row's position ids, attention mask and loss
+mask come from its own tokens through Megatron's _get_ltor_masks_and_position_ids
+(megatron_masks_reference.py), and the loss is the mean over the positions the loss
+mask keeps (and whose target is not -1), as Megatron averages it.
+
+--arch llama: the Llama family instead, written out the same way (RMSNorm, rotary
+position embedding in HF's rotate_half convention, grouped K/V heads, SwiGLU, an
+untied LM head), in dufu's names and HF's [out, in] matrices (--n-kv-head,
+--rope-theta, --norm-eps).
+
 Weight decay goes to the 2-D parameters only (every Conv1D weight, wte and wpe, as in
 nanoGPT and llm.c); biases and LayerNorm parameters get none.
 """
@@ -26,10 +37,15 @@ import argparse
 import math
 import os
 
+import sys
+
 import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import megatron_masks_reference  # noqa: E402
 
 
 class Conv1D(nn.Module):
@@ -57,14 +73,13 @@ class Attention(nn.Module):
         self.c_attn = Conv1D(d_model, 3 * d_model)
         self.c_proj = Conv1D(d_model, d_model)
 
-    def forward(self, x):
+    def forward(self, x, visible):
         B, T, C = x.shape
         hs = C // self.n_head
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, hs).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-        causal = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))
-        att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        att = att.masked_fill(~visible, float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(y)
 
@@ -87,8 +102,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(d_model, eps=1e-5)
         self.mlp = MLP(d_model)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x, visible, positions):
+        del positions  # GPT-2's positions enter through wpe
+        x = x + self.attn(self.ln_1(x), visible)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -101,15 +117,121 @@ class GPT(nn.Module):
         self.h = nn.ModuleList(Block(d_model, n_head) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(d_model, eps=1e-5)
 
-    def forward(self, tokens, targets):
-        T = tokens.shape[1]
-        x = self.wte(tokens) + self.wpe(torch.arange(T, device=tokens.device))
+    def forward(self, tokens, targets, documents):
+        visible, positions, loss_mask = documents
+        x = self.wte(tokens) + self.wpe(positions)
         for block in self.h:
-            x = block(x)
+            x = block(x, visible, positions)
         logits = F.linear(self.ln_f(x), self.wte.weight)  # the tied LM head
-        real = logits[..., : self.vocab_size]
-        loss = F.cross_entropy(real.reshape(-1, real.shape[-1]), targets.reshape(-1), ignore_index=-1)
-        return logits, loss
+        return logits, masked_mean_loss(logits[..., : self.vocab_size], targets, loss_mask)
+
+
+def masked_mean_loss(real, targets, loss_mask):
+    """Mean cross-entropy over the positions whose loss mask is 1 and target not -1."""
+    flat = targets.reshape(-1)
+    losses = F.cross_entropy(real.reshape(-1, real.shape[-1]), flat.clamp(min=0), reduction="none")
+    keep = loss_mask.reshape(-1) * (flat != -1).float()
+    return (losses * keep).sum() / keep.sum().clamp(min=1.0)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d_model, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.empty(d_model))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotate(x, positions, theta):
+    """HF Llama's rotary embedding (rotate_half) of x [B, heads, T, hs] at positions [B, T]."""
+    hs = x.shape[-1]
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.float32) / hs))
+    angles = positions[:, None, :, None].float() * inv_freq  # [B, 1, T, hs/2]
+    cos, sin = torch.cat([angles.cos()] * 2, dim=-1), torch.cat([angles.sin()] * 2, dim=-1)
+    half = hs // 2
+    rotated_half = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated_half * sin
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, d_model, n_head, n_kv_head, theta):
+        super().__init__()
+        self.n_head, self.n_kv_head, self.theta = n_head, n_kv_head, theta
+        hs = d_model // n_head
+        self.q_proj = nn.Linear(d_model, n_head * hs, bias=False)
+        self.k_proj = nn.Linear(d_model, n_kv_head * hs, bias=False)
+        self.v_proj = nn.Linear(d_model, n_kv_head * hs, bias=False)
+        self.o_proj = nn.Linear(n_head * hs, d_model, bias=False)
+
+    def forward(self, x, visible, positions):
+        B, T, C = x.shape
+        hs = C // self.n_head
+        q = self.q_proj(x).view(B, T, self.n_head, hs).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.n_kv_head, hs).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv_head, hs).transpose(1, 2)
+        q, k = rotate(q, positions, self.theta), rotate(k, positions, self.theta)
+        group = self.n_head // self.n_kv_head
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        att = ((q @ k.transpose(-2, -1)) / math.sqrt(hs)).masked_fill(~visible, float("-inf")).softmax(dim=-1)
+        return self.o_proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d_model, hidden):
+        super().__init__()
+        self.gate_proj = nn.Linear(d_model, hidden, bias=False)
+        self.up_proj = nn.Linear(d_model, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, d_model, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, d_model, n_head, n_kv_head, hidden, theta, eps):
+        super().__init__()
+        self.ln_1 = RMSNorm(d_model, eps)
+        self.attn = LlamaAttention(d_model, n_head, n_kv_head, theta)
+        self.ln_2 = RMSNorm(d_model, eps)
+        self.mlp = SwiGLU(d_model, hidden)
+
+    def forward(self, x, visible, positions):
+        x = x + self.attn(self.ln_1(x), visible, positions)
+        return x + self.mlp(self.ln_2(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, n_layer, n_head, n_kv_head, d_model, hidden, vocab_size, padded_vocab_size, theta, eps):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.wte = nn.Embedding(padded_vocab_size, d_model)
+        self.h = nn.ModuleList(LlamaBlock(d_model, n_head, n_kv_head, hidden, theta, eps) for _ in range(n_layer))
+        self.ln_f = RMSNorm(d_model, eps)
+        self.lm_head = nn.Linear(d_model, padded_vocab_size, bias=False)
+
+    def forward(self, tokens, targets, documents):
+        visible, positions, loss_mask = documents
+        x = self.wte(tokens)
+        for block in self.h:
+            x = block(x, visible, positions)
+        logits = self.lm_head(self.ln_f(x))
+        return logits, masked_mean_loss(logits[..., : self.vocab_size], targets, loss_mask)
+
+
+def batch_documents(tokens, args):
+    """(visible [B, 1, T, T] bool, positions [B, T], loss mask [B, T]): plain causal rows,
+    or Megatron's masks of each row with --eod-id."""
+    B, T = tokens.shape
+    if args.eod_id is None:
+        visible = torch.tril(torch.ones(T, T, dtype=torch.bool)).expand(B, 1, T, T)
+        return visible, torch.arange(T).expand(B, T), torch.ones(B, T)
+    rows = [megatron_masks_reference.ltor_masks_and_position_ids(tokens[b], args.eod_id, args.reset_position_ids,
+                                                                 args.reset_attention_mask, args.eod_mask_loss)
+            for b in range(B)]
+    return (torch.stack([mask for mask, _, _ in rows]), torch.stack([pos for _, _, pos in rows]),
+            torch.stack([loss for _, loss, _ in rows]))
 
 
 def conv1d_weight_names(model):
@@ -147,23 +269,37 @@ def main():
     parser.add_argument("--beta2", type=float, default=0.95)
     parser.add_argument("--eps", type=float, default=1e-8)
     parser.add_argument("--weight-decay", type=float, default=0.1)
+    parser.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2")
+    parser.add_argument("--n-kv-head", type=int)
+    parser.add_argument("--rope-theta", type=float, default=10000.0)
+    parser.add_argument("--norm-eps", type=float, default=1e-5)
+    parser.add_argument("--eod-id", type=int)
+    parser.add_argument("--reset-position-ids", action="store_true")
+    parser.add_argument("--reset-attention-mask", action="store_true")
+    parser.add_argument("--eod-mask-loss", action="store_true")
     args = parser.parse_args()
 
     params_dir = os.path.join(args.dir, "params")
     wte = np.load(os.path.join(params_dir, "wte.weight.npy"), mmap_mode="r")
-    wpe = np.load(os.path.join(params_dir, "wpe.weight.npy"), mmap_mode="r")
     n_layer = sum(1 for f in os.listdir(params_dir) if f.endswith(".ln_1.weight.npy"))
-    model = GPT(n_layer, args.n_head, wte.shape[1], args.vocab_size, wte.shape[0], wpe.shape[0])
+    if args.arch == "llama":
+        hidden = np.load(os.path.join(params_dir, "h.0.mlp.gate_proj.weight.npy"), mmap_mode="r").shape[0]
+        model = Llama(n_layer, args.n_head, args.n_kv_head or args.n_head, wte.shape[1], hidden, args.vocab_size,
+                      wte.shape[0], args.rope_theta, args.norm_eps)
+    else:
+        wpe = np.load(os.path.join(params_dir, "wpe.weight.npy"), mmap_mode="r")
+        model = GPT(n_layer, args.n_head, wte.shape[1], args.vocab_size, wte.shape[0], wpe.shape[0])
     load_params(model, params_dir)
 
     tokens = torch.from_numpy(np.load(os.path.join(args.dir, "tokens.npy")).astype(np.int64))
     targets = torch.from_numpy(np.load(os.path.join(args.dir, "targets.npy")).astype(np.int64))
+    documents = batch_documents(tokens, args)
 
     out_dir = os.path.join(args.dir, "out")
     grads_dir = os.path.join(out_dir, "grads")
     os.makedirs(grads_dir, exist_ok=True)
 
-    logits, loss = model(tokens, targets)
+    logits, loss = model(tokens, targets, documents)
     loss.backward()
     save(os.path.join(out_dir, "loss.npy"), [loss.item()])
     save(os.path.join(out_dir, "logits.npy"), logits.detach().reshape(-1, logits.shape[-1]).numpy())
@@ -180,7 +316,7 @@ def main():
     losses = []
     for _ in range(args.steps):
         optimizer.zero_grad(set_to_none=True)
-        _, loss = model(tokens, targets)
+        _, loss = model(tokens, targets, documents)
         loss.backward()
         losses.append(loss.item())
         optimizer.step()

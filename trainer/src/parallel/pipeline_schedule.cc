@@ -92,7 +92,7 @@ double pipeline_train_step(GPT& model, Communicator& pipeline_group, Communicato
     model.forward_stage_keeping_loss(forwarded % in_flight,
                                      stage.is_first() ? batch.tokens : std::span<const std::int32_t>(), input,
                                      stage.is_last() ? batch.targets : std::span<const std::int32_t>(), B, T,
-                                     dloss_scale);
+                                     dloss_scale, batch.documents);
     ++forwarded;
   };
   const auto backward = [&] {
@@ -142,7 +142,10 @@ double pipeline_train_step(GPT& model, Communicator& pipeline_group, Communicato
     const std::vector<float> losses = model.read_kept_losses();
     DUFU_CHECK(losses.size() == static_cast<std::size_t>(M), "pipeline_train_step: ", losses.size(),
                " losses kept for ", M, " micro-batches (a forward_keeping_loss before the step left its loss unread)");
-    for (const float loss : losses) loss_sum += loss;
+    for (int i = 0; i < M; ++i) {
+      loss_sum += static_cast<double>(losses[static_cast<std::size_t>(i)]) *
+                  micro_batches[static_cast<std::size_t>(i)].loss_weight;
+    }
   }
   if (stages > 1) {
     double loss = loss_sum;

@@ -51,32 +51,63 @@ std::int64_t Trainer::completed_steps() const { return s_->state.step; }
 void Trainer::State::forward_backward() {
   GPT& gpt = *model;
   gpt.zero_grad();
-  if (topology->pipeline_parallel_size() == 1) {
+  const DocumentMasking& masking = options.documents;
+  if (topology->pipeline_parallel_size() == 1 && !masking.eod_mask_loss) {
     // The losses stay on the device until step_loss_sum: the host queues the whole
     // step without waiting for the device.
     for (int micro = 0; micro < accumulation; ++micro) {
-      split_batch(loader->next(), batch);
-      gpt.forward_keeping_loss(batch.inputs, batch.targets, options.micro_batch, T, dloss_scale);
+      split_batch(loader->next(), batch, masking);
+      gpt.forward_keeping_loss(batch.inputs, batch.targets, options.micro_batch, T, dloss_scale, batch.documents());
       gpt.backward();
     }
     return;
   }
-  // Every stage of a pipeline reads the same batches (same data-parallel rank); the
-  // first uses the tokens, the last the targets.
+  // The step's batches first: every stage of a pipeline reads the same batches (same
+  // data-parallel rank; the first uses the tokens, the last the targets), and the loss
+  // mask's scale needs every target of the step before the first backward.
+  for (int micro = 0; micro < accumulation; ++micro) {
+    split_batch(loader->next(), step_batches[static_cast<std::size_t>(micro)], masking);
+  }
+  if (masking.eod_mask_loss) count_step_targets();
+  if (topology->pipeline_parallel_size() == 1) {
+    for (const ModelBatch& micro_batch : step_batches) {
+      gpt.forward_keeping_loss(micro_batch.inputs, micro_batch.targets, options.micro_batch, T, dloss_scale,
+                               micro_batch.documents());
+      gpt.backward();
+    }
+    return;
+  }
   std::vector<PipelineMicroBatch> views;
   for (int micro = 0; micro < accumulation; ++micro) {
-    ModelBatch& micro_batch = step_batches[static_cast<std::size_t>(micro)];
-    split_batch(loader->next(), micro_batch);
-    views.push_back({micro_batch.inputs, micro_batch.targets});
+    const ModelBatch& micro_batch = step_batches[static_cast<std::size_t>(micro)];
+    const double weight = loss_weights.empty() ? 1.0 : loss_weights[static_cast<std::size_t>(micro)];
+    views.push_back({micro_batch.inputs, micro_batch.targets, micro_batch.documents(), weight});
   }
   pipeline_loss_sum = pipeline_train_step(gpt, *groups.pipeline, groups.embedding.get(), views, options.micro_batch,
                                           T, dloss_scale, pipeline_buffers);
 }
 
+void Trainer::State::count_step_targets() {
+  loss_weights.clear();
+  double counted = 0.0;
+  for (const ModelBatch& micro_batch : step_batches) {
+    loss_weights.push_back(static_cast<double>(counted_targets(micro_batch.targets)));
+    counted += loss_weights.back();
+  }
+  if (dp > 1) counted = groups.data->all_reduce_value(counted, ReduceOp::kSum);
+  // A global batch of end-of-document tokens only counts nothing: its loss and
+  // gradient are 0, as Megatron's sum over an empty mask.
+  loss_divisor = std::max(counted, 1.0);
+  dloss_scale = static_cast<float>(1.0 / loss_divisor);
+}
+
 double Trainer::State::step_loss_sum() {
   if (topology->pipeline_parallel_size() > 1) return pipeline_loss_sum;
   double sum = 0.0;
-  for (const float loss : model->read_kept_losses()) sum += loss;
+  const std::vector<float> losses = model->read_kept_losses();
+  for (std::size_t micro = 0; micro < losses.size(); ++micro) {
+    sum += static_cast<double>(losses[micro]) * (loss_weights.empty() ? 1.0 : loss_weights[micro]);
+  }
   return sum;
 }
 
@@ -98,7 +129,7 @@ StepReport Trainer::step() {
   // After the norm, which has waited for the device: reading the losses waits no more.
   double loss_sum = s.step_loss_sum();
   if (s.dp > 1) loss_sum = s.groups.data->all_reduce_value(loss_sum, ReduceOp::kSum);
-  const double loss = loss_sum / (s.accumulation * s.dp);
+  const double loss = loss_sum / s.loss_divisor;
   const double lr = learning_rate(options.schedule, state.step);
   const bool finite = std::isfinite(loss) && std::isfinite(grad_norm);
   if (finite) {

@@ -30,6 +30,7 @@
 #include "dufu/common/topology.h"
 #include "dufu/dataprep/blend_builder.h"
 #include "dufu/dataprep/data_loader.h"
+#include "dufu/dataprep/shard_sidecar.h"
 #include "dufu/dataprep/tokenizer.h"
 #include "dufu/dataprep/tokenizer_record.h"
 #include "dufu/trainer/checkpoint/checkpoint.h"
@@ -269,6 +270,7 @@ std::vector<ShardIdentity> Trainer::State::join_ranks() {
 
 void Trainer::State::find_data_tokenizer() {
   data_tokenizer = dufu::trainer::data_tokenizer(training_prefixes(), &shards_without_tokenizer);
+  find_end_of_document_token();
   if (!data_tokenizer) return;
   // Before anything is written: a model whose vocabulary cannot hold the data's ids
   // would stop at the first batch, and no tool could read its checkpoints. A larger
@@ -281,6 +283,33 @@ void Trainer::State::find_data_tokenizer() {
               " pieces of the tokenizer '", spec.model, "' that ", data_tokenizer->recorded_by,
               " records: the model cannot hold the data's ids; HINT: set model.vocab_size=", pieces,
               " (or more: the rows past the tokenizer's are padding)");
+  }
+}
+
+void Trainer::State::find_end_of_document_token() {
+  DocumentMasking& masking = options.documents;
+  if (!masking.enabled()) return;
+  if (masking.eod_id == -1) {
+    // The token preprocess appended (its --eod-id, or the tokenizer's), as each
+    // shard's sidecar records it: all must agree.
+    std::optional<std::int64_t> recorded;
+    for (const std::string& prefix : training_prefixes()) {
+      const std::optional<dataprep::ShardSidecar> sidecar = dataprep::read_shard_sidecar(prefix);
+      if (!sidecar || !sidecar->eod_id) {
+        DUFU_FAIL("document masking (data.reset_position_ids, data.reset_attention_mask, data.eod_mask_loss) needs ",
+                  "the end-of-document token, and '", prefix, "' records none; HINT: set data.eod_id");
+      }
+      if (recorded && *recorded != *sidecar->eod_id) {
+        DUFU_FAIL("document masking: the shards record different end-of-document tokens (", *recorded, " and ",
+                  *sidecar->eod_id, " in '", prefix, "'); HINT: set data.eod_id");
+      }
+      recorded = sidecar->eod_id;
+    }
+    masking.eod_id = static_cast<std::int32_t>(*recorded);
+  }
+  if (masking.eod_id >= options.model.vocab_size) {
+    DUFU_FAIL("data.eod_id = ", masking.eod_id, " is outside the model's vocabulary (model.vocab_size = ",
+              options.model.vocab_size, ")");
   }
 }
 
@@ -427,8 +456,10 @@ void Trainer::State::prepare_steps(const dataprep::LoaderState& loader_start) {
   peak_flops = measure_sgemm_peak_flops(0.3);
   tokens_per_step = static_cast<double>(options.global_batch) * T;
   if (is_main) reporter.run_summary(run_summary());
-  step_batches.resize(topology->pipeline_parallel_size() > 1 ? static_cast<std::size_t>(accumulation) : 0);
+  const bool step_batches_first = topology->pipeline_parallel_size() > 1 || options.documents.eod_mask_loss;
+  step_batches.resize(step_batches_first ? static_cast<std::size_t>(accumulation) : 0);
   dloss_scale = 1.0f / static_cast<float>(static_cast<double>(options.micro_batch) * T * accumulation * dp);
+  loss_divisor = static_cast<double>(accumulation) * dp;
 }
 
 RunSummary Trainer::State::run_summary() const {

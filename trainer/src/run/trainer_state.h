@@ -79,6 +79,12 @@ struct Trainer::State {
   std::vector<ModelBatch> step_batches;
   PipelineBuffers pipeline_buffers;  // kept across steps: a step allocates nothing
   float dloss_scale = 1.0f;
+  // The step's loss is the sum of its micro-batches' losses (each times its weight)
+  // over this divisor: their number (accumulation x dp), or under data.eod_mask_loss
+  // the targets the whole global batch counts, each micro-batch weighted by its own
+  // (the mean over every position that counts, whatever the split into micro-batches).
+  std::vector<double> loss_weights;
+  double loss_divisor = 1.0;
   // What a step allocates from the user's sizes, for the message if it does not fit.
   std::string activations_what;
   double activations_bytes = 0.0;
@@ -146,6 +152,13 @@ struct Trainer::State {
   // The gradient of the step's micro-batches, accumulated; step_loss_sum() then reads
   // the sum of their losses.
   void forward_backward();
+  // Under data.eod_mask_loss, before the step's first backward: the targets each
+  // micro-batch and the global batch count, which set loss_weights, loss_divisor and
+  // dloss_scale (the global count takes a sum over the data-parallel group).
+  void count_step_targets();
+  // Under document masking with data.eod_id unset: the shards' recorded end-of-document
+  // token; refuses one outside the vocabulary.
+  void find_end_of_document_token();
   double step_loss_sum();
   double pipeline_loss_sum = 0.0;  // pipeline_train_step's, for step_loss_sum
 };

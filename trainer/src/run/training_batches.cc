@@ -5,11 +5,13 @@
 #include <cstddef>
 #include <utility>
 
+#include "dufu/common/error.h"
+#include "dufu/dataprep/packed_documents.h"
 #include "dufu/dataprep/sampler.h"
 
 namespace dufu::trainer {
 
-void split_batch(const dataprep::Batch& batch, ModelBatch& out) {
+void split_batch(const dataprep::Batch& batch, ModelBatch& out, const DocumentMasking& masking) {
   const std::size_t T = batch.columns - 1;
   out.inputs.resize(batch.rows * T);
   out.targets.resize(batch.rows * T);
@@ -18,6 +20,24 @@ void split_batch(const dataprep::Batch& batch, ModelBatch& out) {
     std::copy(tokens, tokens + T, out.inputs.begin() + static_cast<std::ptrdiff_t>(row * T));
     std::copy(tokens + 1, tokens + 1 + T, out.targets.begin() + static_cast<std::ptrdiff_t>(row * T));
   }
+  out.positions.clear();
+  out.document_starts.clear();
+  if (!masking.enabled()) return;
+  if (masking.eod_mask_loss) {
+    for (std::size_t i = 0; i < out.inputs.size(); ++i) {
+      if (out.inputs[i] == masking.eod_id) out.targets[i] = -1;
+    }
+  }
+  if (!masking.reset_position_ids && !masking.reset_attention_mask) return;
+  DUFU_CHECK(!batch.cu_seqlens.empty(), "document masking on a loader batch without its documents");
+  if (masking.reset_position_ids) out.positions = batch.position_ids;
+  if (masking.reset_attention_mask) {
+    out.document_starts = dataprep::document_starts_from_cu_seqlens(batch.cu_seqlens, batch.rows, T);
+  }
+}
+
+std::int64_t counted_targets(std::span<const std::int32_t> targets) {
+  return std::count_if(targets.begin(), targets.end(), [](std::int32_t target) { return target != -1; });
 }
 
 std::unique_ptr<dataprep::InfiniteDataLoader> make_loader(const std::shared_ptr<const dataprep::TokenDataset>& dataset,
@@ -27,6 +47,9 @@ std::unique_ptr<dataprep::InfiniteDataLoader> make_loader(const std::shared_ptr<
   loader_options.micro_batch = static_cast<std::uint64_t>(options.micro_batch);
   loader_options.workers = options.loader_workers;
   loader_options.prefetch_batches = options.prefetch_batches;
+  if (options.documents.reset_position_ids || options.documents.reset_attention_mask) {
+    loader_options.document_eod_id = options.documents.eod_id;
+  }
   // The datasets are already shuffled by their shuffle index (Megatron's design), so
   // the global order is 0, 1, 2, ...; Megatron's pretraining sampler gives each
   // data-parallel rank its micro-batch slice of every global batch, so the samples of
@@ -38,9 +61,10 @@ std::unique_ptr<dataprep::InfiniteDataLoader> make_loader(const std::shared_ptr<
 }
 
 double pipeline_forward_loss(GPT& model, Communicator& pipeline_group, std::span<const std::int32_t> tokens,
-                             std::span<const std::int32_t> targets, int B, int T) {
+                             std::span<const std::int32_t> targets, int B, int T, const BatchDocuments& documents) {
   const PipelineStage& stage = model.pipeline_stage();
-  if (stage.num_stages == 1) return model.forward(tokens, targets, B, T);
+  const float scale = 1.0f / static_cast<float>(B * T);  // a forward alone: only its returned mean matters
+  if (stage.num_stages == 1) return model.forward(tokens, targets, B, T, scale, documents);
   constexpr int kEvalTag = 201;
   // The previous stage's activations arrive in the model's device memory (a GPU's
   // through NCCL), where forward_stage reads its input.
@@ -50,8 +74,8 @@ double pipeline_forward_loss(GPT& model, Communicator& pipeline_group, std::span
     pipeline_group.recv(input.span(), stage.stage - 1, kEvalTag);
   }
   const float loss = model.forward_stage(0, stage.is_first() ? tokens : std::span<const std::int32_t>(), input.span(),
-                                         stage.is_last() ? targets : std::span<const std::int32_t>(), B, T,
-                                         1.0f / static_cast<float>(B * T));
+                                         stage.is_last() ? targets : std::span<const std::int32_t>(), B, T, scale,
+                                         documents);
   if (!stage.is_last()) pipeline_group.send(model.stage_output(0), stage.stage + 1, kEvalTag);
   double result = stage.is_last() ? static_cast<double>(loss) : 0.0;
   pipeline_group.broadcast(std::span<double>(&result, 1), stage.num_stages - 1);
@@ -65,11 +89,15 @@ double validation_loss(GPT& model, Communicator& pipeline_group,
   const int T = options.model.seq_length;
   ModelBatch batch;
   double sum = 0.0;
+  double weights = 0.0;
   for (int i = 0; i < options.eval_batches; ++i) {
-    split_batch(loader->next(), batch);
-    sum += pipeline_forward_loss(model, pipeline_group, batch.inputs, batch.targets, options.micro_batch, T);
+    split_batch(loader->next(), batch, options.documents);
+    const double weight = options.documents.eod_mask_loss ? static_cast<double>(counted_targets(batch.targets)) : 1.0;
+    sum += weight * pipeline_forward_loss(model, pipeline_group, batch.inputs, batch.targets, options.micro_batch, T,
+                                          batch.documents());
+    weights += weight;
   }
-  return sum / options.eval_batches;
+  return sum / std::max(weights, 1.0);
 }
 
 }  // namespace dufu::trainer

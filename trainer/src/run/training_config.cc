@@ -134,6 +134,10 @@ TrainingOptions training_options(const Config& config) {
   options.loader_workers = static_cast<int>(int_in_range(config, "data.workers"));
   options.prefetch_batches = static_cast<int>(int_in_range(config, "data.prefetch"));
   options.allow_changed_shards = config.get_bool("data.allow_changed_shards");
+  options.documents.reset_position_ids = config.get_bool("data.reset_position_ids");
+  options.documents.reset_attention_mask = config.get_bool("data.reset_attention_mask");
+  options.documents.eod_mask_loss = config.get_bool("data.eod_mask_loss");
+  options.documents.eod_id = static_cast<std::int32_t>(int_in_range(config, "data.eod_id"));
 
   options.micro_batch = static_cast<int>(int_in_range(config, "train.micro_batch"));
   const std::int64_t global_batch = int_in_range(config, "train.global_batch");

@@ -51,10 +51,10 @@ namespace dufu::trainer {
 struct BatchDocuments {
   // [B, T]: each token's position in its document, which GPT-2's learned positions
   // and Llama's rotary read instead of t. Each in [0, seq_length).
-  std::span<const std::int32_t> positions;
+  std::span<const std::int32_t> positions = {};
   // [B, T]: where in its row each token's document starts; attention then sees the
   // token's own document only. Non-decreasing along a row, each at most its t.
-  std::span<const std::int32_t> document_starts;
+  std::span<const std::int32_t> document_starts = {};
 };
 
 // The tensor views (BasicGPTTensors) and the recipe (Precision, Recompute) are in

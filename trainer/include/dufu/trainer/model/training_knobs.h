@@ -75,6 +75,17 @@ inline constexpr KnobSpec kTrainingKnobs[] = {
     bool_knob("data.allow_changed_shards", false,
               "Resume even when a shard differs from the one the checkpoint was trained on (size or index "
               "digest); the samples then differ from the run's"),
+    bool_knob("data.reset_position_ids", false,
+              "Document masking (Megatron's): positions restart at 0 after each end-of-document token"),
+    bool_knob("data.reset_attention_mask", false,
+              "Document masking (Megatron's): a token attends only to its own document, the one its last "
+              "end-of-document token opened"),
+    bool_knob("data.eod_mask_loss", false,
+              "Document masking (Megatron's): no loss where the input token is the end-of-document token; "
+              "the loss is the mean over the positions that count, over the whole global batch"),
+    int_knob("data.eod_id", -1, -1, knob_limits::kInt,
+             "The end-of-document token that document masking splits samples at (-1: the shards' recorded "
+             "tokenizer's)"),
 
     string_knob("train.device", "cpu",
                 "Where the model runs: cpu, or cuda (one GPU per rank, NCCL between ranks; refused with the "

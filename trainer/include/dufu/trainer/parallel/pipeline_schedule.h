@@ -23,6 +23,8 @@ namespace dufu::trainer {
 struct PipelineMicroBatch {
   std::span<const std::int32_t> tokens;
   std::span<const std::int32_t> targets;
+  BatchDocuments documents = {};  // packed documents (every stage reads them), or none
+  double loss_weight = 1.0;  // of its loss in the step's returned sum
 };
 
 // Micro-batches a stage holds activations for at once under 1F1B: the warm-up
@@ -36,7 +38,8 @@ int pipeline_in_flight(int num_stages, int stage, int num_micro_batches);
 // 1 / the non-ignored targets of the whole step gives the gradient of the step's mean
 // loss), adding to model.grads() (zero them before); then sums the wte gradients of
 // the first and last stage into both. Returns the sum over the micro-batches of their
-// mean losses (what GPT::forward returns), on every rank of the pipeline group.
+// mean losses (what GPT::forward returns), each times its loss_weight, on every rank
+// of the pipeline group.
 //
 // Throws dufu::Error before any communication when the group does not match the
 // model's stages, a micro-batch lacks the tokens or targets its stage needs, or the

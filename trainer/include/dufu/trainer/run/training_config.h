@@ -28,6 +28,18 @@ std::string training_config_reference();
 
 enum class NonFiniteAction { kStop, kSkip };
 
+// Document masking (off by default): Megatron's three switches of the same names, with
+// the meanings of its _get_ltor_masks_and_position_ids (dataprep/packed_documents.h),
+// and the end-of-document token that splits a sample into documents (data.eod_id;
+// the shards' recorded tokenizer's when unset).
+struct DocumentMasking {
+  bool reset_position_ids = training_knob_bool("data.reset_position_ids");
+  bool reset_attention_mask = training_knob_bool("data.reset_attention_mask");
+  bool eod_mask_loss = training_knob_bool("data.eod_mask_loss");
+  std::int32_t eod_id = -1;  // resolved at setup when a switch is on
+  bool enabled() const { return reset_position_ids || reset_attention_mask || eod_mask_loss; }
+};
+
 struct TrainingOptions {
   GPTConfig model;
   std::uint32_t init_seed = training_knob_int<std::uint32_t>("model.init_seed");
@@ -42,6 +54,7 @@ struct TrainingOptions {
   int prefetch_batches = training_knob_int<int>("data.prefetch");
   // Resume although a shard's identity differs from the checkpoint's (shard_identity.h).
   bool allow_changed_shards = training_knob_bool("data.allow_changed_shards");
+  DocumentMasking documents;
 
   int micro_batch = training_knob_int<int>("train.micro_batch");
   // A multiple of micro_batch x data-parallel size: gradient accumulation. The knob's
