@@ -106,3 +106,55 @@ TEST_F(TrainToolTest, ShardChangeIsAcceptedWithTheOverrideKnob) {
 }
 
 }  // namespace
+
+namespace {
+
+// Document masking in a run (issue 40): the end-of-document token comes from the
+// shard's sidecar, the loss is the mean over the global batch's counted positions, so
+// a global batch of 8 as 2 micro-batches of 4 or 1 of 8 trains the same model (within
+// float32's summation order), and the switches change the run.
+TEST_F(TrainToolTest, DocumentMaskingTrainsTheSameModelForAnySplitOfTheGlobalBatch) {
+  const std::string masking =
+      " data.reset_position_ids=true data.reset_attention_mask=true data.eod_mask_loss=true"
+      " train.steps=3 checkpoint.interval=0 eval.interval=3";
+  const std::string config = shell_quote(write_config("documents"));
+  const std::string split = run_dir("documents-split");
+  const std::string whole = run_dir("documents-whole");
+  const std::string plain = run_dir("documents-off");
+  const CommandResult first = train(config + " run.dir=" + shell_quote(split) + masking);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  // The same 8 validation samples: 2 batches of 4, or 1 of 8.
+  const CommandResult second =
+      train(config + " run.dir=" + shell_quote(whole) + masking + " train.micro_batch=8 eval.batches=1");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const CommandResult third =
+      train(config + " run.dir=" + shell_quote(plain) + " train.steps=3 checkpoint.interval=0 eval.interval=3");
+  ASSERT_EQ(third.exit_code, 0) << third.output;
+  const std::vector<double> split_losses = dufu::testing::metric_values(split, "loss");
+  const std::vector<double> whole_losses = dufu::testing::metric_values(whole, "loss");
+  const std::vector<double> plain_losses = dufu::testing::metric_values(plain, "loss");
+  ASSERT_EQ(split_losses.size(), 3u);
+  ASSERT_EQ(whole_losses.size(), 3u);
+  for (std::size_t i = 0; i < split_losses.size(); ++i) {
+    EXPECT_NEAR(split_losses[i], whole_losses[i], 1e-5 * whole_losses[i]) << "step " << i + 1;
+  }
+  const std::vector<double> split_val = dufu::testing::metric_values(split, "val_loss");
+  const std::vector<double> whole_val = dufu::testing::metric_values(whole, "val_loss");
+  ASSERT_EQ(split_val.size(), 1u);
+  ASSERT_EQ(whole_val.size(), 1u);
+  EXPECT_NEAR(split_val[0], whole_val[0], 1e-5 * whole_val[0]);
+  ASSERT_EQ(plain_losses.size(), 3u);
+  EXPECT_GT(std::abs(plain_losses[0] - split_losses[0]), 1e-4) << "the switches did not change the loss";
+  EXPECT_NE(read_all(split + "/config.toml").find("reset_attention_mask = true"), std::string::npos);
+}
+
+TEST_F(TrainToolTest, DocumentMaskingRefusesAnEndOfDocumentTokenOutsideTheVocabulary) {
+  const std::string dir = run_dir("documents-bad-eod");
+  const CommandResult result = train(shell_quote(write_config("documents-bad-eod")) + " run.dir=" + shell_quote(dir) +
+                                     " data.reset_attention_mask=true data.eod_id=2000");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_TRUE(is_one_line(result.output, "data.eod_id = 2000 is outside the model's vocabulary")) << result.output;
+  EXPECT_FALSE(fs::exists(dir));
+}
+
+}  // namespace
