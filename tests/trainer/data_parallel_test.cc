@@ -567,4 +567,36 @@ TEST_F(DataParallelTest, InvalidLayoutsAndFailingRanksStopTheJob) {
   std::printf("a killed rank ended the 4-rank job after %.1f s in all\n", seconds);
 }
 
+// Document masking (issue 40) in every kind of layout: the loss is the mean over the
+// global batch's counted positions, so data-parallel ranks (each counting its own
+// micro-batches, summed over the group) and pipeline stages (every stage reading the
+// documents) train the one-process model.
+TEST_F(DataParallelTest, DocumentMaskingMatchesTheSingleProcessRun) {
+  const std::string masking =
+      " data.reset_position_ids=true data.reset_attention_mask=true data.eod_mask_loss=true train.steps=3"
+      " checkpoint.interval=0 eval.interval=3";
+  const std::string single = dir_.file("documents-single");
+  const CommandResult reference =
+      run_command(shell_quote(train_tool()) + " " + config() + " run.dir=" + single + masking);
+  ASSERT_EQ(reference.exit_code, 0) << reference.output;
+  const auto expected_losses = metric_values(single, "loss");
+  const auto expected_val = metric_values(single, "val_loss");
+  ASSERT_EQ(expected_losses.size(), 3u);
+  for (const char* layout : {" dist.zero_stage=3", " dist.tensor_parallel_size=2 dist.pipeline_parallel_size=2",
+                             " dist.pipeline_parallel_size=2 dist.zero_stage=1"}) {
+    SCOPED_TRACE(layout);
+    const std::string dir = dir_.file("documents-" + std::to_string(std::strlen(layout)));
+    const CommandResult result = mpirun(4, config() + " run.dir=" + dir + masking + layout);
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    const auto losses = metric_values(dir, "loss");
+    ASSERT_EQ(losses.size(), expected_losses.size());
+    for (std::size_t i = 0; i < losses.size(); ++i) {
+      EXPECT_RELATIVE_NEAR(losses[i], expected_losses[i], 1e-5) << "step " << i + 1;
+    }
+    const auto val = metric_values(dir, "val_loss");
+    ASSERT_EQ(val.size(), expected_val.size());
+    for (std::size_t i = 0; i < val.size(); ++i) EXPECT_RELATIVE_NEAR(val[i], expected_val[i], 1e-5);
+  }
+}
+
 }  // namespace

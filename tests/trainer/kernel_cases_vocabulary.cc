@@ -122,8 +122,14 @@ Outputs run_vocab_parallel_embedding_forward(const Shape& s, Device* device, int
   return {{"out (sum over ranks)", out}};
 }
 
+// kPositions: position ids that restart in each packed document (document masking):
+// every row reaches dwpe, whichever rank holds its token's row.
+template <bool kPositions = false>
 Outputs run_vocab_parallel_embedding_backward(const Shape& s, Device* device, int calls) {
-  const auto [tokens, dout, dwte0, dwpe0] = EmbeddingGradInputs(s);
+  const auto [few_tokens, dout, dwte0, dwpe0] = EmbeddingGradInputs(s);
+  // With positions, tokens from the whole vocabulary: rows of both ranks' tokens.
+  const std::vector<std::int32_t> tokens = kPositions ? random_tokens(s.N(), s.V, 48) : few_tokens;
+  const PackedRows packed = packed_rows(s.B, s.T, 47);
   if (device != nullptr) {
     const KernelTable& k = device->kernels();
     const int Vl = vocab_slice(s);
@@ -134,7 +140,8 @@ Outputs run_vocab_parallel_embedding_backward(const Shape& s, Device* device, in
       auto slice = rows_of(dwte0, s.C, rank * Vl, Vl);
       for (int i = 0; i < calls; ++i) {
         k.vocab_parallel_embedding_backward(d.out(slice), rank == 0 ? d.out(dwpe) : nullptr, d.in(dout), d.in(tokens),
-                                            nullptr, rank * Vl, Vl, s.B, s.T, s.C);
+                                            kPositions ? d.in(packed.positions) : nullptr, rank * Vl, Vl, s.B, s.T,
+                                            s.C);
       }
       d.finish();
       const std::size_t first = static_cast<std::size_t>(rank) * Vl * s.C;
@@ -143,7 +150,7 @@ Outputs run_vocab_parallel_embedding_backward(const Shape& s, Device* device, in
     return {{"dwte (ranks' rows)", widen(dwte)}, {"dwpe (rank 0)", widen(dwpe)}};
   }
   Vec dwte(dwte0.size(), 0.0), dwpe(dwpe0.size(), 0.0);
-  ref::embedding_backward(dwte, dwpe, widen(dout), tokens, s.B, s.T, s.C);
+  ref::embedding_backward(dwte, dwpe, widen(dout), tokens, s.B, s.T, s.C, kPositions ? &packed.positions : nullptr);
   return {{"dwte (ranks' rows)", accumulated(dwte0, dwte, calls)}, {"dwpe (rank 0)", accumulated(dwpe0, dwpe, calls)}};
 }
 
@@ -220,6 +227,8 @@ std::vector<OpCase> vocabulary_op_cases() {
        true,
        true},
       {"vocab_parallel_embedding_backward", run_vocab_parallel_embedding_backward, {1e-5, 1e-5}, true, true},
+      {"vocab_parallel_embedding_backward_positions", run_vocab_parallel_embedding_backward<true>, {1e-5, 1e-5}, true,
+       true},
       {"vocab_parallel_classifier", run_vocab_parallel_classifier, {1e-6, 2e-5}, false, true},
   };
 }

@@ -65,15 +65,16 @@ void scatter(float* dwte, float* dwpe, const float* dout, const std::int32_t* to
       const int c0 = block * kChannelBlock;
       const int c1 = c0 + kChannelBlock < C ? c0 + kChannelBlock : C;
       for (std::size_t row = 0; row < N; ++row) {
-        const std::int32_t id = tokens[row];
-        if (id < vocab_begin || id >= vocab_end) continue;
-        float* g = dwte + static_cast<std::size_t>(id - vocab_begin) * C;
         const float* d = dout + row * C;
-        for (int c = c0; c < c1; ++c) g[c] += d[c];
+        // Every row reaches dwpe, whichever rank's rows of wte its token is in.
         if (dwpe != nullptr && positions != nullptr) {
           float* gp = dwpe + static_cast<std::size_t>(positions[row]) * C;
           for (int c = c0; c < c1; ++c) gp[c] += d[c];
         }
+        const std::int32_t id = tokens[row];
+        if (id < vocab_begin || id >= vocab_end) continue;
+        float* g = dwte + static_cast<std::size_t>(id - vocab_begin) * C;
+        for (int c = c0; c < c1; ++c) g[c] += d[c];
       }
     }
     // Without position ids, rows of dwpe are disjoint per position, so positions split cleanly.
