@@ -28,6 +28,8 @@ class DistributedIterableDataset(torch.utils.data.IterableDataset):
     shuffled; rank r takes the r-th micro-batch slice of each global batch).
     ``sampler="distributed"``: a random order per epoch (seed + epoch) split over the
     ranks like torch's DistributedSampler (dufu's DistributedProxySampler).
+    With ``eod_id`` (document masking) each item is a dict of ``tokens``,
+    ``position_ids`` and ``cu_seqlens``, as ``dufu.DataLoader(eod_id=...)`` yields.
     """
 
     def __init__(
@@ -41,6 +43,7 @@ class DistributedIterableDataset(torch.utils.data.IterableDataset):
         seed: int = 0,
         workers: int = 2,
         prefetch_batches: int = 4,
+        eod_id: Optional[int] = None,
     ) -> None:
         super().__init__()
         if sampler not in _SAMPLERS:
@@ -55,10 +58,11 @@ class DistributedIterableDataset(torch.utils.data.IterableDataset):
         self._micro_batch = micro_batch
         self._workers = workers
         self._prefetch_batches = prefetch_batches
+        self._eod_id = eod_id
         self._state: Optional[Dict[str, int]] = None
         self._loader: Optional[DataLoader] = None
 
-    def __iter__(self) -> Iterator[torch.Tensor]:
+    def __iter__(self) -> Iterator[Any]:
         info = torch.utils.data.get_worker_info()
         if info is not None and info.num_workers > 1:
             raise ValueError(
@@ -75,6 +79,7 @@ class DistributedIterableDataset(torch.utils.data.IterableDataset):
                 prefetch_batches=self._prefetch_batches,
                 output="torch",
                 state=self._state,
+                eod_id=self._eod_id,
             )
         return self._loader
 

@@ -1,6 +1,6 @@
 """Typed stubs of dufu.torch."""
 
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, Optional
 
 import torch
 import torch.utils.data
@@ -19,7 +19,8 @@ class DistributedIterableDataset(torch.utils.data.IterableDataset):
         seed: int = 0,
         workers: int = 2,
         prefetch_batches: int = 4,
+        eod_id: Optional[int] = None,
     ) -> None: ...
-    def __iter__(self) -> Iterator[torch.Tensor]: ...
+    def __iter__(self) -> Iterator[Any]: ...
     def state_dict(self) -> Dict[str, int]: ...
     def load_state_dict(self, state: Dict[str, Any]) -> None: ...

@@ -77,3 +77,14 @@ def test_documents_in_torch_and_plain_batches_unchanged(packed_shard):
         want_positions, want_cu_seqlens = expected_documents(tokens)
         assert torch.equal(batch["position_ids"], torch.from_numpy(want_positions.astype(np.int32)))
         assert torch.equal(batch["cu_seqlens"], torch.from_numpy(want_cu_seqlens.astype(np.int32)))
+
+
+def test_distributed_iterable_dataset_hands_out_documents(packed_shard):
+    import dufu.torch
+
+    dataset = dufu.CausalLMDataset(dufu.IndexedDataset(packed_shard), 24, use_cache=False)
+    ranks = dufu.torch.DistributedIterableDataset(dataset, 2, 1, 2, eod_id=EOD)
+    batch = next(iter(ranks))
+    want_positions, want_cu_seqlens = expected_documents(batch["tokens"].numpy())
+    np.testing.assert_array_equal(batch["position_ids"].numpy(), want_positions)
+    np.testing.assert_array_equal(batch["cu_seqlens"].numpy(), want_cu_seqlens)
