@@ -485,10 +485,7 @@ std::vector<OpCase> layer_op_cases() {
       {"attention_backward_grouped", run_attention_backward<Heads::kGrouped>, {2e-5, 2e-5}, true, true},
       {"attention_forward_documents", run_attention_forward<Heads::kMultiHead, true>, {1e-5, 1e-5}, true, true},
       {"attention_backward_documents", run_attention_backward<Heads::kMultiHead, true>, {2e-5, 2e-5}, true, true},
-      {"attention_forward_grouped_documents", run_attention_forward<Heads::kGrouped, true>, {1e-5, 1e-5}, true,
-       true},
-      {"attention_backward_grouped_documents", run_attention_backward<Heads::kGrouped, true>, {2e-5, 2e-5}, true,
-       true},
+      // Grouped heads with documents: DocumentAttentionTest (flash_attention_test.cc).
   };
 }
 
