@@ -117,8 +117,8 @@ class GPT(nn.Module):
         self.h = nn.ModuleList(Block(d_model, n_head) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(d_model, eps=1e-5)
 
-    def forward(self, tokens, targets, documents):
-        visible, positions, loss_mask = documents
+    def forward(self, tokens, targets, documents=None):
+        visible, positions, loss_mask = documents or plain_rows(tokens)
         x = self.wte(tokens) + self.wpe(positions)
         for block in self.h:
             x = block(x, visible, positions)
@@ -211,8 +211,8 @@ class Llama(nn.Module):
         self.ln_f = RMSNorm(d_model, eps)
         self.lm_head = nn.Linear(d_model, padded_vocab_size, bias=False)
 
-    def forward(self, tokens, targets, documents):
-        visible, positions, loss_mask = documents
+    def forward(self, tokens, targets, documents=None):
+        visible, positions, loss_mask = documents or plain_rows(tokens)
         x = self.wte(tokens)
         for block in self.h:
             x = block(x, visible, positions)
@@ -220,13 +220,19 @@ class Llama(nn.Module):
         return logits, masked_mean_loss(logits[..., : self.vocab_size], targets, loss_mask)
 
 
-def batch_documents(tokens, args):
-    """(visible [B, 1, T, T] bool, positions [B, T], loss mask [B, T]): plain causal rows,
-    or Megatron's masks of each row with --eod-id."""
+def plain_rows(tokens):
+    """(visible [B, 1, T, T] bool, positions [B, T], loss mask [B, T]) of rows that are one
+    sequence each: causal attention, positions 0..T-1, every target counted."""
     B, T = tokens.shape
+    visible = torch.tril(torch.ones(T, T, dtype=torch.bool)).expand(B, 1, T, T)
+    return visible, torch.arange(T).expand(B, T), torch.ones(B, T)
+
+
+def batch_documents(tokens, args):
+    """plain_rows, or with --eod-id Megatron's masks of each row."""
+    B = tokens.shape[0]
     if args.eod_id is None:
-        visible = torch.tril(torch.ones(T, T, dtype=torch.bool)).expand(B, 1, T, T)
-        return visible, torch.arange(T).expand(B, T), torch.ones(B, T)
+        return plain_rows(tokens)
     rows = [megatron_masks_reference.ltor_masks_and_position_ids(tokens[b], args.eod_id, args.reset_position_ids,
                                                                  args.reset_attention_mask, args.eod_mask_loss)
             for b in range(B)]
