@@ -50,6 +50,46 @@ TEST(LearningRate, WarmupThenCosineThenFloor) {
   }
 }
 
+// Warmup-stable-decay: warmup as under cosine, the peak until the decay's first step,
+// then the shape down to the floor at decay_steps; the values worked out by hand.
+TEST(LearningRate, WarmupStableDecay) {
+  LrSchedule linear{.max_lr = 1.0, .min_lr = 0.2, .warmup_steps = 2, .decay_steps = 12,
+                    .shape = LrShape::kWsdLinear, .wsd_decay_steps = 4};
+  linear.validate();
+  EXPECT_DOUBLE_EQ(learning_rate(linear, 0), 0.5);
+  EXPECT_DOUBLE_EQ(learning_rate(linear, 1), 1.0);
+  for (std::int64_t step = 2; step < 8; ++step) EXPECT_DOUBLE_EQ(learning_rate(linear, step), 1.0) << step;
+  EXPECT_DOUBLE_EQ(learning_rate(linear, 8), 1.0);             // p = 0: the decay's first step
+  EXPECT_NEAR(learning_rate(linear, 9), 0.2 + 0.8 * 0.75, 1e-15);  // p = 1/4
+  EXPECT_NEAR(learning_rate(linear, 11), 0.2 + 0.8 * 0.25, 1e-15);
+  EXPECT_DOUBLE_EQ(learning_rate(linear, 12), 0.2);
+  EXPECT_DOUBLE_EQ(learning_rate(linear, 100), 0.2);
+  LrSchedule sqrt_shape = linear;
+  sqrt_shape.shape = LrShape::kWsdOneMinusSqrt;
+  EXPECT_NEAR(learning_rate(sqrt_shape, 9), 0.2 + 0.8 * 0.5, 1e-15);  // 1 - sqrt(1/4)
+  EXPECT_NEAR(learning_rate(sqrt_shape, 10), 0.2 + 0.8 * (1 - std::sqrt(0.5)), 1e-15);
+  // The rates before the decay do not depend on the run's length: a longer run (decay
+  // ending at 40) has the same rates up to step 8 and more of the peak after.
+  LrSchedule longer = linear;
+  longer.decay_steps = 40;
+  for (std::int64_t step = 0; step <= 8; ++step) {
+    EXPECT_EQ(learning_rate(longer, step), learning_rate(linear, step)) << step;
+  }
+  EXPECT_DOUBLE_EQ(learning_rate(longer, 35), 1.0);
+  // The fraction: 10% of 12 steps rounds to 1; a given length wins; 0 is refused.
+  EXPECT_EQ(wsd_decay_length(0, 0.1, 12), 1);
+  EXPECT_EQ(wsd_decay_length(0, 0.25, 12), 3);
+  EXPECT_EQ(wsd_decay_length(5, 0.25, 12), 5);
+  expect_error([] { wsd_decay_length(0, 0.0, 12); }, {"optim.wsd_decay_fraction must be above 0"});
+  expect_error(
+      [] {
+        LrSchedule{.max_lr = 1.0, .min_lr = 0.0, .warmup_steps = 10, .decay_steps = 12,
+                   .shape = LrShape::kWsdLinear, .wsd_decay_steps = 4}
+            .validate();
+      },
+      {"would begin at step 8", "optim.warmup_steps = 10"});
+}
+
 TEST(LearningRate, NoWarmup) {
   LrSchedule schedule{.max_lr = 2.0, .min_lr = 0.0, .warmup_steps = 0, .decay_steps = 2};
   EXPECT_DOUBLE_EQ(learning_rate(schedule, 0), 2.0);
@@ -318,6 +358,26 @@ Config config_with(const std::vector<std::string>& overrides) {
   std::vector<std::string> all = {"data.blend=some/prefix"};
   all.insert(all.end(), overrides.begin(), overrides.end());
   return Config::load(training_config_schema(), "", all);
+}
+
+TEST(TrainingOptions, WsdScheduleFromTheKnobs) {
+  const TrainingOptions fraction = training_options(
+      config_with({"train.steps=50", "optim.warmup_steps=5", "optim.schedule=\"wsd\"", "optim.wsd_decay_fraction=0.2"}));
+  EXPECT_EQ(fraction.schedule.shape, LrShape::kWsdLinear);
+  EXPECT_EQ(fraction.schedule.wsd_decay_steps, 10);
+  const TrainingOptions steps = training_options(config_with(
+      {"train.steps=50", "optim.warmup_steps=5", "optim.schedule=\"wsd\"", "optim.wsd_decay_steps=7",
+       "optim.wsd_decay_shape=\"1-sqrt\""}));
+  EXPECT_EQ(steps.schedule.shape, LrShape::kWsdOneMinusSqrt);
+  EXPECT_EQ(steps.schedule.wsd_decay_steps, 7);
+  EXPECT_EQ(training_options(config_with({"train.steps=50", "optim.warmup_steps=5"})).schedule.shape,
+            LrShape::kCosine);
+  expect_error(
+      [] {
+        training_options(config_with({"train.steps=50", "optim.warmup_steps=5", "optim.schedule=\"wsd\"",
+                                      "optim.wsd_decay_steps=48"}));
+      },
+      {"WSD decay of 48 steps", "before the warmup"});
 }
 
 TEST(TrainingOptions, DerivesBatchesDataAndSchedule) {

@@ -23,6 +23,8 @@ inline constexpr std::string_view kNonFiniteActions[] = {"stop", "skip"};
 inline constexpr std::string_view kPrecisions[] = {"fp32", "bf16"};
 inline constexpr std::string_view kRecomputes[] = {"none", "selective", "full"};
 inline constexpr std::string_view kOffloads[] = {"none", "cpu"};
+inline constexpr std::string_view kSchedules[] = {"cosine", "wsd"};
+inline constexpr std::string_view kWsdDecayShapes[] = {"linear", "1-sqrt"};
 }  // namespace knob_words
 
 namespace knob_limits {
@@ -128,7 +130,22 @@ inline constexpr KnobSpec kTrainingKnobs[] = {
     double_knob("optim.lr", 6e-4, "Peak learning rate, reached at the end of the warmup", 0.0),
     double_knob("optim.min_lr", 6e-5, "Floor the cosine decay ends at", 0.0),
     int_knob("optim.warmup_steps", 100, 0, knob_limits::kInt64, "Steps of linear warmup"),
-    int_knob("optim.decay_steps", 0, 0, knob_limits::kInt64, "Step the cosine reaches optim.min_lr (0 = train.steps)"),
+    string_knob("optim.schedule", "cosine",
+                "cosine: the rate decays from the warmup's end to optim.decay_steps; wsd (warmup-stable-decay): "
+                "constant after the warmup and decays over the last optim.wsd_decay_steps before "
+                "optim.decay_steps, so a run can be extended before its decay begins",
+                knob_words::kSchedules),
+    int_knob("optim.decay_steps", 0, 0, knob_limits::kInt64,
+             "Step the decay reaches optim.min_lr (0 = train.steps)"),
+    int_knob("optim.wsd_decay_steps", 0, 0, knob_limits::kInt64,
+             "Under optim.schedule = wsd: steps of the final decay (0 = optim.wsd_decay_fraction of "
+             "optim.decay_steps)"),
+    double_knob("optim.wsd_decay_fraction", 0.1,
+                "Under optim.schedule = wsd with optim.wsd_decay_steps = 0: the decay's share of the run", 0.0, 1.0),
+    string_knob("optim.wsd_decay_shape", "linear",
+                "Under optim.schedule = wsd: linear, or 1-sqrt (1 - sqrt of the decay's progress, Hagele et al. "
+                "2024)",
+                knob_words::kWsdDecayShapes),
     double_knob("optim.beta1", 0.9, "AdamW beta1", 0.0, 1.0, true),
     double_knob("optim.beta2", 0.95, "AdamW beta2", 0.0, 1.0, true),
     double_knob("optim.eps", 1e-8, "AdamW epsilon", 0.0),
