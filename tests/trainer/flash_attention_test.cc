@@ -287,6 +287,49 @@ std::vector<std::int32_t> starts_of_documents(int T, const std::vector<int>& sta
   return out;
 }
 
+// The GPU kernels' tile walks under document masking, replayed on the host with the
+// host-device helpers they call (FlashAttentionShape::sees, first_key_tile,
+// document_start): for 64-row tiles, the forward's and dq's key tiles (from
+// first_key_tile to the query tile's end) hold every key a row sees, and the dk/dv
+// walk (query tiles from the key tile's own, leaving at the first tile whose first row
+// starts after the key tile) meets every query that sees one of its keys. Each
+// (query, key) pair a row sees must be visited exactly once by each walk.
+TEST(DocumentAttentionTiles, TheGpuWalksVisitEveryVisiblePairOnce) {
+  constexpr int kTile = 64;
+  for (const std::uint32_t seed : {1u, 2u, 3u}) {
+    const int B = 2, T = 333;
+    const testing::PackedRows packed = testing::packed_rows(B, T, seed);
+    const FlashAttentionShape shape{T, 1, 1, 64, packed.document_starts.data()};
+    for (int b = 0; b < B; ++b) {
+      std::vector<int> forward_visits(static_cast<std::size_t>(T) * T, 0), dkv_visits(forward_visits.size(), 0);
+      for (int t0 = 0; t0 < T; t0 += kTile) {
+        const int keys_seen = std::min(T, t0 + kTile);
+        for (int j0 = shape.first_key_tile(b, t0, kTile); j0 < keys_seen; j0 += kTile) {
+          for (int t = t0; t < std::min(T, t0 + kTile); ++t)
+            for (int key = j0; key < std::min(T, j0 + kTile); ++key)
+              if (shape.sees(b, t, key)) ++forward_visits[static_cast<std::size_t>(t) * T + key];
+        }
+      }
+      for (int j0 = 0; j0 < T; j0 += kTile) {
+        for (int t0 = j0; t0 < T; t0 += kTile) {
+          if (shape.document_start(b, t0) >= j0 + kTile) break;
+          for (int t = t0; t < std::min(T, t0 + kTile); ++t)
+            for (int key = j0; key < std::min(T, j0 + kTile); ++key)
+              if (key <= t && key >= shape.document_start(b, t)) ++dkv_visits[static_cast<std::size_t>(t) * T + key];
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        const int start = packed.document_starts[static_cast<std::size_t>(b) * T + t];
+        for (int key = 0; key < T; ++key) {
+          const int want = key >= start && key <= t ? 1 : 0;
+          ASSERT_EQ(forward_visits[static_cast<std::size_t>(t) * T + key], want) << b << " " << t << " " << key;
+          ASSERT_EQ(dkv_visits[static_cast<std::size_t>(t) * T + key], want) << b << " " << t << " " << key;
+        }
+      }
+    }
+  }
+}
+
 class DocumentAttentionTest : public ::testing::TestWithParam<TestDevice> {
  protected:
   void SetUp() override {
