@@ -12,6 +12,10 @@
 // ones (the same data as MPI_Allgather moves). start_reduce_scatter_v is reduce_scatter_v
 // with an Ialltoallv, folded by the same code when the request completes, and
 // start_all_gather_v all_gather_v with an Iallgatherv.
+//
+// Every other MPI call that waits for other ranks is its non-blocking form too
+// (Ialltoallv, Iallgatherv, Ibcast, Ibarrier, Isend, Irecv), moving the same data, and
+// is completed within the collective timeout (mpi_collective_timeout.h).
 
 // The C API only: included from C++, mpi.h otherwise pulls in the deprecated C++
 // bindings, which live in a library MPI::MPI_C does not link.
@@ -20,7 +24,6 @@
 #include <mpi.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -28,7 +31,6 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -36,6 +38,7 @@
 #include "dufu/common/environment_seconds.h"
 #include "dufu/common/error.h"
 #include "dufu/common/log.h"
+#include "mpi_collective_timeout.h"
 
 namespace dufu {
 
@@ -113,21 +116,21 @@ void finalize_at_exit() {
   Runtime& state = runtime();
   MPI_Request request = MPI_REQUEST_NULL;
   if (MPI_Ibarrier(state.exit_comm, &request) == MPI_SUCCESS) {
-    const auto start = std::chrono::steady_clock::now();
+    const mpi_wait::Backoff backoff;
     int done = 0;
     while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done == 0) {
-      const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - start;
-      if (waited.count() > state.exit_timeout_seconds) {
+      if (backoff.elapsed_seconds() > state.exit_timeout_seconds) {
         log_message(LogLevel::kError, "COMM",
                     str_cat("rank ", world_rank_or_minus_one(), " is exiting but the other ranks did not reach exit "
                             "within ", state.exit_timeout_seconds, " s (DUFU_MPI_EXIT_TIMEOUT); aborting all ranks "
                             "so none is left waiting"));
         MPI_Abort(MPI_COMM_WORLD, 1);
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      backoff.pause();
     }
   }
   MPI_Comm_free(&state.exit_comm);
+  mpi_wait::close_probe_channel();
   MPI_Finalize();
 }
 
@@ -142,6 +145,7 @@ void ensure_mpi_started() {
   }
   Runtime& state = runtime();
   state.exit_timeout_seconds = exit_timeout_from_environment();
+  mpi_wait::default_collective_timeout_from_environment();
   int provided = 0;
   DUFU_MPI_CHECK(nullptr, "start", MPI_Init_thread, nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
   DUFU_MPI_CHECK(nullptr, "start", MPI_Comm_set_errhandler, MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -183,8 +187,10 @@ class MpiCommunicator final : public Communicator {
                       static_cast<std::size_t>(chunks.offsets[static_cast<std::size_t>(rank_)]) *
                           data_type_size(data.type);
     exchange_and_fold(data.data, data.type, op, own_chunk, "all_reduce");
-    DUFU_MPI_CHECK(this, "all_reduce", MPI_Allgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data,
-                   chunks.counts.data(), chunks.offsets.data(), mpi_type(data.type), comm_);
+    MPI_Request request = MPI_REQUEST_NULL;
+    DUFU_MPI_CHECK(this, "all_reduce", MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data,
+                   chunks.counts.data(), chunks.offsets.data(), mpi_type(data.type), comm_, &request);
+    complete_collective(request, "all_reduce");
   }
 
   void do_all_gather(ConstCommBuffer input, CommBuffer output) override {
@@ -220,33 +226,55 @@ class MpiCommunicator final : public Communicator {
   }
 
   void do_broadcast(CommBuffer data, int root) override {
-    DUFU_MPI_CHECK(this, "broadcast", MPI_Bcast, data.data, checked_count(data.count, "broadcast"), mpi_type(data.type),
-                   root, comm_);
+    MPI_Request request = MPI_REQUEST_NULL;
+    DUFU_MPI_CHECK(this, "broadcast", MPI_Ibcast, data.data, checked_count(data.count, "broadcast"),
+                   mpi_type(data.type), root, comm_, &request);
+    complete_collective(request, "broadcast");
   }
 
   void do_send(ConstCommBuffer data, int peer, int tag) override {
-    DUFU_MPI_CHECK(this, "send", MPI_Send, data.data, checked_count(data.count, "send"), mpi_type(data.type), peer, tag,
-                   comm_);
+    MPI_Request request = MPI_REQUEST_NULL;
+    DUFU_MPI_CHECK(this, "send", MPI_Isend, data.data, checked_count(data.count, "send"), mpi_type(data.type), peer,
+                   tag, comm_, &request);
+    const int peers[] = {peer};
+    complete({&request, 1}, nullptr, "send", peers);
   }
 
   void do_recv(CommBuffer data, int peer, int tag) override {
+    MPI_Request request = MPI_REQUEST_NULL;
+    DUFU_MPI_CHECK(this, "recv", MPI_Irecv, data.data, checked_count(data.count, "recv"), mpi_type(data.type), peer,
+                   tag, comm_, &request);
     MPI_Status status;
-    DUFU_MPI_CHECK(this, "recv", MPI_Recv, data.data, checked_count(data.count, "recv"), mpi_type(data.type), peer, tag,
-                   comm_, &status);
+    const int peers[] = {peer};
+    complete({&request, 1}, &status, "recv", peers);
     check_received(status, data, peer, "recv");
   }
 
+  // The receive is posted first, as MPI_Sendrecv does, so an exchange with itself works.
   void do_send_recv(ConstCommBuffer send_data, int destination, CommBuffer recv_data, int source, int tag) override {
-    MPI_Status status;
-    DUFU_MPI_CHECK(this, "send_recv", MPI_Sendrecv, send_data.data, checked_count(send_data.count, "send_recv"),
-                   mpi_type(send_data.type), destination, tag, recv_data.data,
-                   checked_count(recv_data.count, "send_recv"), mpi_type(recv_data.type), source, tag, comm_, &status);
-    check_received(status, recv_data, source, "send_recv");
+    MPI_Request requests[] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    DUFU_MPI_CHECK(this, "send_recv", MPI_Irecv, recv_data.data, checked_count(recv_data.count, "send_recv"),
+                   mpi_type(recv_data.type), source, tag, comm_, &requests[0]);
+    DUFU_MPI_CHECK(this, "send_recv", MPI_Isend, send_data.data, checked_count(send_data.count, "send_recv"),
+                   mpi_type(send_data.type), destination, tag, comm_, &requests[1]);
+    MPI_Status statuses[2];
+    const int peers[] = {source, destination};
+    complete(requests, statuses, "send_recv", peers);
+    check_received(statuses[0], recv_data, source, "send_recv");
   }
 
-  void do_barrier() override { DUFU_MPI_CHECK(this, "barrier", MPI_Barrier, comm_); }
+  void do_barrier() override {
+    MPI_Request request = MPI_REQUEST_NULL;
+    DUFU_MPI_CHECK(this, "barrier", MPI_Ibarrier, comm_, &request);
+    complete_collective(request, "barrier");
+  }
 
+  // MPI has no non-blocking split: a bounded barrier first, so that a rank that never
+  // comes is found there rather than leaving the others inside MPI_Comm_split.
   std::unique_ptr<Communicator> do_split(int color, int key, std::string name) override {
+    MPI_Request arrived = MPI_REQUEST_NULL;
+    DUFU_MPI_CHECK(this, "split", MPI_Ibarrier, comm_, &arrived);
+    complete_collective(arrived, "split");
     MPI_Comm group = MPI_COMM_NULL;
     DUFU_MPI_CHECK(this, "split", MPI_Comm_split, comm_, color < 0 ? MPI_UNDEFINED : color, key, &group);
     if (group == MPI_COMM_NULL) return nullptr;
@@ -258,6 +286,18 @@ class MpiCommunicator final : public Communicator {
     std::vector<int> counts;
     std::vector<int> offsets;
   };
+
+  // Completes this group's requests within the collective timeout; a point-to-point
+  // operation names the peers it waits for (group ranks), a collective waits for all.
+  void complete(std::span<MPI_Request> requests, MPI_Status* statuses, const char* operation,
+                std::span<const int> peers) const {
+    const mpi_wait::WaitSubject subject{comm_, name(), operation, false, peers};
+    check_mpi(mpi_wait::complete_or_abort(requests, statuses, subject), "MPI_Test", operation, this);
+  }
+  void complete_collective(MPI_Request& request, const char* operation) const {
+    const mpi_wait::WaitSubject subject{comm_, name(), operation, true, {}};
+    check_mpi(mpi_wait::complete_or_abort({&request, 1}, nullptr, subject), "MPI_Test", operation, this);
+  }
 
   int checked_count(std::size_t count, const char* operation) const {
     if (count > static_cast<std::size_t>(INT_MAX)) {
@@ -303,9 +343,11 @@ class MpiCommunicator final : public Communicator {
   // output's chunk r (chunks_) = rank r's input.
   void gather_chunks(ConstCommBuffer input, CommBuffer output, const char* operation) {
     const MPI_Datatype type = mpi_type(input.type);
-    DUFU_MPI_CHECK(this, operation, MPI_Allgatherv, gather_send_buffer(input, output),
+    MPI_Request request = MPI_REQUEST_NULL;
+    DUFU_MPI_CHECK(this, operation, MPI_Iallgatherv, gather_send_buffer(input, output),
                    chunks_.counts[static_cast<std::size_t>(rank_)], type, output.data, chunks_.counts.data(),
-                   chunks_.offsets.data(), type, comm_);
+                   chunks_.offsets.data(), type, comm_, &request);
+    complete_collective(request, operation);
   }
 
   // The receiving side of the exchange below: this rank's chunk (chunks_.counts[rank_]
@@ -327,8 +369,10 @@ class MpiCommunicator final : public Communicator {
   void exchange_and_fold(const void* input, DataType type, ReduceOp op, void* destination, const char* operation) {
     const int own = plan_receive(type, scratch_, scratch_counts_, scratch_offsets_, operation);
     const MPI_Datatype mpi = mpi_type(type);
-    DUFU_MPI_CHECK(this, operation, MPI_Alltoallv, input, chunks_.counts.data(), chunks_.offsets.data(), mpi,
-                   scratch_.data(), scratch_counts_.data(), scratch_offsets_.data(), mpi, comm_);
+    MPI_Request request = MPI_REQUEST_NULL;
+    DUFU_MPI_CHECK(this, operation, MPI_Ialltoallv, input, chunks_.counts.data(), chunks_.offsets.data(), mpi,
+                   scratch_.data(), scratch_counts_.data(), scratch_offsets_.data(), mpi, comm_, &request);
+    complete_collective(request, operation);
     fold_blocks(type, op, destination, static_cast<std::size_t>(own), scratch_.data(), size_);
   }
 
@@ -345,17 +389,21 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  // What every non-blocking handle shares: one MPI request, ended once by wait() or a
-  // test() that finds it done, after which finish() does the completion's own work. A
-  // failure is kept for every later wait and test, as the request is gone either way.
-  // It keeps the group's description rather than the group, for its messages.
+  // What every non-blocking handle shares: one MPI request, ended once by wait() (within
+  // the collective timeout) or a test() that finds it done, after which finish() does
+  // the completion's own work. A failure is kept for every later wait and test, as the
+  // request is gone either way. It keeps the group's description, name and MPI handle
+  // rather than the group, for its messages and the timeout's probe.
   class PendingRequest : public PendingCollective {
    public:
     PendingRequest(const PendingRequest&) = delete;
     PendingRequest& operator=(const PendingRequest&) = delete;
 
     void wait() override {
-      if (!complete_) complete(MPI_Wait(&request_, MPI_STATUS_IGNORE), "MPI_Wait");
+      if (!complete_) {
+        const mpi_wait::WaitSubject subject{comm_, group_name_, operation_, true, {}};
+        complete(mpi_wait::complete_or_abort({&request_, 1}, nullptr, subject), "MPI_Test");
+      }
       if (!failure_.empty()) throw Error(failure_);
     }
 
@@ -372,7 +420,7 @@ class MpiCommunicator final : public Communicator {
 
    protected:
     PendingRequest(const MpiCommunicator& group, const char* operation)
-        : operation_(operation), description_(group.describe()) {}
+        : operation_(operation), comm_(group.comm_), group_name_(group.name()), description_(group.describe()) {}
 
     // For subclasses' destructors, while the buffers MPI uses are still alive (this
     // class's own destructor runs too late for that). Destructors must not throw: a
@@ -397,6 +445,8 @@ class MpiCommunicator final : public Communicator {
     MPI_Request request_ = MPI_REQUEST_NULL;
 
    private:
+    MPI_Comm comm_;
+    std::string group_name_;
     void complete(int code, const char* function) {
       complete_ = true;
       if (code != MPI_SUCCESS) {
@@ -486,6 +536,7 @@ class MpiCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> make_mpi_world_communicator() {
   ensure_mpi_started();
+  mpi_wait::open_probe_channel();
   MPI_Comm world = MPI_COMM_NULL;
   DUFU_MPI_CHECK(nullptr, "make_mpi_world_communicator", MPI_Comm_dup, MPI_COMM_WORLD, &world);
   return std::make_unique<MpiCommunicator>(world, "world");

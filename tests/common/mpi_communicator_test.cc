@@ -10,11 +10,7 @@
 // the timeout, with a message naming rank 1.
 #include "dufu/common/communicator.h"
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <array>
-#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdint>
@@ -33,6 +29,7 @@
 #include "dufu/common/launch_environment.h"
 #include "dufu/common/topology.h"
 #include "support/expect_error.h"
+#include "common/mpi_job.h"
 #include "common/mpi_uneven_collectives.h"
 #include "support/mpi_world.h"
 
@@ -42,6 +39,9 @@ namespace {
 using dufu::testing::check_all_gather_v;
 using dufu::testing::check_reduce_scatter_v;
 using dufu::testing::expect_error;
+using dufu::testing::JobResult;
+using dufu::testing::run_job;
+using dufu::testing::self_path;
 
 Communicator& world() { return dufu::testing::mpi_world(); }
 
@@ -313,7 +313,7 @@ TEST(Mpi, MpiFailuresBecomeErrorsNamingTheOperationAndRank) {
   if (r == 1) {
     std::vector<float> small(5);
     expect_error([&] { world().recv(small, 0, 3); },
-                 {"MPI_Recv failed in recv on MPI communicator 'world' (rank 1 of", "truncat"});
+                 {"MPI_Test failed in recv on MPI communicator 'world' (rank 1 of", "truncat"});
   }
   // Shorter than announced: caught by the count check.
   if (r == 0) world().send(std::vector<float>(3, 1.0f), 1, 4);
@@ -338,40 +338,13 @@ TEST(Mpi, MakeCommunicatorChecksTheLauncherAgainstMpi) {
 
 // ---- fault scenarios ---------------------------------------------------------------
 
-std::string self_path() {
-  std::vector<char> buffer(4096);
-  const ssize_t length = ::readlink("/proc/self/exe", buffer.data(), buffer.size() - 1);
-  if (length <= 0) return "/proc/self/exe";
-  return std::string(buffer.data(), static_cast<std::size_t>(length));
-}
-
-struct JobResult {
-  int exit_status = -1;  // of `timeout mpirun ...`
-  double seconds = 0;
-  std::string output;  // stdout and stderr of every rank and of mpirun
-};
-
 constexpr int kFaultTimeoutSeconds = 60;
 
 JobResult run_fault_job(const std::string& fault, const std::string& extra_mpirun_flags = "") {
   // timeout exits 124 when it had to stop the job (after SIGTERM, or SIGKILL 5 s later).
-  const std::string command = str_cat("timeout -k 5 ", kFaultTimeoutSeconds, " ", DUFU_MPIEXEC, " ",
-                                      DUFU_MPIEXEC_PREFLAGS, " ", extra_mpirun_flags, " ", DUFU_MPIEXEC_NUMPROC_FLAG,
-                                      " 3 ", self_path(), " --fault=", fault, " --fault-rank=1 2>&1");
-  JobResult result;
-  const auto start = std::chrono::steady_clock::now();
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "cannot run " << command;
-    return result;
-  }
-  std::array<char, 4096> chunk;
-  std::size_t got = 0;
-  while ((got = std::fread(chunk.data(), 1, chunk.size(), pipe)) > 0) result.output.append(chunk.data(), got);
-  const int status = ::pclose(pipe);
-  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  result.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
+  return run_job(str_cat("timeout -k 5 ", kFaultTimeoutSeconds, " ", DUFU_MPIEXEC, " ", DUFU_MPIEXEC_PREFLAGS, " ",
+                         extra_mpirun_flags, " ", DUFU_MPIEXEC_NUMPROC_FLAG, " 3 ", self_path(), " --fault=", fault,
+                         " --fault-rank=1"));
 }
 
 // Non-zero, not stopped by `timeout`, and in well under the timeout.

@@ -248,6 +248,7 @@ void Trainer::State::open_device() {
 }
 
 std::vector<ShardIdentity> Trainer::State::join_ranks() {
+  set_collective_timeout(options.collective_timeout, "dist.collective_timeout");
   world = make_communicator();
   // Before any rank writes: ranks started with other settings (an MPMD command line),
   // or whose data paths name other files (node-local copies), would each train on

@@ -200,6 +200,7 @@ TrainingOptions training_options(const Config& config) {
   options.zero_stage = static_cast<int>(int_in_range(config, "dist.zero_stage"));
   options.reduce_each_micro_batch = config.get_bool("dist.reduce_each_micro_batch");
   options.overlap_reduction = config.get_bool("dist.overlap_reduction");
+  options.collective_timeout = config.get_double_in_range("dist.collective_timeout");
   check_recipe(recipe_choices(options));
   // The learning-rate schedule after the recipe's rules, whose refusal says more.
   options.schedule.max_lr = config.get_double_in_range("optim.lr");

@@ -336,6 +336,19 @@ std::unique_ptr<Communicator> make_single_process_communicator(std::string name 
 // timeout it logs that it is leaving early and calls MPI_Abort, so the job ends.
 std::unique_ptr<Communicator> make_mpi_world_communicator();
 
+// How long an operation of the MPI backend waits for the ranks it needs (every rank
+// of the group for a collective, the peer for a send or receive) before deciding that
+// one has stopped answering (SIGSTOP, a stuck device). Waiting ranks sleep between
+// polls, at most 1 ms, rather than spin. At the timeout a waiting rank finds out which
+// ranks are not waiting too, logs one line through abort_all, e.g. "collective
+// all_reduce on 'world' timed out after 600 s: rank 1 did not answer
+// (DUFU_COLLECTIVE_TIMEOUT)", and ends the job with exit status 1. The default is
+// DUFU_COLLECTIVE_TIMEOUT seconds (read when MPI starts) or else 600, as PyTorch's NCCL
+// watchdog waits; this call replaces it, before or after MPI starts, for every wait
+// that begins afterwards, and `source` is what the line tells the user to raise (train
+// passes "dist.collective_timeout"). Throws for a value that is not a positive number.
+void set_collective_timeout(double seconds, std::string source);
+
 // The backend the launcher implies: MPI for mpirun and srun (checking that MPI sees
 // the rank and world size the environment announced), single process when there is no
 // launcher or a torchrun-style launch of one process. A torchrun-style launch of

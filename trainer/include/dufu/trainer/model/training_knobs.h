@@ -181,6 +181,11 @@ inline constexpr KnobSpec kTrainingKnobs[] = {
               "Stages 2 and 3: start each layer's reduce-scatter as its backward ends and finish it during the "
               "next layer's (one more layer of gradient memory; the same sums and bits; measured no faster on "
               "MPI over shared memory)"),
+    double_knob("dist.collective_timeout", 600.0,
+                "Seconds an MPI rank waits for the others in one operation before the job ends with one line "
+                "naming the rank that did not answer (a stopped process, a stuck device), as PyTorch's NCCL "
+                "watchdog does; waiting ranks sleep rather than spin",
+                0.0, knob_limits::kInf, true),
     bool_knob("dist.reduce_each_micro_batch", false,
               "Stage 0: all-reduce each micro-batch's layer gradients and sum those, as ZeRO-2 does (its "
               "results bit for bit; to compare the two)"),

@@ -93,6 +93,7 @@ struct TrainingOptions {
   // default: on MPI over shared memory it measured no faster and holds one more layer
   // (docs/parallelism.md), and the NCCL backend does not overlap it yet.
   bool overlap_reduction = training_knob_bool("dist.overlap_reduction");
+  double collective_timeout = training_knob_double<double>("dist.collective_timeout");
   // optim.offload = cpu: fp32 masters and AdamW moments in host memory, the update on
   // the host (GPTRecipe::optimizer_offload); false = none.
   bool optimizer_offload = false;
