@@ -208,12 +208,14 @@ TrainingOptions training_options(const Config& config) {
   options.schedule.warmup_steps = int_in_range(config, "optim.warmup_steps");
   const std::int64_t decay_steps = int_in_range(config, "optim.decay_steps");
   options.schedule.decay_steps = decay_steps == 0 ? options.steps : decay_steps;
+  // Read whatever the schedule, so that a value out of its range is refused either way.
+  const std::int64_t wsd_decay_steps = int_in_range(config, "optim.wsd_decay_steps");
+  const double wsd_decay_fraction = config.get_double_in_range("optim.wsd_decay_fraction");
+  const bool wsd_linear = config.get_choice("optim.wsd_decay_shape") == "linear";
   if (config.get_choice("optim.schedule") == "wsd") {
-    options.schedule.shape =
-        config.get_choice("optim.wsd_decay_shape") == "linear" ? LrShape::kWsdLinear : LrShape::kWsdOneMinusSqrt;
+    options.schedule.shape = wsd_linear ? LrShape::kWsdLinear : LrShape::kWsdOneMinusSqrt;
     options.schedule.wsd_decay_steps =
-        wsd_decay_length(int_in_range(config, "optim.wsd_decay_steps"),
-                         config.get_double_in_range("optim.wsd_decay_fraction"), options.schedule.decay_steps);
+        wsd_decay_length(wsd_decay_steps, wsd_decay_fraction, options.schedule.decay_steps);
   }
   options.schedule.validate();
   options.run_dir = config.get_string("run.dir");
