@@ -168,6 +168,11 @@ void set_collective_timeout(double seconds, std::string source) {
   timeout_setting() = TimeoutSetting{seconds, std::move(source), true};
 }
 
+CollectiveTimeout collective_timeout() {
+  mpi_wait::default_collective_timeout_from_environment();
+  return CollectiveTimeout{.seconds = timeout_setting().seconds, .source = timeout_setting().source};
+}
+
 namespace mpi_wait {
 
 double Backoff::elapsed_seconds() const {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -290,6 +291,31 @@ TEST(StreamWait, ChecksBetweenPollsAndStopsWhenTheCheckThrows) {
                                    }),
                std::runtime_error);
   EXPECT_EQ(checks, 5);
+}
+
+// A peer that is alive but silent raises no error: only the clock ends the wait, with
+// the bound's own error, not before the timeout and not long after it.
+TEST(StreamWait, EndsAtTheTimeoutWhenNothingElseDoes) {
+  int checks = 0;
+  double waited_at_the_end = -1;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(cuda::wait_checking([] { return false; }, [&] { ++checks; }, 0.05,
+                                   [&](double waited) {
+                                     waited_at_the_end = waited;
+                                     throw std::runtime_error("timed out");
+                                   }),
+               std::runtime_error);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(waited_at_the_end, 0.05);
+  EXPECT_GE(elapsed, 0.05);
+  EXPECT_LT(elapsed, 5.0);
+  EXPECT_GT(checks, 1);  // the asynchronous errors were still checked until then
+  // A wait that ends in time never calls it; a timeout of 0 is no bound.
+  int polls = 0;
+  cuda::wait_checking([&] { return ++polls > 3; }, [] {}, 10.0, [](double) { FAIL() << "timed out early"; });
+  EXPECT_EQ(polls, 4);
+  polls = 0;
+  cuda::wait_checking([&] { return ++polls > 3; }, [] {}, 0.0, [](double) { FAIL() << "a timeout of 0 bound it"; });
 }
 
 TEST(ChooseGpu, OneGpuPerRankOrTheLaunchersPartition) {

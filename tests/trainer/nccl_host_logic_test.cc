@@ -140,10 +140,18 @@ void fold_as(void* destination, const void* blocks, std::size_t stride, std::siz
   }
 }
 
+// What the communicator handed the stand-in's set_timeout.
+struct TimeoutHandedOver {
+  double seconds = 0;
+  std::string source;
+};
+TimeoutHandedOver timeout_handed_over;
+
 const CudaNccl& host_nccl() {
   static const CudaNccl entries{
       .library = []() { return DeviceAvailability{true, ""}; },
       .unique_id = [](unsigned char* id) { std::memset(id, 7, kNcclUniqueIdBytes); },
+      .set_timeout = [](double seconds, const char* source) { timeout_handed_over = {seconds, source}; },
       .init_rank =
           [](const unsigned char*, int ranks, int) -> void* {
             DUFU_CHECK(ranks == world().size(), "host NCCL stand-in: a group of ", ranks, " ranks");
@@ -265,6 +273,22 @@ std::size_t sum_of(const std::vector<std::size_t>& counts) {
   std::size_t total = 0;
   for (const std::size_t count : counts) total += count;
   return total;
+}
+
+// The device's waits on NCCL are bounded by the collective timeout in force when the
+// communicator is made (the module aborts the communicators when it passes): a stopped
+// peer raises no asynchronous error, so nothing else would end the wait.
+TEST(NcclCollectiveTimeout, TheCommunicatorHandsTheModuleTheTimeoutInForce) {
+  const CollectiveTimeout before = collective_timeout();
+  set_collective_timeout(37.5, "dist.collective_timeout");
+  {
+    const std::unique_ptr<Communicator> nccl =
+        make_nccl_communicator_with(world().split(0, world().rank(), "nccl"), host_nccl(),
+                                    [](const void*) { return true; }, device_of_kind(DeviceKind::kCpu));
+    EXPECT_EQ(timeout_handed_over.seconds, 37.5);
+    EXPECT_EQ(timeout_handed_over.source, "dist.collective_timeout");
+  }
+  set_collective_timeout(before.seconds, before.source);
 }
 
 TEST_F(NcclHostLogicTest, AllReduceSumAndMaxAreTheMpiFolds) {

@@ -75,6 +75,13 @@ Context& context() {
 }
 
 void (*stream_watcher)() = nullptr;
+// The bound on a watched wait, and what ends it (set_stream_wait_bound).
+double stream_wait_timeout_seconds = 0;
+void (*stream_wait_timed_out)(double waited_seconds) = nullptr;
+
+void timed_out_or_nothing(double waited_seconds) {
+  if (stream_wait_timed_out != nullptr) stream_wait_timed_out(waited_seconds);
+}
 void (*module_log)(LogLevel, const char*, const char*) = nullptr;
 
 void wait_for_event(cudaEvent_t event) {
@@ -84,7 +91,7 @@ void wait_for_event(cudaEvent_t event) {
   }
   wait_checking(
       [event] { return DUFU_CUDA_QUERY_DONE(cudaEventQuery(event)); },
-      stream_watcher);
+      stream_watcher, stream_wait_timeout_seconds, timed_out_or_nothing);
 }
 
 }  // namespace
@@ -220,10 +227,15 @@ void wait_for_stream() {
   }
   wait_checking(
       [] { return DUFU_CUDA_QUERY_DONE(cudaStreamQuery(stream())); },
-      stream_watcher);
+      stream_watcher, stream_wait_timeout_seconds, timed_out_or_nothing);
 }
 
 void set_stream_watcher(void (*check)()) { stream_watcher = check; }
+
+void set_stream_wait_bound(double seconds, void (*timed_out)(double waited_seconds)) {
+  stream_wait_timeout_seconds = seconds;
+  stream_wait_timed_out = timed_out;
+}
 
 void set_log(void (*log)(LogLevel level, const char* subsystem, const char* message)) { module_log = log; }
 

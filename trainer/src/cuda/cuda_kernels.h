@@ -48,6 +48,9 @@ void* matmul_workspace();
 void wait_for_stream();
 // The check a wait runs between polls (throws on a failure), or nullptr for none.
 void set_stream_watcher(void (*check)());
+// Bounds every watched wait: after `seconds` (> 0) of waiting, timed_out(the seconds
+// waited) runs instead of another poll, and throws.
+void set_stream_wait_bound(double seconds, void (*timed_out)(double waited_seconds));
 
 // A line in this process's log (device.cc hands the module its log when it loads it;
 // before that, nothing is written).

@@ -172,6 +172,40 @@ void check_async_errors() {
   }
 }
 
+// The collective timeout (set_timeout) and the setting the line names.
+double timeout_seconds = 0;
+std::string timeout_source = "dist.collective_timeout";
+
+// Where a watched wait ends when the collective timeout passes: a stopped or hung peer
+// raises no asynchronous error, and its partners' kernels would wait for it forever.
+// Every live communicator is aborted, which ends their kernels, so the stream drains
+// and the process can exit (the launcher's abort then ends the other ranks).
+void abort_after_timeout(double waited_seconds) {
+  std::size_t aborted = 0;
+  {
+    const std::lock_guard lock(comms_mutex);
+    for (ncclComm_t comm : live_comms) {
+      nccl().comm_abort(comm);
+      aborted_comms.push_back(comm);
+      ++aborted;
+    }
+    live_comms.clear();
+    set_stream_watcher(nullptr);
+  }
+  DUFU_FAIL("the GPU waited ", waited_seconds, " s for NCCL collectives, past the collective timeout of ",
+            timeout_seconds, " s (", timeout_source, "); ", aborted,
+            " communicator(s) aborted. HINT: a rank stopped answering (a stopped process, a hung GPU) or is far "
+            "slower than the others; raise ",
+            timeout_source, " if a step, a checkpoint or an evaluation legitimately takes that long");
+}
+
+void set_timeout(double seconds, const char* source) {
+  const std::lock_guard lock(comms_mutex);
+  timeout_seconds = seconds;
+  timeout_source = source;
+  set_stream_wait_bound(seconds, abort_after_timeout);
+}
+
 void unique_id(unsigned char* id) {
   ncclUniqueId made;
   DUFU_NCCL_CHECK(nccl().get_unique_id(&made));
@@ -300,6 +334,7 @@ void fold(void* destination, const void* blocks, std::size_t stride, std::size_t
 const CudaNccl* nccl_entries() {
   static const CudaNccl entries{.library = library,
                                 .unique_id = unique_id,
+                                .set_timeout = set_timeout,
                                 .init_rank = init_rank,
                                 .destroy = destroy,
                                 .group_start = group_start,

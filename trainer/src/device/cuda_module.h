@@ -24,6 +24,11 @@ struct CudaNccl {
   DeviceAvailability (*library)();
   // A fresh ncclUniqueId, written as kNcclUniqueIdBytes bytes (made on one rank, sent to the others).
   void (*unique_id)(unsigned char* id);
+  // Bounds every wait of the device on its stream while communicators exist: after
+  // `seconds` every communicator is aborted and the wait throws, naming `source` (the
+  // setting to raise). A silent peer (stopped, its GPU hung) raises no asynchronous
+  // error, so without it the wait would never end.
+  void (*set_timeout)(double seconds, const char* source);
   // ncclCommInitRank on the CUDA device; returns the ncclComm_t. While communicators
   // exist, every wait of the device on its stream checks their asynchronous errors
   // (ncclCommGetAsyncError): one that failed (a peer died) is aborted and the wait

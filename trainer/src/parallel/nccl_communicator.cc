@@ -118,6 +118,8 @@ class NcclCommunicator final : public Communicator {
         nccl_(nccl),
         is_device_memory_(is_device_memory),
         device_(device) {
+    const CollectiveTimeout timeout = collective_timeout();
+    nccl_.set_timeout(timeout.seconds, timeout.source.c_str());
     std::vector<std::uint8_t> id(kNcclUniqueIdBytes);
     if (host_->rank() == 0) nccl_.unique_id(id.data());
     host_->broadcast(id, 0);

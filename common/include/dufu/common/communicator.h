@@ -349,6 +349,14 @@ std::unique_ptr<Communicator> make_mpi_world_communicator();
 // passes "dist.collective_timeout"). Throws for a value that is not a positive number.
 void set_collective_timeout(double seconds, std::string source);
 
+// The collective timeout now in force and the setting that chose it (for backends whose
+// waits are bounded elsewhere: the NCCL communicator's device waits).
+struct CollectiveTimeout {
+  double seconds = 0;
+  std::string source;
+};
+CollectiveTimeout collective_timeout();
+
 // The backend the launcher implies: MPI for mpirun and srun (checking that MPI sees
 // the rank and world size the environment announced), single process when there is no
 // launcher or a torchrun-style launch of one process. A torchrun-style launch of
