@@ -9,6 +9,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
+#include <cstring>
+#include <fstream>
 #include <optional>
 
 #include "dufu/common/error.h"
@@ -16,6 +19,7 @@
 #include "dufu/dataprep/line_range_source.h"
 #include "dufu/dataprep/line_reader.h"
 #include "dufu/common/json_members.h"
+#include "table_rows.h"
 
 namespace dufu::dataprep {
 namespace {
@@ -54,6 +58,10 @@ const char* json_type_name(simdjson::dom::element_type type) {
 InputFormat detect_input_format(const std::string& path, InputFormat stdin_format) {
   if (path == "-") return stdin_format;
   std::string_view name = path;
+  for (std::string_view parquet : {".parquet", ".pq"}) {
+    if (ends_with(name, parquet)) return InputFormat::kParquet;
+  }
+  if (ends_with(name, ".arrow")) return InputFormat::kArrow;
   for (std::string_view compressed : {".zst", ".zstd", ".gz"}) {
     if (ends_with(name, compressed)) {
       name.remove_suffix(compressed.size());
@@ -64,6 +72,25 @@ InputFormat detect_input_format(const std::string& path, InputFormat stdin_forma
     if (ends_with(name, json)) return InputFormat::kJsonl;
   }
   return InputFormat::kTxt;
+}
+
+bool is_table_format(InputFormat format) { return format == InputFormat::kParquet || format == InputFormat::kArrow; }
+
+InputFormat detect_input_format_of_file(const std::string& path, InputFormat stdin_format) {
+  const InputFormat by_name = detect_input_format(path, stdin_format);
+  if (by_name != InputFormat::kTxt || path == "-") return by_name;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 8) return by_name;
+  std::ifstream file(path, std::ios::binary);
+  std::array<char, 8> head{}, tail{};
+  if (!file.read(head.data(), head.size())) return by_name;
+  if (!file.seekg(-4, std::ios::end) || !file.read(tail.data(), 4)) return by_name;
+  // Parquet: "PAR1" at both ends. Arrow IPC: the file format's "ARROW1", or the stream
+  // format's continuation marker 0xFFFFFFFF, which no UTF-8 text begins with.
+  if (std::memcmp(head.data(), "PAR1", 4) == 0 && std::memcmp(tail.data(), "PAR1", 4) == 0) return InputFormat::kParquet;
+  if (std::memcmp(head.data(), "ARROW1", 6) == 0) return InputFormat::kArrow;
+  if (std::memcmp(head.data(), "\xff\xff\xff\xff", 4) == 0) return InputFormat::kArrow;
+  return by_name;
 }
 
 std::vector<std::string> expand_inputs(const std::vector<std::string>& patterns) {
@@ -98,6 +125,7 @@ struct DocumentReader::State {
   // Kept across inputs so its buffers, sized for the longest line so far, are reused.
   simdjson::dom::parser parser;
   std::unique_ptr<LineReader> reader;
+  std::unique_ptr<TableRows> table;  // instead of the reader, for Parquet and Arrow inputs
   LineRangeSource* range = nullptr;  // the reader's source when the input is a byte range
   InputFormat format = InputFormat::kTxt;
   std::string path;
@@ -119,7 +147,10 @@ DocumentReader::DocumentReader(const std::vector<std::string>& inputs, ReaderOpt
     : DocumentReader(whole_files(inputs), std::move(options)) {}
 
 DocumentReader::DocumentReader(std::vector<InputRange> inputs, ReaderOptions options)
-    : inputs_(std::move(inputs)), options_(std::move(options)), state_(std::make_unique<State>()) {
+    : inputs_(std::move(inputs)),
+      options_(std::move(options)),
+      state_(std::make_unique<State>()),
+      formats_(inputs_.size(), InputFormat::kTxt) {
   for (const InputRange& input : inputs_) {
     if (!input.whole) {
       total_input_bytes_ += input.end - input.begin;
@@ -138,6 +169,7 @@ DocumentReader::~DocumentReader() = default;
 std::uint64_t DocumentReader::raw_bytes_read() const {
   std::uint64_t bytes = finished_inputs_bytes_;
   if (state_->reader) bytes += state_->reader->source().raw_bytes_read();
+  if (state_->table) bytes += state_->table->bytes_read();
   return bytes;
 }
 
@@ -150,6 +182,13 @@ bool DocumentReader::open_next_input() {
   State& s = *state_;
   std::unique_ptr<ByteSource> source;
   s.range = nullptr;
+  s.path = path;
+  s.format = detect_input_format_of_file(path, options_.stdin_format);
+  formats_[next_input_ - 1] = s.format;
+  if (is_table_format(s.format)) {
+    s.table = open_table_rows(input, s.format, options_);
+    return true;
+  }
   if (input.whole) {
     source = open_byte_source(path);
   } else {
@@ -158,8 +197,6 @@ bool DocumentReader::open_next_input() {
     source = std::move(range);
   }
   s.reader = std::make_unique<LineReader>(std::move(source), simdjson::SIMDJSON_PADDING, options_.max_document_bytes);
-  s.format = detect_input_format(path, options_.stdin_format);
-  s.path = path;
   s.whole_file_done = false;
   return true;
 }
@@ -168,6 +205,7 @@ std::string DocumentReader::place(std::size_t input, std::uint64_t input_line) c
   const InputRange& range = inputs_.at(input);
   const std::string name = range.path == "-" ? "<stdin>" : range.path;
   if (input_line == 0) return name;
+  if (is_table_format(formats_.at(input))) return str_cat(name, ": row ", input_line - 1);
   if (range.whole) return str_cat(name, ":", input_line);
   try {
     return str_cat(name, ":", LineRangeSource(range.path, range.begin, range.end).lines_before() + input_line);
@@ -186,6 +224,26 @@ std::uint64_t DocumentReader::line_number() const {
   return s.reader->line_number() + (s.range != nullptr ? s.range->lines_before() : 0);
 }
 
+bool DocumentReader::next_table_row(Document* doc) {
+  TableRows& table = *state_->table;
+  std::string problem;
+  for (;;) {
+    switch (table.next(&doc->fields, &problem)) {
+      case TableRows::Next::kEnd:
+        return false;
+      case TableRows::Next::kBadRecord:
+        record_bad(problem);
+        continue;
+      case TableRows::Next::kRow:
+        doc->source = state_->path;
+        doc->line = 0;
+        doc->input = next_input_ - 1;
+        doc->input_line = table.row() + 1;
+        return true;
+    }
+  }
+}
+
 void DocumentReader::record_bad(const std::string& message) {
   ++bad_records_;
   if (!options_.skip_bad_records) throw Error(message);
@@ -195,7 +253,13 @@ void DocumentReader::record_bad(const std::string& message) {
 bool DocumentReader::next(Document* doc) {
   State& s = *state_;
   for (;;) {
-    if (!s.reader && !open_next_input()) return false;
+    if (!s.reader && !s.table && !open_next_input()) return false;
+    if (s.table) {
+      if (next_table_row(doc)) return true;
+      finished_inputs_bytes_ += s.table->bytes_read();
+      s.table.reset();
+      continue;
+    }
     LineReader& reader = *s.reader;
     const std::string& where = reader.source().name();
 

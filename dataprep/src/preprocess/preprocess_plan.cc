@@ -164,9 +164,12 @@ std::vector<PlanInput> describe_inputs(const std::vector<std::string>& paths, co
       const std::uint64_t at = boundary(k, parts, total);
       crossed = at > offset && at < end;
     }
-    const bool line_documents = reader.txt_document == TxtDocument::kLine ||
-                                detect_input_format(input.path, reader.stdin_format) == InputFormat::kJsonl;
-    input.cuttable = crossed && line_documents && is_uncompressed_file(input.path);
+    // A Parquet file is cut between row groups whatever its codecs (its pages are
+    // compressed, not the file); an Arrow IPC file stays whole.
+    const InputFormat format = crossed ? detect_input_format_of_file(input.path, reader.stdin_format) : InputFormat::kTxt;
+    const bool line_documents = format == InputFormat::kJsonl ||
+                                (format == InputFormat::kTxt && reader.txt_document == TxtDocument::kLine);
+    input.cuttable = crossed && (format == InputFormat::kParquet || (line_documents && is_uncompressed_file(input.path)));
     offset = end;
   }
   return inputs;

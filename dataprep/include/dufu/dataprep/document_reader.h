@@ -1,9 +1,11 @@
-// Reads documents from txt and jsonl inputs (plain, .zst or .gz, or stdin), one at a
-// time with bounded memory. txt: one document per line (OSLO's convention) or one per
-// file; jsonl: one JSON object per line, parsed with simdjson, text taken from the
-// requested keys. Bad records (malformed JSON, missing key, non-string value, invalid
-// UTF-8, a document longer than max_document_bytes) either throw or are skipped and
-// counted, by option. No input makes memory grow past a few times that limit.
+// Reads documents from txt and jsonl inputs (plain, .zst or .gz, or stdin) and from
+// Parquet and Arrow IPC files, one at a time with bounded memory. txt: one document per
+// line (OSLO's convention) or one per file; jsonl: one JSON object per line, parsed with
+// simdjson, text taken from the requested keys; Parquet and Arrow: one document per
+// row, text taken from the columns of those names (table_rows.h). Bad records
+// (malformed JSON, missing key, non-string value, a null, invalid UTF-8, a document
+// longer than max_document_bytes) either throw or are skipped and counted, by option.
+// No input makes memory grow past a few times that limit (a table: one batch of rows).
 #pragma once
 
 #include <cstdint>
@@ -14,12 +16,19 @@
 
 namespace dufu::dataprep {
 
-enum class InputFormat { kTxt, kJsonl };
+enum class InputFormat { kTxt, kJsonl, kParquet, kArrow };
 enum class TxtDocument { kLine, kFile };
 
-// Format from the name with any .zst/.zstd/.gz removed: .jsonl/.json/.ndjson ->
-// jsonl, anything else -> txt. For "-" the caller's default applies.
+// Format from the name: .parquet/.pq -> Parquet, .arrow -> Arrow IPC (file or stream);
+// otherwise with any .zst/.zstd/.gz removed: .jsonl/.json/.ndjson -> jsonl, anything
+// else -> txt. For "-" the caller's default applies.
 InputFormat detect_input_format(const std::string& path, InputFormat stdin_format);
+// The same, and a regular file whose name says txt but whose bytes are a Parquet file
+// ("PAR1" at both ends) or an Arrow IPC file or stream (its magic, or the stream's
+// continuation marker) is that: the names published shards carry are not always the
+// format's (e.g. datasets' cache-*.arrow renamed, part-0000 from Spark).
+InputFormat detect_input_format_of_file(const std::string& path, InputFormat stdin_format);
+bool is_table_format(InputFormat format);
 
 // Expands shell globs (no match is an error naming the pattern); "-" passes through.
 // Order: patterns in given order, each pattern's matches sorted.
@@ -33,6 +42,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& patterns)
 inline constexpr std::size_t kDefaultMaxDocumentBytes = std::size_t{16} << 20;
 
 struct ReaderOptions {
+  // The JSON keys of jsonl records, and the column names of Parquet and Arrow tables.
   std::vector<std::string> json_keys{"text"};
   // Longest line (txt line, jsonl record) or whole-file document accepted, in bytes.
   std::size_t max_document_bytes = kDefaultMaxDocumentBytes;
@@ -46,18 +56,20 @@ struct Document {
   // One entry per JSON key (a single entry for txt), UTF-8 validated.
   std::vector<std::string> fields;
   std::string source;        // input path
-  // 1-based line; 0 for whole-file documents and for those of a byte range that starts
-  // inside its file (whose line numbers are counted only for messages).
+  // 1-based line; 0 for whole-file documents, table rows and those of a byte range
+  // that starts inside its file (whose line numbers are counted only for messages).
   std::uint64_t line = 0;
   // Where it was read, for a message about it later (DocumentReader::place): the
   // index of its input, and its 1-based line in what was read of that input (the
-  // file, or the byte range); 0 for whole-file documents.
+  // file, or the byte range), or for a table row its 0-based row in the file plus 1;
+  // 0 for whole-file documents.
   std::size_t input = 0;
   std::uint64_t input_line = 0;
 };
 
 // One input of a reader: a whole file (or "-"), or the lines of a byte range of a
-// plain file that start in [begin, end) (line_range_source.h).
+// plain file that start in [begin, end) (line_range_source.h), or the row groups of a
+// Parquet file whose first byte is in [begin, end).
 struct InputRange {
   std::string path;
   bool whole = true;
@@ -80,7 +92,8 @@ class DocumentReader {
   bool next(Document* doc);
 
   // "FILE:LINE" of a document read from input `input` at `input_line` (a Document's
-  // fields), the line counted in the file; "FILE" for whole-file documents. Safe to
+  // fields), the line counted in the file; "FILE: row R" (0-based) for a table row;
+  // "FILE" for whole-file documents. Safe to
   // call from any thread while the reader lives (a range's line count reads the file).
   std::string place(std::size_t input, std::uint64_t input_line) const;
 
@@ -93,6 +106,7 @@ class DocumentReader {
  private:
   struct State;
   bool open_next_input();
+  bool next_table_row(Document* doc);  // of the open table input; false at its end
   void record_bad(const std::string& message);
   std::string too_long_message(const std::string& where, std::uint64_t line) const;
   std::uint64_t line_number() const;  // of the current line in its file
@@ -100,6 +114,9 @@ class DocumentReader {
   std::vector<InputRange> inputs_;
   ReaderOptions options_;
   std::unique_ptr<State> state_;
+  // Each input's format, written when it is opened (before any of its documents is
+  // handed out), read by place() from any thread.
+  std::vector<InputFormat> formats_;
   std::size_t next_input_ = 0;
   std::uint64_t finished_inputs_bytes_ = 0;
   std::uint64_t total_input_bytes_ = 0;

@@ -2,8 +2,9 @@
 // input bytes, in input order. The inputs (in their sorted glob order) are laid end
 // to end; the byte axis is cut into N equal intervals. A plain file that an interval
 // boundary falls inside is cut there into byte ranges (each owns the lines that start
-// in it, line_range_source.h); a compressed file, and a txt file read as one document,
-// stays whole and goes to the part that holds its middle byte. Every part is a
+// in it, line_range_source.h), a Parquet file likewise (each owns the row groups that
+// start in it); a compressed file, an Arrow IPC file and a txt file read as one
+// document stay whole and go to the part that holds its middle byte. Every part is a
 // contiguous run of pieces, so joining the parts in order gives the documents in
 // input order: the undivided job's output.
 #pragma once

@@ -1,0 +1,51 @@
+// Rows of Parquet and Arrow IPC files (issue 41), behind an interface that needs no
+// Arrow header, so only the files that read them compile against Arrow and a build
+// without Arrow refuses such inputs in one line.
+//
+// One row is one document; its text comes from the columns named by the reader's keys
+// (ReaderOptions::json_keys, as Megatron's --json-keys name JSON keys), each a string,
+// large_string, string_view, binary, large_binary or binary_view column, plain or
+// dictionary-encoded; other columns are never decoded. A null, invalid UTF-8 or a
+// value longer than max_document_bytes is a bad record (the caller skips or throws);
+// a missing column, a column of another type, a corrupt or truncated file is an error
+// naming the file (and the row group or record batch where one is known).
+//
+// Memory: one batch of rows of the named columns at a time (kTableBatchRows rows:
+// about that many times the mean document, 1-5 MB for web text), plus, for Parquet,
+// a read buffer and one decompressed page per column.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dufu/dataprep/document_reader.h"
+
+namespace dufu::dataprep {
+
+inline constexpr std::int64_t kTableBatchRows = 1024;
+
+class TableRows {
+ public:
+  virtual ~TableRows() = default;
+  enum class Next { kRow, kBadRecord, kEnd };
+  // kRow: `fields` holds the next row's texts, one per key. kBadRecord: the row is
+  // passed over and `problem` says "FILE: row R (row group G): what". kEnd: no more.
+  virtual Next next(std::vector<std::string>* fields, std::string* problem) = 0;
+  // 0-based row in the file of the last row next() looked at.
+  virtual std::uint64_t row() const = 0;
+  // Bytes of the file consumed so far (the compressed size of the row groups or
+  // record batches read), for progress.
+  virtual std::uint64_t bytes_read() const = 0;
+};
+
+// Opens `input` (a whole file, or for Parquet the row groups whose first byte lies in
+// [begin, end)). Throws dufu::Error naming the file; in a build without Arrow, the one
+// line saying what is missing.
+std::unique_ptr<TableRows> open_table_rows(const InputRange& input, InputFormat format, const ReaderOptions& options);
+
+// Empty when this build reads Parquet and Arrow; otherwise the one line saying why not.
+std::string table_input_missing();
+
+}  // namespace dufu::dataprep
