@@ -44,7 +44,7 @@ DATAPREP_LAYERS = [
     {"shards"},
     {"preprocess", "datasets"},
 ]
-DATAPREP_FOLDER_OF_HEADER = {"token_dataset": "datasets", "tokenizer_model": "tokenizers"}
+DATAPREP_FOLDER_OF_HEADER = {"token_dataset": "datasets", "tokenizer_model": "tokenizers", "reader_options": "input"}
 
 # Files of a room named otherwise: preprocess's private header (the parts divided runs
 # reuse) and the sidecar it writes from its options, both parts of the preprocess room.

@@ -4,6 +4,7 @@ tool reports, progress to a callback, and the tool's error messages."""
 
 import filecmp
 import os
+import subprocess
 
 import pytest
 
@@ -47,6 +48,30 @@ def test_preprocess_writes_what_the_tool_writes(corpus, tmp_path, impl, layout):
         assert shard.layout != megatron.layout and shard.dtype == megatron.dtype
         for i in range(0, len(shard), 97):
             assert shard[i].tolist() == megatron[i].tolist()
+
+
+def test_preprocess_reads_parquet_and_arrow_as_the_tool_does(corpus, tmp_path):
+    """Issue 41: the package reads the same Parquet and Arrow inputs (written by pyarrow
+    in the environment of scripts/setup_arrow.sh) into the tool's bytes."""
+    arrow_python = os.environ.get("DUFU_ARROW_PYTHON", "")
+    if not arrow_python:
+        pytest.skip("this build reads no Parquet or Arrow (no DUFU_ARROW_PYTHON)")
+    model, jsonl = corpus
+    inputs = tmp_path / "inputs"
+    script = os.path.join(os.environ["DUFU_SOURCE_DIR"], "tests", "reference", "parquet_inputs.py")
+    subprocess.run([arrow_python, script, jsonl, str(inputs)], check=True, capture_output=True)
+    files = [str(inputs / "codec-zstd.parquet"), str(inputs / "stream.arrow")]
+    status, _, stderr = run_dataprep("preprocess", "-i", *files, "-o", str(tmp_path / "tool"), "-m", model,
+                                     "--json-keys", "text", "title", "--quiet")
+    assert status == 0, stderr
+    stats = dufu.preprocess(files, str(tmp_path / "py"), model, json_keys=["text", "title"])
+    assert stats["documents"] == 2 * 2 * 700
+    for key in ("_text_document", "_title_document"):
+        for suffix in (".bin", ".idx"):
+            assert filecmp.cmp(str(tmp_path / "tool") + key + suffix, str(tmp_path / "py") + key + suffix,
+                               shallow=False)
+    with pytest.raises(dufu.DufuError, match="with-nulls.parquet: row 5 \\(row group 0\\): null in column 'text'"):
+        dufu.preprocess([str(inputs / "with-nulls.parquet")], str(tmp_path / "nulls"), model)
 
 
 def test_preprocess_errors_carry_the_tools_message(corpus, tmp_path):

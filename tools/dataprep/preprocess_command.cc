@@ -94,11 +94,12 @@ void run(PreprocessFlags& flags, const CLI::App& command) {
 void add_preprocess_command(CLI::App& app) {
   auto flags = std::make_shared<PreprocessFlags>();
   auto* command = app.add_subcommand(
-      "preprocess", "Tokenize txt/jsonl (plain, .zst, .gz or stdin) into indexed shards");
+      "preprocess", "Tokenize txt/jsonl (plain, .zst, .gz or stdin), Parquet or Arrow into indexed shards");
   auto& options = flags->options;
   command->add_option("--input,-i", options.inputs,
                       "Input files, shell globs, or - for stdin (.txt: one document per line; "
-                      ".jsonl: one JSON object per line; optionally .zst or .gz)")
+                      ".jsonl: one JSON object per line; optionally .zst or .gz; .parquet and .arrow "
+                      "(or their magic bytes): one document per row)")
       ->required()
       ->expected(1, -1);
   command->add_option("--output-prefix,-o", options.output_prefix,
@@ -107,7 +108,7 @@ void add_preprocess_command(CLI::App& app) {
   add_tokenizer_flags(command, flags->tokenizer, TokenizerFlag::kRequired,
                       "to tokenize with (named with its SHA-256 in each output's PREFIX.dufu.json)");
   command->add_option("--json-keys", options.reader.json_keys,
-                      "JSON keys holding the text; one output per key")
+                      "JSON keys (for Parquet and Arrow: columns) holding the text; one output per key")
       ->capture_default_str()
       ->expected(1, -1);
   command

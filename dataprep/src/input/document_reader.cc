@@ -19,7 +19,7 @@
 #include "dufu/dataprep/line_range_source.h"
 #include "dufu/dataprep/line_reader.h"
 #include "dufu/common/json_members.h"
-#include "table_rows.h"
+#include "table_input.h"
 
 namespace dufu::dataprep {
 namespace {

@@ -1,6 +1,6 @@
 // Rows of Parquet and Arrow IPC files (issue 41), behind an interface that needs no
 // Arrow header, so only the files that read them compile against Arrow and a build
-// without Arrow refuses such inputs in one line.
+// without Arrow refuses such inputs in one line (table_input.h opens them).
 //
 // One row is one document; its text comes from the columns named by the reader's keys
 // (ReaderOptions::json_keys, as Megatron's --json-keys name JSON keys), each a string,
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "dufu/dataprep/document_reader.h"
+#include "dufu/dataprep/reader_options.h"
 
 namespace dufu::dataprep {
 
@@ -39,13 +39,5 @@ class TableRows {
   // record batches read), for progress.
   virtual std::uint64_t bytes_read() const = 0;
 };
-
-// Opens `input` (a whole file, or for Parquet the row groups whose first byte lies in
-// [begin, end)). Throws dufu::Error naming the file; in a build without Arrow, the one
-// line saying what is missing.
-std::unique_ptr<TableRows> open_table_rows(const InputRange& input, InputFormat format, const ReaderOptions& options);
-
-// Empty when this build reads Parquet and Arrow; otherwise the one line saying why not.
-std::string table_input_missing();
 
 }  // namespace dufu::dataprep

@@ -14,10 +14,10 @@
 #include <string_view>
 #include <vector>
 
+#include "dufu/dataprep/reader_options.h"
+
 namespace dufu::dataprep {
 
-enum class InputFormat { kTxt, kJsonl, kParquet, kArrow };
-enum class TxtDocument { kLine, kFile };
 
 // Format from the name: .parquet/.pq -> Parquet, .arrow -> Arrow IPC (file or stream);
 // otherwise with any .zst/.zstd/.gz removed: .jsonl/.json/.ndjson -> jsonl, anything
@@ -34,24 +34,6 @@ bool is_table_format(InputFormat format);
 // Order: patterns in given order, each pattern's matches sorted.
 std::vector<std::string> expand_inputs(const std::vector<std::string>& patterns);
 
-// The default --max-document-bytes: 16 MiB. Longer lines (or whole-file documents)
-// are bad records. Tokenizing takes about 55 bytes of memory per byte of document
-// (sentencepiece's lattice and pieces), so a 16 MiB document costs a worker about 1 GB
-// and half a minute; real prose documents (a whole long novel is 2-5 MB) fit well
-// below it, and lines beyond it are almost always dumps (base64, tables, logs).
-inline constexpr std::size_t kDefaultMaxDocumentBytes = std::size_t{16} << 20;
-
-struct ReaderOptions {
-  // The JSON keys of jsonl records, and the column names of Parquet and Arrow tables.
-  std::vector<std::string> json_keys{"text"};
-  // Longest line (txt line, jsonl record) or whole-file document accepted, in bytes.
-  std::size_t max_document_bytes = kDefaultMaxDocumentBytes;
-  TxtDocument txt_document = TxtDocument::kLine;
-  InputFormat stdin_format = InputFormat::kJsonl;
-  bool skip_bad_records = false;
-  std::size_t max_reported_errors = 10;
-};
-
 struct Document {
   // One entry per JSON key (a single entry for txt), UTF-8 validated.
   std::vector<std::string> fields;
@@ -67,15 +49,6 @@ struct Document {
   std::uint64_t input_line = 0;
 };
 
-// One input of a reader: a whole file (or "-"), or the lines of a byte range of a
-// plain file that start in [begin, end) (line_range_source.h), or the row groups of a
-// Parquet file whose first byte is in [begin, end).
-struct InputRange {
-  std::string path;
-  bool whole = true;
-  std::uint64_t begin = 0;
-  std::uint64_t end = 0;
-};
 
 class DocumentReader {
  public:

@@ -1,5 +1,5 @@
-// Which reader a table input gets, and what a build without Arrow says (table_rows.h).
-#include "table_rows.h"
+// Which reader a table input gets, and what a build without Arrow says (table_input.h).
+#include "table_input.h"
 
 #include "dufu/common/error.h"
 #include "dufu/common/read_only_file.h"
