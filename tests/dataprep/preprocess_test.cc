@@ -4,6 +4,7 @@
 // a re-expression of Megatron-LM's preprocess_data.py writer.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -390,6 +391,21 @@ TEST(TrainTokenizer, TrainsFromCompressedJsonlAndRefusesBadInput) {
   EXPECT_NE(result.exit_code, 0);
   EXPECT_NE(result.output.find("bad.jsonl:2"), std::string::npos) << result.output;
   EXPECT_FALSE(file_exists(dir.file("bad.model")));
+}
+
+// Issue 41: a build without Arrow's libraries (the ThreadSanitizer build, or
+// DUFU_PARQUET=OFF) still reads everything else, and refuses a Parquet input in one
+// line that says what is missing and how to get it; with them, table_input_test
+// checks the reading.
+TEST(PreprocessWithoutArrow, AParquetInputIsRefusedInOneLineSayingWhatIsMissing) {
+  if (DUFU_TEST_HAVE_ARROW) GTEST_SKIP() << "this build reads Parquet and Arrow (table_input_test checks it)";
+  TempDir dir;
+  write_all(dir.file("a.parquet"), "PAR1 not really PAR1");
+  const CommandResult run = preprocess("-i " + shell_quote(dir.file("a.parquet")) + " -o " + dir.file("out") + " 2>&1");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("this build of dufu reads no Parquet or Arrow files"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("scripts/setup_arrow.sh"), std::string::npos) << run.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("out.bin")));
 }
 
 }  // namespace

@@ -7,8 +7,8 @@ usage: parquet_inputs.py SOURCE_JSONL OUT_DIR
 
 SOURCE_JSONL: {"text": ...} lines (the fortunes corpus of the test fixtures). Writes to
 OUT_DIR:
-  codec-{none,snappy,zstd,gzip,lz4,brotli}.parquet: columns id (int64), text, title,
-      meta (ignored), 29 rows a row group (dozens of row groups);
+  codec-{none,snappy,zstd,gzip,lz4,brotli}.parquet: FineWeb's columns (text, id, url,
+      score: the others ignored) and title, meta, 29 rows a row group (25 row groups);
   plain-encoding.parquet: no dictionary encoding; dictionary-type.parquet: text stored
       as an Arrow dictionary type; large-string.parquet, binary.parquet,
       string-view.parquet: the text column in those types;
@@ -22,6 +22,10 @@ OUT_DIR:
       save_to_disk writes it, 50 rows a record batch), stream-zstd.arrow (buffers
       compressed with zstd).
   not-named.bin: codec-zstd.parquet's bytes under a name that says nothing.
+  empty.parquet: the schema and no rows (expected-empty.jsonl: no lines);
+  zero-bytes.parquet: no bytes at all; corrupt-footer.parquet: the footer's metadata
+      overwritten (its length and magic intact); corrupt-page.parquet: the page header
+      of row group 3's text column zeroed (pyarrow itself cannot read it).
 """
 import json
 import os
@@ -47,8 +51,10 @@ def main():
                 break
     titles = [f"fortune {i}: " + text[:12] for i, text in enumerate(texts)]
     table = pa.table({
-        "id": pa.array(range(len(texts)), pa.int64()),
         "text": pa.array(texts, pa.string()),
+        "id": pa.array([f"<urn:uuid:{i:08x}>" for i in range(len(texts))], pa.string()),
+        "url": pa.array([f"https://example.org/fortune/{i}" for i in range(len(texts))], pa.string()),
+        "score": pa.array([(i % 17) / 4.0 for i in range(len(texts))], pa.float64()),
         "title": pa.array(titles, pa.string()),
         "meta": pa.array([{"n": i} for i in range(len(texts))]),
     })
@@ -89,7 +95,7 @@ def main():
                    row_group_size=ROW_GROUP)
     pq.write_table(with_text(pa.array(range(len(texts)), pa.int64())), os.path.join(out, "ints.parquet"))
 
-    batches = table.drop_columns(["meta"]).to_batches(max_chunksize=50)
+    batches = table.drop_columns(["meta", "url", "score"]).to_batches(max_chunksize=50)
     with ipc.new_file(os.path.join(out, "file.arrow"), batches[0].schema) as writer:
         for batch in batches:
             writer.write_batch(batch)
@@ -101,6 +107,30 @@ def main():
         for batch in batches:
             writer.write_batch(batch)
     shutil.copyfile(os.path.join(out, "codec-zstd.parquet"), os.path.join(out, "not-named.bin"))
+
+    pq.write_table(table.slice(0, 0), os.path.join(out, "empty.parquet"))
+    write_jsonl("expected-empty.jsonl", [])
+    open(os.path.join(out, "zero-bytes.parquet"), "wb").close()
+    with open(os.path.join(out, "codec-snappy.parquet"), "rb") as f:
+        whole = bytearray(f.read())
+    footer_length = int.from_bytes(whole[-8:-4], "little")
+    footer_start = len(whole) - 8 - footer_length
+    whole[footer_start + footer_length // 3:footer_start + footer_length // 3 + 64] = b"\xff" * 64
+    with open(os.path.join(out, "corrupt-footer.parquet"), "wb") as f:
+        f.write(whole)
+    corrupt_page = os.path.join(out, "corrupt-page.parquet")
+    pq.write_table(table, corrupt_page, compression="none", use_dictionary=False, row_group_size=ROW_GROUP)
+    text_column = table.schema.get_field_index("text")
+    offset = pq.ParquetFile(corrupt_page).metadata.row_group(3).column(text_column).data_page_offset
+    with open(corrupt_page, "r+b") as f:
+        f.seek(offset)
+        f.write(b"\xff" * 24)
+    try:
+        pq.read_table(corrupt_page)
+    except Exception:  # noqa: BLE001 - any failure of pyarrow's own reader will do
+        pass
+    else:
+        sys.exit("parquet_inputs: corrupt-page.parquet is still readable: the fixture tests nothing")
     print(f"parquet_inputs: {len(texts)} rows, {len(os.listdir(out))} files in {out}")
 
 
