@@ -8,7 +8,7 @@
 fail() { echo "${bench_name:-benchmark}: $*" >&2; exit 1; }
 
 # bench_build ROOT BUILD_DIR TARGET...: configures BUILD_DIR (Release, benchmarks on,
-# tests off) when it has no CMakeCache.txt yet and builds the targets with every core.
+# tests off, Parquet input unless DUFU_PARQUET=OFF) when it has no CMakeCache.txt yet and builds the targets with every core.
 # With DUFU_BENCH_NO_BUILD=1 it does nothing: BUILD_DIR is used as it is.
 bench_build() {
   local root=$1 build=$2
@@ -18,8 +18,13 @@ bench_build() {
   fi
   echo "== build ($build)"
   if [[ ! -f $build/CMakeCache.txt ]]; then
+    # Arrow's libraries for Parquet and Arrow input, as scripts/build.sh finds them.
+    local arrow=(-DDUFU_PARQUET=OFF) arrow_python
+    if [[ ${DUFU_PARQUET:-AUTO} != OFF ]] && arrow_python=$("$root/scripts/setup_arrow.sh" | tail -n 1); then
+      arrow=(-DDUFU_ARROW_PYTHON="$arrow_python")
+    fi
     cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DDUFU_BUILD_TESTS=OFF -DDUFU_BUILD_BENCHMARKS=ON >/dev/null
+      -DDUFU_BUILD_TESTS=OFF -DDUFU_BUILD_BENCHMARKS=ON "${arrow[@]}" >/dev/null
   fi
   cmake --build "$build" --parallel "$(nproc)" --target "$@"
 }

@@ -19,7 +19,7 @@ elseif(DUFU_SANITIZE_THREAD)
   # reported, not ours.
   set(DUFU_ARROW_MISSING "the ThreadSanitizer build leaves it out")
 elseif(NOT DUFU_ARROW_PYTHON)
-  set(DUFU_ARROW_MISSING "no DUFU_ARROW_PYTHON: build with scripts/build.sh, which runs scripts/setup_arrow.sh")
+  set(DUFU_ARROW_MISSING "configured without DUFU_ARROW_PYTHON")
 else()
   execute_process(
     COMMAND "${DUFU_ARROW_PYTHON}" -c

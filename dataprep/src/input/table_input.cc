@@ -15,8 +15,8 @@ std::string table_input_missing() {
   return "";
 #else
   return "this build of dufu reads no Parquet or Arrow files (" DUFU_ARROW_MISSING
-         "); HINT: build with scripts/build.sh, which installs Arrow's libraries from the pinned pyarrow wheel "
-         "(scripts/setup_arrow.sh)";
+         "); HINT: scripts/build.sh installs Arrow's libraries from the pinned pyarrow wheel (scripts/setup_arrow.sh) "
+         "and builds with them";
 #endif
 }
 
