@@ -259,6 +259,73 @@ TEST(CausalLMReferenceTest, IndicesAreBitIdenticalToNumpysMegatronAlgorithm) {
   }
 }
 
+// Issue 45: the stable order, bit for bit against its numpy reference, and the
+// property it exists for: the first N samples of any longer run are the same, across
+// epoch boundaries, where Megatron's order moves every sample (checked too, so the
+// test can fail).
+TEST(CausalLMStableOrderTest, BitIdenticalToNumpyAndThePrefixOfEveryLongerRun) {
+  const std::string script = std::string(DUFU_SOURCE_DIR) + "/tests/reference/gpt_indices_reference.py";
+  const auto sixty = varied_lengths(60);  // 1266 tokens: 19.8 samples of 64 an epoch
+  struct Case {
+    std::uint64_t seq_length;
+    std::vector<std::optional<std::uint64_t>> lengths;  // num_samples, growing
+    SplitSpec split;
+    std::string split_args;
+  };
+  const std::vector<Case> cases = {
+      {64, {std::nullopt, 5, 19, 20, 25, 40, 55, 200}, oslo(0.0, 1.0), "--begin 0 --end 60"},
+      {7, {10, 170, 270, 900}, megatron("8,1,1", 0), "--split 8,1,1 --part 0"},
+      {1, {50, 200, 290, 1000}, megatron("8,1,1", 2), "--split 8,1,1 --part 2"},
+  };
+  for (const Case& c : cases) {
+    TempDir dir;
+    std::string sizes_text;
+    for (const auto length : sixty) sizes_text += std::to_string(length) + "\n";
+    dufu::testing::write_all(dir.file("sizes.txt"), sizes_text);
+    const auto shard = make_shard(dir, "shard", sixty);
+    std::vector<std::unique_ptr<CausalLMDataset>> stable, megatron_order;
+    for (const auto& num_samples : c.lengths) {
+      SCOPED_TRACE(str_cat("seq_length ", c.seq_length, ", num_samples ", num_samples ? *num_samples : 0));
+      CausalLMOptions options = in_memory(c.seq_length, num_samples, 1234, c.split);
+      options.use_cache = true;
+      options.cache_dir = dir.file("cache");
+      options.order = DataOrder::kStable;
+      stable.push_back(std::make_unique<CausalLMDataset>(shard, options));
+      options.order = DataOrder::kMegatron;
+      megatron_order.push_back(std::make_unique<CausalLMDataset>(shard, options));
+      EXPECT_NE(stable.back()->cache_path(), megatron_order.back()->cache_path());
+      if (num_samples) {
+        EXPECT_GE(stable.back()->size(), *num_samples);
+      }
+
+      std::string command = std::string(DUFU_REFERENCE_PYTHON) + " " + script + " --order stable --sizes " +
+                            dir.file("sizes.txt") + " --seq-length " + std::to_string(c.seq_length) +
+                            " --seed 1234 " + c.split_args + " --out " + dir.file("numpy") + " --compare " +
+                            stable.back()->cache_path();
+      if (num_samples) command += " --num-samples " + std::to_string(*num_samples);
+      int exit_code = 0;
+      const std::string output = run_command(command, &exit_code);
+      ASSERT_EQ(exit_code, 0) << command << "\n" << output;
+    }
+    const std::uint64_t window = c.seq_length + 1;
+    std::vector<std::int32_t> shorter(window), longer(window);
+    bool megatron_moved = false;
+    for (std::size_t r = 0; r + 1 < stable.size(); ++r) {
+      for (std::uint64_t i = 0; i < stable[r]->size(); ++i) {
+        stable[r]->get(i, shorter);
+        stable.back()->get(i, longer);
+        ASSERT_EQ(shorter, longer) << "sample " << i << " of the run of " << stable[r]->size() << " samples";
+      }
+      for (std::uint64_t i = 0; i < megatron_order[r]->size() && !megatron_moved; ++i) {
+        megatron_order[r]->get(i, shorter);
+        megatron_order.back()->get(i, longer);
+        megatron_moved = shorter != longer;
+      }
+    }
+    EXPECT_TRUE(megatron_moved) << "Megatron's order kept every prefix too: the cases test nothing";
+  }
+}
+
 TEST(CausalLMReferenceTest, FormatsExampleRowsAndSamples) {
   TempDir dir;
   const auto shard = make_shard(dir, "shard", {5, 3, 7});

@@ -7,7 +7,12 @@ bit-equal arrays. Nothing here is shared with the C++ code.
 
   gpt_indices_reference.py --sizes FILE --seq-length S [--num-samples N] [--seed 1234]
                            (--split 969,30,1 --part 0 | --begin B --end E) --out DIR
-                           [--compare CACHE_DIR]
+                           [--compare CACHE_DIR] [--order megatron|stable]
+
+--order stable: dufu's stable order (issue 45; dataprep/src/datasets/stable_order.cc
+says it in words): epoch e's documents shuffled by RandomState(seed + e * 0x9E3779B1
+mod 2^32), which then shuffles the samples starting in epoch e (k*S in [e*T, (e+1)*T));
+G epochs of samples, the fewest with ceil(G*T/S) >= N, over G + 1 epochs of documents.
 
 FILE holds one sequence length per line; every sequence is its own document, as
 Megatron's preprocessor writes them. Writes DIR/{document,sample,shuffle}_index.npy
@@ -79,6 +84,7 @@ def main():
     parser.add_argument("--end", type=int)
     parser.add_argument("--out", required=True)
     parser.add_argument("--compare")
+    parser.add_argument("--order", choices=["megatron", "stable"], default="megatron")
     args = parser.parse_args()
 
     with open(args.sizes) as f:
@@ -92,6 +98,12 @@ def main():
     seq_length = args.seq_length
 
     tokens = int(np.sum(sizes[documents]))
+    if args.order == "stable":
+        document_index, sample_index, shuffle_index, epochs, num_samples = stable_order(
+            sizes, documents, tokens, seq_length, args.num_samples, args.seed)
+        separate = False
+        return finish(args, begin, end, epochs, separate, tokens, num_samples, document_index, sample_index,
+                      shuffle_index)
     epochs = 1
     if args.num_samples is not None:
         while epochs * tokens < args.num_samples * seq_length + 1:
@@ -129,7 +141,44 @@ def main():
     if len(shuffle_last) > 0:
         rng.shuffle(shuffle_last)
     shuffle_index = np.concatenate((shuffle_first, shuffle_last))
+    return finish(args, begin, end, epochs, separate, tokens, num_samples, document_index, sample_index,
+                  shuffle_index)
 
+
+def index_dtypes(sizes, document_index, num_samples):
+    wide = max(len(document_index), int(sizes.max())) > INT32_MAX
+    return (np.int64 if wide else np.int32,
+            np.int64 if num_samples >= np.iinfo(np.uint32).max - 1 else np.uint32)
+
+
+def stable_order(sizes, documents, tokens, seq_length, wanted, seed):
+    groups = 1 if wanted is None or wanted <= 1 else (wanted - 1) * seq_length // tokens + 1
+    assert -(-groups * tokens // seq_length) >= (wanted or 0)
+    epochs = groups + 1
+    generators, parts = [], []
+    for e in range(epochs):
+        rng = np.random.RandomState((seed + e * 0x9E3779B1) % 2**32)
+        part = documents.astype(np.int32)
+        rng.shuffle(part)
+        generators.append(rng)
+        parts.append(part)
+    document_index = np.concatenate(parts)
+    num_samples = -(-groups * tokens // seq_length)
+    rows = walk_samples(sizes, document_index, seq_length, num_samples)
+    if np.all(sizes > 0):
+        assert rows == located_starts(sizes, document_index, seq_length, num_samples)
+    sample_dtype, shuffle_dtype = index_dtypes(sizes, document_index, num_samples)
+    sample_index = np.array(rows, dtype=sample_dtype).reshape(num_samples + 1, 2)
+    pieces = []
+    for e in range(groups):
+        first, end = -(-e * tokens // seq_length), -(-(e + 1) * tokens // seq_length)
+        piece = np.arange(first, end, dtype=shuffle_dtype)
+        generators[e].shuffle(piece)
+        pieces.append(piece)
+    return document_index, sample_index, np.concatenate(pieces), epochs, num_samples
+
+
+def finish(args, begin, end, epochs, separate, tokens, num_samples, document_index, sample_index, shuffle_index):
     os.makedirs(args.out, exist_ok=True)
     np.save(os.path.join(args.out, "document_index.npy"), document_index)
     np.save(os.path.join(args.out, "sample_index.npy"), sample_index)

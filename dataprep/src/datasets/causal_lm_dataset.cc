@@ -17,6 +17,7 @@
 #include "dufu/common/error.h"
 #include "dufu/common/npy.h"
 #include "dufu/common/numpy_random.h"
+#include "causal_lm_indices.h"
 #include "index_build_stop.h"
 #include "sized_array.h"
 
@@ -74,12 +75,6 @@ std::vector<double> parse_split_weights(const std::string& split) {
 // Python's round() on a float: nearest, ties to even (the default FP rounding mode).
 std::int64_t round_half_even(double value) { return static_cast<std::int64_t>(std::nearbyint(value)); }
 
-std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what) {
-  std::uint64_t product = 0;
-  if (__builtin_mul_overflow(a, b, &product)) DUFU_FAIL(what, " overflows 64 bits (", a, " x ", b, ")");
-  return product;
-}
-
 // Megatron's helpers.build_sample_idx picks int64 when max(len(document_index),
 // sizes.max()) exceeds INT32_MAX; `longest_sequence` stands for sizes.max() (same
 // verdict for every shard Megatron reads, whose lengths are int32).
@@ -111,6 +106,14 @@ void write_indices(const std::string& dir, const CausalLMIndices& indices, std::
 }
 
 }  // namespace
+
+const char* data_order_name(DataOrder order) { return order == DataOrder::kStable ? "stable" : "megatron"; }
+
+std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what) {
+  std::uint64_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product)) DUFU_FAIL(what, " overflows 64 bits (", a, " x ", b, ")");
+  return product;
+}
 
 std::string SplitSpec::describe() const {
   if (megatron_split) {
@@ -167,11 +170,9 @@ std::pair<std::uint64_t, std::uint64_t> split_document_range(const SplitSpec& sp
   return range;
 }
 
-CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequence_ids,
-                                        const std::function<std::uint64_t(std::uint64_t)>& sequence_length,
-                                        std::uint64_t seq_length, std::optional<std::uint64_t> num_samples,
-                                        std::uint32_t seed, const std::atomic<bool>* stop) {
-  const auto check_stop = [stop] { throw_if_stopped(stop); };
+SplitTokens measure_split(const std::vector<std::int32_t>& sequence_ids,
+                          const std::function<std::uint64_t(std::uint64_t)>& sequence_length, std::uint64_t seq_length,
+                          const std::atomic<bool>* stop) {
   if (seq_length == 0) DUFU_FAIL("seq_length must be at least 1");
   if (seq_length >= static_cast<std::uint64_t>(kInt32Max)) {
     DUFU_FAIL("seq_length ", seq_length, " is too long (Megatron stores it as int32)");
@@ -181,26 +182,88 @@ CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequenc
   if (m > static_cast<std::uint64_t>(kInt32Max)) {
     DUFU_FAIL("the split has ", m, " sequences, more than an int32 document index can address");
   }
-
-  // Lengths by position in the split, fetched once: the walk below then reads a plain
-  // array instead of calling through std::function per document.
-  std::vector<std::int64_t> sizes(m);
-  std::uint64_t tokens = 0;
+  // Lengths by position in the split, fetched once: the walk then reads a plain array
+  // instead of calling through std::function per document.
+  SplitTokens split;
+  split.sizes.resize(m);
   for (std::uint64_t k = 0; k < m; ++k) {
-    if ((k & kStopCheckMask) == 0) check_stop();
+    if ((k & kStopCheckMask) == 0) throw_if_stopped(stop);
     if (sequence_ids[k] < 0) DUFU_FAIL("negative sequence id ", sequence_ids[k], " in the split");
     const std::uint64_t length = sequence_length(static_cast<std::uint64_t>(sequence_ids[k]));
-    if (__builtin_add_overflow(tokens, length, &tokens) ||
-        tokens > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    if (__builtin_add_overflow(split.tokens, length, &split.tokens) ||
+        split.tokens > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
       DUFU_FAIL("the split's token count overflows int64");
     }
-    sizes[k] = static_cast<std::int64_t>(length);
+    split.sizes[k] = static_cast<std::int64_t>(length);
   }
+  if (split.tokens < seq_length + 1) {
+    DUFU_FAIL("seq_length ", seq_length, " is longer than the data (", split.tokens, " tokens in the split)");
+  }
+  return split;
+}
+
+std::vector<std::int32_t> document_positions(std::uint64_t epochs, std::uint64_t sequences) {
+  const std::uint64_t total_entries = checked_mul(epochs, sequences, "epochs x sequences");
+  std::vector<std::int32_t> order = sized_array<std::int32_t>(
+      total_entries, str_cat("the document index of ", epochs, " epochs x ", sequences, " documents"));
+  for (std::uint64_t e = 0; e < epochs; ++e) {
+    std::iota(order.begin() + static_cast<std::ptrdiff_t>(e * sequences),
+              order.begin() + static_cast<std::ptrdiff_t>((e + 1) * sequences), 0);
+  }
+  return order;
+}
+
+std::vector<std::int64_t> walk_samples(const std::vector<std::int64_t>& sizes, const std::vector<std::int32_t>& order,
+                                       std::uint64_t seq_length, std::uint64_t samples, const std::atomic<bool>* stop) {
+  // Megatron's build_sample_idx walk: S+1 tokens per sample, the next sample starting
+  // on the previous one's last token.
+  std::vector<std::int64_t> sample_index =
+      sized_array<std::int64_t>(2 * (samples + 1), str_cat("the sample index of ", samples, " samples"));
+  const std::int64_t last_position = static_cast<std::int64_t>(order.size()) - 1;
+  const std::int64_t window = static_cast<std::int64_t>(seq_length) + 1;
+  std::int64_t position = 0;
+  std::int64_t offset = 0;
+  sample_index[0] = 0;
+  sample_index[1] = 0;
+  throw_if_stopped(stop);
+  for (std::uint64_t s = 1; s <= samples; ++s) {
+    if ((s & kStopCheckMask) == 0) throw_if_stopped(stop);
+    std::int64_t remaining = window;
+    while (remaining != 0) {
+      const std::int64_t available = sizes[static_cast<std::size_t>(order[position])] - offset;
+      remaining -= available;
+      if (remaining <= 0) {
+        offset += remaining + available - 1;
+        remaining = 0;
+      } else {
+        if (position == last_position) {
+          // Unreachable while the samples fit the document index's tokens; kept as
+          // Megatron has it.
+          offset = sizes[static_cast<std::size_t>(order[position])] - 1;
+          break;
+        }
+        ++position;
+        offset = 0;
+      }
+    }
+    sample_index[2 * s] = position;
+    sample_index[2 * s + 1] = offset;
+  }
+  return sample_index;
+}
+
+CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequence_ids,
+                                        const std::function<std::uint64_t(std::uint64_t)>& sequence_length,
+                                        std::uint64_t seq_length, std::optional<std::uint64_t> num_samples,
+                                        std::uint32_t seed, const std::atomic<bool>* stop, DataOrder data_order) {
+  const auto check_stop = [stop] { throw_if_stopped(stop); };
+  const SplitTokens split = measure_split(sequence_ids, sequence_length, seq_length, stop);
+  if (data_order == DataOrder::kStable) {
+    return build_stable_causal_lm_indices(sequence_ids, split, seq_length, num_samples, seed, stop);
+  }
+  const std::uint64_t m = sequence_ids.size();
   const std::uint64_t S = seq_length;
-  const std::uint64_t T = tokens;
-  if (T < S + 1) {
-    DUFU_FAIL("seq_length ", S, " is longer than the data (", T, " tokens in the split)");
-  }
+  const std::uint64_t T = split.tokens;
 
   // E = smallest E >= 1 with E*T >= N*S + 1 (Megatron's _get_num_epochs).
   std::uint64_t epochs = 1;
@@ -217,7 +280,6 @@ CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequenc
   if (total_tokens > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
     DUFU_FAIL("epochs x tokens (", total_tokens, ") exceeds int64");
   }
-  const std::uint64_t total_entries = checked_mul(epochs, m, "epochs x sequences");
 
   bool separate_final_epoch = false;
   const std::uint64_t samples_before_final = epochs > 1 ? ((epochs - 1) * T - 1) / S : 0;
@@ -233,12 +295,7 @@ CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequenc
 
   // Positions into the split rather than sequence ids: shuffles depend only on the
   // length of the array, and positions let the walk index `sizes` directly.
-  std::vector<std::int32_t> order =
-      sized_array<std::int32_t>(total_entries, str_cat("the document index of ", epochs, " epochs x ", m, " documents"));
-  for (std::uint64_t e = 0; e < epochs; ++e) {
-    std::iota(order.begin() + static_cast<std::ptrdiff_t>(e * m),
-              order.begin() + static_cast<std::ptrdiff_t>((e + 1) * m), 0);
-  }
+  std::vector<std::int32_t> order = document_positions(epochs, m);
   check_stop();
   if (separate_final_epoch) {
     const std::size_t first = (epochs - 1) * m;
@@ -248,39 +305,8 @@ CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequenc
     rng.shuffle(std::span<std::int32_t>(order));
   }
 
-  // Megatron's build_sample_idx walk: S+1 tokens per sample, the next sample starting
-  // on the previous one's last token.
   const std::uint64_t n = (total_tokens - 1) / S;
-  std::vector<std::int64_t> sample_index = sized_array<std::int64_t>(2 * (n + 1), str_cat("the sample index of ", n, " samples"));
-  const std::int64_t last_position = static_cast<std::int64_t>(total_entries) - 1;
-  const std::int64_t window = static_cast<std::int64_t>(S) + 1;
-  std::int64_t position = 0;
-  std::int64_t offset = 0;
-  sample_index[0] = 0;
-  sample_index[1] = 0;
-  check_stop();
-  for (std::uint64_t s = 1; s <= n; ++s) {
-    if ((s & kStopCheckMask) == 0) check_stop();
-    std::int64_t remaining = window;
-    while (remaining != 0) {
-      const std::int64_t available = sizes[static_cast<std::size_t>(order[position])] - offset;
-      remaining -= available;
-      if (remaining <= 0) {
-        offset += remaining + available - 1;
-        remaining = 0;
-      } else {
-        if (position == last_position) {
-          // Unreachable while n = (E*T - 1) // S; kept as Megatron has it.
-          offset = sizes[static_cast<std::size_t>(order[position])] - 1;
-          break;
-        }
-        ++position;
-        offset = 0;
-      }
-    }
-    sample_index[2 * s] = position;
-    sample_index[2 * s + 1] = offset;
-  }
+  std::vector<std::int64_t> sample_index = walk_samples(split.sizes, order, S, n, stop);
 
   check_stop();
   const std::uint64_t first_part = separate_final_epoch ? samples_before_final : n;
@@ -353,12 +379,14 @@ CausalLMDataset::CausalLMDataset(std::shared_ptr<const IndexedDataset> shard, Ca
                          "split: ", options_.split.describe(), "\n",
                          "seq_length: ", options_.seq_length, "\n",
                          "num_samples: ", options_.num_samples ? std::to_string(*options_.num_samples) : "none", "\n",
-                         "seed: ", options_.seed, "\n");
+                         "seed: ", options_.seed, "\n",
+                         // Only the stable order says so: Megatron's keys stay those of before.
+                         options_.order == DataOrder::kStable ? "order: stable\n" : "");
 
   Arrays& arrays = *arrays_;
   if (!options_.use_cache) {
     arrays.owned = build_causal_lm_indices(sequence_ids, length_of, options_.seq_length, options_.num_samples,
-                                           options_.seed, stop);
+                                           options_.seed, stop, options_.order);
     arrays.document = arrays.owned.document_index;
     arrays.sample64 = arrays.owned.sample_index.data();
     arrays.shuffle64 = arrays.owned.shuffle_index.data();
@@ -370,7 +398,8 @@ CausalLMDataset::CausalLMDataset(std::shared_ptr<const IndexedDataset> shard, Ca
   const IndexCache cache(options_.cache_dir.empty() ? default_index_cache_dir() : options_.cache_dir);
   cache_path_ = cache.get_or_build(description_, [&](const std::string& temp_dir) {
     const CausalLMIndices built =
-        build_causal_lm_indices(sequence_ids, length_of, options_.seq_length, options_.num_samples, options_.seed, stop);
+        build_causal_lm_indices(sequence_ids, length_of, options_.seq_length, options_.num_samples, options_.seed,
+                                stop, options_.order);
     std::uint64_t longest = 0;
     for (const std::int32_t seq : sequence_ids) longest = std::max(longest, index.sequence_length(seq));
     write_indices(temp_dir, built, longest);
@@ -395,6 +424,14 @@ CausalLMDataset::CausalLMDataset(std::shared_ptr<const IndexedDataset> shard, Ca
 
   std::uint64_t tokens = 0;
   for (const std::int32_t seq : sequence_ids) tokens += index.sequence_length(seq);
+  // Megatron's: the samples E epochs of tokens hold; the stable order's: those that
+  // start in the first E - 1 epochs (stable_order.cc).
+  const auto expected_samples = [&](std::uint64_t epochs, std::uint64_t tokens) -> std::uint64_t {
+    if (options_.order == DataOrder::kStable) {
+      return epochs < 2 ? 0 : ((epochs - 1) * tokens + options_.seq_length - 1) / options_.seq_length;
+    }
+    return (epochs * tokens - 1) / options_.seq_length;
+  };
   const std::uint64_t m = sequence_ids.size();
   const std::uint64_t entries = arrays.document.size();
   const std::uint64_t epochs = entries / m;
@@ -403,7 +440,7 @@ CausalLMDataset::CausalLMDataset(std::shared_ptr<const IndexedDataset> shard, Ca
   const bool consistent = entries % m == 0 && epochs >= 1 && sample_shape.size() == 2 && sample_shape[1] == 2 &&
                           shuffle_shape.size() == 1 && sample_shape[0] == shuffle_shape[0] + 1 &&
                           tokens > options_.seq_length &&
-                          shuffle_shape[0] == (epochs * tokens - 1) / options_.seq_length;
+                          shuffle_shape[0] == expected_samples(epochs, tokens);
   if (!consistent) {
     DUFU_FAIL("index cache '", cache_path_, "' does not hold the arrays of its description (",
               entries, " document entries for ", m, " sequences, ", sample_shape.empty() ? 0 : sample_shape[0],

@@ -41,6 +41,16 @@ std::vector<std::uint64_t> megatron_split_bookends(const std::string& split, std
 std::pair<std::uint64_t, std::uint64_t> split_document_range(const SplitSpec& split,
                                                              std::uint64_t num_documents);
 
+// The order of the samples (issue 45). kMegatron: Megatron-core's indices bit for bit;
+// every epoch count shuffles all epochs' documents together and the shuffle depends
+// on the number of samples, so a run planned longer sees other samples from the
+// start. kStable: each epoch is shuffled on its own with a generator of (seed, epoch)
+// alone, and the samples that start in an epoch are shuffled among themselves, so the
+// first N samples are the same whatever the number of samples asked for: a run can be
+// made longer and go on exactly (docs/index-algorithms.md, "The stable order").
+enum class DataOrder { kMegatron, kStable };
+const char* data_order_name(DataOrder order);
+
 // The defaults of a dataset, blend or not, whichever front end builds it.
 inline constexpr std::uint64_t kDefaultSeqLength = 2048;
 inline constexpr std::uint32_t kDefaultSeed = 1234;
@@ -50,6 +60,7 @@ struct CausalLMOptions {
   std::optional<std::uint64_t> num_samples;  // none = one epoch
   std::uint32_t seed = kDefaultSeed;
   SplitSpec split;
+  DataOrder order = DataOrder::kMegatron;
   std::string cache_dir;                     // empty = default_index_cache_dir()
   bool use_cache = true;                     // false = build in memory, never touch disk
   // Set from another thread to stop building the indices (the Python package's
@@ -77,7 +88,8 @@ struct CausalLMIndices {
 CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequence_ids,
                                         const std::function<std::uint64_t(std::uint64_t)>& sequence_length,
                                         std::uint64_t seq_length, std::optional<std::uint64_t> num_samples,
-                                        std::uint32_t seed, const std::atomic<bool>* stop = nullptr);
+                                        std::uint32_t seed, const std::atomic<bool>* stop = nullptr,
+                                        DataOrder order = DataOrder::kMegatron);
 
 class CausalLMDataset : public TokenDataset {
  public:
