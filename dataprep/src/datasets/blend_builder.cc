@@ -25,6 +25,7 @@ BuiltBlend build_blend(const BlendConfig& config) {
     CausalLMOptions options;
     options.seq_length = config.seq_length;
     options.seed = config.seed;
+    options.order = config.order;
     options.split = config.split;
     options.cache_dir = config.cache_dir;
     options.use_cache = config.use_cache;

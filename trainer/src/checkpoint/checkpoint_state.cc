@@ -20,7 +20,7 @@ bool TrainingState::operator==(const TrainingState& other) const {
   return step == other.step && consumed_samples == other.consumed_samples &&
          consumed_tokens == other.consumed_tokens && skipped_steps == other.skipped_steps &&
          train_loader_state == other.train_loader_state && init_seed == other.init_seed &&
-         data_seed == other.data_seed && first_difference(model, other.model) == nullptr &&
+         data_seed == other.data_seed && data_order == other.data_order && first_difference(model, other.model) == nullptr &&
          config_toml == other.config_toml && layout == other.layout && shards == other.shards &&
          tokenizer == other.tokenizer;
 }

@@ -61,6 +61,7 @@ std::string state_json(const TrainingState& state, const std::map<std::string, F
   json.key("train_loader_state").value(state.train_loader_state);
   json.key("init_seed").value(state.init_seed);
   json.key("data_seed").value(state.data_seed);
+  if (state.data_order != "megatron") json.key("data_order").value(state.data_order);
   json.key("model").begin_object();
   for (const ModelField& field : kModelFields) {
     if (!checkpoint_files::writes_field(field, state.model)) continue;
@@ -146,6 +147,13 @@ class StateReader {
     state.train_loader_state = string_field(object, "", "train_loader_state");
     state.init_seed = static_cast<std::uint32_t>(integer_field(object, "", "init_seed", kUint32Max));
     state.data_seed = static_cast<std::uint32_t>(integer_field(object, "", "data_seed", kUint32Max));
+    simdjson::dom::element order;
+    if (!object.at_key("data_order").get(order)) {
+      state.data_order = string_field(object, "", "data_order");
+      if (state.data_order != "megatron" && state.data_order != "stable") {
+        fail("data_order is '", state.data_order, "', not megatron or stable");
+      }
+    }
     const simdjson::dom::object model = object_field(object, "", "model");
     for (const ModelField& field : kModelFields) {
       // The architecture's fields are absent from GPT-2 checkpoints: GPT-2's values.

@@ -417,6 +417,7 @@ void Trainer::State::build_model(const MemoryNeed& model_memory) {
   }
   state.init_seed = options.init_seed;
   state.data_seed = options.train_data.seed;
+  state.data_order = dataprep::data_order_name(options.train_data.order);
   state.model = options.model;
   state.layout.tensor_parallel_size = tp;
   state.layout.pipeline_parallel_size = pp;
@@ -530,6 +531,11 @@ dataprep::LoaderState Trainer::State::resume(const std::string& checkpoint) {
                       ", or give another run.dir to train that model");
   if (const std::optional<std::string> change = tokenizer_change(saved, state, checkpoint)) DUFU_FAIL(*change);
   load_parallel_checkpoint(checkpoint, saved, place, dp, *model, *optimizer);
+  if (saved.data_order != state.data_order) {
+    DUFU_FAIL(checkpoint, ": data.order is ", state.data_order, " but the run was trained with data.order = ",
+              saved.data_order, "; the samples after the change would repeat and skip those before it. HINT: "
+              "resume with data.order = ", saved.data_order);
+  }
   if (saved.data_seed != state.data_seed) {
     DUFU_LOG_WARN("train", "data.seed is ", state.data_seed, " but the checkpoint was trained with ", saved.data_seed,
                   ": the data order changes from here on");

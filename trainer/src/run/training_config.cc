@@ -130,6 +130,7 @@ TrainingOptions training_options(const Config& config) {
   data.seed =
       static_cast<std::uint32_t>(int_in_range(config, "data.seed"));
   data.split.megatron_split = config.get_string("data.split");
+  data.order = config.get_choice("data.order") == "stable" ? dataprep::DataOrder::kStable : dataprep::DataOrder::kMegatron;
   data.cache_dir = config.get_string("data.cache_dir");
   options.loader_workers = static_cast<int>(int_in_range(config, "data.workers"));
   options.prefetch_batches = static_cast<int>(int_in_range(config, "data.prefetch"));

@@ -26,6 +26,7 @@ struct BlendConfig {
   std::uint64_t seq_length = kDefaultSeqLength;
   std::optional<std::uint64_t> num_samples;  // none: one epoch of each shard, exhaustive blend
   std::uint32_t seed = kDefaultSeed;
+  DataOrder order = DataOrder::kMegatron;  // every part's (the blend's own index is prefix-stable)
   SplitSpec split;
   std::string cache_dir;  // empty = default_index_cache_dir()
   bool use_cache = true;

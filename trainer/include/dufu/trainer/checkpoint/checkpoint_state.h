@@ -60,6 +60,9 @@ struct TrainingState {
   // these two plus the loader state are the whole RNG state.
   std::uint32_t init_seed = 0;
   std::uint32_t data_seed = 0;
+  // data.order: "megatron" or "stable" (written only when stable, so checkpoints of
+  // Megatron's order keep their bytes).
+  std::string data_order = "megatron";
   GPTConfig model;
   std::string config_toml;  // the effective configuration
   CheckpointLayout layout;  // of the run that wrote the checkpoint

@@ -18,6 +18,7 @@ namespace knob_words {
 inline constexpr std::string_view kArchitectures[] = {"gpt2", "llama"};
 inline constexpr std::string_view kTieEmbeddings[] = {"auto", "true", "false"};
 inline constexpr std::string_view kImpls[] = {"mmap", "lazy", "cached"};
+inline constexpr std::string_view kDataOrders[] = {"megatron", "stable"};
 inline constexpr std::string_view kDevices[] = {"cpu", "cuda"};
 inline constexpr std::string_view kNonFiniteActions[] = {"stop", "skip"};
 inline constexpr std::string_view kPrecisions[] = {"fp32", "bf16"};
@@ -71,6 +72,11 @@ inline constexpr KnobSpec kTrainingKnobs[] = {
     string_knob("data.impl", "mmap", "How shards are read: mmap, lazy or cached", knob_words::kImpls),
     string_knob("data.split", "969,30,1", "Megatron split of each shard's documents: train,valid,test"),
     int_knob("data.seed", 1234, 0, knob_limits::kUint32, "Seed of the sample shuffle (Megatron's default 1234)"),
+    string_knob("data.order", "megatron",
+                "Sample order: megatron (Megatron's indices bit for bit; they depend on the run's length) or "
+                "stable (each epoch shuffled on its own: the first N samples are the same for any train.steps, "
+                "so a run made longer continues exactly)",
+                knob_words::kDataOrders),
     string_knob("data.cache_dir", "", "Index cache directory (default: $DUFU_CACHE_DIR or ~/.cache/dufu)"),
     int_knob("data.workers", 2, 1, 256, "Loader threads reading samples"),
     int_knob("data.prefetch", 4, 1, 1024, "Batches the loader prepares ahead"),
