@@ -47,8 +47,10 @@ DATAPREP_LAYERS = [
 DATAPREP_FOLDER_OF_HEADER = {"token_dataset": "datasets", "tokenizer_model": "tokenizers", "reader_options": "input"}
 
 # Files of a room named otherwise: preprocess's private header (the parts divided runs
-# reuse) and the sidecar it writes from its options, both parts of the preprocess room.
-DATAPREP_ROOM_OF_HEADER = {"preprocess_pipeline": "preprocess", "preprocess_sidecar": "preprocess"}
+# reuse) and the sidecar it writes from its options, both parts of the preprocess room;
+# the causal-LM index build's shared pieces, part of the dataset's room.
+DATAPREP_ROOM_OF_HEADER = {"preprocess_pipeline": "preprocess", "preprocess_sidecar": "preprocess",
+                           "causal_lm_indices": "causal_lm_dataset"}
 
 # Words of ZeRO's machinery that no identifier in the trainer's model room may hold.
 MODEL_FOREIGN_WORDS = re.compile(r"[A-Za-z_0-9]*(window|sink|prefetch|gather_param|shard_param)[A-Za-z_0-9]*",
