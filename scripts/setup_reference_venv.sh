@@ -29,11 +29,16 @@
 # flags of its TensorFlow stand-in) from PyPI, and Debian's numpy. The server's other
 # requirements (grpcio, werkzeug, markdown, the Rust data server) are not needed.
 #
-# usage: setup_reference_venv.sh [--transformers|--readers|--tensorboard] [VENV]   (prints the venv's python on the last line)
+# --arrow: the pyarrow wheel, whose C++ libraries (libarrow, libparquet) the build links
+# for Parquet and Arrow input and whose Python side writes the Parquet tests' inputs
+# (scripts/setup_arrow.sh runs this; CMakeLists.txt's cmake/arrow.cmake expects 22.0.0).
+#
+# usage: setup_reference_venv.sh [--transformers|--readers|--tensorboard|--arrow] [VENV]   (prints the venv's python on the last line)
 # VENV defaults to $DUFU_REFERENCE_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv;
 # with --transformers to $DUFU_REFERENCE_HF_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv-hf;
 # with --readers to $DUFU_REFERENCE_READERS_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv-readers;
-# with --tensorboard to $DUFU_REFERENCE_TB_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv-tensorboard.
+# with --tensorboard to $DUFU_REFERENCE_TB_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/reference-venv-tensorboard;
+# with --arrow to $DUFU_ARROW_VENV, else ${XDG_CACHE_HOME:-~/.cache}/dufu/arrow-venv.
 set -euo pipefail
 
 cache=${XDG_CACHE_HOME:-$HOME/.cache}/dufu
@@ -46,6 +51,12 @@ if [[ ${1:-} == --readers ]]; then
   rank_files=""
   fairseq_sdist=fairseq==0.12.2
   fairseq_sha256=34f1b18426bf3844714534162f065ab733e049597476daa35fffb4d06a92b524
+elif [[ ${1:-} == --arrow ]]; then
+  shift
+  venv=${1:-${DUFU_ARROW_VENV:-$cache/arrow-venv}}
+  pins=(pyarrow==22.0.0)
+  optional_pins=()
+  rank_files=""
 elif [[ ${1:-} == --tensorboard ]]; then
   shift
   venv=${1:-${DUFU_REFERENCE_TB_VENV:-$cache/reference-venv-tensorboard}}

@@ -315,9 +315,15 @@ CausalLMIndices build_causal_lm_indices(const std::vector<std::int32_t>& sequenc
   rng.shuffle(std::span<std::int64_t>(shuffle_index.data(), first_part));
   if (first_part < n) rng.shuffle(std::span<std::int64_t>(shuffle_index.data() + first_part, n - first_part));
 
-  check_stop();  // the last look before the caller publishes the indices
-  for (auto& entry : order) entry = sequence_ids[static_cast<std::size_t>(entry)];
+  return indices_of(std::move(order), std::move(sample_index), std::move(shuffle_index), sequence_ids, epochs,
+                    separate_final_epoch, stop);
+}
 
+CausalLMIndices indices_of(std::vector<std::int32_t> order, std::vector<std::int64_t> sample_index,
+                           std::vector<std::int64_t> shuffle_index, const std::vector<std::int32_t>& sequence_ids,
+                           std::uint64_t epochs, bool separate_final_epoch, const std::atomic<bool>* stop) {
+  throw_if_stopped(stop);  // the last look before the caller publishes the indices
+  for (auto& entry : order) entry = sequence_ids[static_cast<std::size_t>(entry)];
   CausalLMIndices indices;
   indices.document_index = std::move(order);
   indices.sample_index = std::move(sample_index);

@@ -32,6 +32,11 @@ std::vector<std::int32_t> document_positions(std::uint64_t epochs, std::uint64_t
 std::vector<std::int64_t> walk_samples(const std::vector<std::int64_t>& sizes, const std::vector<std::int32_t>& order,
                                        std::uint64_t seq_length, std::uint64_t samples, const std::atomic<bool>* stop);
 
+// The indices as published: `order`'s split positions turned into sequence ids.
+CausalLMIndices indices_of(std::vector<std::int32_t> order, std::vector<std::int64_t> sample_index,
+                           std::vector<std::int64_t> shuffle_index, const std::vector<std::int32_t>& sequence_ids,
+                           std::uint64_t epochs, bool separate_final_epoch, const std::atomic<bool>* stop);
+
 std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, const char* what);
 
 // The stable order (DataOrder::kStable, stable_order.cc).

@@ -78,14 +78,8 @@ CausalLMIndices build_stable_causal_lm_indices(const std::vector<std::int32_t>& 
     generators[e].shuffle(std::span<std::int64_t>(shuffle_index.data() + first, end - first));
   }
 
-  throw_if_stopped(stop);
-  for (auto& entry : order) entry = sequence_ids[static_cast<std::size_t>(entry)];
-  CausalLMIndices indices;
-  indices.document_index = std::move(order);
-  indices.sample_index = std::move(sample_index);
-  indices.shuffle_index = std::move(shuffle_index);
-  indices.num_epochs = epochs;
-  return indices;
+  return indices_of(std::move(order), std::move(sample_index), std::move(shuffle_index), sequence_ids, epochs, false,
+                    stop);
 }
 
 }  // namespace dufu::dataprep

@@ -1,7 +1,6 @@
 // Parquet input (table_rows.h) through Arrow's Parquet reader: the named columns only,
 // one row group at a time, in batches of kTableBatchRows rows, pages read through a
-// buffered stream (so a row group's column chunk is never held whole), no threads of
-// Arrow's own. A part of a divided job (preprocess_plan.h) reads the row groups whose
+// buffered stream rather than the column chunk at once, no threads of Arrow's own. A part of a divided job (preprocess_plan.h) reads the row groups whose
 // first byte lies in its byte range, so the parts together read every row group once.
 #include <arrow/io/file.h>
 #include <parquet/arrow/reader.h>
@@ -19,7 +18,7 @@
 namespace dufu::dataprep {
 namespace {
 
-// A read buffer per column: pages are read through it, not the column chunk at once.
+// The buffered stream's size: pages are read through it.
 constexpr std::int64_t kReadBufferBytes = std::int64_t{1} << 20;
 
 // The byte at which row group `group` starts: its earliest column chunk's first page

@@ -10,9 +10,10 @@
 // a missing column, a column of another type, a corrupt or truncated file is an error
 // naming the file (and the row group or record batch where one is known).
 //
-// Memory: one batch of rows of the named columns at a time (kTableBatchRows rows:
-// about that many times the mean document, 1-5 MB for web text), plus, for Parquet,
-// a read buffer and one decompressed page per column.
+// Memory: batches of kTableBatchRows rows of the named columns (about that many times
+// the mean document, 1-5 MB for web text); for Parquet, pages read through a buffered
+// stream, though Arrow's reader was measured to hold a few times the largest row
+// group's text column (docs/dataprep.md, "Parquet and Arrow inputs").
 #pragma once
 
 #include <cstdint>
