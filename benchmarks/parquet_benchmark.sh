@@ -16,7 +16,9 @@
 #   benchmarks/parquet_benchmark.sh [BUILD_DIR]        (default: build-bench)
 #
 # Environment: DUFU_BENCH_WORK (default build-bench-work), DUFU_BENCH_MAX_BYTES (jsonl
-# size, default 1000000000), DUFU_BENCH_WORKERS (default 2), DUFU_BENCH_NO_BUILD=1.
+# size, default 1000000000), DUFU_BENCH_COPIES (the corpus repeated, default 1: the
+# kernel source's 742 MB of documents make 208 MB of Parquet, 5 copies a 1 GB file),
+# DUFU_BENCH_WORKERS (default 2), DUFU_BENCH_NO_BUILD=1.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bench_name=parquet_benchmark
@@ -25,6 +27,7 @@ build=${1:-$root/build-bench}
 work=${DUFU_BENCH_WORK:-$root/build-bench-work}
 max_bytes=${DUFU_BENCH_MAX_BYTES:-1000000000}
 workers=${DUFU_BENCH_WORKERS:-2}
+copies=${DUFU_BENCH_COPIES:-1}
 goal_ratio=0.9
 goal_rss_mb=500
 tarball=/usr/src/linux-source-6.1.tar.xz
@@ -42,21 +45,27 @@ name=kernel-$((max_bytes / 1000000))MB
 source_jsonl=$work/$name.jsonl
 # Documents of at most 4 MiB: the kernel source has a few generated register headers
 # of over 16 MiB (preprocess's default --max-document-bytes), which web corpora do not.
-jsonl=$work/$name-under-4MiB.jsonl
-parquet=$work/$name-under-4MiB-groups-1000-or-32MiB.parquet
+documents_jsonl=$work/$name-under-4MiB.jsonl
+copies_name=$name-under-4MiB$( ((copies > 1)) && echo "-x$copies")
+jsonl=$work/$copies_name.jsonl
+parquet=$work/$copies_name-groups-1000-or-32MiB.parquet
 model_prefix=$work/$name-under-4MiB-bpe32k
 if [[ ! -f $source_jsonl ]]; then
   echo "== corpus: $tarball -> $source_jsonl"
   /usr/bin/python3 "$root/scripts/corpus/kernel_source_to_jsonl.py" --tarball "$tarball" \
     --output "$source_jsonl" --max-bytes "$max_bytes"
 fi
+if [[ ! -f $documents_jsonl ]]; then
+  LC_ALL=C awk 'length($0) <= 4194304' "$source_jsonl" >"$documents_jsonl.partial"
+  mv "$documents_jsonl.partial" "$documents_jsonl"
+fi
 if [[ ! -f $jsonl ]]; then
-  LC_ALL=C awk 'length($0) <= 4194304' "$source_jsonl" >"$jsonl.partial"
+  for ((i = 0; i < copies; ++i)); do cat "$documents_jsonl"; done >"$jsonl.partial"
   mv "$jsonl.partial" "$jsonl"
 fi
 if [[ ! -f $model_prefix.model ]]; then
   echo "== tokenizer: 32k BPE on $jsonl"
-  "$dataprep" train-tokenizer --input "$jsonl" --model-prefix "$model_prefix" \
+  "$dataprep" train-tokenizer --input "$documents_jsonl" --model-prefix "$model_prefix" \
     --vocab-size 32000 --model-type bpe --input-sentence-size 300000
 fi
 if [[ ! -f $parquet ]]; then
