@@ -139,5 +139,31 @@ TEST_F(FuzzRegressionTest, HuggingFaceIdFarPastTheTokensOfTheFileIsRefused) {
   expect_error([&] { Tokenizer::load(added_id); }, {added_id, "800000000", "defines only 257 tokens"});
 }
 
+// txt_reader_fuzzer: a .txt input whose first bytes are 0xFFFFFFFF (the Arrow IPC
+// stream's continuation marker) was taken for an Arrow file, so its lines were not
+// read as lines. A name that says txt is txt; only names that say nothing are looked
+// into (and those bytes then are Arrow's, Parquet's at both ends).
+TEST_F(FuzzRegressionTest, ATxtInputThatStartsLikeAnArrowStreamIsStillTxt) {
+  const std::string marker = "\xff\xff\xff\xff";
+  const std::string txt = write("input.txt", marker + " first\nsecond line\n");
+  EXPECT_EQ(detect_input_format_of_file(txt, InputFormat::kJsonl), InputFormat::kTxt);
+  ReaderOptions options;
+  options.skip_bad_records = true;
+  DocumentReader reader({txt}, options);
+  Document document;
+  ASSERT_TRUE(reader.next(&document));
+  EXPECT_EQ(document.fields.at(0), "second line");
+  EXPECT_FALSE(reader.next(&document));
+  EXPECT_EQ(reader.bad_records(), 1u);  // the first line: invalid UTF-8
+  // The same bytes under a name that says nothing, and Parquet's magic at both ends.
+  EXPECT_EQ(detect_input_format_of_file(write("part-00000", marker + " first\n"), InputFormat::kJsonl),
+            InputFormat::kArrow);
+  EXPECT_EQ(detect_input_format_of_file(write("part-00001", "PAR1 rows PAR1"), InputFormat::kJsonl),
+            InputFormat::kParquet);
+  EXPECT_EQ(detect_input_format_of_file(write("part-00002.txt", "PAR1 rows PAR1"), InputFormat::kJsonl),
+            InputFormat::kTxt);
+  EXPECT_EQ(detect_input_format_of_file(write("notes", "PAR1 but text"), InputFormat::kJsonl), InputFormat::kTxt);
+}
+
 }  // namespace
 }  // namespace dufu::dataprep

@@ -79,6 +79,11 @@ bool is_table_format(InputFormat format) { return format == InputFormat::kParque
 InputFormat detect_input_format_of_file(const std::string& path, InputFormat stdin_format) {
   const InputFormat by_name = detect_input_format(path, stdin_format);
   if (by_name != InputFormat::kTxt || path == "-") return by_name;
+  // A name that says what the file is (.txt, or compressed) is taken at its word: a txt
+  // line of any bytes stays a txt line (a bad record, if not UTF-8).
+  for (std::string_view known : {".txt", ".zst", ".zstd", ".gz"}) {
+    if (ends_with(path, known)) return by_name;
+  }
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 8) return by_name;
   std::ifstream file(path, std::ios::binary);

@@ -23,10 +23,11 @@ namespace dufu::dataprep {
 // otherwise with any .zst/.zstd/.gz removed: .jsonl/.json/.ndjson -> jsonl, anything
 // else -> txt. For "-" the caller's default applies.
 InputFormat detect_input_format(const std::string& path, InputFormat stdin_format);
-// The same, and a regular file whose name says txt but whose bytes are a Parquet file
-// ("PAR1" at both ends) or an Arrow IPC file or stream (its magic, or the stream's
-// continuation marker) is that: the names published shards carry are not always the
-// format's (e.g. datasets' cache-*.arrow renamed, part-0000 from Spark).
+// The same, and a regular file whose name says nothing of its format (not .txt, .jsonl,
+// .parquet, .arrow, .zst or .gz) but whose bytes are a Parquet file ("PAR1" at both
+// ends) or an Arrow IPC file or stream (its magic, or the stream's continuation
+// marker) is that: the names published shards carry are not always the format's (e.g.
+// part-00000 from Spark, a renamed cache file of `datasets`).
 InputFormat detect_input_format_of_file(const std::string& path, InputFormat stdin_format);
 bool is_table_format(InputFormat format);
 
