@@ -581,7 +581,28 @@ dataprep::LoaderState Trainer::State::resume(const std::string& checkpoint) {
               saved.layout.data_parallel_size, ", where the order cannot be carried over to size ", dp,
               "; resume with the data-parallel size it was trained with");
   }
-  if (is_main) DUFU_LOG_INFO("train", "resuming from ", checkpoint, " at step ", state.step);
+  if (is_main) {
+    DUFU_LOG_INFO("train", "resuming from ", checkpoint, " at step ", state.step);
+    // What a longer run means for its data, in one line (issue 45); said only where the
+    // checkpoint's own configuration reads back (older checkpoints may lack it).
+    std::optional<std::int64_t> planned;
+    if (!saved.config_toml.empty()) {
+      try {
+        Config saved_config(training_config_schema());
+        saved_config.load_toml(saved.config_toml, checkpoint + "/state.json");
+        planned = saved_config.get_int("train.steps");
+      } catch (const Error&) {
+      }
+    }
+    if (planned && *planned != options.steps) {
+      DUFU_LOG_INFO("train", "train.steps ", *planned, " -> ", options.steps, ": continuing",
+                    state.data_order == "stable"
+                        ? "; under data.order = stable the samples so far are the first of the longer run, so it "
+                          "goes on exactly"
+                        : "; under data.order = megatron the order depends on train.steps, so the samples from "
+                          "here on are those of the new length's order (data.order = stable keeps them)");
+    }
+  }
   return loader_start;
 }
 
