@@ -3,6 +3,11 @@
 //   gpt2:   '(?:[sdmt]|ll|ve|re) | ?\p{L}++ | ?\p{N}++ | ?[^\s\p{L}\p{N}]++ |\s++$ |\s+(?!\S) |\s
 //   cl100k: '(?i:[sdmt]|ll|ve|re) |[^\r\n\p{L}\p{N}]?+\p{L}++ |\p{N}{1,3}+
 //           | ?[^\s\p{L}\p{N}]++[\r\n]*+ |\s++$ |\s*[\r\n] |\s+(?!\S) |\s
+//   o200k:  P?U*L+C? |P?U+L*C? |\p{N}{1,3} | ?[^\s\p{L}\p{N}]+[\r\n/]* |\s*[\r\n]+ |\s+(?!\S) |\s+
+//           with P = [^\r\n\p{L}\p{N}], U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}],
+//           L = [\p{Ll}\p{Lm}\p{Lo}\p{M}], C = (?i:'s|'t|'re|'ve|'m|'ll|'d); nothing
+//           possessive, so U* gives back characters until L+ can match (U and L share
+//           Lm, Lo and M), and P? is given back when the rest fails without it.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tiktoken_pretokenizer.h"
 
@@ -19,10 +24,11 @@ namespace dufu::dataprep {
 
 // PCRE2's classes of single characters, compiled as the splitter compiles patterns.
 struct TiktokenPretokenizer::Classifier {
-  std::array<pcre2_code*, 3> codes{};
+  std::array<pcre2_code*, 5> codes{};
   pcre2_match_data* match_data = nullptr;
   Classifier() {
-    const char* const patterns[] = {R"(\p{L})", R"(\p{N})", R"(\s)"};
+    const char* const patterns[] = {R"(\p{L})", R"(\p{N})", R"(\s)", R"([\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}])",
+                                    R"([\p{Ll}\p{Lm}\p{Lo}\p{M}])"};
     for (std::size_t k = 0; k < codes.size(); ++k) {
       int error = 0;
       PCRE2_SIZE offset = 0;
@@ -73,6 +79,10 @@ bool TiktokenPretokenizer::implements(std::string_view pattern, TiktokenPattern*
   }
   if (pattern == tokenizers::kCl100kPattern) {
     *which = TiktokenPattern::kCl100k;
+    return true;
+  }
+  if (pattern == tokenizers::kO200kPattern) {
+    *which = TiktokenPattern::kO200k;
     return true;
   }
   return false;
@@ -139,7 +149,7 @@ std::size_t TiktokenPretokenizer::whitespace(std::string_view text, std::size_t 
 std::size_t TiktokenPretokenizer::match_gpt2(std::string_view text, std::size_t begin) {
   const auto letter = [](char32_t, std::uint8_t cls) { return (cls & kLetter) != 0; };
   const auto number = [](char32_t, std::uint8_t cls) { return (cls & kNumber) != 0; };
-  const auto other = [](char32_t, std::uint8_t cls) { return cls == 0; };
+  const auto other = [](char32_t, std::uint8_t cls) { return is_other(cls); };
   const Char first = decode(text, begin);
   if (first.code == '\'' && begin + 1 < text.size()) {
     const char next = text[begin + 1];
@@ -161,13 +171,13 @@ std::size_t TiktokenPretokenizer::match_gpt2(std::string_view text, std::size_t 
   }
   if (cls & kLetter) return run(text, start, letter);
   if (cls & kNumber) return run(text, start, number);
-  if (cls == 0) return run(text, start, other);
+  if (is_other(cls)) return run(text, start, other);
   return whitespace(text, begin, false);
 }
 
 std::size_t TiktokenPretokenizer::match_cl100k(std::string_view text, std::size_t begin) {
   const auto letter = [](char32_t, std::uint8_t cls) { return (cls & kLetter) != 0; };
-  const auto other = [](char32_t, std::uint8_t cls) { return cls == 0; };
+  const auto other = [](char32_t, std::uint8_t cls) { return is_other(cls); };
   const auto line_break = [](char32_t code, std::uint8_t) { return code == '\r' || code == '\n'; };
   const Char first = decode(text, begin);
   if (first.code == '\'' && begin + 1 < text.size()) {
@@ -212,9 +222,104 @@ std::size_t TiktokenPretokenizer::match_cl100k(std::string_view text, std::size_
   }
   // ` ?[^\s\p{L}\p{N}]++[\r\n]*+`
   std::size_t start = begin;
-  if (first.code == ' ' && begin + 1 < text.size() && classes(decode(text, begin + 1).code) == 0) start = begin + 1;
-  if (start != begin || cls == 0) return run(text, run(text, start, other), line_break);
+  if (first.code == ' ' && begin + 1 < text.size() && is_other(classes(decode(text, begin + 1).code))) start = begin + 1;
+  if (start != begin || is_other(cls)) return run(text, run(text, start, other), line_break);
   return whitespace(text, begin, true);
+}
+
+// U*L+ from p: U* as long as it can be with L+ still matching after it (then L+ takes
+// the longest run), or 0.
+std::size_t TiktokenPretokenizer::upper_then_lower(std::string_view text, std::size_t p) {
+  const auto upper = [](char32_t, std::uint8_t cls) { return (cls & kUpper) != 0; };
+  const auto lower = [](char32_t, std::uint8_t cls) { return (cls & kLower) != 0; };
+  for (std::size_t j = run(text, p, upper);; j = previous(text, j)) {
+    if (j < text.size() && (classes(decode(text, j).code) & kLower) != 0) return run(text, j, lower);
+    if (j == p) return 0;
+  }
+}
+
+// U+L* from p, or 0.
+std::size_t TiktokenPretokenizer::upper_run_then_lower(std::string_view text, std::size_t p) {
+  const auto upper = [](char32_t, std::uint8_t cls) { return (cls & kUpper) != 0; };
+  const auto lower = [](char32_t, std::uint8_t cls) { return (cls & kLower) != 0; };
+  if (p >= text.size() || (classes(decode(text, p).code) & kUpper) == 0) return 0;
+  return run(text, run(text, p, upper), lower);
+}
+
+// (?i:'s|'t|'re|'ve|'m|'ll|'d)? after a match ending at `end`: where it ends.
+std::size_t TiktokenPretokenizer::contraction(std::string_view text, std::size_t end) {
+  if (end + 1 >= text.size() || text[end] != '\'') return end;
+  const Char next = decode(text, end + 1);
+  switch (next.code) {
+    case 's':
+    case 'S':
+    case 0x17F:  // long s: caseless 's' under Unicode rules
+    case 't':
+    case 'T':
+    case 'm':
+    case 'M':
+    case 'd':
+    case 'D':
+      return end + 1 + next.length;
+    default:
+      break;
+  }
+  if (end + 2 < text.size()) {
+    const auto lower = [](char c) { return static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c); };
+    const std::string two{lower(text[end + 1]), lower(text[end + 2])};
+    if (two == "re" || two == "ve" || two == "ll") return end + 3;
+  }
+  return end;
+}
+
+// \s*[\r\n]+ |\s+(?!\S) |\s+ from a \s at `begin`: past the run's last line break if it
+// has one; else the run, but for its last character when something follows it.
+std::size_t TiktokenPretokenizer::o200k_whitespace(std::string_view text, std::size_t begin) {
+  std::size_t end = begin, last_start = begin, after_line_break = 0;
+  while (end < text.size()) {
+    const Char c = decode(text, end);
+    if ((classes(c.code) & kSpace) == 0) break;
+    last_start = end;
+    end += c.length;
+    if (c.code == '\r' || c.code == '\n') after_line_break = end;
+  }
+  if (after_line_break != 0) return after_line_break;
+  if (end == text.size() || last_start == begin) return end;
+  return last_start;
+}
+
+std::size_t TiktokenPretokenizer::match_o200k(std::string_view text, std::size_t begin) {
+  const Char first = decode(text, begin);
+  const std::uint8_t cls = classes(first.code);
+  const bool prefix = first.code != '\r' && first.code != '\n' && (cls & (kLetter | kNumber)) == 0;
+  const std::size_t after_prefix = begin + first.length;
+  // The two letter alternatives, each first with the prefix character, then without.
+  for (int alternative = 0; alternative < 2; ++alternative) {
+    const auto letters = [&](std::size_t p) {
+      return alternative == 0 ? upper_then_lower(text, p) : upper_run_then_lower(text, p);
+    };
+    std::size_t end = prefix ? letters(after_prefix) : 0;
+    if (end == 0) end = letters(begin);
+    if (end != 0) return contraction(text, end);
+  }
+  if (cls & kNumber) {
+    std::size_t end = after_prefix;
+    for (int count = 1; count < 3 && end < text.size(); ++count) {
+      const Char c = decode(text, end);
+      if ((classes(c.code) & kNumber) == 0) break;
+      end += c.length;
+    }
+    return end;
+  }
+  // ` ?[^\s\p{L}\p{N}]+[\r\n/]*`
+  const auto other = [](char32_t, std::uint8_t c) { return is_other(c); };
+  const auto breaks_or_slashes = [](char32_t code, std::uint8_t) { return code == '\r' || code == '\n' || code == '/'; };
+  std::size_t start = begin;
+  if (first.code == ' ' && after_prefix < text.size() && is_other(classes(decode(text, after_prefix).code))) {
+    start = after_prefix;
+  }
+  if (start != begin || is_other(cls)) return run(text, run(text, start, other), breaks_or_slashes);
+  return o200k_whitespace(text, begin);
 }
 
 }  // namespace dufu::dataprep
