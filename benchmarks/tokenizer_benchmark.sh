@@ -2,9 +2,11 @@
 # The tokenizer benchmark: dufu's single-thread encode rate (MB/s of text per core,
 # in thread CPU time) against the reference encoders measured in the same run on the
 # same text, token for token (the id checksums must match): tiktoken's
-# encode_ordinary, bpe-openai and quicktok (for cl100k/o200k) and sentencepiece's
-# Encode. Corpora from Debian packages: kernel code (arch/x86), kernel prose
-# (Documentation/) and translated manual pages (de, ru, ja, zh; 3 MB of each). Then end to end:
+# encode_ordinary, bpe-openai, quicktok and HuggingFace tokenizers (a tokenizer.json
+# made from the rank file; for cl100k/o200k) and sentencepiece's Encode. Corpora from
+# Debian packages: kernel code (arch/x86), kernel prose (Documentation/) and translated
+# manual pages (de, ru, ja, zh; 3 MB of each). Then end to end against tiktoken:
+# `dataprep preprocess` with one worker, o200k and cl100k, on each corpus. Then
 # `dataprep preprocess` with 1 and 2 workers, with o200k and with the 32k sentencepiece
 # BPE models on the kernel code, MB/s and peak RSS. Two 32k sentencepiece BPE models are
 # trained on the kernel code: spm-bpe32k with the default normalizer (nmt_nfkc, dufu's
@@ -98,7 +100,7 @@ measure() {  # measure NAME CORPUS_NAME CORPUS KIND MODEL [PATTERN]
     # The reference's checksum is its own: sentencepiece's Encode of each whole document.
     refs="reference sentencepiece-c++ $("$encode" -m "$model" -i "$corpus" --uncached)"
   else
-    refs=$("$python" "$reference" "$kind" "$model" "$corpus" "${ref_flags[@]}" 2>/dev/null)
+    refs=$("$python" "$reference" "$kind" "$model" "$corpus" "${ref_flags[@]}" --hf-cache "$work" 2>/dev/null)
   fi
   while read -r _ ref line; do
     local rate ref_checksum verdict=identical
@@ -119,6 +121,32 @@ for corpus_name in code prose i18n; do
   measure gpt2 "$corpus_name" "$corpus" tiktoken "$ranks/gpt2.tiktoken" gpt2
   measure spm-bpe32k "$corpus_name" "$corpus" spm "$spm.model"
   measure spm-llama32k "$corpus_name" "$corpus" spm "$spm_llama.model"
+done
+
+# --- end to end against tiktoken ---------------------------------------------------------
+# `dataprep preprocess` with one worker, from the jsonl to the published shards, the rank
+# file's load included, against tiktoken's encode_ordinary of the same texts measured
+# above (its load and JSON parsing left out): MB of text per wall second and per CPU
+# second of the whole process (reader, worker and writer threads together).
+echo
+printf '%-8s %-6s %9s %12s %16s %14s %10s %10s\n' tokenizer corpus "text MB" "MB/s wall" "MB/CPU-second" \
+  "tiktoken MB/s" "wall/ref" "CPU/ref" | tee -a "$results"
+for tokenizer in o200k cl100k; do
+  for corpus_name in code prose i18n; do
+    corpus=$work/tok-$corpus_name.jsonl
+    ref=$(awk -v t="$tokenizer" -v c="$corpus_name" '$1 == t && $2 == c && $5 == "tiktoken" { print $6 }' "$results")
+    [[ -n $ref ]] || continue
+    start=$(now)
+    "/usr/bin/time" -v -o "$work/time.txt" "$dataprep" preprocess --quiet --input "$corpus" \
+      --output-prefix "$work/tok-e2e" --tokenizer-model "$ranks/${tokenizer}_base.tiktoken" --append-eod \
+      --workers 1 >"$work/e2e.txt" 2>&1
+    wall=$(awk -v a="$start" -v b="$(now)" 'BEGIN { print b - a }')
+    cpu=$(own_cpu "$work/time.txt")
+    text_mb=$("$python" -c 'import json, sys; print(sum(len(json.loads(l)["text"].encode()) for l in open(sys.argv[1]) if l.strip()) / 1e6)' "$corpus")
+    awk -v t="$tokenizer" -v c="$corpus_name" -v mb="$text_mb" -v w="$wall" -v cpu="$cpu" -v r="$ref" \
+      'BEGIN { printf "%-8s %-6s %9.2f %12.2f %16.2f %14.2f %9.2fx %9.2fx\n", t, c, mb, mb / w, mb / cpu, r, mb / w / r, mb / cpu / r }' |
+      tee -a "$results"
+  done
 done
 
 # --- end to end ------------------------------------------------------------------------
@@ -149,4 +177,5 @@ for tokenizer in o200k spm-bpe32k spm-llama32k; do
       tee -a "$results"
   done
 done
+
 echo "== results in $results"
