@@ -108,6 +108,35 @@ TEST_F(FuzzRegressionTest, TiktokenRankFarPastTheTokensOfTheFileIsRefused) {
                {path, "777777777", "defines only 256 tokens"});
 }
 
+// The rank file's own refusals, each naming the file: the same bytes at two ranks
+// (both ranks named), a line that is not "base64 rank" (its line number), a rank
+// with trailing characters; a last line without its newline is a line.
+TEST_F(FuzzRegressionTest, TiktokenRankFileRefusalsNameTheFileAndTheLine) {
+  static const char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string bytes;
+  for (int byte = 0; byte < 256; ++byte) {
+    bytes += kBase64[byte >> 2];
+    bytes += kBase64[(byte & 3) << 4];
+    bytes += "== " + std::to_string(byte) + "\n";
+  }
+  const auto load = [](const std::string& path) {
+    return Tokenizer::load(TokenizerSpec{.model = path, .merges = {}, .pattern = "gpt2"});
+  };
+  // "YWI=" is "ab": rank 256 and, again, rank 300.
+  const std::string twice = write("twice.tiktoken", bytes + "YWI= 256\nYWI= 300\n");
+  expect_error([&] { load(twice); }, {twice, "same token bytes at two ranks (256 and 300)"});
+  const std::string no_rank = write("no_rank.tiktoken", bytes + "YWI=\n");
+  expect_error([&] { load(no_rank); }, {no_rank + ":257", "not a tiktoken rank line"});
+  const std::string trailing = write("trailing.tiktoken", bytes + "YWI= 256x\n");
+  expect_error([&] { load(trailing); }, {trailing + ":257", "not a tiktoken rank line"});
+  const std::string negative = write("negative.tiktoken", bytes + "YWI= -3\n");
+  expect_error([&] { load(negative); }, {negative + ":257", "not a tiktoken rank line"});
+  const std::string last = write("last.tiktoken", bytes + "YWI= 256");
+  std::vector<std::int32_t> ids;
+  load(last).encode("ab", &ids);
+  EXPECT_EQ(ids, (std::vector<std::int32_t>{256}));
+}
+
 // The same for HuggingFace's tokenizer.json: a vocabulary id, or an added token's,
 // far past the tokens the file defines.
 TEST_F(FuzzRegressionTest, HuggingFaceIdFarPastTheTokensOfTheFileIsRefused) {

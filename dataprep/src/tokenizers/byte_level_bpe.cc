@@ -53,7 +53,10 @@ class ByteLevelBpe final : public TokenizerModel {
  public:
   explicit ByteLevelBpe(ByteLevelBpeConfig config) : config_(std::move(config)) {
     config_.model.finish(config_.token_bytes.size());
-    if (config_.ignore_merges) {
+    if (config_.ignore_merges && config_.whole_tokens_built) {
+      whole_tokens_ = std::move(config_.whole_tokens);
+      whole_tokens_.rebind(&config_.token_bytes);
+    } else if (config_.ignore_merges) {
       whole_tokens_.build(&config_.token_bytes,
                           config_.whole_token_ids.empty() ? config_.defined : config_.whole_token_ids);
     }

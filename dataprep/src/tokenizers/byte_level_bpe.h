@@ -41,6 +41,10 @@ struct ByteLevelBpeConfig {
   // whole_tokens covers the ids of `whole_token_ids` (see make_byte_level_bpe).
   bool ignore_merges = false;
   std::vector<bool> whole_token_ids;  // empty: every defined id
+  // The lookup of whole_token_ids when the loader has built it already (tiktoken's
+  // rank lookup is the same table): built again otherwise.
+  TokenLookup whole_tokens;
+  bool whole_tokens_built = false;
 };
 
 std::unique_ptr<TokenizerModel> make_byte_level_bpe(ByteLevelBpeConfig config);

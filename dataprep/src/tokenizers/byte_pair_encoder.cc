@@ -69,23 +69,45 @@ std::uint64_t hash_bytes(std::string_view bytes) {
   return hash ^ (hash >> 29);
 }
 
-void TokenLookup::build(const std::vector<std::string>* tokens, const std::vector<bool>& defined) {
+std::int32_t TokenLookup::build(const std::vector<std::string>* tokens, const std::vector<bool>& defined,
+                                std::int32_t* earlier) {
   tokens_ = tokens;
   std::size_t capacity = 16;
   while (capacity < tokens->size() * 2) capacity *= 2;
   slots_.assign(capacity, Slot{});
   mask_ = capacity - 1;
-  for (std::size_t id = 0; id < std::min(tokens->size(), defined.size()); ++id) {
+  const std::size_t count = std::min(tokens->size(), defined.size());
+  // Every insert is a cache miss in a table of megabytes: the hashes first, and the
+  // slot of the token kPrefetchAhead further on loaded while this one is placed.
+  std::vector<std::uint64_t> hashes(count);
+  for (std::size_t id = 0; id < count; ++id) {
+    if (defined[id]) hashes[id] = hash_bytes((*tokens)[id]);
+  }
+  constexpr std::size_t kPrefetchAhead = 8;
+  std::int32_t first_duplicate = -1;
+  for (std::size_t id = 0; id < count; ++id) {
+    if (id + kPrefetchAhead < count) prefetch(hashes[id + kPrefetchAhead]);
     if (!defined[id]) continue;
     const std::string_view bytes = (*tokens)[id];
-    if (find(bytes) >= 0) continue;  // the first of equal byte strings wins
-    for (std::size_t slot = hash_bytes(bytes) & mask_;; slot = (slot + 1) & mask_) {
-      if (slots_[slot].id < 0) {
-        slots_[slot] = Slot{static_cast<std::int32_t>(id), static_cast<std::uint32_t>(bytes.size()), head_of(bytes)};
+    const std::uint64_t head = head_of(bytes);
+    for (std::size_t slot = hashes[id] & mask_;; slot = (slot + 1) & mask_) {
+      Slot& entry = slots_[slot];
+      if (entry.id < 0) {
+        entry = Slot{static_cast<std::int32_t>(id), static_cast<std::uint32_t>(bytes.size()), head};
+        break;
+      }
+      if (entry.length == bytes.size() && entry.head == head &&
+          (bytes.size() <= 8 || (*tokens)[static_cast<std::size_t>(entry.id)] == bytes)) {
+        // The first of equal byte strings wins.
+        if (first_duplicate < 0) {
+          first_duplicate = static_cast<std::int32_t>(id);
+          if (earlier != nullptr) *earlier = entry.id;
+        }
         break;
       }
     }
   }
+  return first_duplicate;
 }
 
 namespace {

@@ -68,8 +68,13 @@ std::uint64_t hash_bytes(std::string_view bytes);
 class TokenLookup {
  public:
   // `tokens[id]` are the bytes of id; ids with defined[id] false are left out. The
-  // vectors must outlive the lookup. The first of two equal byte strings wins.
-  void build(const std::vector<std::string>* tokens, const std::vector<bool>& defined);
+  // vectors must outlive the lookup. The first of two equal byte strings wins; the
+  // return value is the first id whose bytes an earlier id has (that id in *earlier),
+  // -1 when the byte strings are distinct.
+  std::int32_t build(const std::vector<std::string>* tokens, const std::vector<bool>& defined,
+                     std::int32_t* earlier = nullptr);
+  // The token bytes have moved to `tokens` (the same strings): the slots stay valid.
+  void rebind(const std::vector<std::string>* tokens) { tokens_ = tokens; }
   // -1 when `bytes` is no token.
   std::int32_t find(std::string_view bytes) const { return find(bytes, hash_bytes(bytes)); }
   std::int32_t find(std::string_view bytes, std::uint64_t hash) const {

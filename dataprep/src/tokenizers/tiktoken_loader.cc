@@ -141,13 +141,10 @@ std::unique_ptr<TokenizerModel> load_tiktoken(const TokenizerSpec& spec) {
   const auto num_ranks = static_cast<std::int32_t>(config.token_bytes.size());
 
   TokenLookup rank_of;
-  rank_of.build(&config.token_bytes, config.defined);
-  for (std::size_t id = 0; id < config.token_bytes.size(); ++id) {
-    if (!config.defined[id]) continue;
-    const std::int32_t first = rank_of.find(config.token_bytes[id]);
-    if (first != static_cast<std::int32_t>(id)) {
-      DUFU_FAIL("'", spec.model, "' has the same token bytes at two ranks (", first, " and ", id, ")");
-    }
+  std::int32_t earlier = -1;
+  const std::int32_t duplicate = rank_of.build(&config.token_bytes, config.defined, &earlier);
+  if (duplicate >= 0) {
+    DUFU_FAIL("'", spec.model, "' has the same token bytes at two ranks (", earlier, " and ", duplicate, ")");
   }
   for (int byte = 0; byte < 256; ++byte) {
     const std::int32_t found = rank_of.find(std::string(1, static_cast<char>(byte)));
@@ -198,6 +195,9 @@ std::unique_ptr<TokenizerModel> load_tiktoken(const TokenizerSpec& spec) {
   // encode_ordinary maps a piece that is a rank's bytes to that rank without merging.
   config.ignore_merges = true;
   config.whole_token_ids = config.defined;
+  // The rank lookup covers exactly those ids (the special tokens come later).
+  config.whole_tokens = std::move(rank_of);
+  config.whole_tokens_built = true;
   std::string pattern_name = spec.pattern.empty() ? pattern_from_file_name(spec.model) : spec.pattern;
   std::string pattern = pattern_name;
   std::string description = "regex";
